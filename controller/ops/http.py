@@ -52,10 +52,16 @@ def _health_app(checks: HealthChecks) -> web.Application:
             text = "ok"
         return web.Response(status=200 if ok else 500, text=text)
 
+    async def liveness(request: web.Request) -> web.Response:
+        return await respond(request, checks.liveness)
+
+    async def readiness(request: web.Request) -> web.Response:
+        return await respond(request, checks.readiness)
+
     app = web.Application()
-    app.router.add_get("/healthz", lambda r: respond(r, checks.liveness))
-    app.router.add_get("/livez", lambda r: respond(r, checks.liveness))
-    app.router.add_get("/readyz", lambda r: respond(r, checks.readiness))
+    app.router.add_get("/healthz", liveness)
+    app.router.add_get("/livez", liveness)
+    app.router.add_get("/readyz", readiness)
     return app
 
 
