@@ -1,0 +1,623 @@
+"""The TFJob CRD: the committed YAML is the generator's output, the schema is structural and a
+superset of upstream's for valid jobs, and its rules reject exactly the invalid TFJobs with the
+messages users will see from ``kubectl apply``.
+
+Objects are checked by a small reference validator below (types, enums, minimums, required,
+maxProperties, patterns, and every ``x-kubernetes-validations`` rule evaluated with cel-python,
+transition rules only where an old value exists), so the rules are exercised as an apiserver
+would run them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from controller.tfjob import crd as crd_module
+from controller.tfjob.crd import (
+    QUANTITY_PATTERN,
+    SchemaGenerationError,
+    build_crd,
+    pod_template_schema,
+    to_yaml,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_PATH = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+
+
+def _schema() -> dict[str, Any]:
+    return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+# --------------------------------------------------------------------------------------------
+# A reference validator for custom resources against a structural schema.
+
+_CEL_ENV = celpy.Environment()
+_PROGRAMS: dict[str, Any] = {}
+_MISSING = object()
+
+
+def _cel(rule: str) -> Any:
+    if rule not in _PROGRAMS:
+        _PROGRAMS[rule] = _CEL_ENV.program(_CEL_ENV.compile(rule))
+    return _PROGRAMS[rule]
+
+
+def _type_ok(schema: dict[str, Any], value: Any) -> bool:
+    if schema.get("x-kubernetes-int-or-string"):
+        return isinstance(value, (int, str)) and not isinstance(value, bool)
+    expected = schema.get("type")
+    if expected is None:
+        return True
+    checks = {
+        "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+    }
+    return checks[expected](value)
+
+
+def validate(obj: Any, old: Any = _MISSING, schema: dict[str, Any] | None = None) -> list[str]:
+    """Every error as ``path: message`` (empty when the object is valid)."""
+    errors: list[str] = []
+    _validate_node(_schema() if schema is None else schema, obj, old, "", errors)
+    return errors
+
+
+def _validate_node(schema: dict[str, Any], value: Any, old: Any, path: str, errors: list[str]) -> None:
+    where = path or "<root>"
+    if not _type_ok(schema, value):
+        errors.append(f"{where}: must be of type {schema.get('type', 'int-or-string')}")
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: Unsupported value: {value!r}")
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        errors.append(f"{where}: should be greater than or equal to {schema['minimum']}")
+    if "pattern" in schema and isinstance(value, str) and not re.search(schema["pattern"], value):
+        errors.append(f"{where}: should match {schema['pattern']!r}")
+    if isinstance(value, dict):
+        for name in schema.get("required", []):
+            if name not in value:
+                errors.append(f"{path}.{name}: Required value" if path else f"{name}: Required value")
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            errors.append(f"{where}: must have at most {schema['maxProperties']} properties")
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, child in value.items():
+            child_schema = properties.get(key) or (extra if isinstance(extra, dict) else None)
+            if child_schema is None:
+                continue  # pruned by the apiserver, never rejected
+            child_old = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
+            child_path = f"{path}[{key}]" if key not in properties else (f"{path}.{key}" if path else key)
+            _validate_node(child_schema, child, child_old, child_path, errors)
+    if isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            _validate_node(schema["items"], item, _MISSING, f"{path}[{index}]", errors)
+    for rule in schema.get("x-kubernetes-validations", []):
+        transition = "oldSelf" in rule["rule"]
+        if transition and old is _MISSING:
+            continue
+        activation = {"self": celpy.json_to_cel(value)}
+        if transition:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        result = _cel(rule["rule"]).evaluate(activation)
+        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            errors.append(f"{where}: {rule['message']}")
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: TFJobs as users write them (shapes of upstream's examples).
+
+
+def _replica(replicas: int | None = 1, image: str = "kubeflow/tf-dist-mnist-test:1.0", **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "template": {"spec": {"containers": [{"name": "tensorflow", "image": image}]}},
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    spec.update(extra)
+    return spec
+
+
+def tfjob(name: str = "dist-mnist", **replica_specs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"tfReplicaSpecs": replica_specs or {"PS": _replica(2), "Worker": _replica(4)}},
+    }
+
+
+MNIST_WITH_SUMMARIES = yaml.safe_load(
+    """
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: mnist, namespace: kubeflow}
+spec:
+  runPolicy: {cleanPodPolicy: None}
+  tfReplicaSpecs:
+    Worker:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        metadata:
+          annotations: {scheduling.k8s.io/group-name: mnist}
+          labels: {team: ml}
+        spec:
+          containers:
+          - name: tensorflow
+            image: kubeflow/tf-mnist-with-summaries:latest
+            command: [python, /var/tf_mnist/mnist_with_summaries.py, --log_dir=/train/logs]
+            ports: [{name: tfjob-port, containerPort: 2222}]
+            resources:
+              limits: {cpu: 2, memory: 4Gi, nvidia.com/gpu: 1}
+              requests: {cpu: 500m, memory: 1.5Gi}
+            readinessProbe: {httpGet: {path: /healthz, port: tfjob-port}, periodSeconds: 5}
+            livenessProbe: {tcpSocket: {port: 2222}}
+            volumeMounts: [{mountPath: /train, name: training}]
+            env:
+            - name: MY_CPU
+              valueFrom: {resourceFieldRef: {resource: limits.cpu, divisor: 1m}}
+          - name: sidecar
+            image: busybox:1.36
+          terminationGracePeriodSeconds: 3000000000
+          securityContext: {runAsUser: 4294967296, fsGroup: 2000}
+          volumes:
+          - name: training
+            persistentVolumeClaim: {claimName: tfevent-volume}
+          - name: scratch
+            emptyDir: {sizeLimit: 10Gi}
+"""
+)
+
+DYNAMIC_FULL_RUN_POLICY = {
+    **tfjob("dynamic", Chief=_replica(1), Worker=_replica(3, restartPolicy="ExitCode")),
+}
+DYNAMIC_FULL_RUN_POLICY["spec"].update(
+    {
+        "enableDynamicWorker": True,
+        "successPolicy": "AllWorkers",
+        "runPolicy": {
+            "activeDeadlineSeconds": 0,
+            "backoffLimit": 3,
+            "cleanPodPolicy": "Running",
+            "ttlSecondsAfterFinished": 600,
+            "suspend": False,
+            "managedBy": "kubeflow.org/training-operator",
+            "schedulingPolicy": {
+                "minAvailable": 4,
+                "queue": "research",
+                "minResources": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": 2},
+                "priorityClass": "high",
+                "scheduleTimeoutSeconds": 60,
+            },
+        },
+    }
+)
+
+VALID_TFJOBS = {
+    "mnist PS+Worker": tfjob(),
+    "chief+worker+evaluator": tfjob("cwe", Chief=_replica(1), Worker=_replica(2), Evaluator=_replica(1)),
+    "master+ps+worker": tfjob("mpw", Master=_replica(1), PS=_replica(1), Worker=_replica(2)),
+    "lowercase keys": tfjob("lower", worker=_replica(2), ps=_replica(1), chief=_replica(1)),
+    "uppercase keys": tfjob("upper", WORKER=_replica(2), PS=_replica(1)),
+    "replicas omitted": tfjob("defaults", Worker=_replica(None)),
+    "zero workers with a chief": tfjob("zero", Chief=_replica(1), Worker=_replica(0)),
+    "mnist with summaries (probes, quantities, int64s)": MNIST_WITH_SUMMARIES,
+    "dynamic worker, full runPolicy": DYNAMIC_FULL_RUN_POLICY,
+    "success policy empty string": {**tfjob("sp"), "spec": {**tfjob("sp")["spec"], "successPolicy": ""}},
+    "63-character name": tfjob("a" * 63),
+}
+
+
+@pytest.mark.parametrize("name", list(VALID_TFJOBS))
+def test_valid_tfjobs_are_accepted(name: str) -> None:
+    assert validate(VALID_TFJOBS[name]) == []
+
+
+def _with(job: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``job`` with the dotted ``path`` set to ``value`` (``None`` deletes)."""
+    job = copy.deepcopy(job)
+    *parents, last = path.split(".")
+    node: Any = job
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    if value is None:
+        del node[int(last) if isinstance(node, list) else last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return job
+
+
+_W = "spec.tfReplicaSpecs.Worker"
+_W_CONTAINERS = f"{_W}.template.spec.containers"
+_TF_CONTAINER_MESSAGE = "template.spec.containers must include a container named tensorflow"
+
+INVALID_TFJOBS = {
+    "no tensorflow container": (
+        _with(tfjob(), f"{_W_CONTAINERS}.0.name", "trainer"),
+        f"spec.tfReplicaSpecs[Worker]: {_TF_CONTAINER_MESSAGE}",
+    ),
+    "no containers at all": (
+        _with(tfjob(), f"{_W_CONTAINERS}", []),
+        f"spec.tfReplicaSpecs[Worker]: {_TF_CONTAINER_MESSAGE}",
+    ),
+    "no template": (
+        _with(tfjob(), f"{_W}.template", None),
+        f"spec.tfReplicaSpecs[Worker]: {_TF_CONTAINER_MESSAGE}",
+    ),
+    "empty image": (
+        _with(tfjob(), f"{_W_CONTAINERS}.0.image", ""),
+        "spec.tfReplicaSpecs[Worker].template.spec.containers: every container must have a non-empty image",
+    ),
+    "missing image on a sidecar": (
+        _with(tfjob(), f"{_W_CONTAINERS}", [{"name": "tensorflow", "image": "tf:2"}, {"name": "side"}]),
+        "spec.tfReplicaSpecs[Worker].template.spec.containers: every container must have a non-empty image",
+    ),
+    "Chief and Master together": (
+        tfjob("cm", Chief=_replica(1), Master=_replica(1), Worker=_replica(1)),
+        "spec.tfReplicaSpecs: must not have more than 1 Chief or Master role",
+    ),
+    "chief and MASTER together (any case)": (
+        tfjob("cm", chief=_replica(1), MASTER=_replica(1)),
+        "spec.tfReplicaSpecs: must not have more than 1 Chief or Master role",
+    ),
+    "Worker and worker together": (
+        tfjob("ww", Worker=_replica(1), worker=_replica(1)),
+        "spec.tfReplicaSpecs: a replica type must not appear twice in different letter case",
+    ),
+    "unknown replica type": (
+        tfjob("unknown", Worker=_replica(1), Launcher=_replica(1)),
+        "spec.tfReplicaSpecs: replica types must be Chief, Master, PS, Worker or Evaluator (any letter case)",
+    ),
+    "replica type with a suffix": (
+        tfjob("suffix", Workers=_replica(1)),
+        "spec.tfReplicaSpecs: replica types must be Chief, Master, PS, Worker or Evaluator (any letter case)",
+    ),
+    "negative replicas": (
+        _with(tfjob(), f"{_W}.replicas", -1),
+        "spec.tfReplicaSpecs[Worker].replicas: should be greater than or equal to 0",
+    ),
+    "bad restartPolicy": (
+        _with(tfjob(), f"{_W}.restartPolicy", "Sometimes"),
+        "spec.tfReplicaSpecs[Worker].restartPolicy: Unsupported value: 'Sometimes'",
+    ),
+    "bad cleanPodPolicy": (
+        _with(tfjob(), "spec.runPolicy.cleanPodPolicy", "Some"),
+        "spec.runPolicy.cleanPodPolicy: Unsupported value: 'Some'",
+    ),
+    "bad successPolicy": (
+        _with(tfjob(), "spec.successPolicy", "AnyWorker"),
+        "spec.successPolicy: Unsupported value: 'AnyWorker'",
+    ),
+    "negative backoffLimit": (
+        _with(tfjob(), "spec.runPolicy.backoffLimit", -1),
+        "spec.runPolicy.backoffLimit: should be greater than or equal to 0",
+    ),
+    "negative ttlSecondsAfterFinished": (
+        _with(tfjob(), "spec.runPolicy.ttlSecondsAfterFinished", -5),
+        "spec.runPolicy.ttlSecondsAfterFinished: should be greater than or equal to 0",
+    ),
+    "negative activeDeadlineSeconds": (
+        _with(tfjob(), "spec.runPolicy.activeDeadlineSeconds", -1),
+        "spec.runPolicy.activeDeadlineSeconds: should be greater than or equal to 0",
+    ),
+    "unknown managedBy": (
+        _with(tfjob(), "spec.runPolicy.managedBy", "someone-else"),
+        "spec.runPolicy.managedBy: Unsupported value: 'someone-else'",
+    ),
+    "name starting with a digit": (
+        tfjob("1mnist"),
+        "<root>: metadata.name must be a DNS-1035 label",
+    ),
+    "name with a dot": (tfjob("mnist.v2"), "<root>: metadata.name must be a DNS-1035 label"),
+    "name with upper case": (tfjob("Mnist"), "<root>: metadata.name must be a DNS-1035 label"),
+    "name ending with a dash": (tfjob("mnist-"), "<root>: metadata.name must be a DNS-1035 label"),
+    "64-character name": (tfjob("a" * 64), "<root>: metadata.name must be a DNS-1035 label"),
+    "quantity that is not a quantity": (
+        _with(tfjob(), f"{_W_CONTAINERS}.0.resources", {"limits": {"cpu": "two"}}),
+        "spec.tfReplicaSpecs[Worker].template.spec.containers[0].resources.limits[cpu]: should match",
+    ),
+    "container without a name": (
+        _with(tfjob(), f"{_W_CONTAINERS}", [{"name": "tensorflow", "image": "tf:2"}, {"image": "side:1"}]),
+        "spec.tfReplicaSpecs[Worker].template.spec.containers[1].name: Required value",
+    ),
+    "missing tfReplicaSpecs": (_with(tfjob(), "spec.tfReplicaSpecs", None), "spec.tfReplicaSpecs: Required value"),
+    "missing spec": (_with(tfjob(), "spec", None), "spec: Required value"),
+    "replicas as a string": (
+        _with(tfjob(), f"{_W}.replicas", "3"),
+        "spec.tfReplicaSpecs[Worker].replicas: must be of type integer",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(INVALID_TFJOBS))
+def test_invalid_tfjobs_are_rejected_with_a_clear_message(name: str) -> None:
+    job, expected = INVALID_TFJOBS[name]
+    errors = validate(job)
+    assert any(error.startswith(expected) for error in errors), errors
+
+
+def test_each_invalid_job_reports_only_its_own_problem() -> None:
+    # A rule that fires on valid parts of the object would drown the real message.
+    for name, (job, expected) in INVALID_TFJOBS.items():
+        errors = validate(job)
+        assert len(errors) == 1, (name, errors)
+
+
+def test_queue_is_immutable_but_other_fields_may_change() -> None:
+    old = DYNAMIC_FULL_RUN_POLICY
+    new_queue = _with(old, "spec.runPolicy.schedulingPolicy.queue", "production")
+    assert validate(new_queue, old=old) == [
+        "spec.runPolicy.schedulingPolicy.queue: spec.runPolicy.schedulingPolicy.queue is immutable"
+    ]
+    scaled = _with(old, "spec.tfReplicaSpecs.Worker.replicas", 10)
+    assert validate(scaled, old=old) == []
+
+
+def test_managed_by_is_immutable() -> None:
+    old = DYNAMIC_FULL_RUN_POLICY
+    moved = _with(old, "spec.runPolicy.managedBy", "kueue.x-k8s.io/multikueue")
+    assert validate(moved, old=old) == ["spec.runPolicy.managedBy: spec.runPolicy.managedBy is immutable"]
+
+
+def test_known_replica_type_rule_matches_whole_keys_only() -> None:
+    # RE2 and Python's re differ on '$' before a trailing newline; the rule must reject both.
+    rule = _schema()["properties"]["spec"]["properties"]["tfReplicaSpecs"]["x-kubernetes-validations"][0]
+    program = _cel(rule["rule"])
+    for key, accepted in [("Worker", True), ("eVaLuAtOr", True), ("Worker\n", False), ("xps", False), ("", False)]:
+        assert bool(program.evaluate({"self": celpy.json_to_cel({key: {}})})) is accepted, key
+
+
+# --------------------------------------------------------------------------------------------
+# The CRD document itself.
+
+
+def test_committed_yaml_is_the_generators_output() -> None:
+    assert CRD_PATH.read_text() == to_yaml(build_crd()), (
+        "manifests/crd/kubeflow.org_tfjobs.yaml is stale: run"
+        " `python -m controller.tfjob.crd > manifests/crd/kubeflow.org_tfjobs.yaml`"
+    )
+
+
+def test_module_entry_point_prints_the_committed_yaml() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.tfjob.crd"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == CRD_PATH.read_text()
+
+
+def test_entry_point_rejects_arguments_with_usage() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.tfjob.crd", "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage:") and "Traceback" not in result.stderr
+
+
+def test_generation_is_deterministic() -> None:
+    assert to_yaml(build_crd()) == to_yaml(build_crd())
+    assert build_crd() == yaml.safe_load(CRD_PATH.read_text())
+
+
+def test_identity_versions_and_subresources() -> None:
+    crd = build_crd()
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == "tfjobs.kubeflow.org"
+    spec = crd["spec"]
+    assert spec["group"] == "kubeflow.org"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {"kind": "TFJob", "listKind": "TFJobList", "plural": "tfjobs", "singular": "tfjob"}
+    [version] = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.tfReplicaSpecs.Worker.replicas",
+            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+        },
+    }
+    columns = version["additionalPrinterColumns"]
+    # Upstream's two columns come first and unchanged; extras only show with -o wide.
+    assert columns[:2] == [
+        {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    assert all(column.get("priority") == 1 for column in columns[2:])
+
+
+def test_compact_json_fits_the_last_applied_annotation() -> None:
+    # Client-side `kubectl apply` stores the whole object in an annotation limited to 256 KiB.
+    size = len(json.dumps(build_crd(), separators=(",", ":")))
+    assert size < 262_144 - 4096, size
+
+
+def _walk(schema: dict[str, Any], path: str = ""):
+    yield path, schema
+    for key, child in schema.get("properties", {}).items():
+        yield from _walk(child, f"{path}.{key}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
+    if "items" in schema:
+        yield from _walk(schema["items"], f"{path}[]")
+
+
+def test_schema_is_structural() -> None:
+    for path, node in _walk(_schema()):
+        assert "description" not in node, path
+        assert "$ref" not in node, path
+        if node.get("x-kubernetes-int-or-string"):
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            assert "type" not in node, path
+            continue
+        assert node.get("type") in {"object", "array", "string", "integer", "number", "boolean"}, path
+        if node["type"] == "array":
+            assert "items" in node, path
+        if node["type"] == "object":
+            assert not ("properties" in node and "additionalProperties" in node), path
+            free_form = node.get("x-kubernetes-preserve-unknown-fields") is True
+            assert free_form or "properties" in node or "additionalProperties" in node or path == ".metadata", path
+        for name in node.get("required", []):
+            assert name in node.get("properties", {}), (path, name)
+
+
+def test_schema_matches_upstream_shapes() -> None:
+    schema = _schema()
+    spec = schema["properties"]["spec"]
+    assert spec["required"] == ["tfReplicaSpecs"]
+    replica = spec["properties"]["tfReplicaSpecs"]["additionalProperties"]
+    template = replica["properties"]["template"]
+    assert template["properties"]["metadata"]["properties"].keys() == {
+        "annotations",
+        "finalizers",
+        "labels",
+        "name",
+        "namespace",
+    }
+    status = schema["properties"]["status"]["properties"]
+    assert status["conditions"]["items"]["required"] == ["status", "type"]
+    assert status["replicaStatuses"]["additionalProperties"]["properties"].keys() == {
+        "active",
+        "failed",
+        "labelSelector",
+        "selector",
+        "succeeded",
+    }
+    for field in ("startTime", "completionTime", "lastReconcileTime"):
+        assert status[field] == {"type": "string", "format": "date-time"}
+    assert status["dynamicWorkers"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    run_policy = spec["properties"]["runPolicy"]["properties"]
+    assert run_policy["suspend"] == {"type": "boolean", "default": False}
+    assert run_policy["schedulingPolicy"]["properties"]["queue"]["x-kubernetes-validations"] == [
+        {"rule": "self == oldSelf", "message": "spec.runPolicy.schedulingPolicy.queue is immutable"}
+    ]
+
+
+def _pod_spec_node(path: str) -> dict[str, Any]:
+    node = pod_template_schema()["properties"]["spec"]
+    for part in path.split("."):
+        if part == "[]":
+            node = node["items"]
+        elif part == "{}":
+            node = node["additionalProperties"]
+        else:
+            node = node["properties"][part]
+    return node
+
+
+QUANTITY = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN, "x-kubernetes-int-or-string": True}
+INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("containers.[].resources.limits.{}", QUANTITY),
+        ("containers.[].resources.requests.{}", QUANTITY),
+        ("initContainers.[].resources.limits.{}", QUANTITY),
+        ("overhead.{}", QUANTITY),
+        ("volumes.[].emptyDir.sizeLimit", QUANTITY),
+        ("volumes.[].ephemeral.volumeClaimTemplate.spec.resources.requests.{}", QUANTITY),
+        ("containers.[].env.[].valueFrom.resourceFieldRef.divisor", QUANTITY),
+        ("containers.[].livenessProbe.httpGet.port", INT_OR_STRING),
+        ("containers.[].readinessProbe.tcpSocket.port", INT_OR_STRING),
+        ("containers.[].lifecycle.preStop.httpGet.port", INT_OR_STRING),
+        ("containers.[].ports.[].containerPort", {"type": "integer", "format": "int32"}),
+        ("terminationGracePeriodSeconds", {"type": "integer", "format": "int64"}),
+        ("activeDeadlineSeconds", {"type": "integer", "format": "int64"}),
+        ("securityContext.runAsUser", {"type": "integer", "format": "int64"}),
+        ("securityContext.supplementalGroups.[]", {"type": "integer", "format": "int64"}),
+        ("tolerations.[].tolerationSeconds", {"type": "integer", "format": "int64"}),
+        ("hostNetwork", {"type": "boolean"}),
+        ("nodeSelector", {"type": "object", "additionalProperties": {"type": "string"}}),
+    ],
+)
+def test_pod_template_field_types(path: str, expected: dict[str, Any]) -> None:
+    assert _pod_spec_node(path) == expected
+
+
+def test_pod_template_required_fields_come_from_the_api() -> None:
+    assert _pod_spec_node("containers.[]")["required"] == ["name"]
+    assert _pod_spec_node("containers.[].ports.[]")["required"] == ["containerPort"]
+    assert _pod_spec_node("volumes.[]")["required"] == ["name"]
+    assert pod_template_schema()["properties"]["spec"]["required"] == ["containers"]
+    # Optional fields are never required (a superset of upstream must not demand them).
+    assert "required" not in _pod_spec_node("containers.[].resources")
+
+
+def _fake_models(**classes: dict[str, str]) -> types.ModuleType:
+    module = types.ModuleType("fake_models")
+    for class_name, fields in classes.items():
+        attrs = {
+            "openapi_types": dict(fields),
+            "attribute_map": {attr: attr for attr in fields},
+        }
+        setattr(module, class_name, type(class_name, (), attrs))
+    return module
+
+
+def test_recursive_models_become_free_form_instead_of_looping() -> None:
+    models = _fake_models(V1PodTemplateSpec={"spec": "V1Node"}, V1Node={"name": "str", "children": "list[V1Node]"})
+    schema = pod_template_schema(models)
+    node = schema["properties"]["spec"]
+    assert node["properties"]["name"] == {"type": "string"}
+    assert node["properties"]["children"] == {
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    }
+
+
+def test_unclassified_object_field_fails_generation_by_name() -> None:
+    models = _fake_models(V1PodTemplateSpec={"spec": "V1Thing"}, V1Thing={"blob": "object"})
+    with pytest.raises(SchemaGenerationError, match=r"V1Thing\.blob is typed 'object'"):
+        pod_template_schema(models)
+
+
+def test_unknown_type_string_fails_generation_by_name() -> None:
+    models = _fake_models(V1PodTemplateSpec={"spec": "V1Thing"}, V1Thing={"when": "decimal"})
+    with pytest.raises(SchemaGenerationError, match=r"V1Thing\.when has unsupported type 'decimal'"):
+        pod_template_schema(models)
+
+
+def test_every_object_field_of_the_real_pod_template_is_classified() -> None:
+    # Walk kubernetes_asyncio's models the way the generator does and list every 'object' field
+    # outside ObjectMeta: each must be in one of the classification tables.
+    import kubernetes_asyncio.client.models as models
+
+    seen: set[str] = set()
+    found: set[tuple[str, str]] = set()
+    pending = ["V1PodSpec"]
+    while pending:
+        name = pending.pop()
+        if name in seen or name == "V1ObjectMeta":
+            continue
+        seen.add(name)
+        cls = getattr(models, name)
+        for attr, type_name in cls.openapi_types.items():
+            inner = re.sub(r"^(list\[|dict\(str, )+|[\])]+$", "", type_name)
+            if inner == "object":
+                found.add((name, attr))
+            elif hasattr(getattr(models, inner, None), "openapi_types"):
+                pending.append(inner)
+    classified = crd_module.INT_OR_STRING_FIELDS | crd_module.FREE_FORM_OBJECT_FIELDS
+    assert found and found <= classified
+    assert {key for key in crd_module.QUANTITY_FIELDS if key[0] in seen} == crd_module.QUANTITY_FIELDS
