@@ -1,0 +1,347 @@
+"""A rate-limited, delaying work queue with client-go semantics, for asyncio (via anyio).
+
+Why this exists: controllers must not miss an event, must not reconcile one object in two workers at once, and
+must not hammer the apiserver when reconciles fail. client-go's ``util/workqueue`` is the design every
+Kubernetes controller relies on for that; this is the same contract in async Python. The queue carries keys
+(immutable, hashable; for controllers ``"namespace/name"`` strings), never objects.
+
+Contract (one :class:`RateLimitingQueue`, used from one event loop; all methods but ``get``,
+``shut_down_with_drain`` and ``run`` are synchronous and never block):
+
+Core (client-go ``Type``): an item is *pending* (in the dirty set), *processing* (handed to a worker, not yet
+``done``), both, or neither.
+
+- ``add(x)``: ignored after shutdown. If ``x`` is pending: no-op (dedupe, however many adds). Else ``x`` becomes
+  pending; if it is processing it is *not* queued now but re-queued by ``done(x)``, so an item re-added while
+  being processed is processed exactly once more, after ``done``, and never by two workers at once.
+- ``await get()`` returns ``(item, False)`` for the oldest queued item (FIFO), moving it from pending to
+  processing; it waits while the queue is empty; it returns ``(None, True)`` once the queue is shut down **and**
+  no queued item is left (shutdown is reported by this flag, never by an exception). ``get`` is
+  cancellation-safe: a cancelled ``get`` takes no item, and a wake-up it received is passed on to another
+  waiter, so no item is lost or stranded. ``get`` is always a scheduling checkpoint.
+- ``done(x)``: must follow every successful ``get`` (in a ``finally``). Ends processing; if ``x`` became pending
+  meanwhile it is queued again (at the back). ``done`` of an item that is not processing is a no-op.
+- ``len(q)``: the number of queued items only (not processing, not delayed).
+- ``shut_down()``: stop accepting adds (``add``, ``add_after``, ``add_rate_limited`` become no-ops) and drop
+  pending delayed adds; ``get`` keeps handing out already-queued items (and items re-queued by ``done``) until
+  the queue is empty, then reports shutdown. Idempotent; aborts a ``shut_down_with_drain`` wait.
+- ``await shut_down_with_drain()``: as ``shut_down``, then waits until no item is processing (every handed-out
+  item got ``done``). Like client-go it watches only the processing set: items still queued while nothing is
+  processing are not waited for. A later ``shut_down()`` ends the wait early.
+
+Delays (client-go ``DelayingInterface``, with one deliberate difference):
+
+- ``add_after(x, d)``: ``d <= 0`` is ``add(x)``. Otherwise ``x`` becomes pending when ``d`` seconds have passed
+  (on the queue's clock). One delayed entry per item: if ``x`` is already waiting, the **earliest** ready time
+  wins (a later, longer ``add_after`` never postpones it).
+- **Difference from client-go, on purpose (controller-runtime's priority-queue behaviour):** an item has at most
+  one pending entry, either "ready now" or "ready at T". ``add(x)`` while ``x`` waits for a delayed add
+  *supersedes* the delayed add, and ``add_after(x, d > 0)`` while ``x`` is already pending is absorbed (ready now
+  is earlier than ready later). client-go instead keeps both, so ``add_after(x, 10)`` then ``add(x)`` reconciles
+  ``x`` now *and again* 10 s later — the double-run trap. Here it runs once. A consequence: a failure's backoff
+  (``add_rate_limited``) of an item that was re-added while it was being processed is absorbed too; the item
+  runs again right after ``done`` and that reconcile decides afresh.
+- Delayed entries are moved into the queue by :meth:`run`, which the owner must run (in a task group) for
+  ``add_after`` to work; ``run`` also refreshes the unfinished-work metrics every 500 ms. It returns when the
+  queue is shut down and stops when cancelled. Entries that became due while ``run`` was not running are
+  queued as soon as it runs.
+
+Rate limiting (client-go ``RateLimitingInterface``): ``add_rate_limited(x)`` is ``add_after(x,
+rate_limiter.when(x))`` (``when`` records a failure); ``forget(x)`` clears ``x``'s failure history (it does not
+remove ``x`` from the queue, and ``done`` is still required); ``num_requeues(x)`` is the recorded failure count.
+The default limiter is client-go's: max(per-item 5 ms * 2**n up to 1000 s, global token bucket 10 qps burst 100).
+
+Metrics (optional :class:`~controller.runtime.metrics.QueueMetrics`): client-go semantics: ``workqueue_depth``
++1 whenever an item becomes pending (including while it is processing), -1 on ``get``; ``adds_total`` counts the
+adds that made an item pending; ``retries_total`` counts every ``add_after``/``add_rate_limited`` call accepted
+before shutdown (including zero delays, as client-go); durations are measured on the queue's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from controller.runtime.clock import Clock, MonotonicClock
+from controller.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+
+if TYPE_CHECKING:
+    from controller.runtime.metrics import QueueMetrics
+
+__all__ = ["RateLimitingQueue", "UNFINISHED_WORK_REFRESH_SECONDS"]
+
+T = TypeVar("T", bound=Hashable)
+
+UNFINISHED_WORK_REFRESH_SECONDS = 0.5
+
+# Stale heap entries (superseded or cancelled delayed adds) are dropped lazily; rebuild the heap when they
+# outnumber live ones by this much so a key that is re-delayed repeatedly cannot grow it without bound.
+_HEAP_COMPACTION_SLACK = 64
+
+
+class RateLimitingQueue(Generic[T]):
+    """See the module docstring for the full contract."""
+
+    def __init__(
+        self,
+        name: str = "",
+        rate_limiter: RateLimiter | None = None,
+        clock: Clock | None = None,
+        metrics: QueueMetrics | None = None,
+    ) -> None:
+        if metrics is not None and name and metrics.name != name:
+            raise ValueError(f"queue name {name!r} differs from its metrics name {metrics.name!r}")
+        self.name = name or (metrics.name if metrics is not None else "")
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.rate_limiter: RateLimiter = (
+            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(self.clock)
+        )
+        self.metrics = metrics
+
+        self._queue: deque[T] = deque()
+        self._dirty: set[T] = set()
+        self._processing: set[T] = set()
+
+        # Delayed adds: one live entry per item in _waiting; the heap may also hold stale entries, recognised
+        # by a (ready_at, seq) that no longer matches _waiting. seq makes heap tuples unique, so items are never
+        # compared with each other.
+        self._waiting: dict[T, tuple[float, int]] = {}
+        self._waiting_heap: list[tuple[float, int, T]] = []
+        self._seq = itertools.count()
+
+        # anyio primitives are created only inside async methods, so the queue can be built outside a loop.
+        self._getters: deque[anyio.Event] = deque()
+        self._drain_waiters: list[anyio.Event] = []
+        self._timer_wakeup: anyio.Event | None = None
+        self._timer_deadline: float | None = None
+        self._running = False
+
+        self._shutting_down = False
+        self._drain = False
+
+    # ----------------------------------------------------------------------------------------------- core
+
+    def add(self, item: T) -> None:
+        if self._shutting_down:
+            return
+        # An immediate add supersedes a pending delayed add of the same item (no double run).
+        self._waiting.pop(item, None)
+        if item in self._dirty:
+            return
+        self._dirty.add(item)
+        if self.metrics is not None:
+            self.metrics.add(item, self.clock.now())
+        if item in self._processing:
+            return  # done() queues it again
+        self._queue.append(item)
+        self._wake_one_getter()
+
+    async def get(self) -> tuple[T, Literal[False]] | tuple[None, Literal[True]]:
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if self._queue:
+                # No await between this check and the return: a taken item always reaches the caller.
+                item = self._queue.popleft()
+                self._processing.add(item)
+                self._dirty.discard(item)
+                if self.metrics is not None:
+                    self.metrics.get(item, self.clock.now())
+                return item, False
+            if self._shutting_down:
+                return None, True
+            wakeup = anyio.Event()
+            self._getters.append(wakeup)
+            try:
+                await wakeup.wait()
+            except BaseException:
+                if wakeup.is_set():
+                    # We were chosen for an item but are leaving; hand the wake-up to another waiter.
+                    if self._queue:
+                        self._wake_one_getter()
+                else:
+                    self._getters.remove(wakeup)
+                raise
+
+    def done(self, item: T) -> None:
+        if item not in self._processing:
+            return
+        if self.metrics is not None:
+            self.metrics.done(item, self.clock.now())
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.append(item)
+            self._wake_one_getter()
+        if not self._processing:
+            self._notify_drain_waiters()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def num_processing(self) -> int:
+        """Items handed out by ``get`` and not yet ``done``."""
+        return len(self._processing)
+
+    @property
+    def num_waiting(self) -> int:
+        """Items waiting for a delayed add to become due."""
+        return len(self._waiting)
+
+    # ------------------------------------------------------------------------------------------- shutdown
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def shut_down(self) -> None:
+        self._drain = False
+        self._begin_shutdown()
+        self._notify_drain_waiters()
+
+    async def shut_down_with_drain(self) -> None:
+        self._drain = True
+        self._begin_shutdown()
+        await anyio.lowlevel.checkpoint()
+        while self._processing and self._drain:
+            changed = anyio.Event()
+            self._drain_waiters.append(changed)
+            try:
+                await changed.wait()
+            finally:
+                if changed in self._drain_waiters:
+                    self._drain_waiters.remove(changed)
+
+    def _begin_shutdown(self) -> None:
+        self._shutting_down = True
+        self._waiting.clear()
+        self._waiting_heap.clear()
+        getters, self._getters = self._getters, deque()
+        for wakeup in getters:
+            wakeup.set()
+        self._wake_timer()
+
+    def _notify_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for changed in waiters:
+            changed.set()
+
+    # ---------------------------------------------------------------------------------------------- delays
+
+    def add_after(self, item: T, delay: float) -> None:
+        if math.isnan(delay):
+            raise ValueError(f"add_after delay must be a number of seconds, got {delay!r}")
+        if self._shutting_down:
+            return
+        if self.metrics is not None:
+            self.metrics.retry()
+        if delay <= 0:
+            self.add(item)
+            return
+        if item in self._dirty:
+            return  # already ready now, which is earlier than any delay
+        ready_at = self.clock.now() + delay
+        current = self._waiting.get(item)
+        if current is not None and current[0] <= ready_at:
+            return  # the earlier ready time wins
+        seq = next(self._seq)
+        self._waiting[item] = (ready_at, seq)
+        heapq.heappush(self._waiting_heap, (ready_at, seq, item))
+        if len(self._waiting_heap) > 2 * len(self._waiting) + _HEAP_COMPACTION_SLACK:
+            self._waiting_heap = [(at, s, it) for it, (at, s) in self._waiting.items()]
+            heapq.heapify(self._waiting_heap)
+        if self._timer_deadline is None or ready_at < self._timer_deadline:
+            self._wake_timer()
+
+    def _wake_timer(self) -> None:
+        if self._timer_wakeup is not None:
+            self._timer_wakeup.set()
+
+    def _queue_due(self, now: float) -> None:
+        heap = self._waiting_heap
+        while heap and heap[0][0] <= now:
+            ready_at, seq, item = heapq.heappop(heap)
+            if self._waiting.get(item) == (ready_at, seq):
+                del self._waiting[item]
+                self.add(item)
+
+    def _next_due(self) -> float | None:
+        heap = self._waiting_heap
+        while heap:
+            ready_at, seq, item = heap[0]
+            if self._waiting.get(item) == (ready_at, seq):
+                return ready_at
+            heapq.heappop(heap)  # stale
+        return None
+
+    async def run(self) -> None:
+        """Move due delayed adds into the queue and refresh unfinished-work metrics, until shut down.
+
+        Run it exactly once per queue, as a task owned by the queue's owner; cancel it (or shut the queue down)
+        to stop it.
+        """
+        if self._running:
+            raise RuntimeError(f"RateLimitingQueue({self.name!r}).run() is already running")
+        self._running = True
+        metrics = self.metrics
+        next_refresh = self.clock.now() + UNFINISHED_WORK_REFRESH_SECONDS if metrics is not None else None
+        try:
+            while not self._shutting_down:
+                now = self.clock.now()
+                self._queue_due(now)
+                if metrics is not None and next_refresh is not None and now >= next_refresh:
+                    metrics.update_unfinished_work(now)
+                    next_refresh = now + UNFINISHED_WORK_REFRESH_SECONDS
+                deadlines = [d for d in (self._next_due(), next_refresh) if d is not None]
+                self._timer_deadline = min(deadlines) if deadlines else None
+                self._timer_wakeup = wakeup = anyio.Event()
+                await self._sleep_until_or_woken(self._timer_deadline, wakeup)
+        finally:
+            self._running = False
+            self._timer_wakeup = None
+            self._timer_deadline = None
+
+    async def _sleep_until_or_woken(self, deadline: float | None, wakeup: anyio.Event) -> None:
+        if deadline is None:
+            await wakeup.wait()
+            return
+        async with anyio.create_task_group() as timer_group:
+
+            async def sleep_then_stop() -> None:
+                await self.clock.sleep_until(deadline)
+                timer_group.cancel_scope.cancel()
+
+            timer_group.start_soon(sleep_then_stop)
+            await wakeup.wait()
+            timer_group.cancel_scope.cancel()
+
+    # -------------------------------------------------------------------------------------- rate limiting
+
+    def add_rate_limited(self, item: T) -> None:
+        if self._shutting_down:
+            return  # do not record a failure for an add that would be dropped
+        self.add_after(item, self.rate_limiter.when(item))
+
+    def forget(self, item: T) -> None:
+        self.rate_limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        return self.rate_limiter.num_requeues(item)
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _wake_one_getter(self) -> None:
+        if self._getters:
+            self._getters.popleft().set()
+
+    def __repr__(self) -> str:
+        return (
+            f"RateLimitingQueue(name={self.name!r}, queued={len(self._queue)}, processing={len(self._processing)},"
+            f" waiting={len(self._waiting)}, shutting_down={self._shutting_down})"
+        )

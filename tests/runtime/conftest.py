@@ -1,0 +1,51 @@
+"""Fixtures for the work-queue, rate-limiter and runner tests: a fake clock, a fresh metrics registry, and a
+condition poller that replaces sleeps as synchronisation (it fails the test if the condition never holds)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.clock import FakeClock
+
+Eventually = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock(start=1000.0)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+async def _eventually(condition: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    """Poll ``condition`` until it is true; fail after ``timeout`` real seconds."""
+    try:
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.001)
+    except TimeoutError:
+        pytest.fail(f"condition not reached within {timeout}s: {what or condition}")
+
+
+@pytest.fixture
+def eventually() -> Eventually:
+    return _eventually
+
+
+@pytest.fixture
+def metric_value(registry: CollectorRegistry) -> Callable[..., float]:
+    """Read one sample from the test's registry, failing clearly when the series is not exported at all."""
+
+    def read(metric: str, /, **labels: str) -> float:
+        value = registry.get_sample_value(metric, labels)
+        assert value is not None, f"metric {metric}{labels} is not exported"
+        return value
+
+    return read
