@@ -1,0 +1,257 @@
+"""Prometheus metrics of the API client, the informers and leader election.
+
+Why a module of its own: the names, labels and buckets are a contract with dashboards and alerts (the
+client-go / controller-runtime names, reference §6.3/§6.4), so they are defined once, here, and the code
+that records them only calls small methods.
+
+Contract:
+
+- Every metric family is registered at most once per ``CollectorRegistry`` (a per-registry cache), so any
+  number of clients/informers/electors can share one registry and differ by labels only.
+- ``registry=None`` means "no metrics": the ``for_registry`` constructors then return a null recorder with
+  the same methods that does nothing, so hot paths never test for ``None``.
+- Families (all exposed with the ``_total`` suffix where counters):
+
+  ========================================  =========  =====================  ================================
+  name                                      type       labels                 meaning
+  ========================================  =========  =====================  ================================
+  rest_client_requests_total                counter    code, method, host     one per HTTP attempt; code
+                                                                              ``"<error>"`` without a response
+  rest_client_request_duration_seconds      histogram  verb, host             attempt latency up to headers
+  rest_client_request_retries_total         counter    code, verb, host       attempts that were retried
+  informer_watch_restarts_total             counter    resource, reason       watch re-established (no relist)
+  informer_relists_total                    counter    resource, reason       full lists (``initial`` first)
+  informer_events_total                     counter    resource, type         watch events incl. BOOKMARK
+  informer_last_event_timestamp_seconds     gauge      resource               wall time of the last event or
+                                                                              bookmark; "seconds since" in
+                                                                              Grafana is ``time() - value``
+  informer_cache_objects                    gauge      resource               objects in the cache
+  leader_election_master_status             gauge      name                   1 while leading, else 0
+  ========================================  =========  =====================  ================================
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = [
+    "REST_DURATION_BUCKETS",
+    "RestClientMetrics",
+    "InformerMetrics",
+    "LeaderElectionMetrics",
+]
+
+# client-go's rest_client_request_duration_seconds buckets (reference §6.3).
+REST_DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+_T = TypeVar("_T")
+_families: "weakref.WeakKeyDictionary[CollectorRegistry, dict[str, object]]" = weakref.WeakKeyDictionary()
+
+
+def _family(registry: CollectorRegistry, name: str, build: Callable[[], _T]) -> _T:
+    per_registry = _families.setdefault(registry, {})
+    family = per_registry.get(name)
+    if family is None:
+        family = build()
+        per_registry[name] = family
+    return family  # type: ignore[return-value]
+
+
+class RestClientMetrics:
+    """Recorder for the REST client; one per (registry, host)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str) -> None:
+        self.host = host
+        self._requests = _family(
+            registry,
+            "rest_client_requests",
+            lambda: Counter(
+                "rest_client_requests",
+                "Number of HTTP requests, partitioned by status code, method, and host.",
+                ["code", "method", "host"],
+                registry=registry,
+            ),
+        )
+        self._duration = _family(
+            registry,
+            "rest_client_request_duration_seconds",
+            lambda: Histogram(
+                "rest_client_request_duration_seconds",
+                "Request latency in seconds. Broken down by verb, and host.",
+                ["verb", "host"],
+                buckets=REST_DURATION_BUCKETS,
+                registry=registry,
+            ),
+        )
+        self._retries = _family(
+            registry,
+            "rest_client_request_retries",
+            lambda: Counter(
+                "rest_client_request_retries",
+                "Number of request retries, partitioned by status code, verb, and host.",
+                ["code", "verb", "host"],
+                registry=registry,
+            ),
+        )
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None, host: str) -> "RestClientMetrics":
+        return cls(registry, host) if registry is not None else _NullRestClientMetrics()  # type: ignore[return-value]
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        self._requests.labels(code=code, method=method, host=self.host).inc()
+        self._duration.labels(verb=method, host=self.host).observe(seconds)
+
+    def retried(self, method: str, code: str) -> None:
+        self._retries.labels(code=code, verb=method, host=self.host).inc()
+
+
+class _NullRestClientMetrics:
+    host = ""
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        return None
+
+    def retried(self, method: str, code: str) -> None:
+        return None
+
+
+class InformerMetrics:
+    """Recorder for one informer (``resource`` = qualified plural, e.g. ``pods``, ``tfjobs.kubeflow.org``).
+
+    Label children are resolved once here so the event loop only calls ``inc``/``set``.
+    """
+
+    EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+
+    def __init__(self, registry: CollectorRegistry, resource: str) -> None:
+        self.resource = resource
+        self._restarts = _family(
+            registry,
+            "informer_watch_restarts",
+            lambda: Counter(
+                "informer_watch_restarts",
+                "Watches re-established without a relist, by reason (timeout, eof, stalled, error, ...).",
+                ["resource", "reason"],
+                registry=registry,
+            ),
+        )
+        self._relists = _family(
+            registry,
+            "informer_relists",
+            lambda: Counter(
+                "informer_relists",
+                "Full lists performed by informers, by reason (initial, expired, error, ...).",
+                ["resource", "reason"],
+                registry=registry,
+            ),
+        )
+        events = _family(
+            registry,
+            "informer_events",
+            lambda: Counter(
+                "informer_events",
+                "Watch events received by informers, by event type.",
+                ["resource", "type"],
+                registry=registry,
+            ),
+        )
+        last = _family(
+            registry,
+            "informer_last_event_timestamp_seconds",
+            lambda: Gauge(
+                "informer_last_event_timestamp_seconds",
+                "Unix time of the last watch event or bookmark (or completed list) seen by the informer.",
+                ["resource"],
+                registry=registry,
+            ),
+        )
+        objects = _family(
+            registry,
+            "informer_cache_objects",
+            lambda: Gauge(
+                "informer_cache_objects",
+                "Objects currently held in the informer's cache.",
+                ["resource"],
+                registry=registry,
+            ),
+        )
+        self._events = {t: events.labels(resource=resource, type=t) for t in self.EVENT_TYPES}
+        self._events_family = events
+        self._last = last.labels(resource=resource)
+        self._objects = objects.labels(resource=resource)
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None, resource: str) -> "InformerMetrics":
+        return cls(registry, resource) if registry is not None else _NullInformerMetrics()  # type: ignore[return-value]
+
+    def watch_restart(self, reason: str) -> None:
+        self._restarts.labels(resource=self.resource, reason=reason).inc()
+
+    def relist(self, reason: str) -> None:
+        self._relists.labels(resource=self.resource, reason=reason).inc()
+
+    def events(self, event_type: str, count: int) -> None:
+        child = self._events.get(event_type)
+        if child is None:
+            child = self._events_family.labels(resource=self.resource, type=event_type)
+        child.inc(count)
+
+    def last_event(self, unix_time: float) -> None:
+        self._last.set(unix_time)
+
+    def cache_objects(self, count: int) -> None:
+        self._objects.set(count)
+
+
+class _NullInformerMetrics:
+    resource = ""
+
+    def watch_restart(self, reason: str) -> None:
+        return None
+
+    def relist(self, reason: str) -> None:
+        return None
+
+    def events(self, event_type: str, count: int) -> None:
+        return None
+
+    def last_event(self, unix_time: float) -> None:
+        return None
+
+    def cache_objects(self, count: int) -> None:
+        return None
+
+
+class LeaderElectionMetrics:
+    """``leader_election_master_status{name}``: 1 while this process leads lease ``name``."""
+
+    def __init__(self, registry: CollectorRegistry, name: str) -> None:
+        status = _family(
+            registry,
+            "leader_election_master_status",
+            lambda: Gauge(
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+                "1 indicates master. 'name' is the string used to identify the lease.",
+                ["name"],
+                registry=registry,
+            ),
+        )
+        self._status = status.labels(name=name)
+        self._status.set(0)
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None, name: str) -> "LeaderElectionMetrics":
+        return cls(registry, name) if registry is not None else _NullLeaderElectionMetrics()  # type: ignore[return-value]
+
+    def leading(self, is_leading: bool) -> None:
+        self._status.set(1 if is_leading else 0)
+
+
+class _NullLeaderElectionMetrics:
+    def leading(self, is_leading: bool) -> None:
+        return None
