@@ -28,9 +28,9 @@ Contract:
   ``requeue_after`` takes precedence over ``requeue``. A return value that is neither ``None`` nor a
   :class:`Result` is a programming error and is handled (and logged) as an error. ``done(key)`` always follows,
   in a ``finally``. An exception never ends a worker; cancellation is never swallowed.
-- Errors are logged with structlog: the worker's logger carries ``controller``, and ``key`` is bound both on the
-  error line and into structlog's contextvars for the duration of the reconcile, so every log line the
-  reconciler emits through a structlog logger configured with ``merge_contextvars`` carries the key too.
+- Errors are logged with structlog (``exc_info`` attached) with ``controller`` and ``key`` on the line; both are
+  also bound into structlog's contextvars for the duration of the reconcile, so every line the reconciler logs
+  through a structlog configuration with ``merge_contextvars`` (structlog's default) carries them too.
 - Stopping: cancel the task running :meth:`Controller.run` (in-flight reconciles are cancelled; their keys are
   still marked done) or shut the queue down (workers finish the queued keys, then ``run`` returns). Either way
   the queue is shut down when ``run`` exits and no task is left behind. A controller runs once; build a new one
@@ -127,8 +127,9 @@ class Controller:
             queue_metrics = QueueMetrics(name, metrics.registry) if metrics is not None else None
             queue = RateLimitingQueue(name, metrics=queue_metrics)
         self.queue = queue
-        base_logger = logger if logger is not None else structlog.get_logger("controller.runtime.runner")
-        self.log = base_logger.bind(controller=name)
+        # Not bound here: bind() on structlog's lazy proxy freezes the configuration current at that moment, and
+        # the program may configure structlog after building its controllers. Each line passes its context.
+        self.log = logger if logger is not None else structlog.get_logger("controller.runtime.runner")
         self._started = False
 
     async def run(self) -> None:
@@ -139,14 +140,14 @@ class Controller:
             await self._wait_for_sources()
             if self.metrics is not None:
                 self.metrics.set_max_concurrent_reconciles(self.workers)
-            self.log.info("starting workers", workers=self.workers)
+            self.log.info("starting workers", controller=self.name, workers=self.workers)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.queue.run, name=f"{self.name}-queue-timer")
                 for index in range(self.workers):
                     tg.start_soon(self._worker, index, name=f"{self.name}-worker-{index}")
         finally:
             self.queue.shut_down()
-        self.log.info("workers stopped")
+            self.log.info("controller stopped", controller=self.name)
 
     async def _wait_for_sources(self) -> None:
         if not self.sources:
@@ -186,7 +187,7 @@ class Controller:
         queue = self.queue
         started = queue.clock.now()
         outcome: ReconcileOutcome
-        with structlog.contextvars.bound_contextvars(key=key):
+        with structlog.contextvars.bound_contextvars(controller=self.name, key=key):
             try:
                 result = await self.reconcile(key)
                 if result is not None and not isinstance(result, Result):
@@ -195,8 +196,13 @@ class Controller:
                     )
             except Exception:
                 # Narrowly Exception: cancellation (BaseException) must propagate to the task group.
-                self.log.error("reconcile failed; retrying with backoff", key=key,
-                               requeues=queue.num_requeues(key), exc_info=True)
+                self.log.error(
+                    "reconcile failed; retrying with backoff",
+                    controller=self.name,
+                    key=key,
+                    requeues=queue.num_requeues(key),
+                    exc_info=True,
+                )
                 queue.add_rate_limited(key)
                 outcome = "error"
             else:
