@@ -1,0 +1,1426 @@
+"""Simulated scheduler, kubelet, node lifecycle controller and pod GC for the simulated cluster.
+
+Why this module exists: a real cluster does not only store pods, it *runs* them. Controllers under
+test depend on what happens after a pod is created: it gets a node, turns Running with a podIP and
+container statuses, exits and is restarted with back-off, is evicted, or hangs in Terminating on a
+dead node. :class:`Kubelet` plays every component that writes those changes, KWOK-style (nothing
+really runs), driven by pod annotations so tests and ``kubectl annotate`` can steer a pod:
+
+=============================== ==========================================================
+``sim.tfjob.dev/start-seconds`` Pending -> Running delay (default ``default_start_seconds``)
+``sim.tfjob.dev/run-seconds``   each container instance runs this long, then exits
+``sim.tfjob.dev/exit-code``     the exit code (default 0); on a running pod without
+                                run-seconds a *new* value makes the containers exit now
+``sim.tfjob.dev/reason``        terminated reason (default Completed / OOMKilled(137) / Error)
+``sim.tfjob.dev/evict``         ``"true"``: node-pressure eviction now (phase Failed, Evicted)
+``sim.tfjob.dev/unschedulable`` ``"true"``: the scheduler finds no node (stays Pending)
+=============================== ==========================================================
+
+Contract:
+- All writes go through the :class:`~controller.sim.store.Store` API, so they have exactly the
+  semantics of API writes (RV bumps, watch events, no-op suppression, graceful deletion). Status is
+  written through the ``status`` subresource; binding sets ``spec.nodeName`` once.
+- Level-triggered: a pod is reconciled from the stored object plus the kubelet's per-uid memory
+  (when its container instance started, what annotation values were already acted on). The store
+  listener only marks pods dirty; one worker owned by :meth:`Kubelet.run` does the writes, never
+  from inside a listener callback.
+- Time: every simulated duration is multiplied by ``KubeletConfig.time_scale``. Timers live in one
+  heap (one entry per pod, stale entries skipped) instead of one task per pod, so 100,000 pods cost
+  memory proportional to their records, not to tasks. A timer for a deleted pod is dropped with its
+  record.
+- ``pause()`` stops every transition (scheduling, starts, exits, deletion confirmation, evictions);
+  ``resume()`` reconciles every known pod, so overdue timers fire at once.
+- A node whose ``Ready`` condition is not ``True`` is treated as unreachable: its kubelet does
+  nothing (pods keep their last state, terminating pods stay terminating); the node lifecycle
+  controller marks its pods not ready and, after the pod's NoExecute toleration (default
+  ``node_eviction_seconds``), the taint manager deletes them gracefully. Pods bound to a node that
+  no longer exists are force-deleted by pod GC after ``pod_gc_orphan_seconds``.
+- Every container of a pod follows the same annotations, so they start, exit and restart together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Protocol
+
+import anyio
+import structlog
+
+from controller.sim.errors import ApiError, not_found
+
+log = structlog.get_logger(__name__)
+
+ANNOTATION_PREFIX = "sim.tfjob.dev/"
+START_SECONDS = ANNOTATION_PREFIX + "start-seconds"
+RUN_SECONDS = ANNOTATION_PREFIX + "run-seconds"
+EXIT_CODE = ANNOTATION_PREFIX + "exit-code"
+REASON = ANNOTATION_PREFIX + "reason"
+EVICT = ANNOTATION_PREFIX + "evict"
+UNSCHEDULABLE = ANNOTATION_PREFIX + "unschedulable"
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
+TAINT_NOT_READY = "node.kubernetes.io/not-ready"
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+
+# Kubelet container restart back-off (pkg/kubelet: 10 s initial, doubling, 5 min cap; an entry
+# older than twice the cap is forgotten, which is the "reset after 10 minutes" rule).
+BACKOFF_INITIAL_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 300.0
+BACKOFF_RESET_SECONDS = 2 * BACKOFF_MAX_SECONDS
+
+# How long an unexpected write failure waits before the pod is reconciled again (wall seconds,
+# not scaled: it guards against hot loops, it is not simulated time).
+RETRY_AFTER_ERROR_SECONDS = 1.0
+RETRY_AFTER_CONFLICT_SECONDS = 0.05
+# Pods reconciled between checkpoints, so a burst of events never starves the API server.
+BATCH_CHECKPOINT = 256
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+
+NODE_NOT_POSTING = "Kubelet stopped posting node status."
+SIM_KUBELET_VERSION = "v1.31.0"
+
+
+class StoreLike(Protocol):
+    """The subset of controller.sim.store.Store this module uses (see the Store docstring)."""
+
+    resource_version: int
+
+    def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
+
+    def list(self, resource: str, namespace: str | None = None, label_selector: str = "",
+             field_selector: str = "") -> tuple[list[dict], str]: ...
+
+    def create(self, resource: str, namespace: str | None, obj: dict) -> dict: ...
+
+    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
+              subresource: str | None = None) -> dict: ...
+
+    def delete(self, resource: str, namespace: str | None, name: str,
+               options: dict | None = None) -> dict: ...
+
+    def add_listener(self, fn: Callable[[str, str, dict | None, dict | None], None]) -> Callable[[], None]: ...
+
+
+@dataclass
+class KubeletConfig:
+    """Knobs of the simulated nodes. Every duration is simulated seconds, multiplied by time_scale."""
+
+    nodes: int = 3  # Ready nodes created at start ("sim-node-0", ...)
+    node_cpu: str = "32"
+    node_memory: str = "128Gi"
+    node_pods: int = 110
+    time_scale: float = 1.0
+    default_start_seconds: float = 0.5  # Pending -> Running without a start-seconds annotation
+    node_eviction_seconds: float = 300  # NotReady node: taint-manager eviction after this
+    # Pod GC force-deletes pods of a vanished node after this quarantine (kube-controller-manager: 40 s).
+    pod_gc_orphan_seconds: float = 40.0
+    node_name_prefix: str = "sim-node-"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 0:
+            raise ValueError(f"nodes must be >= 0, got {self.nodes}")
+        if self.node_pods < 1:
+            raise ValueError(f"node_pods must be >= 1, got {self.node_pods}")
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        for name in ("default_start_seconds", "node_eviction_seconds", "pod_gc_orphan_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("node_cpu", "node_memory"):
+            try:
+                parse_quantity(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers: time, quantities, Go-style durations.
+
+
+def now_timestamp() -> str:
+    """metav1.Time: RFC 3339, UTC, whole seconds."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SUFFIX = {
+    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A resource.Quantity ("500m", "1Gi", "1e3", 2) as a Decimal; ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError(f"quantities must match the regular expression, got {value!r}")
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    if not isinstance(value, str):
+        raise ValueError(f"quantities must be strings or numbers, got {value!r}")
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise ValueError(
+            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got {value!r}"
+        )
+    number, suffix = match.groups()
+    try:
+        if suffix and suffix[0] in "eE":
+            return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation as exc:
+        raise ValueError(f"invalid quantity {value!r}") from exc
+
+
+def _milli(value: Any) -> int:
+    return int(math.ceil(parse_quantity(value) * 1000))
+
+
+def _whole(value: Any) -> int:
+    return int(math.ceil(parse_quantity(value)))
+
+
+def go_duration(seconds: float) -> str:
+    """time.Duration.String() for whole seconds: 10s, 1m20s, 5m0s."""
+    total = int(round(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes}m{secs}s"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _image_id(image: str) -> str:
+    """What containerd reports as imageID: the normalised repository plus a digest."""
+    repo = image.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+    first = repo.split("/", 1)[0]
+    if "/" not in repo:
+        repo = "docker.io/library/" + repo
+    elif "." not in first and ":" not in first and first != "localhost":
+        repo = "docker.io/" + repo
+    return f"{repo}@sha256:{_sha256(image)}"
+
+
+class _AnnotationError(ValueError):
+    pass
+
+
+def _parse_seconds(raw: str | None, name: str) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _AnnotationError(f"{name}: {raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise _AnnotationError(f"{name}: {raw!r} must be a finite number >= 0")
+    return value
+
+
+def _parse_exit_code(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        code = int(raw.strip())
+    except ValueError:
+        raise _AnnotationError(f"{EXIT_CODE}: {raw!r} is not an integer") from None
+    if not 0 <= code <= 255:
+        raise _AnnotationError(f"{EXIT_CODE}: {raw!r} must be between 0 and 255")
+    return code
+
+
+def default_reason(code: int) -> str:
+    if code == 0:
+        return "Completed"
+    if code == 137:
+        return "OOMKilled"
+    return "Error"
+
+
+# --------------------------------------------------------------------------------------------
+# Scheduling helpers: requests, tolerations, node affinity.
+
+
+def pod_requests(spec: dict) -> tuple[int, int]:
+    """(cpu millicores, memory bytes) the scheduler accounts for: sum of containers, max with init
+    containers; a container without requests but with limits requests its limits (API defaulting)."""
+
+    def one(container: dict) -> tuple[int, int]:
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        cpu = requests.get("cpu", limits.get("cpu"))
+        mem = requests.get("memory", limits.get("memory"))
+        return (_milli(cpu) if cpu is not None else 0, _whole(mem) if mem is not None else 0)
+
+    cpu = mem = 0
+    for c in spec.get("containers") or []:
+        if isinstance(c, dict):
+            c_cpu, c_mem = one(c)
+            cpu, mem = cpu + c_cpu, mem + c_mem
+    for c in spec.get("initContainers") or []:
+        if isinstance(c, dict):
+            c_cpu, c_mem = one(c)
+            cpu, mem = max(cpu, c_cpu), max(mem, c_mem)
+    return cpu, mem
+
+
+def _tolerates(tolerations: list, taint: dict) -> dict | None:
+    """The first toleration matching ``taint`` (v1 Toleration.ToleratesTaint), or None."""
+    for tol in tolerations:
+        if not isinstance(tol, dict):
+            continue
+        effect = tol.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = tol.get("key") or ""
+        operator = tol.get("operator") or "Equal"
+        if operator == "Exists":
+            if key and key != taint.get("key"):
+                continue
+            return tol
+        if key != taint.get("key") or (tol.get("value") or "") != (taint.get("value") or ""):
+            continue
+        return tol
+    return None
+
+
+def _match_expression(expr: dict, labels: dict, name: str, is_field: bool) -> bool:
+    key = expr.get("key", "")
+    op = expr.get("operator", "")
+    values = expr.get("values") or []
+    if is_field:
+        present, value = key == "metadata.name", name
+    else:
+        present, value = key in labels, labels.get(key)
+    if op == "In":
+        return present and value in values
+    if op == "NotIn":
+        return not present or value not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            left, right = int(value), int(values[0])
+        except (TypeError, ValueError):
+            return False
+        return left > right if op == "Gt" else left < right
+    return False
+
+
+def _node_affinity_matches(spec: dict, labels: dict, name: str) -> bool:
+    selector = spec.get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return True
+    for term in terms:  # terms are ORed, expressions within a term ANDed
+        exprs = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not exprs and not fields:
+            continue
+        if all(_match_expression(e, labels, name, False) for e in exprs) and \
+                all(_match_expression(f, labels, name, True) for f in fields):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# State.
+
+
+@dataclass
+class _Node:
+    name: str
+    ready: bool
+    unschedulable: bool
+    taints: list[dict]
+    labels: dict
+    cpu_m: int
+    memory: int
+    pods: int
+    host_ip: str
+    not_ready_since: float | None = None
+    used_cpu_m: int = 0
+    used_memory: int = 0
+    used_pods: int = 0
+
+
+# Kubelet-side lifecycle of one pod.
+BOUND = "bound"  # on a node, not yet admitted by its kubelet
+CREATING = "creating"  # admitted, containers being created (start-seconds)
+RUNNING = "running"
+BACKOFF = "backoff"  # a container exited and waits to be restarted (CrashLoopBackOff)
+EXITED = "exited"  # containers exited for good: phase Succeeded/Failed
+EVICTED = "evicted"
+KILLED = "killed"  # stopped because the pod is being deleted
+
+
+@dataclass
+class _Termination:
+    exit_code: int
+    reason: str
+    started_at: str | None
+    finished_at: str | None
+    instance: int  # restart count of the instance that terminated (names its containerID)
+    message: str | None = None
+
+
+@dataclass
+class _PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    requests: tuple[int, int] = (0, 0)
+    requests_error: str | None = None
+    node: str | None = None  # spec.nodeName as last seen
+    accounted: str | None = None  # node whose usage includes this pod's requests
+    life: str = BOUND
+    admitted_at: str | None = None
+    start_due: float | None = None
+    start_seen: str | None = None
+    instance_started_at: str | None = None
+    run_due: float | None = None
+    run_seen: str | None = None
+    exit_acted: str | None = None
+    evict_acted: bool = False
+    restart_count: int = 0
+    restart_due: float | None = None
+    backoff: float | None = None  # current back-off (simulated seconds); None = no entry
+    backoff_updated: float = 0.0  # monotonic time of the last back-off update
+    current: _Termination | None = None  # the state.terminated of the present instance
+    previous: _Termination | None = None  # lastState.terminated
+    kill_due: float | None = None
+    delete_sent: bool = False
+    pod_ip: str | None = None
+    ip_owned: bool = False  # allocated here (not adopted from a pre-existing status)
+    orphan_since: float | None = None
+    unreachable_marked: bool = False
+    taint_evicted: bool = False
+    gc_done: bool = False
+    timer_due: float | None = None
+    timer_token: int = 0
+    bad_annotations: set[str] = field(default_factory=set)
+
+
+class _IPAllocator:
+    """Unique pod IPs from 10.244.0.0/14; an IP is reused only after its pod is gone."""
+
+    def __init__(self) -> None:
+        self._next = (10 << 24) | (244 << 16) | 2
+        self._last = (10 << 24) | (247 << 16) | (255 << 8) | 254
+        self._free: list[int] = []
+        self._free_head = 0
+
+    def allocate(self) -> str:
+        if self._free_head < len(self._free):
+            value = self._free[self._free_head]
+            self._free_head += 1
+            if self._free_head > 4096 and self._free_head * 2 > len(self._free):
+                del self._free[: self._free_head]
+                self._free_head = 0
+        else:
+            while self._next & 0xFF in (0, 255):
+                self._next += 1
+            if self._next > self._last:
+                raise RuntimeError("simulated pod network 10.244.0.0/14 is exhausted")
+            value = self._next
+            self._next += 1
+        return ".".join(str((value >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+    def release(self, ip: str) -> None:
+        a, b, c, d = (int(x) for x in ip.split("."))
+        self._free.append((a << 24) | (b << 16) | (c << 8) | d)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class Kubelet:
+    """Scheduler + kubelet + node lifecycle controller + pod GC of the simulated cluster.
+
+    Create it with the store, then ``await run()`` inside a task group; cancel the task to stop.
+    ``pause``/``resume``/``set_node_ready`` may be called from the event-loop thread at any time.
+    """
+
+    def __init__(self, store: StoreLike, config: KubeletConfig | None = None) -> None:
+        self._store = store
+        self.config = config or KubeletConfig()
+        self._scale = self.config.time_scale
+        self._nodes: dict[str, _Node] = {}
+        self._pods: dict[str, _PodRecord] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._dirty: dict[str, None] = {}
+        self._unschedulable: dict[str, None] = {}
+        self._retry_unschedulable = False
+        self._timers: list[tuple[float, int, str, int]] = []
+        self._timer_seq = 0
+        self._ips = _IPAllocator()
+        self._paused = False
+        self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
+        self._started = False
+
+    # ---------------------------------------------------------------- public API
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        """Freeze every pod transition and deletion confirmation until resume()."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Unfreeze; every known pod is reconciled so overdue timers fire at once."""
+        if not self._paused:
+            return
+        self._paused = False
+        for uid in self._pods:
+            self._dirty[uid] = None
+        self._retry_unschedulable = True
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        """Fault API: make a node unreachable (as the node lifecycle controller records it) or Ready.
+
+        NotReady: all node conditions Unknown/NodeStatusUnknown and the unreachable NoSchedule and
+        NoExecute taints. Ready: the kubelet posts Ready again and the taints go. Raises a 404
+        ApiError for an unknown node.
+        """
+        node = self._store.get("nodes", None, name)
+        if node is None:
+            raise not_found("nodes", name)
+        now = now_timestamp()
+        status = node.get("status") or {}
+        old_conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+        conditions = []
+        for ctype, healthy_reason, healthy_message in _NODE_CONDITIONS:
+            old = old_conditions.get(ctype, {})
+            if ready:
+                value = "True" if ctype == "Ready" else "False"
+                cond = {"type": ctype, "status": value, "reason": healthy_reason, "message": healthy_message,
+                        "lastHeartbeatTime": now}
+            else:
+                value = "Unknown"
+                cond = {"type": ctype, "status": value, "reason": "NodeStatusUnknown", "message": NODE_NOT_POSTING,
+                        "lastHeartbeatTime": old.get("lastHeartbeatTime", now)}
+            cond["lastTransitionTime"] = old["lastTransitionTime"] if old.get("status") == value and \
+                old.get("lastTransitionTime") else now
+            conditions.append(cond)
+        known = {c[0] for c in _NODE_CONDITIONS}
+        conditions += [c for t, c in old_conditions.items() if t not in known]
+        self._store.patch("nodes", None, name, "merge", {"status": {"conditions": conditions}}, subresource="status")
+
+        taints = [t for t in ((node.get("spec") or {}).get("taints") or [])
+                  if not (isinstance(t, dict) and t.get("key") == TAINT_UNREACHABLE)]
+        if not ready:
+            taints += [{"key": TAINT_UNREACHABLE, "effect": "NoSchedule"},
+                       {"key": TAINT_UNREACHABLE, "effect": "NoExecute", "timeAdded": now}]
+        self._store.patch("nodes", None, name, "merge", {"spec": {"taints": taints or None}})
+
+    async def run(self) -> None:
+        """Create the configured nodes, then schedule and run pods until cancelled."""
+        if self._started:
+            raise RuntimeError("Kubelet.run() may only be called once")
+        self._started = True
+        self._wake = anyio.Event()
+        unsubscribe = self._store.add_listener(self._on_event)
+        try:
+            self._ensure_nodes()
+            self._initial_sync()
+            await self._loop()
+        finally:
+            unsubscribe()
+
+    # ---------------------------------------------------------------- startup
+
+    def _ensure_nodes(self) -> None:
+        cfg = self.config
+        for i in range(cfg.nodes):
+            name = f"{cfg.node_name_prefix}{i}"
+            if self._store.get("nodes", None, name) is not None:
+                continue
+            node = self._node_object(name, i)
+            created = self._store.create("nodes", None, node)
+            if not (created.get("status") or {}).get("conditions"):
+                # The store dropped status on create: post it like a kubelet registering itself.
+                self._store.patch("nodes", None, name, "merge", {"status": node["status"]}, subresource="status")
+
+    def _node_object(self, name: str, index: int) -> dict:
+        cfg = self.config
+        now = now_timestamp()
+        capacity = {"cpu": str(cfg.node_cpu), "ephemeral-storage": "100Gi", "memory": str(cfg.node_memory),
+                    "pods": str(cfg.node_pods)}
+        host = index + 2
+        address = f"172.18.{host // 256}.{host % 256}"
+        conditions = []
+        for ctype, reason, message in _NODE_CONDITIONS:
+            conditions.append({"type": ctype, "status": "True" if ctype == "Ready" else "False", "reason": reason,
+                               "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "beta.kubernetes.io/arch": "amd64",
+                    "beta.kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "type": "sim",
+                },
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0", "sim.tfjob.dev/managed": "true"},
+            },
+            "spec": {},
+            "status": {
+                "capacity": capacity,
+                "allocatable": dict(capacity),
+                "conditions": conditions,
+                "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "bootID": _uuid_from(name + "/boot"),
+                    "containerRuntimeVersion": "containerd://1.7.22",
+                    "kernelVersion": "6.1.0-sim",
+                    "kubeProxyVersion": SIM_KUBELET_VERSION,
+                    "kubeletVersion": SIM_KUBELET_VERSION,
+                    "machineID": _sha256(name)[:32],
+                    "operatingSystem": "linux",
+                    "osImage": "tfjob-controller simulated node",
+                    "systemUUID": _uuid_from(name + "/system"),
+                },
+            },
+        }
+
+    def _initial_sync(self) -> None:
+        nodes, _ = self._store.list("nodes")
+        for node in nodes:
+            self._on_node_event("ADDED", None, node)
+        pods, _ = self._store.list("pods")
+        for pod in pods:
+            self._on_pod_event("ADDED", None, pod)
+
+    # ---------------------------------------------------------------- listener (synchronous, no writes)
+
+    def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
+        if resource != "pods" and resource != "nodes":
+            return
+        try:
+            if resource == "pods":
+                self._on_pod_event(event_type, old, new)
+            else:
+                self._on_node_event(event_type, old, new)
+        except Exception:  # a listener must never break the store's write path
+            log.exception("kubelet listener failed", event_type=event_type, resource=resource)
+            return
+        self._notify()
+
+    def _on_pod_event(self, event_type: str, old: dict | None, new: dict | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        if event_type == "DELETED":
+            rec = self._pods.pop(uid, None)
+            self._dirty.pop(uid, None)
+            self._unschedulable.pop(uid, None)
+            if rec is not None:
+                self._account(rec, None)
+                self._set_node_membership(rec, None)
+                if rec.pod_ip and rec.ip_owned:
+                    self._ips.release(rec.pod_ip)
+            return
+        rec = self._pods.get(uid)
+        spec = obj.get("spec") or {}
+        if rec is None:
+            rec = _PodRecord(uid=uid, namespace=meta.get("namespace") or "", name=meta.get("name", ""))
+            try:
+                rec.requests = pod_requests(spec)
+            except ValueError as exc:
+                rec.requests_error = str(exc)
+            self._pods[uid] = rec
+        node_name = spec.get("nodeName") or None
+        self._set_node_membership(rec, node_name)
+        phase = (obj.get("status") or {}).get("phase")
+        self._account(rec, node_name if node_name and phase not in TERMINAL_PHASES else None)
+        self._dirty[uid] = None
+
+    def _set_node_membership(self, rec: _PodRecord, node_name: str | None) -> None:
+        if rec.node == node_name:
+            return
+        if rec.node is not None:
+            members = self._pods_by_node.get(rec.node)
+            if members is not None:
+                members.discard(rec.uid)
+                if not members:
+                    del self._pods_by_node[rec.node]
+        if node_name is not None:
+            self._pods_by_node.setdefault(node_name, set()).add(rec.uid)
+        rec.node = node_name
+
+    def _account(self, rec: _PodRecord, node_name: str | None) -> None:
+        """Keep node usage equal to the requests of the non-terminal pods bound to it."""
+        if rec.accounted == node_name:
+            return
+        cpu, mem = rec.requests
+        if rec.accounted is not None:
+            node = self._nodes.get(rec.accounted)
+            if node is not None:
+                node.used_cpu_m -= cpu
+                node.used_memory -= mem
+                node.used_pods -= 1
+            self._retry_unschedulable = True  # capacity freed
+        if node_name is not None:
+            node = self._nodes.get(node_name)
+            if node is not None:
+                node.used_cpu_m += cpu
+                node.used_memory += mem
+                node.used_pods += 1
+        rec.accounted = node_name
+
+    def _on_node_event(self, event_type: str, old: dict | None, new: dict | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        name = (obj.get("metadata") or {}).get("name", "")
+        if event_type == "DELETED":
+            self._nodes.pop(name, None)
+            self._mark_node_pods(name)
+            return
+        status = obj.get("status") or {}
+        spec = obj.get("spec") or {}
+        ready = any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])
+        alloc = status.get("allocatable") or status.get("capacity") or {}
+        try:
+            cpu_m = _milli(alloc.get("cpu", 0))
+            memory = _whole(alloc.get("memory", 0))
+            pods = _whole(alloc.get("pods", 0))
+        except ValueError as exc:
+            log.warning("node has an invalid allocatable quantity; treating it as empty", node=name, error=str(exc))
+            cpu_m = memory = pods = 0
+        host_ip = next((a.get("address", "") for a in status.get("addresses") or []
+                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "")
+        previous = self._nodes.get(name)
+        node = _Node(name=name, ready=ready, unschedulable=bool(spec.get("unschedulable")),
+                     taints=[t for t in spec.get("taints") or [] if isinstance(t, dict)],
+                     labels=dict((obj.get("metadata") or {}).get("labels") or {}),
+                     cpu_m=cpu_m, memory=memory, pods=pods, host_ip=host_ip)
+        if previous is not None:
+            node.used_cpu_m, node.used_memory, node.used_pods = \
+                previous.used_cpu_m, previous.used_memory, previous.used_pods
+            node.not_ready_since = previous.not_ready_since
+        else:
+            # Usage of pods seen before their node (initial sync order, or a node re-created).
+            for uid in self._pods_by_node.get(name, ()):
+                rec = self._pods.get(uid)
+                if rec is not None and rec.accounted == name:
+                    node.used_cpu_m += rec.requests[0]
+                    node.used_memory += rec.requests[1]
+                    node.used_pods += 1
+        if not ready and node.not_ready_since is None:
+            node.not_ready_since = anyio.current_time()
+        elif ready:
+            node.not_ready_since = None
+        self._nodes[name] = node
+        if previous is None or previous.ready != node.ready or previous.host_ip != node.host_ip:
+            self._mark_node_pods(name)
+        if previous is None or node.ready != previous.ready or node.unschedulable != previous.unschedulable \
+                or node.taints != previous.taints or node.labels != previous.labels \
+                or (node.cpu_m, node.memory, node.pods) != (previous.cpu_m, previous.memory, previous.pods):
+            self._retry_unschedulable = True
+
+    def _mark_node_pods(self, node_name: str) -> None:
+        for uid in self._pods_by_node.get(node_name, ()):
+            self._dirty[uid] = None
+
+    # ---------------------------------------------------------------- worker
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._paused:
+                now = anyio.current_time()
+                while self._timers and self._timers[0][0] <= now:
+                    _due, _seq, uid, token = heapq.heappop(self._timers)
+                    rec = self._pods.get(uid)
+                    if rec is not None and rec.timer_token == token:
+                        rec.timer_due = None
+                        self._dirty[uid] = None
+                if self._retry_unschedulable:
+                    self._retry_unschedulable = False
+                    for uid in self._unschedulable:
+                        self._dirty[uid] = None
+                if self._dirty:
+                    batch, self._dirty = self._dirty, {}
+                    for count, uid in enumerate(batch, 1):
+                        if self._paused:
+                            break  # resume() marks every pod dirty again
+                        self._process(uid)
+                        if count % BATCH_CHECKPOINT == 0:
+                            await anyio.sleep(0)
+                    await anyio.sleep(0)
+                    continue
+            timeout = math.inf
+            if not self._paused and self._timers:
+                timeout = max(0.0, self._timers[0][0] - anyio.current_time())
+            assert self._wake is not None
+            with anyio.move_on_after(timeout):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    def _process(self, uid: str) -> None:
+        rec = self._pods.get(uid)
+        if rec is None:
+            return
+        try:
+            due = self._sync(rec)
+        except ApiError as exc:
+            if exc.code == 404:
+                return  # gone; its DELETED event drops the record
+            if exc.code != 409:
+                log.warning("kubelet write failed; retrying", pod=f"{rec.namespace}/{rec.name}", code=exc.code,
+                            error=exc.message)
+            due = anyio.current_time() + (RETRY_AFTER_CONFLICT_SECONDS if exc.code == 409
+                                          else RETRY_AFTER_ERROR_SECONDS)
+        if uid not in self._pods:
+            return
+        self._set_timer(rec, due)
+
+    def _set_timer(self, rec: _PodRecord, due: float | None) -> None:
+        if due == rec.timer_due:
+            return
+        rec.timer_token += 1
+        rec.timer_due = due
+        if due is not None:
+            self._timer_seq += 1
+            heapq.heappush(self._timers, (due, self._timer_seq, rec.uid, rec.timer_token))
+
+    # ---------------------------------------------------------------- reconcile one pod
+
+    def _sync(self, rec: _PodRecord) -> float | None:
+        """Bring one pod one step closer to what its node would report; return when to look again."""
+        pod = self._store.get("pods", rec.namespace, rec.name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != rec.uid:
+            return None
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            return self._schedule(pod, rec)
+        self._unschedulable.pop(rec.uid, None)
+        node = self._nodes.get(node_name)
+        if node is None:
+            return self._collect_orphan(pod, rec)
+        rec.orphan_since = None
+        if not node.ready:
+            return self._node_unreachable(pod, rec, node)
+        rec.unreachable_marked = False
+        return self._kubelet_sync(pod, rec, node)
+
+    # --- scheduler
+
+    def _schedule(self, pod: dict, rec: _PodRecord) -> float | None:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL_PHASES:
+            self._unschedulable.pop(rec.uid, None)
+            return None
+        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+            return None  # another scheduler's pod: nobody here binds it
+        annotations = meta.get("annotations") or {}
+        total = len(self._nodes)
+        if rec.requests_error is not None:
+            message = f"0/{total} nodes are available: invalid resource requests: {rec.requests_error}."
+            return self._mark_unschedulable(pod, rec, message)
+        if not self._nodes:
+            return self._mark_unschedulable(pod, rec, "no nodes available to schedule pods")
+        reasons: dict[str, int] = {}
+        resource_failures = 0
+        candidates: list[_Node] = []
+        forced_unschedulable = annotations.get(UNSCHEDULABLE) == "true"
+        tolerations = spec.get("tolerations") or []
+        cpu, mem = rec.requests
+        for node in self._nodes.values():
+            failed = self._filter(node, spec, tolerations, forced_unschedulable, cpu, mem)
+            if failed:
+                if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
+                    resource_failures += 1
+                for reason in failed:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+            else:
+                candidates.append(node)
+        if not candidates:
+            parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+            preemption = []
+            if total - resource_failures:
+                preemption.append(f"{total - resource_failures} Preemption is not helpful for scheduling")
+            if resource_failures:
+                preemption.append(f"{resource_failures} No preemption victims found for incoming pod")
+            message = (f"0/{total} nodes are available: {', '.join(parts)}. "
+                       f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
+            return self._mark_unschedulable(pod, rec, message)
+
+        def score(node: _Node) -> tuple[float, int, str]:
+            cpu_frac = (node.used_cpu_m + cpu) / node.cpu_m if node.cpu_m else 1.0
+            mem_frac = (node.used_memory + mem) / node.memory if node.memory else 1.0
+            return ((cpu_frac + mem_frac) / 2, node.used_pods, node.name)
+
+        chosen = min(candidates, key=score)
+        self._bind(pod, chosen.name)
+        self._unschedulable.pop(rec.uid, None)
+        return None
+
+    def _filter(self, node: _Node, spec: dict, tolerations: list, forced: bool, cpu: int, mem: int) -> list[str]:
+        """The first failing filter's reasons for ``node``, in the default profile's plugin order."""
+        if node.unschedulable and _tolerates(tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) is None:
+            return ["node(s) were unschedulable"]
+        taints = node.taints
+        if not node.ready and not any(t.get("key") in (TAINT_UNREACHABLE, TAINT_NOT_READY) for t in taints):
+            taints = taints + [{"key": TAINT_NOT_READY, "effect": "NoSchedule"}]
+        for taint in taints:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and _tolerates(tolerations, taint) is None:
+                return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '') or ''}}}"]
+        if forced or not _node_affinity_matches(spec, node.labels, node.name):
+            return ["node(s) didn't match Pod's node affinity/selector"]
+        failed = []
+        if node.used_pods + 1 > node.pods:
+            failed.append("Too many pods")
+        if cpu and node.used_cpu_m + cpu > node.cpu_m:
+            failed.append("Insufficient cpu")
+        if mem and node.used_memory + mem > node.memory:
+            failed.append("Insufficient memory")
+        return failed
+
+    def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str) -> None:
+        self._unschedulable[rec.uid] = None
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        conditions = _set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
+        self._write_status(pod, {"conditions": conditions})
+        return None
+
+    def _bind(self, pod: dict, node_name: str) -> None:
+        """The binding: spec.nodeName set once, then PodScheduled=True (two writes; see the report)."""
+        meta = pod["metadata"]
+        bound = self._store.patch("pods", meta.get("namespace"), meta["name"], "merge",
+                                  {"spec": {"nodeName": node_name}})
+        cond = {"type": "PodScheduled", "status": "True"}
+        conditions = _set_condition((bound.get("status") or {}).get("conditions") or [], cond, now_timestamp())
+        self._write_status(bound, {"conditions": conditions})
+
+    # --- pod GC and node lifecycle
+
+    def _collect_orphan(self, pod: dict, rec: _PodRecord) -> float | None:
+        """PodGC: a pod bound to a node that does not exist is failed and force-deleted."""
+        if rec.gc_done:
+            return None
+        now = anyio.current_time()
+        if rec.orphan_since is None:
+            rec.orphan_since = now
+        due = rec.orphan_since + self.config.pod_gc_orphan_seconds * self._scale
+        if now < due:
+            return due
+        status = pod.get("status") or {}
+        ts = now_timestamp()
+        cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                "message": "PodGC: node no longer exists"}
+        update: dict[str, Any] = {"conditions": _set_condition(status.get("conditions") or [], cond, ts)}
+        if status.get("phase") not in TERMINAL_PHASES:
+            update["phase"] = "Failed"
+        self._write_status(pod, update)
+        rec.gc_done = True
+        self._delete_now(pod)
+        return None
+
+    def _node_unreachable(self, pod: dict, rec: _PodRecord, node: _Node) -> float | None:
+        """What the node lifecycle controller and the taint manager do to pods of an unreachable node."""
+        status = pod.get("status") or {}
+        meta = pod.get("metadata") or {}
+        if not rec.unreachable_marked:
+            rec.unreachable_marked = True
+            conditions = status.get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                ts = now_timestamp()
+                marked = [dict(c, status="False", lastTransitionTime=ts) if c.get("type") == "Ready" else c
+                          for c in conditions]
+                pod = self._write_status(pod, {"conditions": marked})
+                status = pod.get("status") or {}
+        if meta.get("deletionTimestamp") or rec.taint_evicted:
+            return None  # terminating: only a kubelet can confirm it
+        taint = next((t for t in node.taints if t.get("effect") == "NoExecute"
+                      and t.get("key") in (TAINT_UNREACHABLE, TAINT_NOT_READY)), None)
+        if taint is None:
+            return None
+        toleration = _tolerates((pod.get("spec") or {}).get("tolerations") or [], taint)
+        if toleration is None:
+            # DefaultTolerationSeconds admission gives every pod this toleration; our store does not.
+            seconds: float | None = self.config.node_eviction_seconds
+        else:
+            seconds = toleration.get("tolerationSeconds")
+            if seconds is None:
+                return None  # tolerates the taint forever
+            seconds = max(0.0, float(seconds))
+        now = anyio.current_time()
+        due = (node.not_ready_since or now) + seconds * self._scale
+        if now < due:
+            return due
+        cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint"}
+        self._write_status(pod, {"conditions": _set_condition(status.get("conditions") or [], cond,
+                                                              now_timestamp())})
+        rec.taint_evicted = True
+        self._store.delete("pods", meta.get("namespace"), meta["name"], {"preconditions": {"uid": rec.uid}})
+        return None
+
+    # --- kubelet
+
+    def _kubelet_sync(self, pod: dict, rec: _PodRecord, node: _Node) -> float | None:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        annotations = meta.get("annotations") or {}
+        now = anyio.current_time()
+        if meta.get("deletionTimestamp"):
+            return self._terminate(pod, rec, node, now)
+        if rec.life == BOUND:
+            if status.get("phase") in TERMINAL_PHASES:
+                return None  # finished before this kubelet knew it (pre-populated store)
+            if status.get("phase") == "Running" and self._adopt_running(pod, rec, annotations, now):
+                return rec.run_due
+            rec.life = CREATING
+            rec.admitted_at = now_timestamp()
+            rec.start_seen = annotations.get(START_SECONDS)
+            start = self._annotation_seconds(pod, rec, START_SECONDS)
+            rec.start_due = now + (self.config.default_start_seconds if start is None else start) * self._scale
+
+        for _ in range(16):  # transitions that are due now (e.g. run-seconds=0 restarts at once)
+            if not self._step(pod, rec, annotations, now):
+                break
+        self._write_status(pod, self._render(pod, rec, node))
+        if rec.life == CREATING:
+            return rec.start_due
+        if rec.life == RUNNING:
+            return rec.run_due
+        if rec.life == BACKOFF:
+            return rec.restart_due
+        return None
+
+    def _adopt_running(self, pod: dict, rec: _PodRecord, annotations: dict, now: float) -> bool:
+        """Take over a pod some earlier kubelet started (its containers keep running)."""
+        status = pod.get("status") or {}
+        running = [s for s in status.get("containerStatuses") or []
+                   if isinstance(s, dict) and ((s.get("state") or {}).get("running") or {}).get("startedAt")]
+        if not running:
+            return False
+        rec.life = RUNNING
+        rec.admitted_at = status.get("startTime") or now_timestamp()
+        rec.instance_started_at = running[0]["state"]["running"]["startedAt"]
+        rec.restart_count = int(running[0].get("restartCount") or 0)
+        rec.pod_ip = status.get("podIP") or None
+        if rec.pod_ip is None:
+            rec.pod_ip, rec.ip_owned = self._ips.allocate(), True
+        rec.exit_acted = annotations.get(EXIT_CODE)  # values present before adoption were acted on
+        rec.run_seen = annotations.get(RUN_SECONDS)
+        run = self._annotation_seconds(pod, rec, RUN_SECONDS)
+        rec.run_due = None if run is None else now + run * self._scale
+        return True
+
+    def _step(self, pod: dict, rec: _PodRecord, annotations: dict, now: float) -> bool:
+        """One due transition of the kubelet's state machine; False when nothing is due."""
+        if annotations.get(EVICT) == "true" and not rec.evict_acted and rec.life in (CREATING, RUNNING, BACKOFF):
+            rec.evict_acted = True
+            self._evict(pod, rec)
+            return False
+        if rec.life == CREATING:
+            raw = annotations.get(START_SECONDS)
+            if raw != rec.start_seen:
+                rec.start_seen = raw
+                start = self._annotation_seconds(pod, rec, START_SECONDS)
+                rec.start_due = now + (self.config.default_start_seconds if start is None else start) * self._scale
+            if rec.start_due is not None and now >= rec.start_due:
+                self._start_instance(pod, rec, annotations, now, restart=False)
+                return True
+            return False
+        if rec.life == RUNNING:
+            code = self._exit_due(pod, rec, annotations, now)
+            if code is None:
+                return False
+            self._exit_instance(pod, rec, annotations, code, now)
+            return True
+        if rec.life == BACKOFF and rec.restart_due is not None and now >= rec.restart_due:
+            # flowcontrol.Backoff.Next at restart: double (capped), unless the entry expired.
+            rec.backoff = min((rec.backoff or BACKOFF_INITIAL_SECONDS) * 2, BACKOFF_MAX_SECONDS)
+            rec.backoff_updated = now
+            self._start_instance(pod, rec, annotations, now, restart=True)
+            return True
+        return False
+
+    def _exit_due(self, pod: dict, rec: _PodRecord, annotations: dict, now: float) -> int | None:
+        """The exit code if the running instance exits now (run-seconds elapsed, or a new exit-code
+        value on a pod without run-seconds), else None. Records the annotation values acted on."""
+        raw_run = annotations.get(RUN_SECONDS)
+        if raw_run != rec.run_seen:  # a new value on a live pod counts from now
+            rec.run_seen = raw_run
+            run = self._annotation_seconds(pod, rec, RUN_SECONDS)
+            rec.run_due = None if run is None else now + run * self._scale
+        raw_exit = annotations.get(EXIT_CODE)
+        if rec.run_due is None:
+            if raw_exit is None or raw_exit == rec.exit_acted:
+                return None
+            rec.exit_acted = raw_exit
+            return self._annotation_exit_code(pod, rec)
+        if now < rec.run_due:
+            return None
+        rec.exit_acted = raw_exit
+        code = self._annotation_exit_code(pod, rec)
+        return 0 if code is None else code
+
+    def _start_instance(self, pod: dict, rec: _PodRecord, annotations: dict, now: float, restart: bool) -> None:
+        if restart:
+            rec.previous = rec.current
+            rec.restart_count += 1
+        rec.current = None
+        rec.restart_due = None
+        rec.life = RUNNING
+        rec.instance_started_at = now_timestamp()
+        rec.run_seen = annotations.get(RUN_SECONDS)
+        run = self._annotation_seconds(pod, rec, RUN_SECONDS)
+        rec.run_due = None if run is None else now + run * self._scale
+        if rec.pod_ip is None:
+            rec.pod_ip, rec.ip_owned = self._ips.allocate(), True
+
+    def _exit_instance(self, pod: dict, rec: _PodRecord, annotations: dict, code: int, now: float) -> None:
+        reason = annotations.get(REASON) or default_reason(code)
+        rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
+                                   finished_at=now_timestamp(), instance=rec.restart_count)
+        rec.run_due = None
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
+            rec.life = EXITED
+            return
+        # flowcontrol.Backoff.IsInBackOffSince(finishedAt): no entry, or one not updated for twice the
+        # cap, means no back-off: restart at once and start (or restart) the entry at 10 s.
+        expired = rec.backoff is None or now - rec.backoff_updated > BACKOFF_RESET_SECONDS * self._scale
+        if expired:
+            rec.backoff = BACKOFF_INITIAL_SECONDS
+            rec.backoff_updated = now
+            self._start_instance(pod, rec, annotations, now, restart=True)
+            return
+        rec.life = BACKOFF
+        rec.restart_due = now + (rec.backoff or BACKOFF_INITIAL_SECONDS) * self._scale
+
+    def _evict(self, pod: dict, rec: _PodRecord) -> None:
+        """Node-pressure eviction. The kubelet kills the containers and removes them, so their final
+        state is the status manager's "could not be located" default (exit 137)."""
+        if rec.life == BACKOFF and rec.current is not None:
+            rec.previous = rec.current
+        rec.life = EVICTED
+        rec.run_due = rec.restart_due = rec.start_due = None
+        rec.current = _unknown_termination(rec.restart_count)
+
+    def _terminate(self, pod: dict, rec: _PodRecord, node: _Node, now: float) -> float | None:
+        """Graceful deletion: SIGKILL after the grace period (containers ignore SIGTERM), then the
+        final status and DELETE with grace 0 and a uid precondition."""
+        if rec.delete_sent:
+            return None
+        meta = pod["metadata"]
+        grace = meta.get("deletionGracePeriodSeconds") or 0
+        deadline = now + max(0, grace) * self._scale
+        if rec.kill_due is None or deadline < rec.kill_due:
+            rec.kill_due = deadline
+        if rec.life == RUNNING:
+            annotations = meta.get("annotations") or {}
+            code = self._exit_due(pod, rec, annotations, now)
+            if code is not None:  # the process exited by itself during the grace period
+                rec.current = _Termination(exit_code=code, reason=annotations.get(REASON) or default_reason(code),
+                                           started_at=rec.instance_started_at, finished_at=now_timestamp(),
+                                           instance=rec.restart_count)
+            elif now < rec.kill_due:
+                self._write_status(pod, self._render(pod, rec, node))
+                return rec.kill_due if rec.run_due is None else min(rec.kill_due, rec.run_due)
+            else:  # SIGKILL at the end of the grace period
+                rec.current = _Termination(exit_code=137, reason="Error", started_at=rec.instance_started_at,
+                                           finished_at=now_timestamp(), instance=rec.restart_count)
+            rec.life = KILLED
+        elif rec.life in (BOUND, CREATING, BACKOFF):
+            if rec.current is None:
+                rec.current = _unknown_termination(rec.restart_count)
+            rec.life = KILLED
+        rec.run_due = rec.restart_due = rec.start_due = None
+        if rec.admitted_at is not None:
+            pod = self._write_status(pod, self._render(pod, rec, node))
+        rec.delete_sent = True
+        self._delete_now(pod)
+        return None
+
+    def _delete_now(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            self._store.delete("pods", meta.get("namespace"), meta["name"],
+                               {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        except ApiError as exc:
+            if exc.code not in (404, 409):  # gone, or replaced by a new pod of the same name
+                raise
+
+    # --- annotation parsing (bad values are logged once per value and ignored)
+
+    def _annotation_seconds(self, pod: dict, rec: _PodRecord, key: str) -> float | None:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+        try:
+            return _parse_seconds(raw, key)
+        except _AnnotationError as exc:
+            self._warn_annotation(rec, f"{key}={raw}", str(exc))
+            return None
+
+    def _annotation_exit_code(self, pod: dict, rec: _PodRecord) -> int | None:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(EXIT_CODE)
+        try:
+            return _parse_exit_code(raw)
+        except _AnnotationError as exc:
+            self._warn_annotation(rec, f"{EXIT_CODE}={raw}", str(exc))
+            return None
+
+    def _warn_annotation(self, rec: _PodRecord, key: str, message: str) -> None:
+        if key not in rec.bad_annotations:
+            rec.bad_annotations.add(key)
+            log.warning("ignoring invalid simulation annotation", pod=f"{rec.namespace}/{rec.name}", error=message)
+
+    # --- status rendering
+
+    def _render(self, pod: dict, rec: _PodRecord, node: _Node) -> dict[str, Any]:
+        """The kubelet-owned part of the pod status, computed from the record (the node's truth)."""
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        ts = now_timestamp()
+        containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+        inits = [c for c in spec.get("initContainers") or [] if isinstance(c, dict)]
+        life = rec.life
+        if life in (EXITED, KILLED):
+            phase = "Succeeded" if rec.current is not None and rec.current.exit_code == 0 else "Failed"
+        elif life == EVICTED:
+            phase = "Failed"
+        elif life in (RUNNING, BACKOFF):
+            phase = "Running"
+        else:
+            phase = "Pending"
+        names = sorted(c.get("name", "") for c in containers)
+        ready = life == RUNNING
+        initialized = life != CREATING or not inits
+        if phase in TERMINAL_PHASES:
+            not_ready = {"status": "False", "reason": "PodCompleted" if phase == "Succeeded" else "PodFailed"}
+        elif not initialized:
+            not_ready = {"status": "False", "reason": "ContainersNotInitialized",
+                         "message": f"containers with incomplete status: [{' '.join(c.get('name', '') for c in inits)}]"}
+        else:
+            not_ready = {"status": "False", "reason": "ContainersNotReady",
+                         "message": f"containers with unready status: [{' '.join(names)}]"}
+        kubelet_conditions = [
+            {"type": "PodReadyToStartContainers", "status": "True" if life in (RUNNING, BACKOFF) else "False"},
+            {"type": "Initialized", "status": "True"} if initialized else
+            {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
+             "message": not_ready["message"]},
+            dict(type="Ready", status="True") if ready else dict(type="Ready", **not_ready),
+            dict(type="ContainersReady", status="True") if ready else dict(type="ContainersReady", **not_ready),
+        ]
+        old_conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        conditions = []
+        for cond in kubelet_conditions:
+            conditions.append(_with_transition(cond, old_conditions, ts))
+        if life == EVICTED:
+            extra = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                     "message": self._eviction_message(containers)}
+            old_conditions = _set_condition(old_conditions, extra, ts)
+        conditions += [c for c in old_conditions if c.get("type") not in KUBELET_CONDITIONS]
+
+        out: dict[str, Any] = {
+            "phase": phase,
+            "conditions": conditions,
+            "hostIP": node.host_ip,
+            "hostIPs": [{"ip": node.host_ip}] if node.host_ip else None,
+            "startTime": rec.admitted_at,
+            "podIP": rec.pod_ip,
+            "podIPs": [{"ip": rec.pod_ip}] if rec.pod_ip else None,
+            "containerStatuses": sorted((self._container_status(pod, rec, c) for c in containers),
+                                        key=lambda s: s["name"]),
+            "initContainerStatuses": [self._init_status(pod, rec, c) for c in inits] or None,
+            "reason": "Evicted" if life == EVICTED else None,
+            "message": self._eviction_message(containers) if life == EVICTED else None,
+        }
+        if not status.get("qosClass"):
+            out["qosClass"] = _qos_class(spec)
+        return out
+
+    def _eviction_message(self, containers: list[dict]) -> str:
+        parts = ["The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. "]
+        for c in containers:
+            request = ((c.get("resources") or {}).get("requests") or {}).get("memory", "0")
+            try:
+                used = _whole(request) + 512 * 1024 * 1024
+            except ValueError:
+                used = 512 * 1024 * 1024
+            parts.append(f"Container {c.get('name', '')} was using {used // 1024}Ki, request is {request}, "
+                         "has larger consumption of memory. ")
+        return "".join(parts)
+
+    def _container_id(self, rec: _PodRecord, name: str, instance: int) -> str:
+        return "containerd://" + _sha256(f"{rec.uid}/{name}/{instance}")
+
+    def _terminated(self, rec: _PodRecord, name: str, term: _Termination) -> dict[str, Any]:
+        out: dict[str, Any] = {"exitCode": term.exit_code, "reason": term.reason}
+        if term.message:
+            out["message"] = term.message
+        if term.started_at is not None:
+            out["containerID"] = self._container_id(rec, name, term.instance)
+            out["startedAt"] = term.started_at
+            out["finishedAt"] = term.finished_at
+        return out
+
+    def _container_status(self, pod: dict, rec: _PodRecord, container: dict) -> dict[str, Any]:
+        name = container.get("name", "")
+        image = container.get("image", "")
+        life = rec.life
+        out: dict[str, Any] = {"name": name, "image": image, "imageID": "", "ready": False,
+                               "restartCount": rec.restart_count, "started": False, "lastState": {}}
+        if rec.previous is not None:
+            out["lastState"] = {"terminated": self._terminated(rec, name, rec.previous)}
+        ran = rec.instance_started_at is not None
+        if ran:
+            out["imageID"] = _image_id(image)
+        if life == RUNNING:
+            out.update(containerID=self._container_id(rec, name, rec.restart_count), ready=True, started=True,
+                       state={"running": {"startedAt": rec.instance_started_at}})
+        elif life == BACKOFF and rec.current is not None:
+            meta = pod.get("metadata") or {}
+            message = (f"back-off {go_duration(rec.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
+                       f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})")
+            out.update(containerID=self._container_id(rec, name, rec.current.instance),
+                       state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                       lastState={"terminated": self._terminated(rec, name, rec.current)})
+        elif life in (EXITED, KILLED, EVICTED) and rec.current is not None:
+            if rec.current.started_at is not None:
+                out["containerID"] = self._container_id(rec, name, rec.current.instance)
+            out["state"] = {"terminated": self._terminated(rec, name, rec.current)}
+        else:
+            out["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        return out
+
+    def _init_status(self, pod: dict, rec: _PodRecord, container: dict) -> dict[str, Any]:
+        name = container.get("name", "")
+        image = container.get("image", "")
+        out: dict[str, Any] = {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0,
+                               "started": False, "lastState": {}}
+        if rec.life == CREATING:
+            out["state"] = {"waiting": {"reason": "PodInitializing"}}
+        else:
+            out["imageID"] = _image_id(image)
+            out["containerID"] = self._container_id(rec, "init-" + name, 0)
+            out["state"] = {"terminated": {"containerID": out["containerID"], "exitCode": 0, "reason": "Completed",
+                                           "startedAt": rec.admitted_at, "finishedAt": rec.admitted_at}}
+        return out
+
+    # --- writing
+
+    def _write_status(self, pod: dict, desired: dict[str, Any]) -> dict:
+        """Merge-patch the keys of ``desired`` into pod.status (None removes a key); skip no-ops.
+
+        Returns the pod as stored after the write (or the given pod when nothing changed)."""
+        status = pod.get("status") or {}
+        patch = {k: v for k, v in desired.items() if status.get(k) != v and not (v is None and k not in status)}
+        if not patch:
+            return pod
+        meta = pod["metadata"]
+        return self._store.patch("pods", meta.get("namespace"), meta["name"], "merge", {"status": patch},
+                                 subresource="status")
+
+
+_NODE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "KubeletReady", "kubelet is posting ready status"),
+)
+
+
+def _unknown_termination(instance: int) -> _Termination:
+    return _Termination(exit_code=137, reason="ContainerStatusUnknown", started_at=None, finished_at=None,
+                        instance=instance, message="The container could not be located when the pod was terminated")
+
+
+def _uuid_from(text: str) -> str:
+    h = _sha256(text)
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+
+
+def _with_transition(cond: dict, old_conditions: list[dict], ts: str) -> dict:
+    """``cond`` with lastTransitionTime kept from the old condition of its type if status is unchanged."""
+    old = next((c for c in old_conditions if c.get("type") == cond["type"]), None)
+    out = dict(cond)
+    if old is not None and old.get("status") == cond["status"] and old.get("lastTransitionTime"):
+        out["lastTransitionTime"] = old["lastTransitionTime"]
+    else:
+        out["lastTransitionTime"] = ts
+    return out
+
+
+def _set_condition(conditions: list[dict], cond: dict, ts: str) -> list[dict]:
+    """Conditions with ``cond`` replacing the one of its type (kept in place) or appended."""
+    new = _with_transition(cond, conditions, ts)
+    out = []
+    replaced = False
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == cond["type"]:
+            out.append(new)
+            replaced = True
+        else:
+            out.append(c)
+    if not replaced:
+        out.append(new)
+    return out
+
+
+def _qos_class(spec: dict) -> str:
+    containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
+    any_set = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        if requests or limits:
+            any_set = True
+        for name in ("cpu", "memory"):
+            if name not in limits or (name in requests and requests[name] != limits[name]):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
