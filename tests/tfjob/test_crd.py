@@ -3,14 +3,16 @@ superset of upstream's for valid jobs, and its rules reject exactly the invalid 
 messages users will see from ``kubectl apply``.
 
 Objects are checked by a small reference validator below (types, enums, minimums, required,
-maxProperties, patterns, and every ``x-kubernetes-validations`` rule evaluated with cel-python,
-transition rules only where an old value exists), so the rules are exercised as an apiserver
-would run them.
+maxProperties, patterns, and every ``x-kubernetes-validations`` rule evaluated by the simulator's
+CEL engine, ``controller.sim.cel.CelRule``, with the rule's schema node so values are typed and
+undeclared fields fail to compile; transition rules only run where an old value exists), so the
+rules are exercised as an apiserver would run them.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import subprocess
@@ -19,10 +21,10 @@ import types
 from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
 import yaml
 
+from controller.sim.cel import MISSING, CelEvalError, CelRule
 from controller.tfjob import crd as crd_module
 from controller.tfjob.crd import (
     QUANTITY_PATTERN,
@@ -36,22 +38,25 @@ REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 
 
+@functools.cache
 def _schema() -> dict[str, Any]:
+    # Built once so compiled rules can be cached per schema node; tests must not mutate it.
     return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 # --------------------------------------------------------------------------------------------
 # A reference validator for custom resources against a structural schema.
 
-_CEL_ENV = celpy.Environment()
-_PROGRAMS: dict[str, Any] = {}
-_MISSING = object()
+_MISSING = MISSING
+_RULES: dict[tuple[int, str], CelRule] = {}
 
 
-def _cel(rule: str) -> Any:
-    if rule not in _PROGRAMS:
-        _PROGRAMS[rule] = _CEL_ENV.program(_CEL_ENV.compile(rule))
-    return _PROGRAMS[rule]
+def _cel(rule: str, schema: dict[str, Any], is_root: bool) -> CelRule:
+    # Keyed by the (long-lived, cached) schema node: the same text on another node is another program.
+    key = (id(schema), rule)
+    if key not in _RULES:
+        _RULES[key] = CelRule(rule, schema, is_root=is_root)
+    return _RULES[key]
 
 
 def _type_ok(schema: dict[str, Any], value: Any) -> bool:
@@ -108,14 +113,15 @@ def _validate_node(schema: dict[str, Any], value: Any, old: Any, path: str, erro
         for index, item in enumerate(value):
             _validate_node(schema["items"], item, _MISSING, f"{path}[{index}]", errors)
     for rule in schema.get("x-kubernetes-validations", []):
-        transition = "oldSelf" in rule["rule"]
-        if transition and old is _MISSING:
+        program = _cel(rule["rule"], schema, is_root=not path)
+        if program.references_old_self and old is _MISSING:
             continue
-        activation = {"self": celpy.json_to_cel(value)}
-        if transition:
-            activation["oldSelf"] = celpy.json_to_cel(old)
-        result = _cel(rule["rule"]).evaluate(activation)
-        if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+        try:
+            ok = program.evaluate(value, old_self=old if program.references_old_self else MISSING)
+        except CelEvalError as exc:
+            errors.append(f"{where}: {exc} evaluating rule: {rule['rule']}")
+            continue
+        if not ok:
             errors.append(f"{where}: {rule['message']}")
 
 
@@ -379,11 +385,23 @@ def test_managed_by_is_immutable() -> None:
 
 
 def test_known_replica_type_rule_matches_whole_keys_only() -> None:
-    # RE2 and Python's re differ on '$' before a trailing newline; the rule must reject both.
-    rule = _schema()["properties"]["spec"]["properties"]["tfReplicaSpecs"]["x-kubernetes-validations"][0]
-    program = _cel(rule["rule"])
+    # RE2 and Python's re differ on '$' before a trailing newline; the rule must reject it.
+    node = _schema()["properties"]["spec"]["properties"]["tfReplicaSpecs"]
+    program = CelRule(node["x-kubernetes-validations"][0]["rule"], node)
     for key, accepted in [("Worker", True), ("eVaLuAtOr", True), ("Worker\n", False), ("xps", False), ("", False)]:
-        assert bool(program.evaluate({"self": celpy.json_to_cel({key: {}})})) is accepted, key
+        assert program.evaluate({key: {}}) is accepted, key
+
+
+def test_every_rule_compiles_against_its_schema_node() -> None:
+    # Field names in rules are checked against the schema (a typo is a CRD-creation error on a real
+    # server); every rule also needs a message, since that is what users see.
+    rules = 0
+    for path, node in _walk(_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            CelRule(rule["rule"], node, is_root=not path)
+            assert set(rule) == {"rule", "message"} and rule["message"], (path, rule)
+            rules += 1
+    assert rules == 8
 
 
 # --------------------------------------------------------------------------------------------
