@@ -382,7 +382,7 @@ async def test_add_rate_limited_backs_off_per_item_and_forget_resets(fake_clock:
         assert len(queue) == 0 and queue.num_processing == 0  # forget touches no queue state
 
 
-async def test_default_limiter_is_client_go_default(fake_clock: FakeClock, eventually: Eventually) -> None:
+def test_default_limiter_is_client_go_default(fake_clock: FakeClock) -> None:
     queue: RateLimitingQueue[str] = RateLimitingQueue("t", clock=fake_clock)
     assert queue.rate_limiter.when("probe") == 0.005
     assert queue.rate_limiter.when("probe") == 0.01
