@@ -25,6 +25,8 @@ import pytest
 import yaml
 
 from controller.sim.cel import MISSING, CelEvalError, CelRule
+from controller.sim.jsonpath import evaluate as jsonpath_evaluate
+from controller.sim.jsonpath import format_cell
 from controller.tfjob import crd as crd_module
 from controller.tfjob.crd import (
     QUANTITY_PATTERN,
@@ -463,6 +465,26 @@ def test_identity_versions_and_subresources() -> None:
     assert all(column.get("priority") == 1 for column in columns[2:])
 
 
+def test_printer_columns_show_state_and_worker_counts() -> None:
+    # Evaluated with the simulator's kubectl-JSONPath engine, as the server builds Table rows.
+    columns = build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    running = {
+        "metadata": {"creationTimestamp": "2024-05-01T12:00:00Z"},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}},
+        "status": {
+            "conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}],
+            "replicaStatuses": {"Worker": {"active": 3}},
+        },
+    }
+    cells = {c["name"]: format_cell(jsonpath_evaluate(running, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns}
+    assert cells.pop("Age")  # rendered relative to now by the server
+    assert cells == {"State": "Running", "Workers": 4, "Active": 3}
+    fresh = {"metadata": {"creationTimestamp": "2024-05-01T12:00:00Z"}, "spec": {"tfReplicaSpecs": {"PS": {}}}}
+    cells = {c["name"]: format_cell(jsonpath_evaluate(fresh, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns}
+    assert cells.pop("Age")
+    assert cells == {"State": None, "Workers": None, "Active": None}
+
+
 def test_compact_json_fits_the_last_applied_annotation() -> None:
     # Client-side `kubectl apply` stores the whole object in an annotation limited to 256 KiB.
     size = len(json.dumps(build_crd(), separators=(",", ":")))
@@ -639,3 +661,15 @@ def test_every_object_field_of_the_real_pod_template_is_classified() -> None:
     classified = crd_module.INT_OR_STRING_FIELDS | crd_module.FREE_FORM_OBJECT_FIELDS
     assert found and found <= classified
     assert {key for key in crd_module.QUANTITY_FIELDS if key[0] in seen} == crd_module.QUANTITY_FIELDS
+
+
+def test_pod_template_adds_no_constraints_beyond_the_pod_api() -> None:
+    # Superset of upstream: inside the template only types, API-required fields, quantity
+    # patterns and the one image rule on spec.containers may reject anything.
+    replica = _schema()["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]
+    for path, node in _walk(replica["properties"]["template"]):
+        assert not {"enum", "minimum", "maximum", "maxItems", "maxLength", "maxProperties", "default"} & node.keys(), path
+        if "pattern" in node:
+            assert node["pattern"] == QUANTITY_PATTERN, path
+        if "x-kubernetes-validations" in node:
+            assert path == ".spec.containers", path
