@@ -410,9 +410,7 @@ def _merge_documents(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target.pop(key, None)
             continue
         current = target.get(key)
-        if current is None:
-            target[key] = _prune_nulls(patch_value)
-        elif not isinstance(current, dict):
+        if current is None or not isinstance(current, dict):
             target[key] = _prune_nulls(patch_value)
         elif not isinstance(patch_value, dict):
             target[key] = _clone(patch_value)
@@ -782,7 +780,9 @@ def _sort_by_order(items: list[Any], order: list[Any], merge_key: str, maps: boo
     return [item for _, item in ordered] + deleted
 
 
-def _interleave(server_only: list[Any], patch_items: list[Any], server_order: list[Any], merge_key: str, maps: bool) -> list[Any]:
+def _interleave(
+    server_only: list[Any], patch_items: list[Any], server_order: list[Any], merge_key: str, maps: bool
+) -> list[Any]:
     """mergeSortedSlice: keep both relative orders, server items first where the live order says so."""
     merged: list[Any] = []
     left = right = 0
@@ -1058,7 +1058,7 @@ def _merge_map(original: dict[str, Any] | None, patch: dict[str, Any], schema: _
 
 
 def _is_directive_key(key: str) -> bool:
-    return key == _DIRECTIVE or key == _RETAIN_KEYS or key.startswith(
+    return key in (_DIRECTIVE, _RETAIN_KEYS) or key.startswith(
         (_SET_ELEMENT_ORDER + "/", _DELETE_FROM_PRIMITIVE_LIST + "/")
     )
 
@@ -1099,9 +1099,7 @@ def strategic_merge_patch(doc: dict[str, Any], patch: Any, kind: str) -> dict[st
     if patch is None:  # JSON null decodes to an empty patch map
         return _clone(document)
     if not isinstance(patch, dict):
-        raise bad_request(
-            f"json: cannot unmarshal {_json_type(patch)} into Go value of type map[string]interface {{}}"
-        )
+        raise bad_request(f"json: cannot unmarshal {_json_type(patch)} into Go value of type map[string]interface {{}}")
     try:
         result = _merge_map(_clone(document), _clone(patch), schema)
     except (_SmpBadRequest, _SmpUnprocessable, _SmpServerError) as failure:

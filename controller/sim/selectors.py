@@ -47,8 +47,7 @@ __all__ = [
 
 _LABEL_KEY_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _LABEL_KEY_ERR: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
 )
 _LABEL_VALUE_FMT: Final = "(" + _LABEL_KEY_FMT + ")?"
 _LABEL_VALUE_ERR: Final = (
@@ -101,8 +100,7 @@ def label_key_errors(key: str) -> list[str]:
                 errors.append(f"prefix part must be no more than {_DNS1123_SUBDOMAIN_MAX} bytes")
             if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
                 errors.append(
-                    "prefix part "
-                    + _regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com")
+                    "prefix part " + _regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com")
                 )
     else:
         return [
@@ -295,7 +293,9 @@ def _new_requirement(key: str, operator: str, values: list[str], path: str | Non
     if operator in _SET_OPERATORS:
         if not values:
             errors.append(
-                _invalid(values_path, _go_json_strings(values), "for 'in', 'notin' operators, values set can't be empty")
+                _invalid(
+                    values_path, _go_json_strings(values), "for 'in', 'notin' operators, values set can't be empty"
+                )
             )
     elif operator in _EXACT_OPERATORS:
         if len(values) != 1:
@@ -349,7 +349,7 @@ class LabelSelector:
     item set (checked with one C-level ``dict_items`` subset test) and closures for the rest.
     """
 
-    __slots__ = ("_requirements", "_matches_nothing", "_required_items", "_checks", "_text")
+    __slots__ = ("_checks", "_matches_nothing", "_required_items", "_requirements", "_text")
 
     def __init__(self, requirements: Iterable[Requirement] = (), *, matches_nothing: bool = False) -> None:
         ordered = tuple(sorted(requirements, key=lambda requirement: requirement.key))
@@ -506,7 +506,7 @@ def _lex(text: str) -> list[tuple[int, str]]:
 class _LabelParser:
     """Recursive-descent parser over the token list (labels.Parser)."""
 
-    __slots__ = ("_tokens", "_position")
+    __slots__ = ("_position", "_tokens")
 
     def __init__(self, text: str) -> None:
         self._tokens = _lex(text)
@@ -725,7 +725,7 @@ class FieldTerm:
 class FieldSelector:
     """An immutable field selector: terms ANDed over a ``field path -> string`` map."""
 
-    __slots__ = ("_terms", "_checks")
+    __slots__ = ("_checks", "_terms")
 
     def __init__(self, terms: Iterable[FieldTerm] = ()) -> None:
         self._terms = tuple(terms)
