@@ -1,0 +1,87 @@
+"""The vocabulary of a reconcile decision: what to create or delete, what to tell, what to count.
+
+Why a separate module: :func:`controller.tfjob.decide.decide` is pure and the executor is thin;
+these frozen dataclasses are the whole contract between them.
+
+Executor contract (what applying a :class:`Decision` means):
+
+* ``actions`` are applied in the order given (deletions before creations; scale-down deletions
+  highest index first). Each carries the object or name/uid it needs; a DeletePod/DeleteService
+  should use the uid as a precondition, and 404 means "already done". Outcome events
+  (``SuccessfulCreatePod``, ``FailedDeletePod``, ``SuccessfulDeleteJob``, ...) are the
+  executor's, because only it knows the API's answer.
+* ``status`` is the complete new ``.status``; write it (a full update of the status subresource,
+  never a merge patch: keys can disappear) iff it differs from the stored one.
+* ``events`` and ``metrics`` describe transitions this decision makes (a condition flipping, a
+  worker failing over). Emit them once the decision's status write (if any) succeeded: if the
+  write fails the job is reconciled again and the same transition is decided again.
+* ``requeue_after``: seconds until the next *timed* transition (deadline, TTL, failover back-off
+  end, failover-history reset); None when only a watch event can change anything.
+* The caller must only decide on caches that contain every object the previous decisions created
+  or deleted (expectations): the decision reads "the pod of index 3 is missing" as a fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    pod: dict[str, Any]
+    replica_type: str
+    index: int
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    reason: str  # api.DELETE_*: ScaleDown, Restart, Failover, Cleanup, Suspend, Deadline, BackoffLimit
+
+
+@dataclass(frozen=True)
+class CreateService:
+    service: dict[str, Any]
+    replica_type: str
+    index: int
+
+
+@dataclass(frozen=True)
+class DeleteService:
+    name: str
+    uid: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    reason: str  # api.DELETE_TTL
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # "Normal" | "Warning"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MetricInc:
+    """Increment counter ``name`` by one for the label set ``labels`` (sorted (key, value) pairs)."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+
+
+Action = CreatePod | DeletePod | CreateService | DeleteService | DeleteJob
+
+
+@dataclass(frozen=True)
+class Decision:
+    actions: tuple[Action, ...]
+    events: tuple[Event, ...]
+    metrics: tuple[MetricInc, ...]
+    status: dict[str, Any]  # the complete new .status; written iff != the old status
+    requeue_after: float | None  # seconds until the next timed transition, never polling

@@ -1,0 +1,179 @@
+"""Names and values of the TFJob API (kubeflow.org/v1) that every other module agrees on.
+
+Why a module of constants: the TFJob controller is a drop-in replacement for the TFJob part of
+Kubeflow's training-operator (v1.8/v1.9). Label keys, condition reasons, event reasons, metric
+names and defaults are part of that compatibility contract (tools, dashboards and the Kubeflow SDK
+read them), so they are spelled exactly once, here, and never inline.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- resource identity ---------------------------------------------------------------------------
+GROUP: Final = "kubeflow.org"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "TFJob"
+LIST_KIND: Final = "TFJobList"
+PLURAL: Final = "tfjobs"
+SINGULAR: Final = "tfjob"
+RESOURCE: Final = f"{PLURAL}.{GROUP}"
+
+FRAMEWORK: Final = "tensorflow"
+CONTROLLER_NAME: Final = "tfjob-controller"
+
+# v1.9 `spec.runPolicy.managedBy`: absent or MANAGED_BY_SELF means "ours"; MANAGED_BY_MULTIKUEUE
+# means another controller owns the job and we must not touch it at all.
+MANAGED_BY_SELF: Final = "kubeflow.org/training-operator"
+MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_ALLOWED: Final = (MANAGED_BY_SELF, MANAGED_BY_MULTIKUEUE)
+
+# --- labels put on pods and services (v1.7.0+ prefixed set; no group-name label) ------------------
+LABEL_OPERATOR_NAME: Final = "training.kubeflow.org/operator-name"
+LABEL_JOB_NAME: Final = "training.kubeflow.org/job-name"
+LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
+LABEL_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
+LABEL_JOB_ROLE: Final = "training.kubeflow.org/job-role"
+JOB_ROLE_MASTER: Final = "master"
+
+# --- replica types ---------------------------------------------------------------------------------
+CHIEF: Final = "Chief"
+MASTER: Final = "Master"
+PS: Final = "PS"
+WORKER: Final = "Worker"
+EVALUATOR: Final = "Evaluator"
+# The order upstream's UpdateJobStatus evaluates types in; we use it for every per-type loop so
+# that decisions (which type's failure is reported first) are deterministic.
+REPLICA_TYPES: Final = (CHIEF, EVALUATOR, MASTER, PS, WORKER)
+CHIEF_TYPES: Final = (CHIEF, MASTER)
+
+# --- replica restart policies ----------------------------------------------------------------------
+RESTART_ALWAYS: Final = "Always"
+RESTART_ON_FAILURE: Final = "OnFailure"
+RESTART_NEVER: Final = "Never"
+RESTART_EXIT_CODE: Final = "ExitCode"
+RESTART_POLICIES: Final = (RESTART_ALWAYS, RESTART_ON_FAILURE, RESTART_NEVER, RESTART_EXIT_CODE)
+# Replica restartPolicy -> pod restartPolicy. ExitCode is implemented by the controller, so the
+# kubelet must not restart the container itself.
+POD_RESTART_POLICY: Final = {
+    RESTART_ALWAYS: "Always",
+    RESTART_ON_FAILURE: "OnFailure",
+    RESTART_NEVER: "Never",
+    RESTART_EXIT_CODE: "Never",
+}
+
+# --- run policy ------------------------------------------------------------------------------------
+CLEAN_POD_ALL: Final = "All"
+CLEAN_POD_RUNNING: Final = "Running"
+CLEAN_POD_NONE: Final = "None"
+CLEAN_POD_POLICIES: Final = (CLEAN_POD_ALL, CLEAN_POD_RUNNING, CLEAN_POD_NONE)
+
+SUCCESS_DEFAULT: Final = ""
+SUCCESS_ALL_WORKERS: Final = "AllWorkers"
+SUCCESS_POLICIES: Final = (SUCCESS_DEFAULT, SUCCESS_ALL_WORKERS)
+
+# --- defaults (in-memory defaulting, never persisted) ----------------------------------------------
+DEFAULT_CONTAINER_NAME: Final = "tensorflow"
+DEFAULT_PORT_NAME: Final = "tfjob-port"
+DEFAULT_PORT: Final = 2222
+DEFAULT_RESTART_POLICY: Final = RESTART_NEVER
+DEFAULT_REPLICAS: Final = 1
+DEFAULT_CLEAN_POD_POLICY: Final = CLEAN_POD_NONE
+TF_CONFIG_ENV: Final = "TF_CONFIG"
+
+# Upstream treats a missing exit code of the tensorflow container as this magic value, which is
+# >= 128 and therefore "retryable" under restartPolicy ExitCode.
+MISSING_EXIT_CODE: Final = 0xBEEF
+RETRYABLE_EXIT_CODE_MIN: Final = 128
+
+# Upper bound on replicas per type that the controller accepts. Upstream has none, but a dense
+# TF_CONFIG lists every replica in every pod's environment (Linux caps one env string at 128 KiB,
+# about 3000 addresses), so far larger values cannot work and would only make a decision huge.
+MAX_REPLICAS: Final = 10000
+
+# --- conditions ------------------------------------------------------------------------------------
+COND_CREATED: Final = "Created"
+COND_RUNNING: Final = "Running"
+COND_RESTARTING: Final = "Restarting"
+COND_SUCCEEDED: Final = "Succeeded"
+COND_FAILED: Final = "Failed"
+COND_SUSPENDED: Final = "Suspended"
+
+REASON_CREATED: Final = "TFJobCreated"
+REASON_RUNNING: Final = "TFJobRunning"
+REASON_RESTARTING: Final = "TFJobRestarting"
+REASON_SUCCEEDED: Final = "TFJobSucceeded"
+REASON_FAILED: Final = "TFJobFailed"
+REASON_SUSPENDED: Final = "TFJobSuspended"
+REASON_RESUMED: Final = "TFJobResumed"
+REASON_FAILED_VALIDATION: Final = "TFJobFailedValidation"
+
+# --- event reasons emitted by the decision (the executor emits the per-action outcome events) -----
+EVENT_NORMAL: Final = "Normal"
+EVENT_WARNING: Final = "Warning"
+
+EV_EXITED_WITH_CODE: Final = "ExitedWithCode"
+EV_SET_POD_TEMPLATE_RESTART_POLICY: Final = "SetPodTemplateRestartPolicy"
+EV_WORKER_FAILOVER: Final = "WorkerFailover"
+EV_WORKER_FAILED: Final = "WorkerFailed"
+EV_WORKER_SCALED_DOWN: Final = "WorkerScaledDown"
+# Outcome events the executor emits after applying an action (listed so both sides share names).
+EV_SUCCESSFUL_CREATE_POD: Final = "SuccessfulCreatePod"
+EV_FAILED_CREATE_POD: Final = "FailedCreatePod"
+EV_SUCCESSFUL_DELETE_POD: Final = "SuccessfulDeletePod"
+EV_FAILED_DELETE_POD: Final = "FailedDeletePod"
+EV_SUCCESSFUL_CREATE_SERVICE: Final = "SuccessfulCreateService"
+EV_FAILED_CREATE_SERVICE: Final = "FailedCreateService"
+EV_SUCCESSFUL_DELETE_SERVICE: Final = "SuccessfulDeleteService"
+EV_FAILED_DELETE_SERVICE: Final = "FailedDeleteService"
+EV_SUCCESSFUL_DELETE_JOB: Final = "SuccessfulDeleteJob"
+EV_FAILED_DELETE_JOB: Final = "FailedDeleteJob"
+
+# --- metrics ---------------------------------------------------------------------------------------
+METRIC_JOBS_CREATED: Final = "training_operator_jobs_created_total"
+METRIC_JOBS_DELETED: Final = "training_operator_jobs_deleted_total"
+METRIC_JOBS_SUCCESSFUL: Final = "training_operator_jobs_successful_total"
+METRIC_JOBS_FAILED: Final = "training_operator_jobs_failed_total"
+METRIC_JOBS_RESTARTED: Final = "training_operator_jobs_restarted_total"
+METRIC_WORKER_FAILOVERS: Final = "tfjob_worker_failovers_total"
+METRIC_WORKER_SCALED_DOWN: Final = "tfjob_worker_scaled_down_total"
+
+# --- deletion reasons carried by DeletePod / DeleteService / DeleteJob -----------------------------
+DELETE_SCALE_DOWN: Final = "ScaleDown"
+DELETE_RESTART: Final = "Restart"
+DELETE_FAILOVER: Final = "Failover"
+DELETE_CLEANUP: Final = "Cleanup"
+DELETE_SUSPEND: Final = "Suspend"
+DELETE_DEADLINE: Final = "Deadline"
+DELETE_BACKOFF_LIMIT: Final = "BackoffLimit"
+DELETE_TTL: Final = "TTL"
+
+# --- pod facts we classify on (Kubernetes core vocabulary) -----------------------------------------
+POD_PENDING: Final = "Pending"
+POD_RUNNING: Final = "Running"
+POD_SUCCEEDED: Final = "Succeeded"
+POD_FAILED: Final = "Failed"
+POD_UNKNOWN: Final = "Unknown"
+POD_CONDITION_DISRUPTION_TARGET: Final = "DisruptionTarget"
+POD_CONDITION_READY: Final = "Ready"
+POD_REASON_EVICTED: Final = "Evicted"
+POD_REASON_NODE_LOST: Final = "NodeLost"
+POD_REASON_PREEMPTING: Final = "Preempting"
+POD_REASON_NODE_SHUTDOWN: Final = "Terminated"  # kubelet graceful node shutdown sets this
+
+# --- dynamic-worker failover reasons (the `reason` label of tfjob_worker_failovers_total) ----------
+# A fixed, small vocabulary: metric label values must have bounded cardinality.
+FAILOVER_DELETED: Final = "Deleted"
+FAILOVER_EVICTED: Final = "Evicted"
+FAILOVER_PREEMPTED: Final = "Preempted"
+FAILOVER_NODE_LOST: Final = "NodeLost"
+FAILOVER_DISRUPTED: Final = "Disrupted"
+FAILOVER_OOM_KILLED: Final = "OOMKilled"
+FAILOVER_ERROR: Final = "Error"
+
+# --- status.dynamicWorkers -------------------------------------------------------------------------
+STATUS_DYNAMIC_WORKERS: Final = "dynamicWorkers"
+WORKER_STATE_REPLACING: Final = "Replacing"  # waiting for the old pod to go and the back-off to end
+WORKER_STATE_REPLACED: Final = "Replaced"  # replacement created; history kept until it runs 10 min
+WORKER_STATE_FAILED: Final = "Failed"  # failed by its own exit, restart policy forbids a retry

@@ -1,0 +1,1045 @@
+"""The reconcile decision for one TFJob: (job, its pods and services, now) -> a :class:`Decision`.
+
+Why a pure function: every behaviour of the controller -- upstream's lifecycle and the dynamic
+workers this project exists for -- is decided here without I/O, so it is table-tested exhaustively
+and the executor that applies the result stays thin (see actions.py for its contract).
+
+Contract of :func:`decide`:
+
+* ``job`` is the TFJob as stored (undefaulted); ``pods`` / ``services`` the objects whose
+  controlling ownerReference is the job (re-checked here by uid; objects without our labels or
+  with an unparsable index are ignored). ``now`` is timezone-aware UTC.
+* Deterministic: same inputs, same Decision (types in a fixed order, indices sorted, TF_CONFIG
+  byte-exact, service ports in declaration order).
+* Idempotent: deciding again on the converged result of a decision (its actions applied, its
+  status written) yields no actions, no events, no metrics and an identical status, because
+  events and metrics are tied to status transitions and repeated deletes are avoided
+  (terminating pods are never deleted again).
+* Never raises on any input dict: a job that does not validate is failed with
+  ``TFJobFailedValidation`` and nothing is created; malformed children and status entries are
+  ignored.
+
+The pass, in order (reference §4.3 with the fixes recorded in docs/tfjob-compatibility.md):
+validation -> defaulting (in memory) -> ``Created`` condition -> finished jobs: cleanup / TTL ->
+suspended jobs: delete everything -> resume -> startTime -> backoff limit / active deadline ->
+per replica type: scale-down, restarts or worker failovers, creations, services -> conditions
+(success / failure / running / restarting) -> if the job just finished: cleanup and TTL in the
+same pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from . import api, pods as podlib, tfconfig
+from .actions import (
+    Action,
+    CreatePod,
+    CreateService,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    DeleteService,
+    Event,
+    MetricInc,
+)
+from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time
+from .conditions import sanitize as sanitize_conditions
+from .conditions import set_condition
+from .defaults import defaulted
+from .validation import summarize, validate
+
+
+@dataclass(frozen=True)
+class DecideConfig:
+    """Process-wide settings of the decision.
+
+    ``cluster_domain`` is upstream's ``CUSTOM_CLUSTER_DOMAIN`` (appended to service addresses in
+    TF_CONFIG); ``controller_name`` the value of the operator-name label. The failover timings are
+    the issue's (10 s doubling, 5 min cap, reset after 10 min of running); tests may shrink them.
+    ``max_pod_creations`` bounds one decision's pod creations (the rest follow on the next pass,
+    triggered by the creations' watch events), so a huge job cannot produce a huge decision.
+    """
+
+    cluster_domain: str = ""
+    controller_name: str = api.CONTROLLER_NAME
+    failover_backoff_base: float = 10.0
+    failover_backoff_cap: float = 300.0
+    failover_reset_after: float = 600.0
+    max_pod_creations: int = 500
+
+
+# --- dynamic-worker state persisted in status.dynamicWorkers ---------------------------------------
+_WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """What we remember about one worker index (only indices with something to remember).
+
+    ``state``: Replacing (the pod is going or gone; the replacement is created at ``retry_after``),
+    Replaced (the replacement exists; the record lives on until it has run ``reset_after``),
+    Failed (failed by its own exit, not retried; the failed pod is kept). ``pod_uid`` is the uid of
+    the pod the record is about (the failed/disrupted one), so a stale cache never counts the same
+    failure twice.
+    """
+
+    state: str
+    failovers: int = 0
+    last_failover_time: str | None = None
+    last_reason: str | None = None
+    retry_after: str | None = None
+    pod_uid: str | None = None
+    exit_code: int | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state, "failovers": self.failovers}
+        for key, value in (
+            ("lastFailoverTime", self.last_failover_time),
+            ("lastReason", self.last_reason),
+            ("retryAfter", self.retry_after),
+            ("podUID", self.pod_uid),
+            ("exitCode", self.exit_code),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @staticmethod
+    def from_status(raw: Any) -> WorkerRecord | None:
+        if not isinstance(raw, dict) or raw.get("state") not in _WORKER_STATES:
+            return None
+
+        def text(key: str) -> str | None:
+            value = raw.get(key)
+            return value if isinstance(value, str) else None
+
+        failovers = raw.get("failovers")
+        code = raw.get("exitCode")
+        return WorkerRecord(
+            state=raw["state"],
+            failovers=failovers if isinstance(failovers, int) and not isinstance(failovers, bool) and failovers > 0 else 0,
+            last_failover_time=text("lastFailoverTime"),
+            last_reason=text("lastReason"),
+            retry_after=text("retryAfter"),
+            pod_uid=text("podUID"),
+            exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        )
+
+
+def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
+    """The records of ``status.dynamicWorkers.workers``, malformed entries dropped."""
+    dynamic = status.get(api.STATUS_DYNAMIC_WORKERS) if isinstance(status, dict) else None
+    workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
+    records: dict[int, WorkerRecord] = {}
+    if not isinstance(workers, dict):
+        return records
+    for key, raw in workers.items():
+        if not isinstance(key, str) or not key.isascii() or not key.isdigit() or len(key) > 9:
+            continue
+        record = WorkerRecord.from_status(raw)
+        if record is not None:
+            records[int(key)] = record
+    return records
+
+
+def _dynamic_status(records: dict[int, WorkerRecord]) -> dict[str, Any]:
+    return {"workers": {str(i): records[i].to_status() for i in sorted(records)}}
+
+
+def failover_delay(failovers: int, config: DecideConfig) -> float:
+    """Back-off before the ``failovers``-th consecutive replacement: base * 2^(n-1), capped."""
+    exponent = min(max(failovers - 1, 0), 40)
+    return min(config.failover_backoff_base * (2**exponent), config.failover_backoff_cap)
+
+
+def worker0_completed(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Upstream's IsWorker0Completed on a defaulted job: slot 0 of the Worker type holds exactly
+    one pod, Succeeded, whose ``tensorflow`` container exited 0. True if there is no Worker spec."""
+    if api.WORKER not in job["spec"]["tfReplicaSpecs"]:
+        return True
+    slot0 = [
+        p
+        for p in pods
+        if podlib.replica_type_label(p) == api.WORKER.lower() and podlib.replica_index(p) == 0
+    ]
+    if len(slot0) != 1:
+        return False
+    pod = slot0[0]
+    return podlib.phase(pod) == api.POD_SUCCEEDED and podlib.exit_code_or_missing(pod) == 0
+
+
+# --- per-pass bookkeeping ----------------------------------------------------------------------------
+@dataclass
+class _Counts:
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    permanent_failed: int = 0  # counted failures that no restart will repair
+
+    def to_status(self, selector: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.active:
+            out["active"] = self.active
+        if self.succeeded:
+            out["succeeded"] = self.succeeded
+        if self.failed:
+            out["failed"] = self.failed
+        out["selector"] = selector
+        return out
+
+
+@dataclass
+class _Outputs:
+    """What one replica type's reconcile produced; discarded wholesale if the job finishes."""
+
+    scale_down: list[Action] = field(default_factory=list)
+    deletions: list[Action] = field(default_factory=list)
+    creations: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    metrics: list[MetricInc] = field(default_factory=list)
+    facts: list[Event] = field(default_factory=list)  # ExitedWithCode: kept even if the job finishes
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _now_epoch(now: datetime) -> float:
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    return now.timestamp()
+
+
+def decide(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    services: list[dict[str, Any]],
+    now: datetime,
+    config: DecideConfig = DecideConfig(),
+) -> Decision:
+    """Decide what to do for ``job`` at ``now``. See the module docstring for the contract."""
+    if not isinstance(job, dict):
+        return Decision((), (), (), {}, None)
+    raw_status = job.get("status")
+    old_status: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
+    if _managed_externally(job):
+        # v1.9 managedBy (e.g. MultiKueue): another controller owns the job; write nothing.
+        return Decision((), (), (), copy.deepcopy(old_status), None)
+    errors = validate(job)
+    if errors:
+        return _Pass.for_invalid(job, old_status, now, config).invalid(summarize(errors))
+    return _Pass(defaulted(job), old_status, pods, services, now, config).run()
+
+
+def _managed_externally(job: dict[str, Any]) -> bool:
+    spec = job.get("spec")
+    run_policy = spec.get("runPolicy") if isinstance(spec, dict) else None
+    return isinstance(run_policy, dict) and run_policy.get("managedBy") == api.MANAGED_BY_MULTIKUEUE
+
+
+class _Pass:
+    """One decision in the making. Holds the defaulted job, the indexed children and the
+    accumulating status, actions, events, metrics and timers."""
+
+    def __init__(
+        self,
+        job: dict[str, Any],
+        old_status: dict[str, Any],
+        pods: list[dict[str, Any]],
+        services: list[dict[str, Any]],
+        now: datetime,
+        config: DecideConfig,
+    ) -> None:
+        self.job = job
+        self.old_status = old_status
+        self.config = config
+        self.now = now
+        self.now_ts = _now_epoch(now)
+        self.now_str = format_time(now)
+        metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+        self.name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
+        self.namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else ""
+        self.uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else ""
+
+        self.conditions = sanitize_conditions(old_status.get("conditions"))
+        self.start_time = self._old_time("startTime")
+        self.completion_time = self._old_time("completionTime")
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.metrics: list[MetricInc] = []
+        self.timers: list[float] = []
+
+        self.pods = self._owned(pods)
+        self.services = self._owned(services)
+
+    @classmethod
+    def for_invalid(
+        cls, job: dict[str, Any], old_status: dict[str, Any], now: datetime, config: DecideConfig
+    ) -> _Pass:
+        return cls(job, old_status, [], [], now, config)
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _old_time(self, key: str) -> str | None:
+        value = self.old_status.get(key)
+        return value if parse_time(value) is not None else None
+
+    def _owned(self, objects: Any) -> list[dict[str, Any]]:
+        if not isinstance(objects, list) or not self.uid:
+            return []
+        return [
+            o
+            for o in objects
+            if isinstance(o, dict) and podlib.name(o) is not None and podlib.controller_uid(o) == self.uid
+        ]
+
+    def _job_labels(self) -> tuple[tuple[str, str], ...]:
+        return (("framework", api.FRAMEWORK), ("job_namespace", self.namespace))
+
+    def _event(self, event_type: str, reason: str, message: str) -> None:
+        self.events.append(Event(event_type, reason, message))
+
+    def _timer(self, seconds: float) -> None:
+        if seconds > 0 and math.isfinite(seconds):
+            self.timers.append(seconds)
+
+    def _set(self, cond_type: str, status: str, reason: str, message: str) -> bool:
+        """Set a condition; True if the list changed (a transition)."""
+        updated = set_condition(self.conditions, cond_type, status, reason, message, self.now_str)
+        changed = updated is not self.conditions
+        self.conditions = updated
+        return changed
+
+    def _ensure_created(self) -> None:
+        if find(self.conditions, api.COND_CREATED) is None and self._set(
+            api.COND_CREATED, TRUE, api.REASON_CREATED, f"TFJob {self.name} is created."
+        ):
+            self.metrics.append(MetricInc(api.METRIC_JOBS_CREATED, self._job_labels()))
+
+    def _finish_time(self) -> float:
+        """completionTime as epoch seconds, setting it to now if the job has none (TTL must work)."""
+        if self.completion_time is None:
+            self.completion_time = self.now_str
+        parsed = parse_time(self.completion_time)
+        return parsed if parsed is not None else self.now_ts
+
+    def _ttl(self, ttl: int | None, suspended: bool) -> None:
+        if ttl is None or suspended:
+            return  # upstream skips TTL while suspended (#2243)
+        expire = self._finish_time() + ttl
+        if self.now_ts >= expire:
+            self.actions.append(DeleteJob(api.DELETE_TTL))
+            self.metrics.append(MetricInc(api.METRIC_JOBS_DELETED, self._job_labels()))
+        else:
+            self._timer(expire - self.now_ts)
+
+    def _decision(self, status: dict[str, Any]) -> Decision:
+        return Decision(
+            actions=tuple(self.actions),
+            events=tuple(self.events),
+            metrics=tuple(self.metrics),
+            status=status,
+            requeue_after=min(self.timers) if self.timers else None,
+        )
+
+    def _base_status(self) -> dict[str, Any]:
+        status = {k: copy.deepcopy(v) for k, v in self.old_status.items()}
+        status["conditions"] = copy.deepcopy(self.conditions)
+        for key, value in (("startTime", self.start_time), ("completionTime", self.completion_time)):
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = value
+        return status
+
+    # --- invalid jobs --------------------------------------------------------------------------
+    def invalid(self, reasons: str) -> Decision:
+        message = f"TFJob {self.namespace}/{self.name} failed validation because {reasons}"
+        self._ensure_created()
+        if self._set(api.COND_FAILED, TRUE, api.REASON_FAILED_VALIDATION, message):
+            self._event(api.EVENT_WARNING, api.REASON_FAILED_VALIDATION, message)
+            self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
+        if is_finished(self.conditions):
+            spec = self.job.get("spec") if isinstance(self.job.get("spec"), dict) else {}
+            run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+            ttl = _int_or_none(run_policy.get("ttlSecondsAfterFinished"))
+            self._ttl(ttl if ttl is not None and ttl >= 0 else None, run_policy.get("suspend") is True)
+            self._finish_time()
+        return self._decision(self._base_status())
+
+    # --- valid jobs ----------------------------------------------------------------------------
+    def run(self) -> Decision:
+        spec = self.job["spec"]
+        self.specs: dict[str, dict[str, Any]] = spec["tfReplicaSpecs"]
+        self.types = [t for t in api.REPLICA_TYPES if t in self.specs]
+        self.run_policy: dict[str, Any] = spec["runPolicy"]
+        self.dynamic = spec.get("enableDynamicWorker") is True
+        self.suspended = self.run_policy.get("suspend") is True
+        self.has_chief = any(t in self.specs for t in api.CHIEF_TYPES)
+        self.old_replica_statuses: dict[str, Any] = (
+            self.old_status.get("replicaStatuses") if isinstance(self.old_status.get("replicaStatuses"), dict) else {}
+        )
+        self.records = parse_worker_records(self.old_status) if self.dynamic else {}
+        self._index_children()
+
+        self._ensure_created()
+        if is_finished(self.conditions):
+            return self._finished()
+        if self.suspended:
+            return self._suspend()
+        if is_true(self.conditions, api.COND_SUSPENDED):
+            self._set(api.COND_SUSPENDED, FALSE, api.REASON_RESUMED, f"TFJob {self.name} is resumed.")
+            self._event(api.EVENT_NORMAL, api.REASON_RESUMED, f"TFJob {self.name} is resumed.")
+            self.start_time = self.now_str  # upstream resets startTime on resume
+        if self.start_time is None:
+            self.start_time = self.now_str
+        limit_message = self._backoff_or_deadline()
+        if limit_message is not None:
+            return self._fail_on_limit(*limit_message)
+        return self._reconcile()
+
+    def _index_children(self) -> None:
+        """Group pods and services by (replica type, index); ignore what is not ours to slot."""
+        by_label = {t.lower(): t for t in self.types}
+        self.pod_slots: dict[str, dict[int, list[dict[str, Any]]]] = {t: {} for t in self.types}
+        self.service_slots: dict[str, dict[int, list[dict[str, Any]]]] = {t: {} for t in self.types}
+        for objects, slots in ((self.pods, self.pod_slots), (self.services, self.service_slots)):
+            for obj in objects:
+                replica_type = by_label.get(podlib.replica_type_label(obj) or "")
+                index = podlib.replica_index(obj)
+                if replica_type is not None and index is not None:
+                    slots[replica_type].setdefault(index, []).append(obj)
+
+    def _replicas(self, replica_type: str) -> int:
+        return self.specs[replica_type]["replicas"]
+
+    def _selector(self, replica_type: str) -> str:
+        return podlib.type_selector(self.name, replica_type, self.config.controller_name)
+
+    def _replica_statuses(self, counts: dict[str, _Counts] | None = None) -> dict[str, Any]:
+        """replicaStatuses: fresh counts for spec types if given, else the old entries carried over;
+        entries of types no longer in the spec are kept as upstream does; selector always filled."""
+        result = {k: copy.deepcopy(v) for k, v in self.old_replica_statuses.items()}
+        for replica_type in self.types:
+            if counts is not None:
+                result[replica_type] = counts[replica_type].to_status(self._selector(replica_type))
+            else:
+                entry = result.get(replica_type)
+                entry = dict(entry) if isinstance(entry, dict) else {}
+                entry["selector"] = self._selector(replica_type)
+                result[replica_type] = entry
+        return result
+
+    def _status(self, replica_statuses: dict[str, Any], records: dict[int, WorkerRecord] | None) -> dict[str, Any]:
+        status = self._base_status()
+        status["replicaStatuses"] = replica_statuses
+        if self.dynamic:
+            status[api.STATUS_DYNAMIC_WORKERS] = _dynamic_status(records if records is not None else self.records)
+        else:
+            status.pop(api.STATUS_DYNAMIC_WORKERS, None)
+        return status
+
+    # --- finished jobs: cleanup and TTL -------------------------------------------------------
+    def _cleanup(self, already_deleted: frozenset[str] | set[str] = frozenset()) -> None:
+        """cleanPodPolicy after the job finished: None keeps all, Running deletes Running and
+        Pending pods, All deletes every pod; each deleted pod's same-named service goes with it.
+        Terminating objects and those ``already_deleted`` by this decision are not deleted again."""
+        policy = self.run_policy.get("cleanPodPolicy", api.CLEAN_POD_NONE)
+        if policy == api.CLEAN_POD_NONE:
+            return
+        services_by_name = {podlib.name(s): s for s in self.services}
+        for pod in sorted(self.pods, key=lambda p: podlib.name(p) or ""):
+            if policy == api.CLEAN_POD_RUNNING and podlib.phase(pod) not in (api.POD_RUNNING, api.POD_PENDING):
+                continue
+            pod_name = podlib.name(pod) or ""
+            if pod_name in already_deleted:
+                continue
+            if not podlib.is_terminating(pod):
+                self.actions.append(DeletePod(pod_name, podlib.uid(pod), api.DELETE_CLEANUP))
+            service = services_by_name.get(pod_name)
+            if service is not None and not podlib.is_terminating(service):
+                self.actions.append(DeleteService(pod_name, podlib.uid(service), api.DELETE_CLEANUP))
+
+    def _finished(self) -> Decision:
+        self._cleanup()
+        replica_statuses = self._replica_statuses()
+        if is_true(self.conditions, api.COND_SUCCEEDED):
+            _move_active_to_succeeded(replica_statuses)
+        self._finish_time()
+        self._ttl(_int_or_none(self.run_policy.get("ttlSecondsAfterFinished")), self.suspended)
+        return self._decision(self._status(replica_statuses, None))
+
+    # --- suspension ----------------------------------------------------------------------------
+    def _delete_everything(self, reason: str) -> None:
+        for pod in sorted(self.pods, key=lambda p: podlib.name(p) or ""):
+            if not podlib.is_terminating(pod):
+                self.actions.append(DeletePod(podlib.name(pod) or "", podlib.uid(pod), reason))
+        for service in sorted(self.services, key=lambda s: podlib.name(s) or ""):
+            if not podlib.is_terminating(service):
+                self.actions.append(DeleteService(podlib.name(service) or "", podlib.uid(service), reason))
+
+    def _suspend(self) -> Decision:
+        self._delete_everything(api.DELETE_SUSPEND)
+        replica_statuses = self._replica_statuses()
+        for entry in replica_statuses.values():
+            if isinstance(entry, dict):
+                entry.pop("active", None)
+        message = f"TFJob {self.name} is suspended."
+        if is_true(self.conditions, api.COND_RUNNING):
+            self._set(api.COND_RUNNING, FALSE, api.REASON_SUSPENDED, message)
+        if not is_true(self.conditions, api.COND_SUSPENDED):
+            self._set(api.COND_SUSPENDED, TRUE, api.REASON_SUSPENDED, message)
+            self._event(api.EVENT_NORMAL, api.REASON_SUSPENDED, message)
+        # Every pod is deliberately removed; on resume each worker starts afresh.
+        return self._decision(self._status(replica_statuses, {}))
+
+    # --- backoff limit and active deadline ----------------------------------------------------
+    def _backoff_or_deadline(self) -> tuple[str, str] | None:
+        """(message, deletion reason) if the job exceeds its backoff limit or deadline.
+
+        Backoff is upstream's rule (quirk Q5 kept): with ``backoffLimit: 0`` a new Failed pod while
+        not all replicas are active fails the job; otherwise the sum of container restartCounts of
+        Running pods of OnFailure/Always/ExitCode types must stay below the limit. In a dynamic job
+        Worker pods are excluded: workers have their own per-index back-off and never fail the job.
+        """
+        limit = _int_or_none(self.run_policy.get("backoffLimit"))
+        if limit is not None:
+            counted = [t for t in self.types if not (self.dynamic and t == api.WORKER)]
+            counted_pods = [p for t in counted for slot in self.pod_slots[t].values() for p in slot]
+            failed_now = sum(1 for p in counted_pods if podlib.phase(p) == api.POD_FAILED)
+            previous_failed = 0
+            for t in counted:
+                entry = self.old_replica_statuses.get(t)
+                value = _int_or_none(entry.get("failed")) if isinstance(entry, dict) else None
+                previous_failed += value if value is not None and value > 0 else 0
+            active = sum(
+                1
+                for p in counted_pods
+                if podlib.phase(p) not in (api.POD_SUCCEEDED, api.POD_FAILED) and not podlib.is_terminating(p)
+            )
+            total = sum(self._replicas(t) for t in counted)
+            exceeds = limit == 0 and failed_now > previous_failed and active != total
+            restarts = sum(
+                podlib.restart_count(p)
+                for t in counted
+                if self.specs[t]["restartPolicy"] in (api.RESTART_ON_FAILURE, api.RESTART_ALWAYS, api.RESTART_EXIT_CODE)
+                for slot in self.pod_slots[t].values()
+                for p in slot
+                if podlib.phase(p) == api.POD_RUNNING
+            )
+            past = restarts > 0 if limit == 0 else restarts >= limit
+            if exceeds or past:
+                return (
+                    f"Job {self.name} has failed because it has reached the specified backoff limit",
+                    api.DELETE_BACKOFF_LIMIT,
+                )
+        deadline = _int_or_none(self.run_policy.get("activeDeadlineSeconds"))
+        start = parse_time(self.start_time)
+        if deadline is not None and start is not None:
+            expires = start + deadline
+            if self.now_ts >= expires:
+                return (
+                    f"Job {self.name} has failed because it was active longer than specified deadline",
+                    api.DELETE_DEADLINE,
+                )
+            self._timer(expires - self.now_ts)
+        return None
+
+    def _fail_on_limit(self, message: str, reason: str) -> Decision:
+        """Backoff/deadline failure: every pod and service goes (cleanPodPolicy does not apply,
+        as upstream), the job is Failed with completionTime set, and TTL starts."""
+        self.timers.clear()
+        self._delete_everything(reason)
+        if self._set(api.COND_FAILED, TRUE, api.REASON_FAILED, message):
+            self._event(api.EVENT_NORMAL, api.REASON_FAILED, message)
+            self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
+        self._finish_time()
+        self._ttl(_int_or_none(self.run_policy.get("ttlSecondsAfterFinished")), False)
+        return self._decision(self._status(self._replica_statuses(), None))
+
+    # --- the normal pass -----------------------------------------------------------------------
+    def _reconcile(self) -> Decision:
+        self.creations_left = max(self.config.max_pod_creations, 0)
+        self.new_records: dict[int, WorkerRecord] = {}
+        self.pods_created: set[tuple[str, int]] = set()
+        self.pod_failure: tuple[str, str] | None = None  # (replica type, message): ExitCode 1-127
+        counts: dict[str, _Counts] = {}
+        outputs: list[_Outputs] = []
+        for replica_type in self.types:
+            out = _Outputs()
+            self._scale_down(replica_type, out)
+            if self.dynamic and replica_type == api.WORKER:
+                counts[replica_type] = self._reconcile_dynamic_workers(out)
+            else:
+                counts[replica_type] = self._reconcile_replicas(replica_type, out)
+            self._reconcile_services(replica_type, out)
+            outputs.append(out)
+
+        events_before = len(self.events)
+        finished = self._update_conditions(counts)
+        condition_events = self.events[events_before:]
+        del self.events[events_before:]
+        replica_statuses = self._replica_statuses(counts)
+        for out in outputs:
+            self.actions.extend(out.scale_down)
+        if finished:
+            # A job that finishes in this pass restarts, fails over and creates nothing; its pods
+            # are handled by cleanPodPolicy in this same pass, so the next pass has nothing to do.
+            # Scale-down deletions stand: they follow the spec, not the job's state.
+            self.timers.clear()
+            for out in outputs:
+                self.events.extend(out.facts)
+            self.events.extend(condition_events)
+            self._cleanup(already_deleted={a.name for a in self.actions if isinstance(a, DeletePod)})
+            if is_true(self.conditions, api.COND_SUCCEEDED):
+                _move_active_to_succeeded(replica_statuses)
+            self._finish_time()
+            self._ttl(_int_or_none(self.run_policy.get("ttlSecondsAfterFinished")), False)
+            return self._decision(self._status(replica_statuses, self.records))
+        for out in outputs:
+            self.actions.extend(out.deletions)
+        for out in outputs:
+            self.actions.extend(out.creations)
+        for out in outputs:
+            self.events.extend(out.events)
+            self.events.extend(out.facts)
+            self.metrics.extend(out.metrics)
+        self.events.extend(condition_events)
+        return self._decision(self._status(replica_statuses, self.new_records))
+
+    def _scale_down(self, replica_type: str, out: _Outputs) -> None:
+        """Delete the pods and services of indices >= replicas, highest index first (every type,
+        as upstream). Terminating objects are not deleted again. Dynamic workers leave with an
+        event and a metric; for other types the leaving pods still count (see the counting)."""
+        replicas = self._replicas(replica_type)
+        pod_slots = self.pod_slots[replica_type]
+        service_slots = self.service_slots[replica_type]
+        removed: list[str] = []
+        for index in sorted({i for i in (*pod_slots, *service_slots) if i >= replicas}, reverse=True):
+            for pod in pod_slots.get(index, []):
+                if not podlib.is_terminating(pod):
+                    out.scale_down.append(DeletePod(podlib.name(pod) or "", podlib.uid(pod), api.DELETE_SCALE_DOWN))
+                    removed.append(podlib.name(pod) or "")
+            for service in service_slots.get(index, []):
+                if not podlib.is_terminating(service):
+                    out.scale_down.append(
+                        DeleteService(podlib.name(service) or "", podlib.uid(service), api.DELETE_SCALE_DOWN)
+                    )
+        if removed and self.dynamic and replica_type == api.WORKER:
+            out.events.append(
+                Event(
+                    api.EVENT_NORMAL,
+                    api.EV_WORKER_SCALED_DOWN,
+                    f"Scaled down to {replicas} worker(s): removed {', '.join(removed)}",
+                )
+            )
+            out.metrics.extend(
+                MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", self.namespace),)) for _ in removed
+            )
+
+    # --- pods of one replica type (upstream semantics) ---------------------------------------
+    def _create(self, replica_type: str, index: int, out: _Outputs) -> bool:
+        if self.creations_left <= 0:
+            return False
+        self.creations_left -= 1
+        pod = podlib.build_pod(self.job, replica_type, index, self.config.cluster_domain, self.config.controller_name)
+        out.creations.append(CreatePod(pod, replica_type, index))
+        self.pods_created.add((replica_type, index))
+        if podlib.template_sets_restart_policy(self.job, replica_type):
+            out.events.append(
+                Event(
+                    api.EVENT_WARNING,
+                    api.EV_SET_POD_TEMPLATE_RESTART_POLICY,
+                    "Restart policy in pod template will be overwritten by restart policy in replica spec",
+                )
+            )
+        return True
+
+    def _exited_fact(self, pod: dict[str, Any], out: _Outputs) -> None:
+        code = podlib.exit_code(pod)
+        if code is not None:
+            out.facts.append(
+                Event(
+                    api.EVENT_NORMAL,
+                    api.EV_EXITED_WITH_CODE,
+                    f"Pod: {self.namespace}.{podlib.name(pod)} exited with code {code}",
+                )
+            )
+
+    def _restartable(self, replica_type: str, pod: dict[str, Any]) -> bool:
+        """Whether a failed (or terminating) pod of this type will come back by itself or by us."""
+        policy = self.specs[replica_type]["restartPolicy"]
+        if policy in (api.RESTART_ALWAYS, api.RESTART_ON_FAILURE):
+            return True
+        if policy == api.RESTART_EXIT_CODE:
+            if podlib.phase(pod) != api.POD_FAILED:
+                return True  # a terminating pod is recreated; its code is not a verdict
+            return podlib.is_retryable_exit_code(podlib.exit_code_or_missing(pod))
+        return False
+
+    def _reconcile_replicas(self, replica_type: str, out: _Outputs) -> _Counts:
+        """Pods of one type with upstream's semantics (every type of a non-dynamic job, and the
+        non-Worker types of a dynamic one): create missing indices, restart failed pods as the
+        restart policy allows, fail the job on a non-retryable exit code, count the rest."""
+        replicas = self._replicas(replica_type)
+        policy = self.specs[replica_type]["restartPolicy"]
+        slots = self.pod_slots[replica_type]
+        services = self.service_slots[replica_type]
+        counts = _Counts()
+        for index in range(replicas):
+            if not slots.get(index) and not self._create(replica_type, index, out):
+                break
+        for index in sorted(slots):
+            if len(slots[index]) != 1:
+                continue  # upstream: "too many pods" for one index -> neither counted nor touched
+            pod = slots[index][0]
+            in_range = index < replicas
+            current_phase = podlib.phase(pod)
+            terminating = podlib.is_terminating(pod)
+            if in_range and terminating and not services.get(index):
+                # Removed by us together with its service (suspend): it is leaving, not failing.
+                continue
+            if current_phase == api.POD_FAILED and not terminating and in_range:
+                code = podlib.exit_code_or_missing(pod)
+                if policy == api.RESTART_EXIT_CODE and not podlib.is_retryable_exit_code(code):
+                    if self.pod_failure is None:
+                        self.pod_failure = (
+                            replica_type,
+                            f'job "{self.name}" is failing because "{replica_type}" replica(s) failed.',
+                        )
+                    self._exited_fact(pod, out)
+                elif self._restartable(replica_type, pod):
+                    message = f"job {self.name} is restarting because {replica_type} replica(s) failed."
+                    out.deletions.append(DeletePod(podlib.name(pod) or "", podlib.uid(pod), api.DELETE_RESTART))
+                    out.events.append(Event(api.EVENT_WARNING, api.REASON_RESTARTING, message))
+                    out.metrics.append(MetricInc(api.METRIC_JOBS_RESTARTED, self._job_labels()))
+                    self._exited_fact(pod, out)
+            # Counting (reference §2.4): a snapshot of the pods that exist now. A terminating
+            # Running pod counts as failed (kubeflow/common#214, kept for non-dynamic types); an
+            # out-of-range pod is being deleted by this very pass, so it counts as terminating now
+            # rather than one pass later (which keeps the decision idempotent).
+            leaving = terminating or not in_range
+            if current_phase == api.POD_RUNNING and not leaving:
+                counts.active += 1
+            elif current_phase == api.POD_SUCCEEDED:
+                counts.succeeded += 1
+            elif current_phase == api.POD_FAILED or current_phase == api.POD_RUNNING:
+                counts.failed += 1
+                if not in_range or not self._restartable(replica_type, pod):
+                    counts.permanent_failed += 1
+        return counts
+
+    def _reconcile_services(self, replica_type: str, out: _Outputs) -> None:
+        """Create the headless service of every index < replicas that lacks one (never beyond:
+        fix for quirk Q6), unless the slot is waiting for its old pod to go."""
+        slots = self.service_slots[replica_type]
+        for index in range(self._replicas(replica_type)):
+            if not slots.get(index) and self._service_wanted(replica_type, index):
+                service = podlib.build_service(self.job, replica_type, index, self.config.controller_name)
+                out.creations.append(CreateService(service, replica_type, index))
+
+    def _service_wanted(self, replica_type: str, index: int) -> bool:
+        """Whether an index without a service should get one now.
+
+        A service without a pod is how a vanished dynamic worker is recognised, so a service is
+        only created together with its pod, for a pod that exists, or for a worker waiting for its
+        replacement. A slot whose pod was removed by us (it terminates without its service) gets
+        its service back together with the new pod."""
+        slot = self.pod_slots[replica_type].get(index, [])
+        if len(slot) == 1 and podlib.is_terminating(slot[0]):
+            return self.dynamic and replica_type == api.WORKER and index in self.new_records
+        if not (self.dynamic and replica_type == api.WORKER) or slot:
+            return True
+        record = self.new_records.get(index)
+        return (replica_type, index) in self.pods_created or (
+            record is not None and record.state == api.WORKER_STATE_REPLACING
+        )
+
+    # --- dynamic workers -------------------------------------------------------------------------
+    def _reconcile_dynamic_workers(self, out: _Outputs) -> _Counts:
+        """Workers of a dynamic job: replaced on disruption or retryable exit (with a per-index
+        back-off), kept failed under a restart policy that forbids a retry, never failing the job."""
+        policy = self.specs[api.WORKER]["restartPolicy"]
+        slots = self.pod_slots[api.WORKER]
+        service_slots = self.service_slots[api.WORKER]
+        counts = _Counts()
+        for index in range(self._replicas(api.WORKER)):
+            slot = slots.get(index, [])
+            if len(slot) > 1:
+                if index in self.records:
+                    self.new_records[index] = self.records[index]
+                continue  # duplicates: neither counted nor touched, as upstream
+            record = self.records.get(index)
+            pod = slot[0] if slot else None
+            if pod is None:
+                record = self._worker_missing(index, record, bool(service_slots.get(index)), out)
+            elif podlib.is_terminating(pod):
+                record = self._worker_terminating(index, record, pod, bool(service_slots.get(index)), out)
+            else:
+                record = self._worker_present(index, record, pod, policy, counts, out)
+            if record is not None:
+                self.new_records[index] = record
+        return counts
+
+    def _failover(
+        self,
+        index: int,
+        record: WorkerRecord | None,
+        reason: str,
+        description: str,
+        pod: dict[str, Any] | None,
+        out: _Outputs,
+    ) -> WorkerRecord:
+        """Record a new failover of worker ``index`` (event, metric, back-off)."""
+        failovers = record.failovers if record is not None else 0
+        if pod is not None:
+            ran = podlib.run_seconds(pod, self.now_ts)
+            if ran is not None and ran >= self.config.failover_reset_after:
+                failovers = 0  # it had run long enough: this is a fresh failure, not a crash loop
+        failovers += 1
+        delay = failover_delay(failovers, self.config)
+        retry_at = math.ceil(self.now_ts + delay)
+        self._timer(retry_at - self.now_ts)
+        pod_name = tfconfig.general_name(self.name, api.WORKER, index)
+        out.events.append(
+            Event(
+                api.EVENT_WARNING,
+                api.EV_WORKER_FAILOVER,
+                f"Worker {pod_name} (index {index}) {description} ({reason}): "
+                f"replacing it after a {delay:g}s back-off (failover {failovers})",
+            )
+        )
+        out.metrics.append(
+            MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", self.namespace), ("reason", reason)))
+        )
+        return WorkerRecord(
+            state=api.WORKER_STATE_REPLACING,
+            failovers=failovers,
+            last_failover_time=self.now_str,
+            last_reason=reason,
+            retry_after=format_epoch(retry_at),
+            pod_uid=podlib.uid(pod) if pod is not None else None,
+            exit_code=podlib.exit_code(pod) if pod is not None else None,
+        )
+
+    def _worker_missing(
+        self, index: int, record: WorkerRecord | None, has_service: bool, out: _Outputs
+    ) -> WorkerRecord | None:
+        if record is None or record.state != api.WORKER_STATE_REPLACING:
+            vanished = has_service or record is not None
+            if not vanished:
+                self._create(api.WORKER, index, out)  # a fresh slot: first pod of this index
+                return None
+            record = self._failover(index, record, api.FAILOVER_DELETED, "was deleted", None, out)
+        due = parse_time(record.retry_after)
+        if due is not None and self.now_ts < due:
+            self._timer(due - self.now_ts)
+            return record
+        if self._create(api.WORKER, index, out):
+            return replace(record, state=api.WORKER_STATE_REPLACED, retry_after=None, pod_uid=None)
+        return record
+
+    def _worker_terminating(
+        self, index: int, record: WorkerRecord | None, pod: dict[str, Any], has_service: bool, out: _Outputs
+    ) -> WorkerRecord | None:
+        # Terminating workers are "leaving": never counted as failed (fix for quirk Q7).
+        if record is not None and record.state == api.WORKER_STATE_REPLACING and record.pod_uid == podlib.uid(pod):
+            return record  # our own failover deletion in progress
+        if record is None and not has_service:
+            return None  # removed by us (scale-down, suspend): a fresh pod follows once it is gone
+        reason = podlib.disruption(pod) or api.FAILOVER_DELETED
+        return self._failover(index, record, reason, _DESCRIPTIONS[reason], pod, out)
+
+    def _worker_present(
+        self,
+        index: int,
+        record: WorkerRecord | None,
+        pod: dict[str, Any],
+        policy: str,
+        counts: _Counts,
+        out: _Outputs,
+    ) -> WorkerRecord | None:
+        current_phase = podlib.phase(pod)
+        pod_uid = podlib.uid(pod)
+        if current_phase == api.POD_SUCCEEDED:
+            counts.succeeded += 1
+            return None  # done; its failover history no longer matters
+        ours = record is not None and record.pod_uid == pod_uid
+        if ours and record.state == api.WORKER_STATE_REPLACING:
+            # We decided to replace this pod but the deletion is not visible yet: delete again
+            # (the executor's expectations make a repeated delete harmless).
+            out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
+            return record
+        disruption = podlib.disruption(pod)
+        if ours and record.state == api.WORKER_STATE_FAILED and disruption is None:
+            counts.failed += 1
+            counts.permanent_failed += 1
+            return record
+        if disruption is not None:
+            out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
+            self._exited_fact(pod, out)
+            return self._failover(index, record, disruption, _DESCRIPTIONS[disruption], pod, out)
+        if current_phase == api.POD_FAILED:
+            code = podlib.exit_code_or_missing(pod)
+            retry = policy in (api.RESTART_ALWAYS, api.RESTART_ON_FAILURE) or (
+                policy == api.RESTART_EXIT_CODE and podlib.is_retryable_exit_code(code)
+            )
+            self._exited_fact(pod, out)
+            reason = podlib.exit_failure_reason(pod)
+            if retry:
+                out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
+                return self._failover(index, record, reason, _exit_text(pod), pod, out)
+            counts.failed += 1
+            counts.permanent_failed += 1
+            exit_text = _exit_text(pod)
+            out.events.append(
+                Event(
+                    api.EVENT_WARNING,
+                    api.EV_WORKER_FAILED,
+                    f"Worker {podlib.name(pod)} (index {index}) {exit_text} and restartPolicy {policy} "
+                    "does not retry it: the job continues without it",
+                )
+            )
+            return WorkerRecord(
+                state=api.WORKER_STATE_FAILED,
+                failovers=record.failovers if record is not None else 0,
+                last_failover_time=record.last_failover_time if record is not None else None,
+                last_reason=reason,
+                pod_uid=pod_uid,
+                exit_code=podlib.exit_code(pod),
+            )
+        # Pending or Running, healthy.
+        if current_phase == api.POD_RUNNING:
+            counts.active += 1
+        if record is None:
+            return None
+        if record.state != api.WORKER_STATE_REPLACED:
+            record = replace(record, state=api.WORKER_STATE_REPLACED, retry_after=None, pod_uid=None)
+        if current_phase == api.POD_RUNNING:
+            ran = podlib.run_seconds(pod, self.now_ts)
+            if ran is not None:
+                if ran >= self.config.failover_reset_after:
+                    return None  # ran long enough: forget the crash-loop history
+                self._timer(self.config.failover_reset_after - ran)
+        return record
+
+    # --- conditions (UpdateJobStatus) ----------------------------------------------------------
+    def _update_conditions(self, counts: dict[str, _Counts]) -> bool:
+        """Set Running/Restarting/Succeeded/Failed from this pass's counts; True if now finished.
+
+        Upstream's rules (reference §2.6-§2.8) with fixes: the first terminal outcome in type order
+        wins and freezes (Q1); a type fails when it has failures no restart will repair, instead
+        of "unless a Restarting condition exists" (Q3); dynamic Workers never fail the job.
+        """
+        if self.pod_failure is not None:
+            replica_type, message = self.pod_failure
+            if self._set(api.COND_FAILED, TRUE, api.REASON_FAILED, message):
+                self._event(api.EVENT_WARNING, api.REASON_FAILED, message)
+                self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
+            return is_finished(self.conditions)
+
+        success_policy = self.job["spec"].get("successPolicy", api.SUCCESS_DEFAULT)
+        running = restarting = False
+        terminal: tuple[str, str, str] | None = None  # (condition, message, event type)
+        for replica_type in self.types:
+            c = counts[replica_type]
+            replicas = self._replicas(replica_type)
+            if self.has_chief and replica_type in api.CHIEF_TYPES:
+                if c.active > 0:
+                    running = True
+                if replicas - c.succeeded == 0 and terminal is None:
+                    terminal = (api.COND_SUCCEEDED, "", api.EVENT_NORMAL)
+            elif not self.has_chief and replica_type == api.WORKER:
+                if self._workers_succeeded(c, replicas, success_policy):
+                    if terminal is None:
+                        terminal = (api.COND_SUCCEEDED, "", api.EVENT_NORMAL)
+                elif c.active > 0:
+                    running = True
+            if c.failed > 0 and not (self.dynamic and replica_type == api.WORKER):
+                if c.permanent_failed > 0:
+                    if terminal is None:
+                        message = (
+                            f"TFJob {self.namespace}/{self.name} has failed because "
+                            f"{c.failed} {replica_type} replica(s) failed."
+                        )
+                        terminal = (api.COND_FAILED, message, api.EVENT_NORMAL)
+                else:
+                    restarting = True
+
+        running_message = f"TFJob {self.namespace}/{self.name} is running."
+        if terminal is None:
+            if restarting:
+                failing = next(
+                    t
+                    for t in self.types
+                    if counts[t].failed > 0 and not (self.dynamic and t == api.WORKER)
+                )
+                self._set(
+                    api.COND_RESTARTING,
+                    TRUE,
+                    api.REASON_RESTARTING,
+                    f"job {self.name} is restarting because {failing} replica(s) failed.",
+                )
+            elif running:
+                self._set(api.COND_RUNNING, TRUE, api.REASON_RUNNING, running_message)
+            return False
+        if running:
+            # Upstream sets Running before the terminal condition in the same pass, which leaves
+            # a Running=False entry behind (pinned by upstream's status tests).
+            self._set(api.COND_RUNNING, TRUE, api.REASON_RUNNING, running_message)
+        cond_type, message, event_type = terminal
+        if cond_type == api.COND_SUCCEEDED:
+            message = f"TFJob {self.namespace}/{self.name} successfully completed."
+            if self._set(api.COND_SUCCEEDED, TRUE, api.REASON_SUCCEEDED, message):
+                self._event(event_type, api.REASON_SUCCEEDED, message)
+                self.metrics.append(MetricInc(api.METRIC_JOBS_SUCCESSFUL, self._job_labels()))
+        elif self._set(api.COND_FAILED, TRUE, api.REASON_FAILED, message):
+            self._event(event_type, api.REASON_FAILED, message)
+            self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
+        return is_finished(self.conditions)
+
+    def _workers_succeeded(self, c: _Counts, replicas: int, success_policy: str) -> bool:
+        worker0 = success_policy != api.SUCCESS_ALL_WORKERS and worker0_completed(
+            self.job, [p for slot in self.pod_slots[api.WORKER].values() for p in slot]
+        )
+        if not self.dynamic:
+            return replicas - c.succeeded == 0 or worker0
+        # Dynamic: permanently failed workers are not waited for, scaled-down ones are not
+        # counted, and at least one worker must have succeeded (replicas 0 is "paused", not done).
+        if c.succeeded == 0:
+            return False
+        return replicas - c.succeeded - c.permanent_failed <= 0 or worker0
+
+
+_DESCRIPTIONS = {
+    api.FAILOVER_DELETED: "was deleted",
+    api.FAILOVER_EVICTED: "was evicted",
+    api.FAILOVER_PREEMPTED: "was preempted",
+    api.FAILOVER_NODE_LOST: "was lost with its node",
+    api.FAILOVER_DISRUPTED: "was disrupted",
+}
+
+
+def _exit_text(pod: dict[str, Any]) -> str:
+    code = podlib.exit_code(pod)
+    if code is None:
+        return "failed without an exit code"
+    if podlib.exit_failure_reason(pod) == api.FAILOVER_OOM_KILLED:
+        return f"was OOM-killed (exit code {code})"
+    return f"exited with code {code}"
+
+
+def _move_active_to_succeeded(replica_statuses: dict[str, Any]) -> None:
+    """After success, upstream books still-active replicas as succeeded (once: active becomes 0)."""
+    for entry in replica_statuses.values():
+        if not isinstance(entry, dict):
+            continue
+        active = _int_or_none(entry.get("active")) or 0
+        if active > 0:
+            succeeded = _int_or_none(entry.get("succeeded")) or 0
+            entry["succeeded"] = succeeded + active
+            entry.pop("active", None)

@@ -1,0 +1,137 @@
+"""TF_CONFIG: the cluster description TensorFlow reads from each pod's environment.
+
+Why byte-exactness matters: TF_CONFIG is the one interface between the controller and the user's
+training code. Dense TF_CONFIG (the default) must be byte-for-byte what training-operator
+generates -- same key order, no whitespace, same addresses -- so that nothing changes for existing
+jobs. Sparse TF_CONFIG (``enableDynamicWorker: true``) fixes upstream quirk Q8.
+
+Contract (all functions take a *defaulted, validated* job and never mutate it):
+
+* A job is distributed when the sum of ``replicas`` over the five known types is not 1; only
+  distributed jobs get TF_CONFIG (:func:`tf_config` returns None otherwise).
+* The address of replica i of type T is ``<job>-<t>-<i>.<namespace>.svc[.<cluster_domain>]:<port>``
+  with ``t`` lower case and ``port`` the ``tfjob-port`` of T's ``tensorflow`` container (2222
+  by default; a port under another name is not used).
+* Dense: ``{"cluster":{<every type in the spec, keys sorted>:[addresses]},"task":{"type":t,"index":i},
+  "environment":"cloud"}``.
+* Sparse (our definition, documented in docs/tfjob-compatibility.md): every task gets its own
+  address under its own type, as a one-entry map from the decimal index, plus the full PS list
+  (``[]`` when there is no PS, never null). Key order: ``worker`` (always present, possibly
+  ``{}``), ``ps``, then the task's own type when it is not worker/ps. PS tasks get the full PS
+  list (which contains their own address at their own index).
+  e.g. ``{"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"],"chief":{"0":"j-chief-0.ns.svc:2222"}},
+  "task":{"type":"chief","index":0}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import api
+
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _go_json(value: Any) -> str:
+    """JSON as Go's encoding/json writes it: compact, HTML-escaped, insertion-ordered objects."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for raw, escaped in _GO_ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
+
+
+def replica_specs(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return job["spec"]["tfReplicaSpecs"]
+
+
+def replicas_of(job: dict[str, Any], replica_type: str) -> int:
+    """Desired replicas of ``replica_type`` (0 if the type is not in the spec)."""
+    replica_spec = replica_specs(job).get(replica_type)
+    if replica_spec is None:
+        return 0
+    return replica_spec.get("replicas", api.DEFAULT_REPLICAS)
+
+
+def is_distributed(job: dict[str, Any]) -> bool:
+    """More (or fewer) than exactly one replica in total over the known types."""
+    specs = replica_specs(job)
+    total = sum(
+        (specs[t].get("replicas") if specs[t].get("replicas") is not None else 1)
+        for t in api.REPLICA_TYPES
+        if t in specs
+    )
+    return total != 1
+
+
+def tensorflow_container(pod_spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The first container named ``tensorflow`` in a pod spec, or None."""
+    for container in pod_spec.get("containers") or []:
+        if container.get("name") == api.DEFAULT_CONTAINER_NAME:
+            return container
+    return None
+
+
+def replica_port(job: dict[str, Any], replica_type: str) -> int:
+    """The ``tfjob-port`` containerPort of the type's ``tensorflow`` container (default 2222)."""
+    template = replica_specs(job)[replica_type].get("template") or {}
+    container = tensorflow_container(template.get("spec") or {})
+    if container is not None:
+        for port in container.get("ports") or []:
+            if port.get("name") == api.DEFAULT_PORT_NAME:
+                return port["containerPort"]
+    return api.DEFAULT_PORT
+
+
+def general_name(job_name: str, replica_type: str, index: int) -> str:
+    """``<job>-<rt>-<index>``, the name of a replica's pod and service ('/' replaced by '-')."""
+    return f"{job_name}-{replica_type.lower()}-{index}".replace("/", "-")
+
+
+def address(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    metadata = job["metadata"]
+    host = f"{general_name(metadata['name'], replica_type, index)}.{metadata['namespace']}.svc"
+    if cluster_domain:
+        host += f".{cluster_domain}"
+    return f"{host}:{replica_port(job, replica_type)}"
+
+
+def _addresses(job: dict[str, Any], replica_type: str, cluster_domain: str) -> list[str]:
+    return [address(job, replica_type, i, cluster_domain) for i in range(replicas_of(job, replica_type))]
+
+
+def dense_cluster(job: dict[str, Any], cluster_domain: str = "") -> dict[str, list[str]]:
+    """Every known type in the spec -> its addresses, keys sorted (as Go marshals a map)."""
+    specs = replica_specs(job)
+    types = sorted((t for t in api.REPLICA_TYPES if t in specs), key=str.lower)
+    return {t.lower(): _addresses(job, t, cluster_domain) for t in types}
+
+
+def dense_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    return _go_json(
+        {
+            "cluster": dense_cluster(job, cluster_domain),
+            "task": {"type": replica_type.lower(), "index": index},
+            "environment": "cloud",
+        }
+    )
+
+
+def sparse_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    own = {str(index): address(job, replica_type, index, cluster_domain)}
+    cluster: dict[str, Any] = {
+        "worker": own if replica_type == api.WORKER else {},
+        "ps": _addresses(job, api.PS, cluster_domain) if api.PS in replica_specs(job) else [],
+    }
+    if replica_type not in (api.WORKER, api.PS):
+        cluster[replica_type.lower()] = own
+    return _go_json({"cluster": cluster, "task": {"type": replica_type.lower(), "index": index}})
+
+
+def tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str | None:
+    """The TF_CONFIG value for replica ``index`` of ``replica_type``, or None if not distributed."""
+    if not is_distributed(job):
+        return None
+    if job["spec"].get("enableDynamicWorker") is True:
+        return sparse_tf_config(job, replica_type, index, cluster_domain)
+    return dense_tf_config(job, replica_type, index, cluster_domain)

@@ -1,0 +1,310 @@
+"""Validation of a TFJob as stored, re-checked by the controller on every reconcile.
+
+Why the controller validates although the CRD has CEL rules: objects can predate the rules (written
+under upstream's webhook-less CRD, or before the CRD was upgraded), and a job the controller cannot
+interpret must fail cleanly with a clear message instead of crashing or looping (quirk Q19). The
+decision function also relies on it: once :func:`validate` returns no errors, every field the
+controller reads has the type it expects, so the rest of the domain can index without checks.
+
+Rules = upstream's webhook (reference §1.5) plus the CRD's schema constraints, on the *raw*
+(undefaulted) object:
+
+* ``metadata.name`` is a DNS-1035 label; namespace and uid are present (the API always sets them);
+* ``spec.tfReplicaSpecs`` is a non-empty map whose keys are known replica types
+  (case-insensitive, each at most once), with at most one of Chief/Master;
+* each replica spec is an object with ``replicas`` an integer in [0, MAX_REPLICAS], a known
+  ``restartPolicy``, and a template whose containers all have an image and one of which is named
+  ``tensorflow`` (the env and ports lists the controller edits must be lists of objects);
+* ``runPolicy`` fields have their schema types, non-negative integers, known ``cleanPodPolicy``;
+  ``managedBy`` (v1.9) one of the supported values;
+* ``successPolicy`` is "" or ``AllWorkers``; ``enableDynamicWorker`` a boolean.
+
+Errors are :class:`FieldError` values whose ``str()`` follows apimachinery's field-error format
+(``spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0``),
+so the messages read like the ones ``kubectl`` shows for the CRD's own rules. Never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from . import api
+from .defaults import canonical_replica_type
+
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_MAX = 63
+DNS1035_ERROR = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+
+# apimachinery's field.ErrorType strings, as they appear in messages.
+REQUIRED = "Required"
+INVALID = "Invalid"
+FORBIDDEN = "Forbidden"
+NOT_SUPPORTED = "NotSupported"
+DUPLICATE = "Duplicate"
+
+_TYPE_TEXT = {
+    REQUIRED: "Required value",
+    INVALID: "Invalid value",
+    FORBIDDEN: "Forbidden",
+    NOT_SUPPORTED: "Unsupported value",
+    DUPLICATE: "Duplicate value",
+}
+_NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation failure: what kind, which field, and why."""
+
+    type: str
+    field: str
+    detail: str = ""
+    value: Any = _NO_VALUE
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {_TYPE_TEXT.get(self.type, self.type)}"
+        if self.value is not _NO_VALUE:
+            text += f": {_render_value(self.value)}"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float) or value is None:
+        return json.dumps(value)
+    return f"<{type(value).__name__}>"
+
+
+def summarize(errors: list[FieldError]) -> str:
+    """One line naming every error, like a Kubernetes aggregate error (``[a, b]`` when several)."""
+    texts = [str(e) for e in errors]
+    if len(texts) == 1:
+        return texts[0]
+    return "[" + ", ".join(texts) + "]"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate(job: Any) -> list[FieldError]:
+    """All validation errors of ``job`` (empty list = valid). Never raises."""
+    errors: list[FieldError] = []
+    if not isinstance(job, dict):
+        return [FieldError(INVALID, "<root>", "a TFJob must be a JSON object", job)]
+    _validate_metadata(job.get("metadata"), errors)
+    spec = job.get("spec")
+    if not isinstance(spec, dict):
+        errors.append(FieldError(REQUIRED, "spec", "must be an object"))
+        return errors
+    _validate_replica_specs(spec.get("tfReplicaSpecs"), errors)
+    _validate_run_policy(spec.get("runPolicy"), errors)
+    success_policy = spec.get("successPolicy")
+    if success_policy is not None and success_policy not in api.SUCCESS_POLICIES:
+        errors.append(_not_supported("spec.successPolicy", success_policy, api.SUCCESS_POLICIES))
+    dynamic = spec.get("enableDynamicWorker")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        errors.append(FieldError(INVALID, "spec.enableDynamicWorker", "must be a boolean", dynamic))
+    return errors
+
+
+def _not_supported(field: str, value: Any, supported: tuple[str, ...]) -> FieldError:
+    values = ", ".join(json.dumps(s) for s in supported)
+    return FieldError(NOT_SUPPORTED, field, f"supported values: {values}", value)
+
+
+def _validate_metadata(metadata: Any, errors: list[FieldError]) -> None:
+    if not isinstance(metadata, dict):
+        errors.append(FieldError(REQUIRED, "metadata", "must be an object"))
+        return
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        errors.append(FieldError(REQUIRED, "metadata.name", "name is required"))
+    else:
+        problems = []
+        if len(name) > _DNS1035_MAX:
+            problems.append(f"must be no more than {_DNS1035_MAX} characters")
+        if not _DNS1035.fullmatch(name):
+            problems.append(DNS1035_ERROR)
+        if problems:
+            errors.append(FieldError(INVALID, "metadata.name", "should match: " + ",".join(problems), name))
+    namespace = metadata.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        errors.append(FieldError(REQUIRED, "metadata.namespace", "a TFJob is namespaced"))
+    uid = metadata.get("uid")
+    if not isinstance(uid, str) or not uid:
+        errors.append(FieldError(REQUIRED, "metadata.uid", "needed for the ownerReferences of pods"))
+
+
+def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> None:
+    field = "spec.tfReplicaSpecs"
+    if replica_specs is None:
+        errors.append(FieldError(REQUIRED, field, "must be required"))
+        return
+    if not isinstance(replica_specs, dict):
+        errors.append(FieldError(INVALID, field, "must be a map of replica type to replica spec", replica_specs))
+        return
+    if not replica_specs:
+        errors.append(FieldError(REQUIRED, field, "must have at least one replica spec"))
+        return
+    seen: dict[str, str] = {}
+    for key, replica_spec in replica_specs.items():
+        canonical = canonical_replica_type(key)
+        if canonical is None:
+            errors.append(_not_supported(f"{field}[{key}]", key, api.REPLICA_TYPES))
+            continue
+        if canonical in seen:
+            errors.append(
+                FieldError(DUPLICATE, f"{field}[{key}]", f"same replica type as {seen[canonical]!r}", key)
+            )
+            continue
+        seen[canonical] = key
+        _validate_replica_spec(f"{field}[{key}]", replica_spec, errors)
+    if sum(1 for t in api.CHIEF_TYPES if t in seen) > 1:
+        errors.append(FieldError(FORBIDDEN, field, "must not have more than 1 Chief or Master role"))
+
+
+def _validate_replica_spec(field: str, replica_spec: Any, errors: list[FieldError]) -> None:
+    containers_field = f"{field}.template.spec.containers"
+    if not isinstance(replica_spec, dict):
+        errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
+        return
+    replicas = replica_spec.get("replicas")
+    if replicas is not None:
+        if not _is_int(replicas):
+            errors.append(FieldError(INVALID, f"{field}.replicas", "must be an integer", replicas))
+        elif replicas < 0:
+            errors.append(FieldError(INVALID, f"{field}.replicas", "must be greater than or equal to 0", replicas))
+        elif replicas > api.MAX_REPLICAS:
+            errors.append(
+                FieldError(INVALID, f"{field}.replicas", f"must be less than or equal to {api.MAX_REPLICAS}", replicas)
+            )
+    restart_policy = replica_spec.get("restartPolicy")
+    if restart_policy not in (None, "") and restart_policy not in api.RESTART_POLICIES:
+        errors.append(_not_supported(f"{field}.restartPolicy", restart_policy, api.RESTART_POLICIES))
+    template = replica_spec.get("template")
+    if not isinstance(template, dict):
+        errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
+        return
+    _validate_template_metadata(f"{field}.template.metadata", template.get("metadata"), errors)
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, dict):
+        errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
+        return
+    containers = pod_spec.get("containers")
+    if containers is not None and not isinstance(containers, list):
+        errors.append(FieldError(INVALID, containers_field, "must be a list", containers))
+        return
+    if not containers:
+        # Upstream reports both of these for an empty list (rule 3 and rule 5).
+        errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
+        errors.append(FieldError(REQUIRED, containers_field, "must have at least one container with name tensorflow"))
+        return
+    has_tensorflow = False
+    for i, container in enumerate(containers):
+        container_field = f"{containers_field}[{i}]"
+        if not isinstance(container, dict):
+            errors.append(FieldError(INVALID, container_field, "must be an object", container))
+            continue
+        image = container.get("image")
+        if not isinstance(image, str) or not image:
+            errors.append(FieldError(REQUIRED, f"{container_field}.image", "must be required"))
+        name = container.get("name")
+        if name is not None and not isinstance(name, str):
+            errors.append(FieldError(INVALID, f"{container_field}.name", "must be a string", name))
+        if name == api.DEFAULT_CONTAINER_NAME:
+            has_tensorflow = True
+        _validate_env(f"{container_field}.env", container.get("env"), errors)
+        _validate_ports(f"{container_field}.ports", container.get("ports"), errors)
+    if not has_tensorflow:
+        errors.append(FieldError(REQUIRED, containers_field, "must have at least one container with name tensorflow"))
+
+
+def _validate_template_metadata(field: str, metadata: Any, errors: list[FieldError]) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        errors.append(FieldError(INVALID, field, "must be an object", metadata))
+        return
+    for key in ("labels", "annotations"):
+        mapping = metadata.get(key)
+        if mapping is None:
+            continue
+        if not isinstance(mapping, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+        ):
+            errors.append(FieldError(INVALID, f"{field}.{key}", "must be a map of string to string", mapping))
+    finalizers = metadata.get("finalizers")
+    if finalizers is not None and (
+        not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)
+    ):
+        errors.append(FieldError(INVALID, f"{field}.finalizers", "must be a list of strings", finalizers))
+
+
+def _validate_env(field: str, env: Any, errors: list[FieldError]) -> None:
+    if env is None:
+        return
+    if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
+        errors.append(FieldError(INVALID, field, "must be a list of objects", env))
+
+
+def _validate_ports(field: str, ports: Any, errors: list[FieldError]) -> None:
+    if ports is None:
+        return
+    if not isinstance(ports, list):
+        errors.append(FieldError(INVALID, field, "must be a list", ports))
+        return
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict):
+            errors.append(FieldError(INVALID, f"{field}[{i}]", "must be an object", port))
+            continue
+        number = port.get("containerPort")
+        if not _is_int(number) or not 1 <= number <= 65535:
+            errors.append(
+                FieldError(INVALID, f"{field}[{i}].containerPort", "must be between 1 and 65535, inclusive", number)
+            )
+        name = port.get("name")
+        if name is not None and not isinstance(name, str):
+            errors.append(FieldError(INVALID, f"{field}[{i}].name", "must be a string", name))
+
+
+def _validate_run_policy(run_policy: Any, errors: list[FieldError]) -> None:
+    field = "spec.runPolicy"
+    if run_policy is None:
+        return
+    if not isinstance(run_policy, dict):
+        errors.append(FieldError(INVALID, field, "must be an object", run_policy))
+        return
+    clean = run_policy.get("cleanPodPolicy")
+    if clean not in (None, "") and clean not in api.CLEAN_POD_POLICIES:
+        errors.append(_not_supported(f"{field}.cleanPodPolicy", clean, api.CLEAN_POD_POLICIES))
+    for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+        value = run_policy.get(key)
+        if value is None:
+            continue
+        if not _is_int(value):
+            errors.append(FieldError(INVALID, f"{field}.{key}", "must be an integer", value))
+        elif value < 0:
+            errors.append(FieldError(INVALID, f"{field}.{key}", "must be greater than or equal to 0", value))
+    suspend = run_policy.get("suspend")
+    if suspend is not None and not isinstance(suspend, bool):
+        errors.append(FieldError(INVALID, f"{field}.suspend", "must be a boolean", suspend))
+    if "managedBy" in run_policy and run_policy["managedBy"] is not None:
+        managed_by = run_policy["managedBy"]
+        if managed_by not in api.MANAGED_BY_ALLOWED:
+            errors.append(_not_supported(f"{field}.managedBy", managed_by, api.MANAGED_BY_ALLOWED))
+    scheduling = run_policy.get("schedulingPolicy")
+    if scheduling is not None and not isinstance(scheduling, dict):
+        errors.append(FieldError(INVALID, f"{field}.schedulingPolicy", "must be an object", scheduling))
