@@ -1,0 +1,127 @@
+"""``tfjob-controller run``: compose the program — client, TFJob controller, leader election, endpoints.
+
+The process serves ``/metrics`` and ``/healthz``/``/readyz`` from the start (a standby replica is
+alive and observable too), and runs the controller only while it holds the leader lease. Losing the
+lease stops every worker before the lease can expire for the next leader; the process then exits
+non-zero so the Deployment restarts it as a fresh candidate (controller-runtime does the same).
+SIGINT/SIGTERM cancel everything, the lease is released, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
+from controller.ops.http import HealthChecks, serve_health, serve_metrics
+from controller.runtime.client import ApiClient
+from controller.runtime.leaderelection import LeaderElector, LeadershipLost
+from controller.tfjob.controller import TFJobController
+from controller.tfjob.decide import DecideConfig
+
+LEASE_NAME = "tfjob-controller"
+
+
+@dataclass
+class RunOptions:
+    kubeconfig: str | None = None
+    namespaces: list[str] = field(default_factory=list)
+    workers: int = 4
+    metrics_addr: tuple[str, int] = ("0.0.0.0", 8080)
+    health_addr: tuple[str, int] = ("0.0.0.0", 8081)
+    leader_elect: bool = True
+    leader_election_namespace: str | None = None
+    cluster_domain: str = ""
+
+
+def _in_cluster_namespace() -> str | None:
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def new_registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+async def make_client(options: RunOptions, registry: CollectorRegistry) -> ApiClient:
+    if options.kubeconfig:
+        return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry)
+    return await ApiClient.default(registry=registry)
+
+
+async def run(options: RunOptions, registry: CollectorRegistry | None = None) -> int:
+    log = structlog.get_logger("controller.app")
+    registry = registry or new_registry()
+    client = await make_client(options, registry)
+    tfjobs = TFJobController(
+        client,
+        registry=registry,
+        namespaces=options.namespaces or None,
+        workers=options.workers,
+        decide_config=DecideConfig(cluster_domain=options.cluster_domain),
+    )
+    informers = (tfjobs.jobs, tfjobs.pods, tfjobs.services)
+    elector: LeaderElector | None = None
+    if options.leader_elect:
+        namespace = options.leader_election_namespace or _in_cluster_namespace() or "default"
+        identity = f"{socket.gethostname()}_{uuid.uuid4()}"
+        elector = LeaderElector(client, namespace, LEASE_NAME, identity, registry=registry)
+
+    def readiness() -> tuple[bool, str]:
+        waiting = [i.name for i in informers if not i.has_synced()]
+        if elector is not None and not elector.is_leader:
+            return True, "standby (not the leader)"
+        return (not waiting, "waiting for caches: " + ", ".join(waiting) if waiting else "")
+
+    checks = HealthChecks(liveness={"ping": lambda: (True, "")}, readiness={"informers-synced": readiness})
+    exit_code = 0
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_metrics, registry, options.metrics_addr, None, name="metrics endpoint")
+            tg.start_soon(serve_health, checks, options.health_addr, None, name="health endpoint")
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        log.info("shutting down", signal=signal.Signals(signum).name)
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(stop_on_signal, name="signal handler")
+            log.info(
+                "starting",
+                namespaces=options.namespaces or "all",
+                workers=options.workers,
+                leader_election=options.leader_elect,
+            )
+            if elector is None:
+                await tfjobs.run()
+            else:
+                try:
+                    await elector.run(tfjobs.run)
+                except LeadershipLost as exc:
+                    log.error("leader election lost; exiting so a fresh candidate starts", error=str(exc))
+                    exit_code = 1
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+    return exit_code
+
+
+def cluster_domain_from_env() -> str:
+    """Upstream reads the DNS suffix of service addresses in TF_CONFIG from this variable."""
+    return os.environ.get("CUSTOM_CLUSTER_DOMAIN", "")

@@ -1,0 +1,165 @@
+"""The TFJob controller: informers for TFJobs, their pods and services → work queue → reconcile.
+
+Wiring only. Pods and services are watched with the operator-name label selector (so the caches
+hold only what this controller created), indexed by the UID of their controlling owner, and mapped
+to their TFJob's key; the reconcile reads the job and its children from the caches, asks
+:func:`~controller.tfjob.decide.decide`, and hands the decision to the executor. A job is decided on
+only while no create or delete of ours is still unobserved (expectations), so a lagging cache
+can never make the controller act twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import anyio
+import structlog
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnknown, controller_owner_uid_index, controller_ref
+from controller.runtime.client import PODS, SERVICES, ApiClient
+from controller.runtime.events import EventRecorder
+from controller.runtime.informer import Informer
+from controller.runtime.metrics import ReconcileMetrics
+from controller.runtime.runner import Controller, Result
+from controller.tfjob import api
+from controller.tfjob.decide import DecideConfig, decide
+from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
+from controller.tfjob.expectations import Expectations
+from controller.tfjob.metrics import TFJobMetrics
+
+Obj = dict[str, Any]
+
+
+def owner_job_key(obj: Obj) -> str | None:
+    """``namespace/name`` of the TFJob controlling ``obj``, or None if a TFJob does not control it."""
+    ref = controller_ref(obj)
+    if ref is None or ref.get("kind") != api.KIND or not str(ref.get("apiVersion", "")).startswith(api.GROUP + "/"):
+        return None
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    name = ref.get("name")
+    return f"{namespace}/{name}" if namespace and name else None
+
+
+class TFJobController:
+    """Everything the TFJob controller runs; :meth:`run` until cancelled."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        registry: CollectorRegistry,
+        namespaces: Sequence[str] | None = None,
+        workers: int = 1,
+        decide_config: DecideConfig | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        informer_options: dict[str, Any] | None = None,
+    ) -> None:
+        scope: dict[str, Any] = {"namespaces": list(namespaces)} if namespaces else {}
+        options = dict(informer_options or {})
+        selector = f"{api.LABEL_OPERATOR_NAME}={api.CONTROLLER_NAME}"
+        owned = {CONTROLLER_UID_INDEX: controller_owner_uid_index}
+        self.jobs = Informer(client, TFJOBS, registry=registry, **scope, **options)
+        self.pods = Informer(client, PODS, label_selector=selector, indexers=owned, registry=registry, **scope, **options)
+        self.services = Informer(
+            client, SERVICES, label_selector=selector, indexers=owned, registry=registry, **scope, **options
+        )
+        self.expectations = Expectations(monotonic)
+        self.executor = Executor(
+            client, self.expectations, EventRecorder(client, api.CONTROLLER_NAME, registry), TFJobMetrics(registry)
+        )
+        self.decide_config = decide_config or DecideConfig()
+        self._monotonic = monotonic
+        self._now = now
+        self.controller = Controller(
+            api.CONTROLLER_NAME,
+            self.reconcile,
+            workers=workers,
+            sources=[self.jobs, self.pods, self.services],
+            metrics=ReconcileMetrics(api.CONTROLLER_NAME, registry),
+        )
+        self.log = structlog.get_logger("controller.tfjob")
+        self._wire_handlers()
+
+    # -- event handlers: map every change to the key of the job it concerns -------------------------
+
+    def _wire_handlers(self) -> None:
+        enqueue = self.controller.queue.add
+
+        def job_changed(obj: Obj, *_: Obj) -> None:
+            enqueue(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+
+        def job_deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
+            key = obj.key if isinstance(obj, DeletedFinalStateUnknown) else f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            self.expectations.forget(key)
+            enqueue(key)
+
+        self.jobs.add_handler(job_changed, job_changed, job_deleted)
+        for informer, kind in ((self.pods, POD_KIND), (self.services, SERVICE_KIND)):
+            self._wire_child(informer, kind, enqueue)
+
+    def _wire_child(self, informer: Informer, kind: str, enqueue: Callable[[str], None]) -> None:
+        expectations = self.expectations
+
+        def added(obj: Obj) -> None:
+            key = owner_job_key(obj)
+            if key is None:
+                return
+            meta = obj["metadata"]
+            expectations.creation_observed(key, kind, meta["name"])
+            if meta.get("deletionTimestamp"):
+                expectations.deletion_observed(key, meta.get("uid", ""))
+            enqueue(key)
+
+        def updated(old: Obj, new: Obj) -> None:
+            for key in {owner_job_key(old), owner_job_key(new)} - {None}:
+                if new["metadata"].get("deletionTimestamp"):
+                    expectations.deletion_observed(key, new["metadata"].get("uid", ""))
+                enqueue(key)
+
+        def deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
+            last = DeletedFinalStateUnknown.unwrap(obj)
+            if last is None:
+                return
+            key = owner_job_key(last)
+            if key is None:
+                return
+            expectations.deletion_observed(key, last["metadata"].get("uid", ""))
+            enqueue(key)
+
+        informer.add_handler(added, updated, deleted)
+
+    # -- reconcile --------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result | None:
+        job = self.jobs.get(key)
+        if job is None:
+            self.expectations.forget(key)
+            return None
+        if job["metadata"].get("deletionTimestamp"):
+            return None  # being deleted: the garbage collector removes its pods and services
+        pending = self.expectations.pending_until(key)
+        if pending is not None:
+            # Our own writes are still in flight to the caches; their events will requeue the job. The
+            # timed requeue only matters if an event was lost (the expectation then expires).
+            return Result(requeue_after=max(0.0, pending - self._monotonic()))
+        uid = job["metadata"].get("uid", "")
+        pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
+        services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
+        decision = decide(job, pods, services, self._now(), self.decide_config)
+        await self.executor.apply(key, job, decision)
+        if decision.requeue_after is not None:
+            return Result(requeue_after=decision.requeue_after)
+        return None
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            for informer in (self.jobs, self.pods, self.services):
+                tg.start_soon(informer.run, name=f"informer {informer.name}")
+            task_status.started()
+            await self.controller.run()
+            tg.cancel_scope.cancel()

@@ -1,0 +1,148 @@
+"""The executor: applies a :class:`~controller.tfjob.actions.Decision` through the API, thinly.
+
+All judgement lives in :func:`controller.tfjob.decide.decide`; this module only knows how each
+action maps to an API call and what the API's answers mean:
+
+- every create and delete is recorded in :class:`~controller.tfjob.expectations.Expectations`
+  *before* it is sent, so a reconcile that runs before the informers have seen the write does
+  not act on a stale cache (the caller checks ``pending_until`` before deciding);
+- ``AlreadyExists`` on create and ``NotFound``/uid-``Conflict`` on delete mean "already done";
+  any other failure lowers the expectation (nothing will be observed), emits the upstream
+  ``Failed*`` event, and aborts the pass by raising, so the runner retries with backoff;
+- the status is written (PUT to the status subresource, carrying the cached resourceVersion:
+  a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
+  job costs zero writes;
+- the decision's events and metrics describe transitions, so they are emitted only after its
+  status write succeeded; if the write fails the transition is decided (and emitted) again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import structlog
+
+from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from controller.runtime.errors import AlreadyExists, ApiError, Conflict, NotFound, TransportError
+from controller.tfjob import api
+from controller.tfjob.actions import CreatePod, CreateService, Decision, DeleteJob, DeletePod, DeleteService
+from controller.tfjob.expectations import Expectations
+from controller.tfjob.metrics import TFJobMetrics
+
+TFJOBS = Resource(api.GROUP, api.VERSION, api.PLURAL)
+POD_KIND = "Pod"
+SERVICE_KIND = "Service"
+
+
+class Recorder(Protocol):
+    async def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class Executor:
+    def __init__(
+        self, client: ApiClient, expectations: Expectations, recorder: Recorder, metrics: TFJobMetrics
+    ) -> None:
+        self.client = client
+        self.expectations = expectations
+        self.recorder = recorder
+        self.metrics = metrics
+        self.log = structlog.get_logger("controller.tfjob.executor")
+
+    async def apply(self, job_key: str, job: dict[str, Any], decision: Decision) -> None:
+        namespace = job["metadata"]["namespace"]
+        for action in decision.actions:
+            if isinstance(action, CreatePod):
+                await self._create(job_key, job, PODS, POD_KIND, namespace, action.pod)
+            elif isinstance(action, CreateService):
+                await self._create(job_key, job, SERVICES, SERVICE_KIND, namespace, action.service)
+            elif isinstance(action, DeletePod):
+                await self._delete(job_key, job, PODS, POD_KIND, namespace, action.name, action.uid, action.reason)
+            elif isinstance(action, DeleteService):
+                await self._delete(
+                    job_key, job, SERVICES, SERVICE_KIND, namespace, action.name, action.uid, action.reason
+                )
+            elif isinstance(action, DeleteJob):
+                if await self._delete_job(job, namespace, action.reason):
+                    await self._emit(job, decision)
+                return  # the job is gone: writing its status would only 404
+            else:  # pragma: no cover - the Action union is closed
+                raise TypeError(f"unknown action {action!r}")
+
+        if decision.status != (job.get("status") or {}):
+            await self.client.replace(
+                TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
+            )
+        await self._emit(job, decision)
+
+    async def _emit(self, job: dict[str, Any], decision: Decision) -> None:
+        for event in decision.events:
+            await self.recorder.record(job, event.type, event.reason, event.message)
+        for metric in decision.metrics:
+            self.metrics.inc(metric)
+
+    async def _create(
+        self, job_key: str, job: dict[str, Any], resource: Resource, kind: str, namespace: str, body: dict[str, Any]
+    ) -> None:
+        name = body["metadata"]["name"]
+        lower = kind.lower()
+        self.expectations.expect_create(job_key, kind, name)
+        try:
+            await self.client.create(resource, body, namespace=namespace)
+        except AlreadyExists:
+            # Ours from an earlier attempt whose answer was lost, or still in the informer's pipe: done.
+            self.expectations.creation_observed(job_key, kind, name)
+            return
+        except (ApiError, TransportError) as exc:
+            self.expectations.creation_observed(job_key, kind, name)
+            await self.recorder.record(job, api.EVENT_WARNING, f"FailedCreate{kind}", f"Error creating: {exc}")
+            raise
+        self.log.info(f"created {lower}", job=job_key, name=name)
+        await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulCreate{kind}", f"Created {lower}: {name}")
+
+    async def _delete(
+        self,
+        job_key: str,
+        job: dict[str, Any],
+        resource: Resource,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+    ) -> None:
+        lower = kind.lower()
+        self.expectations.expect_delete(job_key, uid)
+        try:
+            await self.client.delete(
+                resource, name, namespace=namespace, preconditions={"uid": uid}, propagation_policy="Background"
+            )
+        except (NotFound, Conflict):
+            # Gone already, or the name now belongs to a newer object that this decision did not see.
+            self.expectations.deletion_observed(job_key, uid)
+            return
+        except (ApiError, TransportError) as exc:
+            self.expectations.deletion_observed(job_key, uid)
+            await self.recorder.record(job, api.EVENT_WARNING, f"FailedDelete{kind}", f"Error deleting: {exc}")
+            raise
+        self.log.info(f"deleted {lower}", job=job_key, name=name, reason=reason)
+        await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulDelete{kind}", f"Deleted {lower}: {name}")
+
+    async def _delete_job(self, job: dict[str, Any], namespace: str, reason: str) -> bool:
+        """Delete the job itself (TTL). True when this call deleted it."""
+        meta = job["metadata"]
+        try:
+            await self.client.delete(
+                TFJOBS,
+                meta["name"],
+                namespace=namespace,
+                preconditions={"uid": meta["uid"]},
+                propagation_policy="Background",
+            )
+        except (NotFound, Conflict):
+            return False
+        except (ApiError, TransportError) as exc:
+            await self.recorder.record(job, api.EVENT_WARNING, api.EV_FAILED_DELETE_JOB, f"Error deleting: {exc}")
+            raise
+        self.log.info("deleted job", job=f"{namespace}/{meta['name']}", reason=reason)
+        await self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_JOB, f"Deleted job: {meta['name']}")
+        return True
