@@ -1,0 +1,183 @@
+"""SimCluster: one simulated Kubernetes cluster — store, API server, watch hub, kubelet, GC, faults.
+
+Why: tests, benchmarks, the CLI and the demo all need the same thing — a running cluster with a
+kubeconfig pointing at it and a fault API — with clean startup and shutdown. This is the one place
+that wires the pieces and owns their background tasks.
+
+Contract:
+- ``async with SimCluster(SimConfig(...)) as cluster:`` (or ``await start()`` / ``await stop()``,
+  which may be called from different tasks, as pytest fixtures do).
+- After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
+  set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
+  ``.kubelet`` / ``.gc`` (None when disabled).
+- Background work (kubelet, GC, server restarts) runs in one anyio task group owned by a single
+  owner task; ``stop()`` cancels it and re-raises the first background failure, so a crashing
+  kubelet fails the test instead of going unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import yaml
+
+from controller.sim.faults import Faults
+from controller.sim.server import SimServer
+from controller.sim.store import Store, StoreConfig
+from controller.sim.watch import WatchConfig, WatchHub
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    nodes: int = 3
+    # Multiplies every simulated duration of the kubelet and GC (tests use e.g. 0.01).
+    time_scale: float = 1.0
+    kubelet: bool = True
+    gc: bool = True
+    kubeconfig_path: str | None = None
+    store: StoreConfig = field(default_factory=StoreConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    # Extra KubeletConfig / GCConfig keyword arguments (e.g. default_start_seconds, delay_seconds).
+    kubelet_options: dict[str, Any] = field(default_factory=dict)
+    gc_options: dict[str, Any] = field(default_factory=dict)
+    # How long a read with a future resourceVersion waits before 504 ResourceVersionTooLarge.
+    rv_wait_timeout: float = 3.0
+    fault_seed: int | None = None
+
+
+def kubeconfig_document(url: str, name: str = "sim") -> dict:
+    """A kubeconfig whose current context points at ``url`` with no authentication."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+class SimCluster:
+    """A running simulated cluster. See the module docstring."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self.store = Store(self.config.store)
+        self.hub = WatchHub(self.store, self.config.watch)
+        self.faults = Faults(self, seed=self.config.fault_seed)
+        self.server = SimServer(self.store, self.hub, self.faults, self)
+        self.server.rv_wait_timeout = self.config.rv_wait_timeout
+        self.kubelet: Any = None
+        self.gc: Any = None
+        if self.config.kubelet:
+            from controller.sim.kubelet import Kubelet, KubeletConfig
+
+            self.kubelet = Kubelet(self.store, KubeletConfig(nodes=self.config.nodes,
+                                                             time_scale=self.config.time_scale,
+                                                             **self.config.kubelet_options))
+        if self.config.gc:
+            from controller.sim.gc import GarbageCollector, GCConfig
+
+            self.gc = GarbageCollector(self.store, GCConfig(time_scale=self.config.time_scale,
+                                                            **self.config.gc_options))
+        self.kubeconfig_path: str | None = self.config.kubeconfig_path
+        self._owner: asyncio.Task | None = None
+        self._stop = asyncio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = asyncio.Event()
+        self._restart_lock = asyncio.Lock()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def require_kubelet(self) -> Any:
+        if self.kubelet is None:
+            raise RuntimeError("this cluster runs without a kubelet (SimConfig.kubelet=False)")
+        return self.kubelet
+
+    def require_gc(self) -> Any:
+        if self.gc is None:
+            raise RuntimeError("this cluster runs without a garbage collector (SimConfig.gc=False)")
+        return self.gc
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "SimCluster":
+        await self.server.start(self.config.host, self.config.port)
+        if self.kubeconfig_path:
+            self.write_kubeconfig(self.kubeconfig_path)
+        self._owner = asyncio.create_task(self._own_background(), name="sim-cluster-background")
+        await self._started.wait()
+        if self._owner.done():
+            await self._owner  # re-raises a startup failure
+        return self
+
+    async def _own_background(self) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self.kubelet is not None:
+                    tg.start_soon(self.kubelet.run, name="sim-kubelet")
+                if self.gc is not None:
+                    tg.start_soon(self.gc.run, name="sim-gc")
+                self._started.set()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            self._started.set()
+
+    async def stop(self) -> None:
+        """Stop serving and cancel background tasks; re-raises a background task's failure."""
+        self._stop.set()
+        try:
+            await self.server.stop()
+        finally:
+            self.hub.shutdown()
+            if self._owner is not None:
+                owner, self._owner = self._owner, None
+                await owner
+
+    async def __aenter__(self) -> "SimCluster":
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def restart_server(self) -> None:
+        """All connections drop (watches end, in-flight requests fail); same port; state and RVs kept."""
+        async with self._restart_lock:
+            await self.server.restart()
+
+    def schedule_restart(self) -> None:
+        """Restart soon, from the background task group (used by the HTTP /_sim/restart endpoint)."""
+        if self._tg is None:
+            raise RuntimeError("the cluster is not running")
+        self._tg.start_soon(self.restart_server, name="sim-restart")
+
+    # ------------------------------------------------------------------ kubeconfig
+
+    def write_kubeconfig(self, path: str | os.PathLike) -> str:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(yaml.safe_dump(kubeconfig_document(self.url), sort_keys=False))
+        tmp.replace(target)
+        self.kubeconfig_path = str(target)
+        return self.kubeconfig_path
