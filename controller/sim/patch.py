@@ -111,11 +111,12 @@ def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _rejected(detail: str) -> ApiError:
-    """422 as ``errors.NewGenericServerResponse(422, ...)`` builds it: the detail is dropped."""
-    error = ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
-    error.__cause__ = _PatchDetail(detail)
-    return error
+def _rejected(_detail: str) -> ApiError:
+    """422 as ``errors.NewGenericServerResponse(422, ...)`` builds it: the detail is dropped.
+
+    Callers raise it ``from`` the failure, so the detail survives as ``__cause__`` for logs.
+    """
+    return ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
 
 
 def _too_large(message: str) -> ApiError:
@@ -141,10 +142,6 @@ def _undecodable(document: Any) -> ApiError:
         f' "" is invalid: patch: {cause_message}',
         {"causes": [{"reason": "FieldValueInvalid", "message": cause_message, "field": "patch"}]},
     )
-
-
-class _PatchDetail(Exception):
-    """What exactly failed; the server does not send it, so it travels as ``__cause__``."""
 
 
 def _require_document(doc: Any) -> dict[str, Any]:
@@ -607,6 +604,8 @@ _KIND_SCHEMAS: Final[Mapping[str, _Schema]] = {
             "ClusterRole",
             "ClusterRoleBinding",
             "HorizontalPodAutoscaler",
+            "CustomResourceDefinition",  # served from Go types, so strategic merge works on it
+            "Scale",  # autoscaling/v1 Scale of the /scale subresource
         )
     },
 }

@@ -570,7 +570,9 @@ def test_smp_service_ports_merge_by_port() -> None:
 def test_smp_kinds_without_strategic_fields_merge_generically() -> None:
     config = {"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}}
     assert strategic_merge_patch(config, {"data": {"b": None, "c": "3"}}, "ConfigMap")["data"] == {"a": "1", "c": "3"}
-    assert {"Pod", "Node", "Service", "Job", "ConfigMap", "Lease", "Event"} <= STRATEGIC_MERGE_KINDS
+    assert {"Pod", "Node", "Service", "Job", "ConfigMap", "Lease", "Event", "Scale"} <= STRATEGIC_MERGE_KINDS
+    scale = {"kind": "Scale", "spec": {"replicas": 2}, "status": {"replicas": 2}}
+    assert strategic_merge_patch(scale, {"spec": {"replicas": 5}}, "Scale")["spec"] == {"replicas": 5}
 
 
 def test_smp_null_body_is_an_empty_patch() -> None:
