@@ -1,0 +1,214 @@
+"""End-to-end harness: the TFJob controller running as in production against the simulated cluster.
+
+The controller gets nothing but a kubeconfig: it talks to the simulated API server over HTTP with
+the real kubernetes-asyncio transport, exactly as it would to a real cluster. Tests drive it only
+through the Kubernetes API, ``kubectl`` and the simulator's pod annotations, and read the outcome
+through the API as well (``Operator.get`` / ``Operator.list``).
+
+The controller runs in its own asyncio task (``start``/``stop``) rather than in a task group
+spanning the fixture's ``yield``: pytest may run a fixture's setup and teardown in different tasks,
+and a cancel scope must be exited by the task that entered it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from controller.runtime.errors import NotFound
+from controller.sim.cluster import SimCluster, SimConfig
+from controller.tfjob.controller import TFJobController
+from controller.tfjob.decide import DecideConfig
+from controller.tfjob.executor import TFJOBS
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+EVENTS = Resource("", "v1", "events")
+
+# Simulated time runs 100x faster (grace periods, pod start delays); the controller's own failover
+# back-off is real time, so tests shrink it.
+FAST_FAILOVER = DecideConfig(failover_backoff_base=1.0, failover_backoff_cap=4.0, failover_reset_after=30.0)
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
+    """Poll ``check`` (sync or async) until it returns a truthy value; fail after ``timeout`` s.
+
+    Returns that value. The last falsy value or exception is reported on failure.
+    """
+    last: Any = None
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                try:
+                    value = check()
+                    if inspect.isawaitable(value):
+                        value = await value
+                    if value:
+                        return value
+                    last = value
+                except (AssertionError, LookupError, NotFound) as exc:
+                    last = exc
+                await anyio.sleep(interval)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what or check}; last: {last!r}") from None
+
+
+@dataclass
+class Operator:
+    cluster: SimCluster
+    client: ApiClient
+    registry: CollectorRegistry
+    controller: TFJobController
+    task: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    # -- reading through the API ----------------------------------------------------------------------
+
+    async def job(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return await self.client.get(TFJOBS, name, namespace=namespace)
+
+    async def pods(self, job: str, namespace: str = "default", replica_type: str | None = None) -> list[dict[str, Any]]:
+        selector = f"training.kubeflow.org/job-name={job}"
+        if replica_type:
+            selector += f",training.kubeflow.org/replica-type={replica_type.lower()}"
+        items = (await self.client.list(PODS, namespace=namespace, label_selector=selector))["items"]
+        return sorted(items, key=lambda p: p["metadata"]["name"])
+
+    async def services(self, job: str, namespace: str = "default") -> list[dict[str, Any]]:
+        selector = f"training.kubeflow.org/job-name={job}"
+        items = (await self.client.list(SERVICES, namespace=namespace, label_selector=selector))["items"]
+        return sorted(items, key=lambda s: s["metadata"]["name"])
+
+    async def events(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+        items = (await self.client.list(EVENTS, namespace=namespace))["items"]
+        return [e for e in items if e.get("involvedObject", {}).get("name") == name]
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        return self.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+async def start_operator(
+    cluster: SimCluster, *, workers: int = 2, config: DecideConfig = FAST_FAILOVER, install_crd: bool = True
+) -> Operator:
+    registry = CollectorRegistry()
+    assert cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, registry=registry)
+    if install_crd:
+        crd = yaml.safe_load(CRD_PATH.read_text())
+        try:
+            await client.create(CRDS, crd)
+        except Exception as exc:  # AlreadyExists after a controller restart in the same cluster
+            if getattr(exc, "reason", "") != "AlreadyExists":
+                raise
+    controller = TFJobController(client, registry=registry, workers=workers, decide_config=config)
+    op = Operator(cluster, client, registry, controller)
+
+    async def run() -> None:
+        try:
+            await controller.run()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.close()
+
+    op.task = asyncio.create_task(run(), name="tfjob-controller")
+    await eventually(
+        lambda: op.task.done() or all(i.has_synced() for i in (controller.jobs, controller.pods, controller.services)),
+        what="controller caches to sync",
+    )
+    if op.task.done():
+        await op.task  # surface a startup failure
+    return op
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=3, time_scale=0.01)
+
+
+@pytest.fixture
+async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
+    op = await start_operator(sim_cluster)
+    try:
+        yield op
+    finally:
+        crashed = op.task is not None and op.task.done() and not op.task.cancelled()
+        await op.stop()
+        if crashed:
+            raise AssertionError("the controller task ended during the test")
+
+
+def tfjob(
+    name: str,
+    *,
+    workers: int = 2,
+    ps: int = 0,
+    chief: int = 0,
+    dynamic: bool = True,
+    restart_policy: str = "OnFailure",
+    annotations: dict[str, str] | None = None,
+    run_policy: dict[str, Any] | None = None,
+    success_policy: str | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A TFJob manifest whose pods are driven by simulator annotations."""
+
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": restart_policy,
+            "template": {
+                "metadata": {"annotations": dict(annotations or {})},
+                "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
+            },
+        }
+
+    specs: dict[str, Any] = {"Worker": replica(workers)}
+    if ps:
+        specs["PS"] = replica(ps)
+    if chief:
+        specs["Chief"] = replica(chief)
+    spec: dict[str, Any] = {"tfReplicaSpecs": specs, "enableDynamicWorker": dynamic}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    if success_policy is not None:
+        spec["successPolicy"] = success_policy
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == cond_type:
+            return c
+    return None
+
+
+def is_true(job: dict[str, Any], cond_type: str) -> bool:
+    c = condition(job, cond_type)
+    return bool(c and c.get("status") == "True")
+
+
+Check = Callable[[], Awaitable[Any]]

@@ -1,0 +1,72 @@
+"""The two failures from the original report, and the failover paths, end to end.
+
+Upstream training-operator turned a dynamic TFJob Failed when a worker pod was deleted, and removed
+nothing when Worker replicas were lowered. Here the controller runs as in production against the
+simulated cluster; the tests act only through the API, kubectl and pod annotations.
+"""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import Operator, eventually, is_true, tfjob
+from controller.runtime.client import PODS
+from controller.tfjob.executor import TFJOBS
+
+
+def running(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+async def start_job(operator: Operator, manifest: dict, running_workers: int) -> dict:
+    await operator.client.create(TFJOBS, manifest, namespace="default")
+    name = manifest["metadata"]["name"]
+
+    async def up() -> bool:
+        job = await operator.job(name)
+        return is_true(job, "Running") and len(running(await operator.pods(name, replica_type="worker"))) == running_workers
+
+    await eventually(up, what=f"{name} Running with {running_workers} running workers")
+    return await operator.job(name)
+
+
+async def test_deleted_worker_pod_comes_back_and_the_job_stays_running(operator: Operator, kubectl) -> None:
+    await start_job(operator, tfjob("mnist", workers=3), running_workers=3)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("mnist")}
+
+    rc, out, err = await kubectl("delete", "pod", "mnist-worker-1", "--wait=false")
+    assert rc == 0, err
+
+    async def replaced() -> bool:
+        pods = {p["metadata"]["name"]: p for p in running(await operator.pods("mnist"))}
+        new = pods.get("mnist-worker-1")
+        return new is not None and new["metadata"]["uid"] != before["mnist-worker-1"]
+
+    await eventually(replaced, what="mnist-worker-1 replaced by a new running pod")
+    job = await operator.job("mnist")
+    assert is_true(job, "Running") and not is_true(job, "Failed") and not is_true(job, "Restarting")
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("mnist")}
+    assert after["mnist-worker-0"] == before["mnist-worker-0"]
+    assert after["mnist-worker-2"] == before["mnist-worker-2"]
+    assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 1
+    events = await operator.events("mnist")
+    assert any(e["reason"] == "WorkerFailover" and "mnist-worker-1" in e["message"] for e in events), events
+
+
+async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(operator: Operator) -> None:
+    await start_job(operator, tfjob("online", workers=4), running_workers=4)
+    kept = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online") if p["metadata"]["name"] in ("online-worker-0", "online-worker-1")}
+
+    await operator.client.patch(
+        TFJOBS, "online", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 2}}}}, namespace="default"
+    )
+
+    async def scaled() -> bool:
+        pods = [p["metadata"]["name"] for p in await operator.pods("online")]
+        services = [s["metadata"]["name"] for s in await operator.services("online")]
+        return pods == ["online-worker-0", "online-worker-1"] and services == pods
+
+    await eventually(scaled, what="workers 2 and 3 (pods and services) removed")
+    job = await operator.job("online")
+    assert is_true(job, "Running") and not is_true(job, "Failed")
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online")} == kept
+    assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2
+    assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
