@@ -1,0 +1,640 @@
+"""Behaviour of the simulated scheduler, kubelet, node lifecycle controller and pod GC.
+
+Every test runs the real Store with a Kubelet at time_scale 0.01 (1 simulated second = 10 ms) and
+synchronises on store changes with a deadline; timing assertions use lower bounds (a timer never
+fires early) and generous upper bounds. "Nothing happens" is shown with a sentinel: a later timer of
+the same kubelet that fired proves every earlier one was processed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+import pytest
+
+from controller.sim.errors import ApiError
+from controller.sim.kubelet import (
+    EVICT,
+    EXIT_CODE,
+    REASON,
+    RUN_SECONDS,
+    START_SECONDS,
+    UNSCHEDULABLE,
+    Kubelet,
+    KubeletConfig,
+    go_duration,
+    parse_quantity,
+)
+from controller.sim.store import Store
+
+SCALE = 0.01
+NS = "default"
+
+
+class Recorder:
+    """Records every store change with its time and lets a test wait for a condition."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.events: list[tuple[float, str, str, dict | None, dict | None]] = []
+        self._changed = anyio.Event()
+        store.add_listener(self._on_change)
+
+    def _on_change(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
+        self.events.append((anyio.current_time(), event_type, resource, old, new))
+        self._changed.set()
+
+    async def until(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+        with anyio.fail_after(timeout):
+            while True:
+                result = predicate()
+                if result:
+                    return result
+                await self._changed.wait()
+                self._changed = anyio.Event()
+
+    def pod_states(self, name: str) -> list[tuple[float, str, dict]]:
+        """(time, event type, object) of every change of pod ``name``."""
+        out = []
+        for when, event_type, resource, old, new in self.events:
+            obj = new if new is not None else old
+            if resource == "pods" and obj["metadata"]["name"] == name:
+                out.append((when, event_type, obj))
+        return out
+
+    def deleted_at(self, name: str) -> float | None:
+        return next((t for t, e, o in self.pod_states(name) if e == "DELETED"), None)
+
+
+@asynccontextmanager
+async def cluster(**config: Any) -> AsyncIterator[tuple[Store, Kubelet, Recorder]]:
+    config.setdefault("time_scale", SCALE)
+    store = Store()
+    recorder = Recorder(store)
+    kubelet = Kubelet(store, KubeletConfig(**config))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kubelet.run)
+        expected = kubelet.config.nodes
+        await recorder.until(lambda: len(store.list("nodes")[0]) == expected or expected == 0)
+        await anyio.wait_all_tasks_blocked()
+        yield store, kubelet, recorder
+        tg.cancel_scope.cancel()
+
+
+def make_pod(name: str, annotations: dict[str, str] | None = None, restart: str = "Always",
+             containers: tuple[str, ...] = ("main",), **spec: Any) -> dict:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {"restartPolicy": restart,
+                 "containers": [{"name": c, "image": "busybox:1.36"} for c in containers], **spec},
+    }
+    return body
+
+
+def get_pod(store: Store, name: str) -> dict | None:
+    return store.get("pods", NS, name)
+
+
+def phase(store: Store, name: str) -> str | None:
+    pod = get_pod(store, name)
+    return (pod.get("status") or {}).get("phase") if pod else None
+
+
+def condition(pod: dict, ctype: str) -> dict | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def container(pod: dict, name: str = "main") -> dict:
+    return next(s for s in pod["status"]["containerStatuses"] if s["name"] == name)
+
+
+def annotate(store: Store, name: str, **values: str | None) -> None:
+    store.patch("pods", NS, name, "merge", {"metadata": {"annotations": values}})
+
+
+def running(store: Store, name: str) -> bool:
+    pod = get_pod(store, name)
+    return bool(pod and pod["status"].get("phase") == "Running"
+                and all(s.get("state", {}).get("running") for s in pod["status"].get("containerStatuses", [])))
+
+
+def restart_count(store: Store, name: str) -> int:
+    pod = get_pod(store, name)
+    return container(pod)["restartCount"] if pod and pod["status"].get("containerStatuses") else -1
+
+
+async def sentinel(store: Store, recorder: Recorder, seconds: float, name: str = "sentinel") -> None:
+    """Run a pod for ``seconds`` simulated seconds to completion: once it has finished, every timer
+    of the kubelet due earlier has fired (one worker, timers in due order)."""
+    store.create("pods", NS, make_pod(name, {RUN_SECONDS: str(seconds), START_SECONDS: "0"}, restart="Never"))
+    await recorder.until(lambda: phase(store, name) == "Succeeded")
+
+
+# ------------------------------------------------------------------------------------------- nodes
+
+
+async def test_nodes_are_created_ready_with_capacity() -> None:
+    async with cluster(nodes=3, node_cpu="8", node_memory="16Gi", node_pods=20) as (store, _k, _r):
+        nodes, _ = store.list("nodes")
+        assert [n["metadata"]["name"] for n in nodes] == ["sim-node-0", "sim-node-1", "sim-node-2"]
+        for node in nodes:
+            status = node["status"]
+            assert status["capacity"] == {"cpu": "8", "ephemeral-storage": "100Gi", "memory": "16Gi", "pods": "20"}
+            assert status["allocatable"] == status["capacity"]
+            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+            assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
+            assert {c["type"] for c in status["conditions"]} == {"Ready", "MemoryPressure", "DiskPressure",
+                                                                  "PIDPressure"}
+            assert node["metadata"]["labels"]["kubernetes.io/hostname"] == node["metadata"]["name"]
+        ips = {next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP") for n in nodes}
+        assert len(ips) == 3
+
+
+def test_config_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="time_scale"):
+        KubeletConfig(time_scale=0)
+    with pytest.raises(ValueError, match="node_memory"):
+        KubeletConfig(node_memory="lots")
+    with pytest.raises(ValueError, match="nodes"):
+        KubeletConfig(nodes=-1)
+
+
+def test_quantities_and_durations() -> None:
+    assert parse_quantity("500m") * 1000 == 500
+    assert parse_quantity("1Gi") == 2**30
+    assert parse_quantity("1e3") == 1000
+    assert parse_quantity("2k") == 2000
+    assert parse_quantity(3) == 3
+    with pytest.raises(ValueError):
+        parse_quantity("1.2.3")
+    assert [go_duration(s) for s in (10, 20, 80, 160, 300)] == ["10s", "20s", "1m20s", "2m40s", "5m0s"]
+
+
+# ------------------------------------------------------------------------------------------- scheduling + start
+
+
+async def test_pod_is_scheduled_then_created_then_running() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("web", {START_SECONDS: "5"}, containers=("b", "a")))
+        await rec.until(lambda: running(store, "web"))
+        pod = get_pod(store, "web")
+        status = pod["status"]
+        assert pod["spec"]["nodeName"].startswith("sim-node-")
+        assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network("10.244.0.0/14")
+        assert status["podIPs"] == [{"ip": status["podIP"]}]
+        node = store.get("nodes", None, pod["spec"]["nodeName"])
+        node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        assert status["hostIP"] == node_ip and status["hostIPs"] == [{"ip": node_ip}]
+        assert status["startTime"].endswith("Z")
+        for ctype in ("PodScheduled", "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers"):
+            cond = condition(pod, ctype)
+            assert cond is not None and cond["status"] == "True", ctype
+            assert cond["lastTransitionTime"].endswith("Z")
+        assert [s["name"] for s in status["containerStatuses"]] == ["a", "b"]  # sorted, like the kubelet
+        for cs in status["containerStatuses"]:
+            assert cs["ready"] is True and cs["started"] is True and cs["restartCount"] == 0
+            assert cs["image"] == "busybox:1.36"
+            assert cs["imageID"].startswith("docker.io/library/busybox@sha256:")
+            assert cs["containerID"].startswith("containerd://")
+            assert cs["state"]["running"]["startedAt"].endswith("Z")
+        assert status["containerStatuses"][0]["containerID"] != status["containerStatuses"][1]["containerID"]
+
+        # The intermediate states a watcher sees, in order: unbound Pending, bound + PodScheduled,
+        # ContainerCreating (with hostIP, no podIP), Running.
+        states = [o for _t, _e, o in rec.pod_states("web")]
+        assert not states[0]["spec"].get("nodeName")
+        bound = next(i for i, o in enumerate(states) if o["spec"].get("nodeName"))
+        scheduled = next(i for i, o in enumerate(states) if (condition(o, "PodScheduled") or {}).get("status") == "True")
+        creating = next(i for i, o in enumerate(states) if o["status"].get("containerStatuses"))
+        first_running = next(i for i, o in enumerate(states) if o["status"].get("phase") == "Running")
+        assert bound <= scheduled < creating < first_running
+        waiting = states[creating]
+        assert waiting["status"]["phase"] == "Pending" and waiting["status"]["hostIP"] == node_ip
+        assert "podIP" not in waiting["status"]
+        assert container(waiting, "a")["state"] == {"waiting": {"reason": "ContainerCreating"}}
+        assert condition(waiting, "Ready")["reason"] == "ContainersNotReady"
+        assert condition(waiting, "Ready")["message"] == "containers with unready status: [a b]"
+        # start-seconds=5 at scale 0.01: at least 50 ms between binding and Running.
+        times = [t for t, _e, _o in rec.pod_states("web")]
+        assert times[first_running] - times[bound] >= 5 * SCALE
+
+
+async def test_pods_spread_over_nodes_and_get_unique_ips() -> None:
+    async with cluster(nodes=3) as (store, _k, rec):
+        for i in range(9):
+            store.create("pods", NS, make_pod(f"p{i}"))
+        await rec.until(lambda: all(running(store, f"p{i}") for i in range(9)))
+        pods = [get_pod(store, f"p{i}") for i in range(9)]
+        per_node: dict[str, int] = {}
+        for pod in pods:
+            per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
+        assert per_node == {"sim-node-0": 3, "sim-node-1": 3, "sim-node-2": 3}
+        assert len({p["status"]["podIP"] for p in pods}) == 9
+
+
+async def test_unschedulable_annotation_keeps_pod_pending_until_removed() -> None:
+    async with cluster(nodes=3) as (store, _k, rec):
+        store.create("pods", NS, make_pod("stuck", {UNSCHEDULABLE: "true"}))
+        cond = await rec.until(lambda: condition(get_pod(store, "stuck"), "PodScheduled"))
+        assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+        assert cond["message"] == ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+                                   "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+        pod = get_pod(store, "stuck")
+        assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+        annotate(store, "stuck", **{UNSCHEDULABLE: None})
+        await rec.until(lambda: running(store, "stuck"))
+        assert condition(get_pod(store, "stuck"), "PodScheduled")["status"] == "True"
+
+
+async def test_insufficient_resources_and_retry_when_capacity_frees() -> None:
+    async with cluster(nodes=2, node_cpu="4", node_pods=1) as (store, _k, rec):
+        big = make_pod("big")
+        big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
+        store.create("pods", NS, big)
+        cond = await rec.until(lambda: condition(get_pod(store, "big"), "PodScheduled"))
+        assert cond["message"] == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
+                                   "available: 2 No preemption victims found for incoming pod.")
+        store.create("pods", NS, make_pod("a"))
+        store.create("pods", NS, make_pod("b"))
+        await rec.until(lambda: running(store, "a") and running(store, "b"))
+        store.create("pods", NS, make_pod("c"))
+        cond = await rec.until(lambda: condition(get_pod(store, "c"), "PodScheduled"))
+        assert cond["message"].startswith("0/2 nodes are available: 2 Too many pods.")
+        # A pod that goes away frees its slot: the waiting pod is scheduled without a change of its own.
+        node_b = get_pod(store, "b")["spec"]["nodeName"]
+        store.delete("pods", NS, "b", {"gracePeriodSeconds": 0})
+        await rec.until(lambda: running(store, "c"))
+        assert get_pod(store, "c")["spec"]["nodeName"] == node_b
+        assert not get_pod(store, "big")["spec"].get("nodeName")
+
+
+async def test_no_nodes_and_other_schedulers() -> None:
+    async with cluster(nodes=0) as (store, _k, rec):
+        store.create("pods", NS, make_pod("lonely"))
+        cond = await rec.until(lambda: condition(get_pod(store, "lonely"), "PodScheduled"))
+        assert (cond["reason"], cond["message"]) == ("Unschedulable", "no nodes available to schedule pods")
+    async with cluster(nodes=1) as (store, _k, rec):
+        store.create("pods", NS, make_pod("volcano-pod", schedulerName="volcano"))
+        await sentinel(store, rec, 1)
+        pod = get_pod(store, "volcano-pod")
+        assert not pod["spec"].get("nodeName") and "conditions" not in pod["status"]
+
+
+async def test_node_selector_and_cordon() -> None:
+    async with cluster(nodes=2) as (store, _k, rec):
+        store.patch("nodes", None, "sim-node-1", "merge", {"metadata": {"labels": {"gpu": "yes"}}})
+        store.create("pods", NS, make_pod("gpu", nodeSelector={"gpu": "yes"}))
+        await rec.until(lambda: running(store, "gpu"))
+        assert get_pod(store, "gpu")["spec"]["nodeName"] == "sim-node-1"
+        for name in ("sim-node-0", "sim-node-1"):
+            store.patch("nodes", None, name, "merge", {"spec": {"unschedulable": True}})
+        store.create("pods", NS, make_pod("cordoned"))
+        cond = await rec.until(lambda: condition(get_pod(store, "cordoned"), "PodScheduled"))
+        assert cond["message"].startswith("0/2 nodes are available: 2 node(s) were unschedulable.")
+        store.patch("nodes", None, "sim-node-0", "merge", {"spec": {"unschedulable": None}})
+        await rec.until(lambda: running(store, "cordoned"))
+        assert get_pod(store, "cordoned")["spec"]["nodeName"] == "sim-node-0"
+
+
+# ------------------------------------------------------------------------------------------- exits
+
+
+async def test_run_to_completion_with_never() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("job", {RUN_SECONDS: "3"}, restart="Never"))
+        await rec.until(lambda: phase(store, "job") == "Succeeded")
+        pod = get_pod(store, "job")
+        cs = container(pod)
+        term = cs["state"]["terminated"]
+        assert (term["exitCode"], term["reason"]) == (0, "Completed")
+        assert term["startedAt"] <= term["finishedAt"] and term["containerID"].startswith("containerd://")
+        assert cs["ready"] is False and cs["started"] is False and cs["restartCount"] == 0
+        assert (condition(pod, "Ready")["status"], condition(pod, "Ready")["reason"]) == ("False", "PodCompleted")
+        assert condition(pod, "ContainersReady")["reason"] == "PodCompleted"
+        assert condition(pod, "PodReadyToStartContainers")["status"] == "False"
+        times = {o["status"].get("phase"): t for t, _e, o in rec.pod_states("job")}
+        assert times["Succeeded"] - times["Running"] >= 3 * SCALE
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected_code", "expected_reason"),
+    [
+        ({EXIT_CODE: "2"}, 2, "Error"),
+        ({EXIT_CODE: "137"}, 137, "OOMKilled"),
+        ({EXIT_CODE: "1", REASON: "DeadlineExceeded"}, 1, "DeadlineExceeded"),
+    ],
+)
+async def test_failed_exit_codes_and_reasons(annotations: dict, expected_code: int, expected_reason: str) -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("fail", {RUN_SECONDS: "1", **annotations}, restart="Never"))
+        await rec.until(lambda: phase(store, "fail") == "Failed")
+        pod = get_pod(store, "fail")
+        term = container(pod)["state"]["terminated"]
+        assert (term["exitCode"], term["reason"]) == (expected_code, expected_reason)
+        assert condition(pod, "Ready")["reason"] == "PodFailed"
+        assert "reason" not in pod["status"]  # only evictions set a pod-level reason
+
+
+async def test_on_failure_does_not_restart_success() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("ok", {RUN_SECONDS: "1"}, restart="OnFailure"))
+        await rec.until(lambda: phase(store, "ok") == "Succeeded")
+        assert restart_count(store, "ok") == 0
+
+
+async def test_exit_code_annotation_on_running_pod_acts_once_per_value() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("svc", restart="OnFailure"))
+        await rec.until(lambda: running(store, "svc"))
+        annotate(store, "svc", **{EXIT_CODE: "3"})
+        # First crash: restarted at once (no back-off entry yet), with lastState filled.
+        await rec.until(lambda: restart_count(store, "svc") == 1 and running(store, "svc"))
+        last = container(get_pod(store, "svc"))["lastState"]["terminated"]
+        assert (last["exitCode"], last["reason"]) == (3, "Error")
+        # Unrelated changes and the same value again do not make it exit again.
+        store.patch("pods", NS, "svc", "merge", {"metadata": {"labels": {"touched": "1"}}})
+        annotate(store, "svc", **{EXIT_CODE: "3"})
+        await sentinel(store, rec, 2)
+        assert restart_count(store, "svc") == 1 and running(store, "svc")
+        # A new value acts again; being the second crash within 10 minutes it backs off.
+        annotate(store, "svc", **{EXIT_CODE: "4"})
+        cs = await rec.until(lambda: (lambda c: c if c["state"].get("waiting") else None)(
+            container(get_pod(store, "svc"))))
+        assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        assert cs["lastState"]["terminated"]["exitCode"] == 4
+        assert cs["restartCount"] == 1
+        await rec.until(lambda: restart_count(store, "svc") == 2 and running(store, "svc"))
+
+
+async def test_exit_code_zero_with_on_failure_completes_running_pod() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("worker", restart="OnFailure"))
+        await rec.until(lambda: running(store, "worker"))
+        annotate(store, "worker", **{EXIT_CODE: "0"})
+        await rec.until(lambda: phase(store, "worker") == "Succeeded")
+
+
+async def test_always_restarts_with_back_off_doubling() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("loop", {RUN_SECONDS: "2", EXIT_CODE: "1"}, restart="Always"))
+        await rec.until(lambda: restart_count(store, "loop") == 3 and running(store, "loop"), timeout=10)
+        # Reduce the history to (time, restartCount, state kind, back-off message) transitions.
+        seen = []
+        for when, _e, obj in rec.pod_states("loop"):
+            statuses = obj["status"].get("containerStatuses")
+            if not statuses:
+                continue
+            cs = statuses[0]
+            kind = next(iter(cs["state"]))
+            key = (cs["restartCount"], kind, cs["state"].get("waiting", {}).get("reason"))
+            if not seen or seen[-1][1:4] != key:
+                seen.append((when, *key, cs["state"].get("waiting", {}).get("message", "")))
+        kinds = [(rc, kind, reason) for _t, rc, kind, reason, _m in seen]
+        assert kinds == [
+            (0, "waiting", "ContainerCreating"),
+            (0, "running", None),
+            (1, "running", None),  # first exit: immediate restart
+            (1, "waiting", "CrashLoopBackOff"),
+            (2, "running", None),
+            (2, "waiting", "CrashLoopBackOff"),
+            (3, "running", None),
+        ]
+        assert "back-off 10s restarting failed container=main pod=loop_default(" in seen[3][4]
+        assert "back-off 20s restarting failed" in seen[5][4]
+        # Each back-off lasts its simulated duration (scaled); restarts are never early.
+        assert seen[4][0] - seen[3][0] >= 10 * SCALE * 0.9
+        assert seen[6][0] - seen[5][0] >= 20 * SCALE * 0.9
+        assert seen[6][0] - seen[5][0] > seen[4][0] - seen[3][0]
+        pod = get_pod(store, "loop")
+        assert pod["status"]["phase"] == "Running"
+        assert container(pod)["lastState"]["terminated"]["exitCode"] == 1
+        # During back-off the pod is Running but not Ready.
+        backoff_obj = next(o for t, _e, o in rec.pod_states("loop") if t == seen[3][0])
+        assert backoff_obj["status"]["phase"] == "Running"
+        assert condition(backoff_obj, "Ready")["status"] == "False"
+
+
+async def test_back_off_resets_after_ten_minutes_of_running() -> None:
+    # run-seconds 700 > 2 x 5 min: every exit comes more than 10 simulated minutes after the last
+    # back-off update, so each restart is immediate and no CrashLoopBackOff ever appears.
+    async with cluster(time_scale=0.001) as (store, _k, rec):
+        store.create("pods", NS, make_pod("long", {RUN_SECONDS: "700", EXIT_CODE: "1"}))
+        await rec.until(lambda: restart_count(store, "long") == 3, timeout=10)
+        waiting = [o for _t, _e, o in rec.pod_states("long")
+                   if o["status"].get("containerStatuses")
+                   and o["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"]
+        assert waiting == []
+
+
+async def test_invalid_annotation_values_are_ignored() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("odd", {RUN_SECONDS: "soon", START_SECONDS: "-1"}))
+        await rec.until(lambda: running(store, "odd"))
+        annotate(store, "odd", **{EXIT_CODE: "banana"})
+        await sentinel(store, rec, 2)
+        assert running(store, "odd") and restart_count(store, "odd") == 0
+
+
+# ------------------------------------------------------------------------------------------- eviction
+
+
+async def test_evict_annotation_fails_pod_without_deleting_it() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("victim", restart="Always"))
+        await rec.until(lambda: running(store, "victim"))
+        annotate(store, "victim", **{EVICT: "true"})
+        await rec.until(lambda: phase(store, "victim") == "Failed")
+        pod = get_pod(store, "victim")
+        status = pod["status"]
+        assert status["reason"] == "Evicted"
+        assert status["message"].startswith("The node was low on resource: memory. ")
+        target = condition(pod, "DisruptionTarget")
+        assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet")
+        term = container(pod)["state"]["terminated"]
+        assert (term["exitCode"], term["reason"]) == (137, "ContainerStatusUnknown")
+        assert condition(pod, "Ready")["status"] == "False"
+        await sentinel(store, rec, 2)
+        pod = get_pod(store, "victim")
+        assert pod is not None and pod["status"]["phase"] == "Failed" and "deletionTimestamp" not in pod["metadata"]
+        assert restart_count(store, "victim") == 0  # restartPolicy Always does not resurrect an evicted pod
+
+
+# ------------------------------------------------------------------------------------------- deletion
+
+
+async def test_graceful_deletion_waits_for_the_grace_period() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("slow", terminationGracePeriodSeconds=30))
+        store.create("pods", NS, make_pod("quick", terminationGracePeriodSeconds=30))
+        await rec.until(lambda: running(store, "slow") and running(store, "quick"))
+        start = anyio.current_time()
+        store.delete("pods", NS, "slow")
+        store.delete("pods", NS, "quick", {"gracePeriodSeconds": 5})
+        pod = get_pod(store, "slow")
+        assert pod["metadata"]["deletionGracePeriodSeconds"] == 30 and pod["metadata"]["deletionTimestamp"]
+        await rec.until(lambda: rec.deleted_at("quick") and rec.deleted_at("slow"), timeout=10)
+        assert rec.deleted_at("quick") - start >= 5 * SCALE
+        assert rec.deleted_at("slow") - start >= 30 * SCALE
+        assert rec.deleted_at("quick") < rec.deleted_at("slow")
+        # The kubelet posts the killed state before confirming the deletion.
+        last = [o for _t, e, o in rec.pod_states("slow") if e == "MODIFIED"][-1]
+        assert last["status"]["phase"] == "Failed"
+        term = container(last)["state"]["terminated"]
+        assert (term["exitCode"], term["reason"]) == (137, "Error")
+
+
+async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("a", terminationGracePeriodSeconds=300))
+        store.create("pods", NS, make_pod("b", {RUN_SECONDS: "10"}, restart="Never",
+                                          terminationGracePeriodSeconds=300))
+        await rec.until(lambda: running(store, "a") and running(store, "b"))
+        start = anyio.current_time()
+        store.delete("pods", NS, "a")
+        store.delete("pods", NS, "a", {"gracePeriodSeconds": 2})  # shortens it
+        store.delete("pods", NS, "b")  # exits by itself (run-seconds) long before its grace ends
+        await rec.until(lambda: rec.deleted_at("a") and rec.deleted_at("b"), timeout=10)
+        assert 2 * SCALE <= rec.deleted_at("a") - start < 300 * SCALE
+        assert rec.deleted_at("b") - start < 300 * SCALE
+        last_b = [o for _t, e, o in rec.pod_states("b") if e == "MODIFIED"][-1]
+        assert last_b["status"]["phase"] == "Succeeded"
+        assert container(last_b)["state"]["terminated"]["reason"] == "Completed"
+
+
+async def test_deleting_crash_looping_or_finished_pods_is_prompt() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("crash", {RUN_SECONDS: "0", EXIT_CODE: "1"},
+                                          terminationGracePeriodSeconds=300))
+        await rec.until(lambda: get_pod(store, "crash")["status"].get("containerStatuses") and
+                        container(get_pod(store, "crash"))["state"].get("waiting", {}).get("reason")
+                        == "CrashLoopBackOff")
+        start = anyio.current_time()
+        store.delete("pods", NS, "crash")
+        await rec.until(lambda: rec.deleted_at("crash"))
+        assert rec.deleted_at("crash") - start < 300 * SCALE  # nothing was running: no grace to wait
+
+
+async def test_deletion_confirmation_respects_finalizers() -> None:
+    async with cluster() as (store, _k, rec):
+        body = make_pod("held", terminationGracePeriodSeconds=1)
+        body["metadata"]["finalizers"] = ["example.com/hold"]
+        store.create("pods", NS, body)
+        await rec.until(lambda: running(store, "held"))
+        store.delete("pods", NS, "held")
+        # Confirmed by the kubelet (grace 0) but held by the finalizer.
+        await rec.until(lambda: get_pod(store, "held")["metadata"].get("deletionGracePeriodSeconds") == 0)
+        assert phase(store, "held") == "Failed"
+        store.patch("pods", NS, "held", "merge", {"metadata": {"finalizers": None}})
+        assert get_pod(store, "held") is None
+
+
+async def test_pause_and_resume() -> None:
+    async with cluster() as (store, kubelet, rec):
+        store.create("pods", NS, make_pod("old", terminationGracePeriodSeconds=1))
+        await rec.until(lambda: running(store, "old"))
+        kubelet.pause()
+        store.delete("pods", NS, "old")
+        store.create("pods", NS, make_pod("new"))
+        events_before = len(rec.events)
+        # Every task is now blocked; a paused kubelet waits without a timeout, so nothing can
+        # happen until resume(): 'new' stays unscheduled and 'old' terminating past its grace.
+        await anyio.wait_all_tasks_blocked()
+        assert len(rec.events) == events_before
+        assert get_pod(store, "old")["metadata"]["deletionTimestamp"]
+        assert not get_pod(store, "new")["spec"].get("nodeName")
+        kubelet.resume()
+        await rec.until(lambda: get_pod(store, "old") is None and running(store, "new"))
+
+
+async def test_deleted_pending_pod_is_never_resurrected() -> None:
+    async with cluster() as (store, _k, rec):
+        store.create("pods", NS, make_pod("ghost", {UNSCHEDULABLE: "true"}))
+        await rec.until(lambda: condition(get_pod(store, "ghost"), "PodScheduled"))
+        store.delete("pods", NS, "ghost")
+        assert get_pod(store, "ghost") is None  # unscheduled: gone at once
+        await sentinel(store, rec, 2)
+        assert get_pod(store, "ghost") is None
+        assert [e for _t, e, _o in rec.pod_states("ghost")][-1] == "DELETED"
+
+
+# ------------------------------------------------------------------------------------------- nodes failing
+
+
+async def test_not_ready_node_evicts_pods_which_stay_terminating_until_node_returns() -> None:
+    async with cluster(nodes=2, node_eviction_seconds=20) as (store, kubelet, rec):
+        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": True}})
+        store.create("pods", NS, make_pod("w", terminationGracePeriodSeconds=5))
+        tolerant = make_pod("tolerant", tolerations=[{"key": "node.kubernetes.io/unreachable",
+                                                      "operator": "Exists", "effect": "NoExecute"}])
+        store.create("pods", NS, tolerant)
+        await rec.until(lambda: running(store, "w") and running(store, "tolerant"))
+        assert get_pod(store, "w")["spec"]["nodeName"] == "sim-node-0"
+        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": None}})
+
+        went_down = anyio.current_time()
+        kubelet.set_node_ready("sim-node-0", False)
+        node = store.get("nodes", None, "sim-node-0")
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"], ready["message"]) == (
+            "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        assert {(t["key"], t["effect"]) for t in node["spec"]["taints"]} == {
+            ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
+        # Node lifecycle controller: pods not ready at once; taint manager: deletion after 20 s.
+        await rec.until(lambda: condition(get_pod(store, "w"), "Ready")["status"] == "False")
+        await rec.until(lambda: get_pod(store, "w")["metadata"].get("deletionTimestamp"))
+        evicted_at = anyio.current_time()
+        assert evicted_at - went_down >= 20 * SCALE
+        target = condition(get_pod(store, "w"), "DisruptionTarget")
+        assert (target["reason"], target["message"]) == ("DeletionByTaintManager",
+                                                         "Taint manager: deleting due to NoExecute taint")
+        # New pods avoid the tainted node.
+        store.create("pods", NS, make_pod("fresh"))
+        await rec.until(lambda: running(store, "fresh"))
+        assert get_pod(store, "fresh")["spec"]["nodeName"] == "sim-node-1"
+        # No kubelet can confirm the deletion: it outlives its grace period many times over.
+        await sentinel(store, rec, 50)
+        assert get_pod(store, "w")["metadata"]["deletionTimestamp"]
+        assert get_pod(store, "tolerant") is not None
+        assert "deletionTimestamp" not in get_pod(store, "tolerant")["metadata"]  # tolerates forever
+
+        kubelet.set_node_ready("sim-node-0", True)
+        node = store.get("nodes", None, "sim-node-0")
+        assert "taints" not in node["spec"]
+        await rec.until(lambda: get_pod(store, "w") is None)
+        await rec.until(lambda: condition(get_pod(store, "tolerant"), "Ready")["status"] == "True")
+
+
+async def test_unreachable_nodes_are_reported_by_the_scheduler() -> None:
+    async with cluster(nodes=2) as (store, kubelet, rec):
+        kubelet.set_node_ready("sim-node-0", False)
+        kubelet.set_node_ready("sim-node-1", False)
+        store.create("pods", NS, make_pod("nowhere"))
+        cond = await rec.until(lambda: condition(get_pod(store, "nowhere"), "PodScheduled"))
+        assert cond["message"].startswith(
+            "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }.")
+        kubelet.set_node_ready("sim-node-1", True)
+        await rec.until(lambda: running(store, "nowhere"))
+        with pytest.raises(ApiError) as info:
+            kubelet.set_node_ready("no-such-node", False)
+        assert info.value.code == 404 and info.value.message == 'nodes "no-such-node" not found'
+
+
+async def test_deleted_node_pods_are_failed_and_force_deleted_by_pod_gc() -> None:
+    async with cluster(nodes=2, pod_gc_orphan_seconds=10) as (store, _k, rec):
+        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": True}})
+        store.create("pods", NS, make_pod("orphan", terminationGracePeriodSeconds=300))
+        await rec.until(lambda: running(store, "orphan"))
+        gone = anyio.current_time()
+        store.delete("nodes", None, "sim-node-0")
+        await rec.until(lambda: rec.deleted_at("orphan"))
+        assert rec.deleted_at("orphan") - gone >= 10 * SCALE  # quarantine
+        assert rec.deleted_at("orphan") - gone < 300 * SCALE  # force-deleted, no grace period
+        last = [o for _t, e, o in rec.pod_states("orphan") if e == "MODIFIED"][-1]
+        assert last["status"]["phase"] == "Failed"
+        target = condition(last, "DisruptionTarget")
+        assert (target["reason"], target["message"]) == ("DeletionByPodGC", "PodGC: node no longer exists")
