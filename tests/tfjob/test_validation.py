@@ -1,0 +1,171 @@
+"""Validation: upstream's tfjob_webhook_test.go cases (type + field), the rules the controller adds
+(quirk Q19), and the exact message format."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.tfjob.validation import (
+    DUPLICATE,
+    FORBIDDEN,
+    INVALID,
+    NOT_SUPPORTED,
+    REQUIRED,
+    FieldError,
+    summarize,
+    validate,
+)
+
+from .builders import container, make_job, replica
+
+W = "spec.tfReplicaSpecs[Worker]"
+
+
+def kinds(job) -> list[tuple[str, str]]:
+    return [(e.type, e.field) for e in validate(job)]
+
+
+def valid_job() -> dict:
+    return make_job(worker=replica(2, "OnFailure"))
+
+
+def test_valid_job_has_no_errors():
+    assert validate(valid_job()) == []
+
+
+def test_bad_name():
+    job = valid_job()
+    job["metadata"]["name"] = "00test"
+    assert kinds(job) == [(INVALID, "metadata.name")]
+
+
+def test_no_containers_gives_two_required_errors():
+    job = make_job(worker=replica(1, containers=[]))
+    assert kinds(job) == [(REQUIRED, f"{W}.template.spec.containers")] * 2
+
+
+def test_empty_image():
+    job = make_job(worker=replica(1, containers=[container(image="")]))
+    assert kinds(job) == [(REQUIRED, f"{W}.template.spec.containers[0].image")]
+
+
+def test_single_container_with_empty_name():
+    job = make_job(worker=replica(1, containers=[container(name="")]))
+    assert kinds(job) == [(REQUIRED, f"{W}.template.spec.containers")]
+
+
+def test_chief_and_master_together():
+    job = make_job(chief=1, master=1, worker=1)
+    assert kinds(job) == [(FORBIDDEN, "spec.tfReplicaSpecs")]
+
+
+def test_chief_and_master_in_other_casing_also_rejected():
+    # upstream's check is case-sensitive (CHIEF + Master passes); defaulting would make them both
+    # chiefs, so we reject on the normalised names.
+    job = make_job(worker=1)
+    job["spec"]["tfReplicaSpecs"].update({"CHIEF": replica(1), "Master": replica(1)})
+    assert kinds(job) == [(FORBIDDEN, "spec.tfReplicaSpecs")]
+
+
+def test_managed_by_known_values_are_valid():
+    for value in ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"):
+        job = valid_job()
+        job["spec"]["runPolicy"] = {"managedBy": value}
+        assert validate(job) == []
+
+
+def test_managed_by_other_controller_is_not_supported():
+    job = valid_job()
+    job["spec"]["runPolicy"] = {"managedBy": "other-job-controller"}
+    assert kinds(job) == [(NOT_SUPPORTED, "spec.runPolicy.managedBy")]
+
+
+# --- rules the controller adds (Q19); the CRD's CEL rules and schema mirror them ---------------
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda j: j["spec"]["tfReplicaSpecs"].update({"Launcher": replica(1)}),
+         [(NOT_SUPPORTED, "spec.tfReplicaSpecs[Launcher]")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=-1), [(INVALID, f"{W}.replicas")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas="2"), [(INVALID, f"{W}.replicas")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=True), [(INVALID, f"{W}.replicas")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=10001), [(INVALID, f"{W}.replicas")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"),
+         [(NOT_SUPPORTED, f"{W}.restartPolicy")]),
+        (lambda j: j["spec"].update(runPolicy={"cleanPodPolicy": "Some"}),
+         [(NOT_SUPPORTED, "spec.runPolicy.cleanPodPolicy")]),
+        (lambda j: j["spec"].update(successPolicy="AnyWorker"), [(NOT_SUPPORTED, "spec.successPolicy")]),
+        (lambda j: j["spec"].update(runPolicy={"backoffLimit": -1}), [(INVALID, "spec.runPolicy.backoffLimit")]),
+        (lambda j: j["spec"].update(runPolicy={"activeDeadlineSeconds": "10"}),
+         [(INVALID, "spec.runPolicy.activeDeadlineSeconds")]),
+        (lambda j: j["spec"].update(runPolicy={"ttlSecondsAfterFinished": 1.5}),
+         [(INVALID, "spec.runPolicy.ttlSecondsAfterFinished")]),
+        (lambda j: j["spec"].update(runPolicy={"suspend": "yes"}), [(INVALID, "spec.runPolicy.suspend")]),
+        (lambda j: j["spec"].update(runPolicy=[]), [(INVALID, "spec.runPolicy")]),
+        (lambda j: j["spec"].update(enableDynamicWorker="true"), [(INVALID, "spec.enableDynamicWorker")]),
+        (lambda j: j["spec"].update(tfReplicaSpecs={}), [(REQUIRED, "spec.tfReplicaSpecs")]),
+        (lambda j: j["spec"].pop("tfReplicaSpecs"), [(REQUIRED, "spec.tfReplicaSpecs")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"].update(Worker=None), [(REQUIRED, f"{W}.template.spec.containers")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].pop("template"),
+         [(REQUIRED, f"{W}.template.spec.containers")]),
+        (lambda j: j["spec"]["tfReplicaSpecs"].update(worker=replica(1)),
+         [(DUPLICATE, "spec.tfReplicaSpecs[worker]")]),
+        (lambda j: j["metadata"].pop("uid"), [(REQUIRED, "metadata.uid")]),
+        (lambda j: j["metadata"].pop("namespace"), [(REQUIRED, "metadata.namespace")]),
+        (lambda j: j["metadata"].update(name="a" * 64), [(INVALID, "metadata.name")]),
+        (lambda j: j["metadata"].update(name="Upper"), [(INVALID, "metadata.name")]),
+        (lambda j: j.pop("spec"), [(REQUIRED, "spec")]),
+    ],
+)
+def test_controller_rules(mutate, expected):
+    job = valid_job()
+    mutate(job)
+    assert kinds(job) == expected
+
+
+def test_edited_fields_must_have_their_types():
+    job = make_job(worker=replica(1, containers=[{"name": "tensorflow", "image": "x", "env": "A=1",
+                                                  "ports": [{"containerPort": 0}]}]))
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"a": 1}}
+    assert kinds(job) == [
+        (INVALID, f"{W}.template.metadata.labels"),
+        (INVALID, f"{W}.template.spec.containers[0].env"),
+        (INVALID, f"{W}.template.spec.containers[0].ports[0].containerPort"),
+    ]
+
+
+def test_lower_case_keys_and_every_type_are_valid():
+    job = make_job()
+    job["spec"]["tfReplicaSpecs"] = {
+        "chief": replica(1), "ps": replica(2), "worker": replica(0), "evaluator": replica(1),
+    }
+    assert validate(job) == []
+
+
+@pytest.mark.parametrize("garbage", [None, 1, "job", [], {"metadata": 3, "spec": "x"}])
+def test_garbage_is_reported_not_raised(garbage):
+    assert validate(garbage)
+
+
+def test_message_formats_follow_apimachinery():
+    job = valid_job()
+    job["metadata"]["name"] = "00test"
+    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = -1
+    job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    errors = validate(job)
+    assert [str(e) for e in errors] == [
+        'metadata.name: Invalid value: "00test": should match: a DNS-1035 label must consist of lower case '
+        "alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric "
+        "character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+        "spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0",
+        'spec.tfReplicaSpecs[Worker].restartPolicy: Unsupported value: "Sometimes": supported values: '
+        '"Always", "OnFailure", "Never", "ExitCode"',
+    ]
+    assert summarize(errors[1:2]) == str(errors[1])
+    assert summarize(errors).startswith("[metadata.name: Invalid value") and summarize(errors).endswith('"ExitCode"]')
+
+
+def test_required_message_without_value():
+    assert str(FieldError(REQUIRED, "spec.tfReplicaSpecs", "must be required")) == (
+        "spec.tfReplicaSpecs: Required value: must be required"
+    )
