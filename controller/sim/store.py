@@ -597,14 +597,14 @@ class Store:
         if rt.custom and rt.schema is not None:
             rt.schema.apply_defaults(obj)
 
-    def _validate(self, rt: ResourceType, obj: dict, old: dict | None) -> None:
+    def _validate(self, rt: ResourceType, obj: dict, old: dict | None, status_only: bool = False) -> None:
         meta = obj["metadata"]
         causes = validate_object_meta(rt, meta)
         causes += validate(rt, obj)
         if old is not None:
             causes += validate_update(rt, obj, old)
         if rt.custom and rt.schema is not None:
-            causes += rt.schema.validate(obj, old)
+            causes += rt.schema.validate(obj, old, status_only=status_only)
         if rt.qualified == CRD_RESOURCE:
             from controller.sim import schema
 
@@ -846,7 +846,7 @@ class Store:
                 obj["status"] = deep_copy(existing.get("status") or {})
                 self._prepare_crd(obj)
         meta["resourceVersion"] = old_meta.get("resourceVersion")
-        self._validate(rt, obj, existing)
+        self._validate(rt, obj, existing, status_only=subresource == "status")
         if subresource is None and (rt.custom or rt.tracks_generation) and old_meta.get("generation") is not None:
             if self._spec_changed(rt, existing, obj):
                 meta["generation"] = int(old_meta.get("generation") or 0) + 1

@@ -1,0 +1,490 @@
+"""Store semantics (reference §1.3, §1.4, §2.2-§2.9), driven through the Python Store API that the
+kubelet and GC use. HTTP-specific behaviour is in test_http.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.sim.errors import ApiError
+from controller.sim.store import Store, StoreConfig, WriteOptions
+from tests.sim.crds import pod, widget, widget_crd
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> Store:
+    return Store(clock=clock)
+
+
+@pytest.fixture
+def events(store: Store) -> list[tuple[str, str, dict | None, dict | None]]:
+    seen: list[tuple[str, str, dict | None, dict | None]] = []
+    store.add_listener(lambda t, r, old, new: seen.append((t, r, old, new)))
+    return seen
+
+
+def raises(code: int, reason: str | None = None):
+    class _Ctx:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            assert exc_type is not None, f"expected ApiError {code}"
+            assert issubclass(exc_type, ApiError), exc
+            assert exc.code == code, exc.status()
+            if reason is not None:
+                assert exc.reason == reason, exc.status()
+            self.error = exc
+            return True
+
+    return _Ctx()
+
+
+# ---------------------------------------------------------------- resourceVersion
+
+def test_one_global_rv_across_kinds_and_list_rv_is_the_counter(store: Store) -> None:
+    start = store.resource_version
+    cm = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "v"}})
+    p = store.create("pods", "default", pod("p"))
+    assert int(cm["metadata"]["resourceVersion"]) == start + 1
+    assert int(p["metadata"]["resourceVersion"]) == start + 2
+    items, list_rv = store.list("configmaps", "default")
+    assert list_rv == str(start + 2)  # the global counter, not the newest configmap
+    assert [i["metadata"]["name"] for i in items] == ["a"]
+
+
+def test_noop_update_keeps_rv_and_emits_nothing(store: Store, events: list) -> None:
+    cm = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "v"}})
+    events.clear()
+    rv_before = store.resource_version
+    same = store.update("configmaps", "default", "a", dict(cm))
+    assert same["metadata"]["resourceVersion"] == cm["metadata"]["resourceVersion"]
+    assert store.resource_version == rv_before
+    patched = store.patch("configmaps", "default", "a", "merge", {"data": {"k": "v"}})
+    assert patched is store.get("configmaps", "default", "a")
+    assert events == []
+    changed = store.patch("configmaps", "default", "a", "merge", {"data": {"k": "w"}})
+    assert int(changed["metadata"]["resourceVersion"]) == rv_before + 1
+    assert [e[0] for e in events] == ["MODIFIED"]
+
+
+def test_returned_objects_are_not_mutated_by_later_writes(store: Store) -> None:
+    first = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "v"}})
+    store.patch("configmaps", "default", "a", "merge", {"data": {"k": "w"}, "metadata": {"labels": {"x": "y"}}})
+    assert first["data"] == {"k": "v"}
+    assert "labels" not in first["metadata"]
+
+
+# ---------------------------------------------------------------- create
+
+def test_create_sets_server_fields_and_generate_name(store: Store) -> None:
+    obj = store.create("pods", "default", {**pod(""), "metadata": {"generateName": "web-",
+                                                                     "uid": "client-uid",
+                                                                     "creationTimestamp": "1999-01-01T00:00:00Z"}})
+    meta = obj["metadata"]
+    assert meta["name"].startswith("web-") and len(meta["name"]) == len("web-") + 5
+    assert meta["uid"] != "client-uid" and len(meta["uid"]) == 36
+    assert meta["creationTimestamp"].endswith("Z") and not meta["creationTimestamp"].startswith("1999")
+    assert meta["generation"] == 1
+    assert obj["status"] == {"phase": "Pending", "qosClass": "BestEffort"}
+
+
+def test_create_errors(store: Store) -> None:
+    store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    with raises(409, "AlreadyExists") as ctx:
+        store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    assert ctx.error.message == 'configmaps "a" already exists'
+    with raises(404, "NotFound") as ctx:
+        store.create("configmaps", "nope", {"metadata": {"name": "a"}})
+    assert ctx.error.message == 'namespaces "nope" not found'
+    with raises(500, "InternalError") as ctx:
+        store.create("configmaps", "default", {"metadata": {"name": "b", "resourceVersion": "3"}})
+    assert "resourceVersion should not be set on objects to be created" in ctx.error.message
+    with raises(422, "Invalid") as ctx:
+        store.create("configmaps", "default", {"metadata": {"name": "Bad_Name"}})
+    assert ctx.error.status()["details"]["causes"][0]["field"] == "metadata.name"
+    with raises(422, "Invalid") as ctx:
+        store.create("configmaps", "default", {"metadata": {}})
+    assert "name or generateName is required" in ctx.error.message
+    with raises(400, "BadRequest"):
+        store.create("configmaps", "default", {"metadata": {"name": "c", "namespace": "other"}})
+    with raises(422, "Invalid") as ctx:
+        store.create("pods", "default", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    assert ctx.error.message == 'Pod "p" is invalid: spec.containers: Required value'
+
+
+def test_dry_run_create_persists_nothing(store: Store, events: list) -> None:
+    rv = store.resource_version
+    result = store.create_ex("configmaps", "default", {"metadata": {"name": "a"}}, WriteOptions(dry_run=True))
+    assert result.code == 201 and result.obj["metadata"]["name"] == "a"
+    assert store.get("configmaps", "default", "a") is None
+    assert store.resource_version == rv and events == []
+
+
+# ---------------------------------------------------------------- update / optimistic concurrency
+
+def test_stale_rv_conflicts_and_unconditional_rules(store: Store) -> None:
+    cm = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "1"}})
+    store.patch("configmaps", "default", "a", "merge", {"data": {"k": "2"}})
+    with raises(409, "Conflict") as ctx:
+        store.update("configmaps", "default", "a", {**cm, "data": {"k": "3"}})
+    assert ctx.error.message == ('Operation cannot be fulfilled on configmaps "a": the object has been modified; '
+                                 "please apply your changes to the latest version and try again")
+    # Core types allow PUT without an RV (unconditional); leases do not.
+    unconditional = {"metadata": {"name": "a"}, "data": {"k": "4"}}
+    assert store.update("configmaps", "default", "a", unconditional)["data"] == {"k": "4"}
+    lease = store.update("leases.coordination.k8s.io", "default", "l",
+                         {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}})  # create-on-PUT
+    assert lease["spec"]["holderIdentity"] == "me"
+    with raises(422, "Invalid") as ctx:
+        store.update("leases.coordination.k8s.io", "default", "l", {"metadata": {"name": "l"}, "spec": {}})
+    assert ctx.error.message == ('leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: Invalid '
+                                 "value: 0x0: must be specified for an update")
+    with raises(404, "NotFound"):
+        store.update("configmaps", "default", "missing", {"metadata": {"name": "missing"}})
+    with raises(400, "BadRequest"):
+        store.update("configmaps", "default", "a", {"metadata": {"name": "b"}})
+
+
+def test_update_keeps_server_owned_metadata(store: Store) -> None:
+    cm = store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    body = {"metadata": {"name": "a", "resourceVersion": cm["metadata"]["resourceVersion"],
+                         "creationTimestamp": "2000-01-01T00:00:00Z", "labels": {"x": "y"}}}
+    updated = store.update("configmaps", "default", "a", body)
+    assert updated["metadata"]["creationTimestamp"] == cm["metadata"]["creationTimestamp"]
+    assert updated["metadata"]["uid"] == cm["metadata"]["uid"]
+    with raises(422, "Invalid"):
+        store.update("configmaps", "default", "a", {"metadata": {"name": "a", "uid": "other"}})
+
+
+def test_pod_status_subresource_rules(store: Store) -> None:
+    created = store.create("pods", "default", pod("p"))
+    # A main-resource write cannot change status; /status cannot change spec or labels.
+    body = {**created, "status": {"phase": "Running"}}
+    after_main = store.update("pods", "default", "p", body)
+    assert after_main["status"]["phase"] == "Pending"
+    status_body = {**after_main, "status": {"phase": "Running"}, "metadata": {**after_main["metadata"],
+                                                                              "labels": {"x": "y"}}}
+    after_status = store.update("pods", "default", "p", status_body, subresource="status")
+    assert after_status["status"]["phase"] == "Running"
+    assert "labels" not in after_status["metadata"]
+    with raises(422, "Invalid") as ctx:  # pod spec is immutable apart from a few fields
+        store.patch("pods", "default", "p", "merge", {"spec": {"restartPolicy": "Never"}})
+    assert "pod updates may not change fields" in ctx.error.message
+    bound = store.patch("pods", "default", "p", "merge", {"spec": {"nodeName": "n1"}})  # binding-like
+    assert bound["spec"]["nodeName"] == "n1"
+
+
+# ---------------------------------------------------------------- delete, finalizers, graceful pods
+
+def test_finalizers_hold_deletion_until_removed(store: Store, events: list) -> None:
+    store.create("configmaps", "default", {"metadata": {"name": "a", "finalizers": ["example.com/hold"]}})
+    events.clear()
+    answer = store.delete("configmaps", "default", "a")
+    assert answer["metadata"]["deletionTimestamp"]  # the object, still there
+    assert [e[0] for e in events] == ["MODIFIED"]
+    with raises(422, "Invalid") as ctx:
+        store.patch("configmaps", "default", "a", "merge",
+                    {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}})
+    assert "no new finalizers can be added if the object is being deleted" in ctx.error.message
+    last = store.get("configmaps", "default", "a")
+    store.patch("configmaps", "default", "a", "merge", {"metadata": {"finalizers": None}})
+    assert store.get("configmaps", "default", "a") is None
+    kind, _res, old, new = events[-1]
+    assert kind == "DELETED" and new is None
+    assert old is last  # the DELETED event carries the last stored state (with the finalizer)
+
+
+def test_delete_returns_status_or_object_and_preconditions(store: Store) -> None:
+    cm = store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    with raises(409, "Conflict") as ctx:
+        store.delete("configmaps", "default", "a", {"preconditions": {"uid": "other"}})
+    assert "the UID in the precondition (other) does not match the UID in record" in ctx.error.message
+    with raises(409, "Conflict"):
+        store.delete("configmaps", "default", "a", {"preconditions": {"resourceVersion": "1"}})
+    status = store.delete("configmaps", "default", "a")
+    assert status == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                      "details": {"name": "a", "kind": "configmaps", "uid": cm["metadata"]["uid"]}}
+    with raises(404, "NotFound"):
+        store.delete("configmaps", "default", "a")
+    store.create("pods", "default", pod("p"))
+    deleted = store.delete("pods", "default", "p")  # unscheduled: gone at once, object returned
+    assert deleted["kind"] == "Pod" and store.get("pods", "default", "p") is None
+    assert int(deleted["metadata"]["resourceVersion"]) == store.resource_version
+
+
+def test_graceful_pod_deletion(store: Store, clock: FakeClock) -> None:
+    store.create("pods", "default", pod("p", node="n1"))
+    gen = store.get("pods", "default", "p")["metadata"]["generation"]
+    terminating = store.delete("pods", "default", "p")
+    meta = terminating["metadata"]
+    assert meta["deletionGracePeriodSeconds"] == 30
+    assert meta["deletionTimestamp"] == _rfc(clock.now + 30)
+    assert meta["generation"] == gen + 1
+    assert store.get("pods", "default", "p") is not None
+    # A shorter grace period shortens it; a longer one does not.
+    store.delete("pods", "default", "p", {"gracePeriodSeconds": 60})
+    assert store.get("pods", "default", "p")["metadata"]["deletionGracePeriodSeconds"] == 30
+    store.delete("pods", "default", "p", {"gracePeriodSeconds": 5})
+    assert store.get("pods", "default", "p")["metadata"]["deletionGracePeriodSeconds"] == 5
+    # The kubelet confirms with grace 0.
+    store.delete("pods", "default", "p", {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+    assert store.get("pods", "default", "p") is None
+
+
+def test_terminal_pods_are_deleted_at_once(store: Store) -> None:
+    store.create("pods", "default", pod("p", node="n1"))
+    store.patch("pods", "default", "p", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
+    store.delete("pods", "default", "p")
+    assert store.get("pods", "default", "p") is None
+
+
+def test_propagation_policies_add_gc_finalizers(store: Store) -> None:
+    store.create("configmaps", "default", {"metadata": {"name": "o"}})
+    store.create("configmaps", "default", {"metadata": {"name": "f"}})
+    store.create("configmaps", "default", {"metadata": {"name": "b", "finalizers": ["orphan"]}})
+    assert store.delete("configmaps", "default", "o", {"propagationPolicy": "Orphan"})["metadata"][
+        "finalizers"] == ["orphan"]
+    assert store.delete("configmaps", "default", "f", {"propagationPolicy": "Foreground"})["metadata"][
+        "finalizers"] == ["foregroundDeletion"]
+    store.delete("configmaps", "default", "b", {"propagationPolicy": "Background"})  # drops "orphan"
+    assert store.get("configmaps", "default", "b") is None
+    with raises(422, "Invalid"):
+        store.delete("configmaps", "default", "o", {"propagationPolicy": "Sideways"})
+
+
+def test_namespace_deletion_removes_contents_then_namespace(store: Store) -> None:
+    store.create("namespaces", None, {"metadata": {"name": "team"}})
+    store.create("configmaps", "team", {"metadata": {"name": "a"}})
+    store.create("pods", "team", pod("running", node="n1"))
+    answer = store.delete("namespaces", None, "team")
+    assert answer["status"]["phase"] == "Terminating"
+    assert store.get("configmaps", "team", "a") is None
+    assert store.get("pods", "team", "running")["metadata"]["deletionTimestamp"]
+    assert store.get("namespaces", None, "team") is not None  # waits for the terminating pod
+    with raises(403, "Forbidden") as ctx:
+        store.create("configmaps", "team", {"metadata": {"name": "late"}})
+    assert "because it is being terminated" in ctx.error.message
+    store.delete("pods", "team", "running", {"gracePeriodSeconds": 0})
+    assert store.get("namespaces", None, "team") is None
+
+
+def test_delete_collection_by_label(store: Store) -> None:
+    for name, tier in (("a", "x"), ("b", "x"), ("c", "y")):
+        store.create("configmaps", "default", {"metadata": {"name": name, "labels": {"tier": tier}}})
+    result = store.delete_collection("configmaps", "default", label_selector="tier=x")
+    assert result["kind"] == "ConfigMapList"
+    assert sorted(i["metadata"]["name"] for i in result["items"]) == ["a", "b"]
+    assert [i["metadata"]["name"] for i in store.list("configmaps", "default")[0]] == ["c"]
+
+
+# ---------------------------------------------------------------- lists: selectors, exact RV, continue
+
+def test_list_selectors_and_namespaces(store: Store) -> None:
+    store.create("namespaces", None, {"metadata": {"name": "other"}})
+    store.create("pods", "default", pod("a", labels={"app": "web"}))
+    store.create("pods", "default", pod("b", node="n1", labels={"app": "db"}))
+    store.create("pods", "other", pod("c", labels={"app": "web"}))
+    names = lambda items: [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]  # noqa: E731
+    assert names(store.list("pods")[0]) == [("default", "a"), ("default", "b"), ("other", "c")]
+    assert names(store.list("pods", label_selector="app=web")[0]) == [("default", "a"), ("other", "c")]
+    assert names(store.list("pods", "default", label_selector="app in (web,db)")[0]) == [("default", "a"),
+                                                                                         ("default", "b")]
+    assert names(store.list("pods", field_selector="spec.nodeName=n1")[0]) == [("default", "b")]
+    assert names(store.list("pods", field_selector="status.phase=Pending,metadata.namespace=other")[0]) == [
+        ("other", "c")]
+    with raises(400, "BadRequest") as ctx:
+        store.list("pods", field_selector="spec.bogus=1")
+    assert "field label not supported: spec.bogus" in ctx.error.message
+    with raises(400, "BadRequest"):
+        store.list("pods", label_selector="app in (web")
+
+
+def test_exact_rv_list_reconstructs_the_past_and_410s_after_compaction(store: Store) -> None:
+    store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"v": "1"}})
+    store.create("configmaps", "default", {"metadata": {"name": "b"}})
+    past = store.resource_version
+    store.patch("configmaps", "default", "a", "merge", {"data": {"v": "2"}})
+    store.delete("configmaps", "default", "b")
+    store.create("configmaps", "default", {"metadata": {"name": "c"}})
+    result = store.list_ex("configmaps", "default", resource_version=str(past), resource_version_match="Exact")
+    assert result.resource_version == str(past)
+    assert [(i["metadata"]["name"], i.get("data")) for i in result.items] == [("a", {"v": "1"}), ("b", None)]
+    store.compact()
+    with raises(410, "Expired") as ctx:
+        store.list_ex("configmaps", "default", resource_version=str(past), resource_version_match="Exact")
+    assert ctx.error.message == "The resourceVersion for the provided list is too old."
+    with raises(504, "Timeout") as ctx:
+        store.list_ex("configmaps", resource_version=str(store.resource_version + 5),
+                      resource_version_match="NotOlderThan")
+    assert ctx.error.status()["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+
+
+def test_continue_pages_are_a_consistent_snapshot(store: Store) -> None:
+    for i in range(7):
+        store.create("configmaps", "default", {"metadata": {"name": f"cm-{i}"}, "data": {"v": "old"}})
+    first = store.list_ex("configmaps", "default", limit=3)
+    assert [i["metadata"]["name"] for i in first.items] == ["cm-0", "cm-1", "cm-2"]
+    assert first.continue_token and first.remaining == 4
+    # Changes after the first page are invisible to later pages.
+    store.delete("configmaps", "default", "cm-4")
+    store.patch("configmaps", "default", "cm-5", "merge", {"data": {"v": "new"}})
+    store.create("configmaps", "default", {"metadata": {"name": "cm-3a"}})
+    second = store.list_ex("configmaps", "default", limit=3, continue_token=first.continue_token)
+    assert second.resource_version == first.resource_version
+    assert [i["metadata"]["name"] for i in second.items] == ["cm-3", "cm-4", "cm-5"]
+    assert second.items[2]["data"] == {"v": "old"}
+    third = store.list_ex("configmaps", "default", limit=3, continue_token=second.continue_token)
+    assert [i["metadata"]["name"] for i in third.items] == ["cm-6"] and third.continue_token == ""
+    # RV=0 lists ignore limit (served from the cache), as client-go's reflector expects.
+    assert len(store.list_ex("configmaps", "default", resource_version="0", limit=2).items) == 7
+
+
+def test_expired_continue_token_gets_410_with_a_fresh_token(store: Store) -> None:
+    for i in range(4):
+        store.create("configmaps", "default", {"metadata": {"name": f"cm-{i}"}})
+    first = store.list_ex("configmaps", "default", limit=2)
+    store.create("configmaps", "default", {"metadata": {"name": "cm-9"}})
+    store.compact()
+    with raises(410, "Expired") as ctx:
+        store.list_ex("configmaps", "default", limit=2, continue_token=first.continue_token)
+    fresh = ctx.error.status()["metadata"]["continue"]
+    rest = store.list_ex("configmaps", "default", limit=10, continue_token=fresh)  # inconsistent continuation
+    assert [i["metadata"]["name"] for i in rest.items] == ["cm-2", "cm-3", "cm-9"]
+    with raises(400, "BadRequest"):
+        store.list_ex("configmaps", "default", continue_token="not-a-token")
+
+
+def test_history_bounded_by_count(clock: FakeClock) -> None:
+    store = Store(StoreConfig(history_max_events=3), clock=clock)
+    store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"v": "0"}})
+    start = store.resource_version
+    for i in range(5):
+        store.patch("configmaps", "default", "a", "merge", {"data": {"v": str(i + 1)}})
+    assert store.history_since("configmaps", start) is None  # fell out of the history
+    recent = store.history_since("configmaps", store.resource_version - 2)
+    assert [e.rv for e in recent] == [store.resource_version - 1, store.resource_version]
+
+
+def test_history_bounded_by_age(clock: FakeClock) -> None:
+    store = Store(StoreConfig(history_max_age=10), clock=clock)
+    store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    start = store.resource_version
+    clock.now += 11
+    store.create("configmaps", "default", {"metadata": {"name": "b"}})
+    assert store.history_since("configmaps", start - 1) is None
+
+
+def test_listener_failures_do_not_break_writes(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(*_args: object) -> None:
+        raise RuntimeError("listener bug")
+
+    store.add_listener(broken)
+    store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    assert store.get("configmaps", "default", "a") is not None
+    assert "store listener failed" in caplog.text
+
+
+# ---------------------------------------------------------------- custom resources
+
+@pytest.fixture
+def crd_store(store: Store) -> Store:
+    store.create("customresourcedefinitions.apiextensions.k8s.io", None, widget_crd())
+    return store
+
+
+def test_crd_is_served_at_once_with_status(crd_store: Store) -> None:
+    crd = crd_store.get("customresourcedefinitions.apiextensions.k8s.io", None, "widgets.example.com")
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    assert crd["status"]["storedVersions"] == ["v1"]
+    created = crd_store.create("widgets.example.com", "default", widget("w", status={"phase": "x"}))
+    assert created["apiVersion"] == "example.com/v1" and created["metadata"]["generation"] == 1
+    assert "status" not in created  # dropped on create with a status subresource
+    assert created["spec"] == {"replicas": 1, "maxReplicas": 10, "color": "red"}  # defaults
+
+
+def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
+    obj = widget("w", 2, extra="gone", free={"anything": {"goes": 1}})
+    created = crd_store.create("widgets.example.com", "default", obj)
+    assert "extra" not in created["spec"] and created["spec"]["free"] == {"anything": {"goes": 1}}
+    with raises(400, "BadRequest") as ctx:
+        crd_store.create_ex("widgets.example.com", "default", widget("s", extra=1),
+                            WriteOptions(field_validation="Strict"))
+    assert ctx.error.message == ('Widget in version "v1" cannot be handled as a Widget: strict decoding error: '
+                                 'unknown field "spec.extra"')
+    warned = crd_store.create_ex("widgets.example.com", "default", widget("t", extra=1),
+                                 WriteOptions(field_validation="Warn"))
+    assert warned.warnings == ['unknown field "spec.extra"']
+    with raises(422, "Invalid") as ctx:
+        crd_store.create("widgets.example.com", "default", widget("bad", -1, color="pink"))
+    fields = [c["field"] for c in ctx.error.status()["details"]["causes"]]
+    assert "spec.replicas" in fields and "spec.color" in fields
+    with raises(422, "Invalid") as ctx:
+        crd_store.create("widgets.example.com", "default", widget("cel", 20, maxReplicas=5))
+    assert "replicas must not exceed maxReplicas" in ctx.error.message
+
+
+def test_cr_generation_and_status_subresource(crd_store: Store) -> None:
+    w = crd_store.create("widgets.example.com", "default", widget("w"))
+    with raises(422, "Invalid"):  # custom resources refuse PUT without an RV
+        crd_store.update("widgets.example.com", "default", "w", widget("w", 2))
+    labeled = crd_store.patch("widgets.example.com", "default", "w", "merge", {"metadata": {"labels": {"a": "b"}}})
+    assert labeled["metadata"]["generation"] == 1  # metadata-only change
+    spec = crd_store.patch("widgets.example.com", "default", "w", "merge", {"spec": {"replicas": 3}})
+    assert spec["metadata"]["generation"] == 2
+    main_status = crd_store.patch("widgets.example.com", "default", "w", "merge", {"status": {"phase": "x"}})
+    assert "status" not in main_status  # status ignored on the main resource
+    status = crd_store.patch("widgets.example.com", "default", "w", "merge",
+                             {"status": {"phase": "Running"}, "spec": {"replicas": 9}}, subresource="status")
+    assert status["status"] == {"phase": "Running"} and status["spec"]["replicas"] == 3
+    assert status["metadata"]["generation"] == 2
+    with raises(409, "Conflict"):
+        crd_store.update("widgets.example.com", "default", "w", {**w, "status": {"phase": "old"}},
+                         subresource="status")
+    with raises(415, "UnsupportedMediaType"):
+        crd_store.patch("widgets.example.com", "default", "w", "strategic", {"spec": {"replicas": 1}})
+
+
+def test_scale_subresource(crd_store: Store) -> None:
+    crd_store.create("widgets.example.com", "default", widget("w", 2))
+    crd_store.patch("widgets.example.com", "default", "w", "merge",
+                    {"status": {"replicas": 1, "selector": "app=w"}}, subresource="status")
+    scale = crd_store.get_scale("widgets.example.com", "default", "w")
+    assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
+    assert scale["spec"] == {"replicas": 2} and scale["status"] == {"replicas": 1, "selector": "app=w"}
+    after = crd_store.patch("widgets.example.com", "default", "w", "merge", {"spec": {"replicas": 5}},
+                            subresource="scale")
+    assert after["spec"]["replicas"] == 5
+    cr = crd_store.get("widgets.example.com", "default", "w")
+    assert cr["spec"]["replicas"] == 5 and cr["metadata"]["generation"] == 2
+    with raises(409, "Conflict"):
+        crd_store.update("widgets.example.com", "default", "w", scale, subresource="scale")  # stale RV
+    with raises(404):
+        crd_store.get_scale("configmaps", "default", "w")
+
+
+def test_crd_deletion_removes_instances_and_the_type(crd_store: Store) -> None:
+    crd_store.create("widgets.example.com", "default", widget("w"))
+    crd_store.delete("customresourcedefinitions.apiextensions.k8s.io", None, "widgets.example.com")
+    assert crd_store.get("customresourcedefinitions.apiextensions.k8s.io", None, "widgets.example.com") is None
+    with raises(404):
+        crd_store.get("widgets.example.com", "default", "w")
+
+
+def _rfc(ts: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
