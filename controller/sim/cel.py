@@ -493,8 +493,9 @@ class _Checker:
                     self._type(arg, inner)
                 return base if name == "filter" else None
             if name not in _KNOWN_FUNCTIONS:
+                # cel-go locates a call at its '(' token
                 line, col = _token_pos(method)
-                raise _compile_error(self.text, line, max(col - 1, 0),
+                raise _compile_error(self.text, line, col + len(name),
                                      f"undeclared reference to '{name}' (in container '')")
             for arg in arg_nodes:
                 self._type(arg, scope)
@@ -504,7 +505,8 @@ class _Checker:
             args = node.children[1] if len(node.children) > 1 else None
             if name not in _KNOWN_FUNCTIONS:
                 line, col = _token_pos(node.children[0])
-                raise _compile_error(self.text, line, col, f"undeclared reference to '{name}' (in container '')")
+                raise _compile_error(self.text, line, col + len(name),
+                                     f"undeclared reference to '{name}' (in container '')")
             if isinstance(args, lark.Tree):
                 for arg in args.children:
                     self._type(arg, scope)

@@ -1340,7 +1340,9 @@ _RX_1035 = re.compile("^" + _DNS1035_LABEL + "$")
 def _regex_error(msg: str, fmt: str, *examples: str) -> str:
     if not examples:
         return f"{msg} (regex used for validation is '{fmt}')"
-    return msg + " (e.g. " + " or ".join(f"'{e}'," for e in examples) + f" regex used for validation is '{fmt}')"
+    # Go appends "'<example>', " per example, joined by " or " (hence the double space).
+    shown = "".join((" or " if i else "") + f"'{e}', " for i, e in enumerate(examples))
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
 def is_dns1123_subdomain(value: str) -> list[str]:

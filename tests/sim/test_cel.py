@@ -1,0 +1,210 @@
+"""The CEL wrapper: Kubernetes-style compile/eval errors, schema-typed values, the TFJob rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.sim.cel import MISSING, CelCompileError, CelEvalError, CelRule
+
+CONTAINER = {"type": "object", "required": ["name"],
+             "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}
+CONTAINERS = {"type": "array", "items": CONTAINER}
+REPLICA_SPECS = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "properties": {
+            "replicas": {"type": "integer", "format": "int32"},
+            "template": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"containers": CONTAINERS}}}},
+        },
+    },
+}
+
+
+def replica(*containers: dict) -> dict:
+    return {"replicas": 1, "template": {"spec": {"containers": list(containers)}}}
+
+
+TF = {"name": "tensorflow", "image": "tf:2"}
+
+# -- the TFJob CRD rules ---------------------------------------------------------------------------
+
+AT_MOST_ONE_CHIEF = "!(has(self.Chief) && has(self.Master))"
+TENSORFLOW_CONTAINER = "self.all(k, has(self[k].template) && self[k].template.spec.containers.exists(c, c.name == 'tensorflow'))"
+NON_EMPTY_IMAGES = "self.all(c, has(c.image) && size(c.image) > 0)"
+DNS1035 = "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63"
+KNOWN_TYPES = "self.all(k, k.matches('^(?i)(chief|master|ps|worker|evaluator)$'))"
+
+
+@pytest.mark.parametrize(
+    ("rule", "schema", "value", "expected"),
+    [
+        (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Worker": replica(TF)}, True),
+        (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Chief": replica(TF), "Worker": replica(TF)}, True),
+        (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Chief": replica(TF), "Master": replica(TF)}, False),
+        (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": replica(TF), "PS": replica({"name": "x", "image": "i"}, TF)}, True),
+        (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": replica({"name": "main", "image": "i"})}, False),
+        (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": {"replicas": 1}}, False),
+        (NON_EMPTY_IMAGES, CONTAINERS, [TF, {"name": "sidecar", "image": "busybox"}], True),
+        (NON_EMPTY_IMAGES, CONTAINERS, [TF, {"name": "sidecar", "image": ""}], False),
+        (NON_EMPTY_IMAGES, CONTAINERS, [{"name": "tensorflow"}], False),
+        (DNS1035, {"type": "string"}, "mnist-1", True),
+        (DNS1035, {"type": "string"}, "1mnist", False),
+        (DNS1035, {"type": "string"}, "Mnist", False),
+        (DNS1035, {"type": "string"}, "a" * 63, True),
+        (DNS1035, {"type": "string"}, "a" * 64, False),
+        (KNOWN_TYPES, REPLICA_SPECS, {"worker": replica(TF), "PS": replica(TF), "Evaluator": replica(TF)}, True),
+        (KNOWN_TYPES, REPLICA_SPECS, {"Launcher": replica(TF)}, False),
+    ],
+)
+def test_tfjob_rules(rule: str, schema: dict, value: object, expected: bool) -> None:
+    assert CelRule(rule, schema).evaluate(value) is expected
+
+
+def test_immutability_transition_rule() -> None:
+    rule = CelRule("self == oldSelf", {"type": "string"})
+    assert rule.references_old_self
+    assert rule.evaluate("queue-a", "queue-a") is True
+    assert rule.evaluate("queue-b", "queue-a") is False
+    assert not CelRule("self.size() > 0", {"type": "string"}).references_old_self
+
+
+def test_transition_rule_without_old_value_is_an_error_not_a_pass() -> None:
+    # The schema layer skips such rules on create; calling evaluate without oldSelf is a bug.
+    with pytest.raises(CelEvalError, match="no such attribute"):
+        CelRule("self == oldSelf").evaluate("a")
+
+
+def test_optional_old_self() -> None:
+    rule = CelRule("!oldSelf.hasValue() || self >= oldSelf.value()", {"type": "integer"})
+    assert rule.evaluate(1, MISSING, optional_old_self=True) is True
+    assert rule.evaluate(3, 2, optional_old_self=True) is True
+    assert rule.evaluate(1, 2, optional_old_self=True) is False
+    assert CelRule("oldSelf.orValue(5) == 5").evaluate(1, MISSING, optional_old_self=True) is True
+
+
+# -- compile errors (surface at CRD creation) --------------------------------------------------------
+
+OBJ = {"type": "object", "properties": {"x": {"type": "integer"}, "m": {"type": "object", "additionalProperties": {"type": "string"}},
+                                        "any": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                        "ios": {"x-kubernetes-int-or-string": True}}}
+
+
+@pytest.mark.parametrize(
+    ("rule", "schema", "message"),
+    [
+        ("self.x ==", OBJ, "compilation failed: ERROR: <input>:1:10: Syntax error: mismatched input '<EOF>'\n | self.x ==\n | .........^"),
+        ("self.x # 1", OBJ, "compilation failed: ERROR: <input>:1:8: Syntax error: token recognition error at: '#'\n | self.x # 1\n | .......^"),
+        ("self.nope == 1", OBJ, "compilation failed: ERROR: <input>:1:5: undefined field 'nope'\n | self.nope == 1\n | ....^"),
+        ("has(self.nope)", OBJ, "compilation failed: ERROR: <input>:1:9: undefined field 'nope'"),
+        ("self.all(c, c.imag == 'x')", CONTAINERS, "compilation failed: ERROR: <input>:1:14: undefined field 'imag'"),
+        ("self.frob()", OBJ, "compilation failed: ERROR: <input>:1:10: undeclared reference to 'frob' (in container '')"),
+        ("frob(self)", OBJ, "compilation failed: ERROR: <input>:1:5: undeclared reference to 'frob' (in container '')"),
+        ("other == 1", OBJ, "compilation failed: ERROR: <input>:1:1: undeclared reference to 'other' (in container '')"),
+    ],
+)
+def test_compile_errors(rule: str, schema: dict, message: str) -> None:
+    with pytest.raises(CelCompileError) as info:
+        CelRule(rule, schema)
+    assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "self.m.anything == 'x'",  # maps accept any key
+        "self.any.whatever == 1",  # preserve-unknown-fields without properties: dynamic
+        "self.ios == 1 || self.ios == 'a'",  # int-or-string: dynamic
+        "type(self.x) == int",
+    ],
+)
+def test_dynamic_parts_compile(rule: str) -> None:
+    CelRule(rule, OBJ)
+
+
+def test_root_rules_only_see_name_and_generate_name() -> None:
+    root = {"type": "object", "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}}}
+    CelRule("self.metadata.name.startsWith('a') && self.kind == 'TFJob'", root, is_root=True)
+    with pytest.raises(CelCompileError, match="undefined field 'namespace'"):
+        CelRule("self.metadata.namespace == 'x'", root, is_root=True)
+    rule = CelRule("self.metadata.name == 'abc' && !has(self.metadata.generateName)", root, is_root=True)
+    assert rule.evaluate({"kind": "TFJob", "metadata": {"name": "abc", "namespace": "ns", "labels": {"a": "b"}}}) is True
+
+
+# -- evaluation errors (Kubernetes wording) -----------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("rule", "value", "message", "overload"),
+    [
+        ("self.x == 1", {}, "no such key: x", False),
+        ("self.Worker.replicas == 1", {"PS": {"replicas": 1}}, "no such key: Worker", False),
+        ("self[3] == 1", [1], "index out of bounds", False),
+        ("1 / self == 1", 0, "division by zero", False),
+        ("self + 'a' == 'b'", 1, "no such overload", True),
+        ("self", 1, "rule did not evaluate to a bool", False),
+    ],
+)
+def test_evaluation_errors(rule: str, value: object, message: str, overload: bool) -> None:
+    with pytest.raises(CelEvalError) as info:
+        CelRule(rule).evaluate(value)
+    assert str(info.value).startswith(message)
+    assert info.value.no_such_overload is overload
+
+
+def test_missing_key_inside_a_macro_is_an_evaluation_error() -> None:
+    rule = CelRule("self.all(k, self[k].template.spec.containers.exists(c, c.name == 'tensorflow'))", REPLICA_SPECS)
+    with pytest.raises(CelEvalError, match="^no such key: template$"):
+        rule.evaluate({"Worker": {"replicas": 1}})
+
+
+# -- schema-typed values --------------------------------------------------------------------------------
+
+def test_values_follow_the_schema_types() -> None:
+    num = {"type": "object", "properties": {"ratio": {"type": "number"}, "count": {"type": "integer"}}}
+    assert CelRule("self.ratio == 1.0 && self.count == 1", num).evaluate({"ratio": 1, "count": 1}) is True
+    ts = {"type": "object", "properties": {"t": {"type": "string", "format": "date-time"},
+                                           "d": {"type": "string", "format": "duration"}}}
+    rule = CelRule("self.t > timestamp('2020-01-01T00:00:00Z') && self.d == duration('90s')", ts)
+    assert rule.evaluate({"t": "2024-01-01T00:00:00Z", "d": "1m30s"}) is True
+    assert CelRule("self.t.getFullYear() == 2024", ts).evaluate({"t": "2024-06-01T00:00:00Z"}) is True
+
+
+def test_set_and_map_lists_compare_without_order() -> None:
+    set_list = {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
+    atomic = {"type": "array", "items": {"type": "string"}}
+    assert CelRule("self == oldSelf", set_list).evaluate(["a", "b"], ["b", "a"]) is True
+    assert CelRule("self == oldSelf", set_list).evaluate(["a", "b"], ["a", "c"]) is False
+    assert CelRule("self == oldSelf", atomic).evaluate(["a", "b"], ["b", "a"]) is False
+
+
+@pytest.mark.parametrize(
+    ("rule", "value"),
+    [
+        ("self.lowerAscii() == 'abc' && self.upperAscii() == 'ABC'", "aBc"),
+        ("self.trim() == 'x'", "  x "),
+        ("self.split(',') == ['a', 'b', 'c'] && self.split(',', 2) == ['a', 'b,c']", "a,b,c"),
+        ("['a', 'b'].join('-') == 'a-b' && ['a', 'b'].join() == 'ab'", ""),
+        ("self.replace('a', 'o') == 'foo' && self.replace('a', 'o', 1) == 'foa'", "faa"),
+        ("self.indexOf('b') == 1 && self.lastIndexOf('a') == 2 && self.indexOf('z') == -1", "aba"),
+        ("self.substring(1) == 'bc' && self.substring(0, 1) == 'a' && self.charAt(2) == 'c'", "abc"),
+        ("self.isSorted() && self.sum() == 6 && self.max() == 3 && self.min() == 1", [1, 2, 3]),
+        ("!self.isSorted() && self.indexOf(2) == 0 && self.slice(1, 2) == [1]", [2, 1]),
+        ("self.find('[0-9]+') == '42' && self.findAll('[a-z]') == ['a', 'b']", "a42b"),
+        ("'a' in self && !('z' in self) && size(self) == 2", {"a": 1, "b": 2}),
+        ("self.exists_one(x, x > 2) && self.filter(x, x > 1) == [2, 3] && self.map(x, x * 2) == [2, 4, 6]", [1, 2, 3]),
+        ("self.startsWith('ab') && self.endsWith('yz') && self.contains('mn')", "abmnyz"),
+        ("int('5') == 5 && string(5) == '5' && double(1) == 1.0 && uint(2) == 2u && bool('true')", ""),
+        ("dyn(self) == 1", 1),
+    ],
+)
+def test_library_functions(rule: str, value: object) -> None:
+    assert CelRule(rule).evaluate(value) is True
+
+
+def test_parse_is_cached_per_text() -> None:
+    from controller.sim import cel
+
+    cel._parse.cache_clear()
+    CelRule("self > 1")
+    CelRule("self > 1")
+    assert cel._parse.cache_info().hits >= 1
