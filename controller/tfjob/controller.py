@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnknown, controller_owner_uid_index, controller_ref
 from controller.runtime.client import PODS, SERVICES, ApiClient
+from controller.runtime.errors import Conflict
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
 from controller.runtime.metrics import ReconcileMetrics
@@ -151,7 +152,13 @@ class TFJobController:
         pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
         decision = decide(job, pods, services, self._now(), self.decide_config)
-        await self.executor.apply(key, job, decision)
+        try:
+            await self.executor.apply(key, job, decision)
+        except Conflict as exc:
+            # Our cached job is older than the server's: routine under concurrent writers (kubectl scale,
+            # the user). The watch event for the newer version is on its way; retry then, quietly.
+            self.log.info("stale job in cache; retrying", job=key, error=exc.message)
+            return Result(requeue=True)
         if decision.requeue_after is not None:
             return Result(requeue_after=decision.requeue_after)
         return None

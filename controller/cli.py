@@ -1,0 +1,134 @@
+"""The ``tfjob-controller`` command line: ``run`` (the controller), ``sim`` (a simulated cluster),
+``demo`` (the controller on an embedded simulated cluster, narrated), ``crd`` (print the CRD).
+
+Bad arguments and expected failures (an unreadable kubeconfig, a port in use) end with one line
+on stderr and a non-zero exit code, never a traceback; argparse's own errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from controller.ops.http import parse_addr
+
+
+def _addr(text: str) -> tuple[str, int]:
+    try:
+        return parse_addr(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {value}")
+    return value
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfjob-controller", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default=None, choices=["json", "console"],
+                        help="default: console on a terminal, json otherwise")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the TFJob controller against a cluster")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
+    run.add_argument("--namespace", action="append", default=[], metavar="NS",
+                     help="watch only this namespace (repeatable; default: all namespaces)")
+    run.add_argument("--workers", type=_positive_int, default=4, help="concurrent reconciles (default 4)")
+    run.add_argument("--metrics-addr", type=_addr, default=("0.0.0.0", 8080), metavar="HOST:PORT")
+    run.add_argument("--health-addr", type=_addr, default=("0.0.0.0", 8081), metavar="HOST:PORT")
+    run.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                     help="hold a Lease so only one replica acts (default on)")
+    run.add_argument("--leader-election-namespace", metavar="NS",
+                     help="namespace of the Lease (default: the pod's namespace, else 'default')")
+
+    sim = sub.add_parser("sim", help="serve a simulated Kubernetes cluster until SIGINT/SIGTERM")
+    sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
+    sim.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for the cluster here")
+    sim.add_argument("--nodes", type=_positive_int, default=3, help="Ready nodes (default 3)")
+    sim.add_argument("--time-scale", type=_scale, default=1.0,
+                     help="multiplier of simulated durations (pod start, grace periods); default 1")
+
+    demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
+    demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
+
+    sub.add_parser("crd", help="print the TFJob CustomResourceDefinition as YAML")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from controller.ops.logging import configure_logging
+
+    fmt = args.log_format or ("console" if sys.stderr.isatty() else "json")
+    configure_logging(args.log_level, fmt)
+    try:
+        if args.command == "run":
+            from controller.app import RunOptions, cluster_domain_from_env, run
+
+            options = RunOptions(
+                kubeconfig=args.kubeconfig,
+                namespaces=args.namespace,
+                workers=args.workers,
+                metrics_addr=args.metrics_addr,
+                health_addr=args.health_addr,
+                leader_elect=args.leader_elect,
+                leader_election_namespace=args.leader_election_namespace,
+                cluster_domain=cluster_domain_from_env(),
+            )
+            return anyio.run(run, options)
+        if args.command == "sim":
+            from controller.ops.simcmd import serve_sim
+
+            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale)
+        if args.command == "demo":
+            from controller.ops.demo import demo
+
+            return anyio.run(demo, args.time_scale)
+        if args.command == "crd":
+            from controller.tfjob.crd import build_crd, to_yaml
+
+            sys.stdout.write(to_yaml(build_crd()))
+            return 0
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as exc:
+        # Expected operational failures: a missing kubeconfig, a port in use, a bad configuration value.
+        print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
+        return 1
+    raise AssertionError(f"unhandled command {args.command!r}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

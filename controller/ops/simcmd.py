@@ -1,0 +1,25 @@
+"""``tfjob-controller sim``: serve a simulated cluster until SIGINT/SIGTERM, for people and scripts.
+
+It writes a kubeconfig whose current context points at the server, so ``kubectl --kubeconfig PATH``
+works at once, prints the URL on stdout (scripts wait for that line), and exits 0 on the signal.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import anyio
+
+from controller.sim.cluster import SimCluster, SimConfig
+
+
+async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float) -> int:
+    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig)
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with SimCluster(config) as cluster:
+            print(f"simulated cluster serving at {cluster.url} (kubeconfig: {cluster.kubeconfig_path})", flush=True)
+            async for signum in signals:
+                print(f"received {signal.Signals(signum).name}, shutting down", file=sys.stderr, flush=True)
+                break
+    return 0

@@ -1,0 +1,150 @@
+"""The command line as users run it: subprocesses, real signals, real ports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import shutil
+
+import aiohttp
+import anyio
+import pytest
+
+from controller.runtime.client import LEASES, PODS, ApiClient
+from controller.sim.cluster import SimCluster
+from controller.tfjob.executor import TFJOBS
+from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
+
+import yaml
+
+CLI = [sys.executable, "-m", "controller"]
+
+
+@pytest.fixture
+def kubectl_binary() -> str:
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl is required on PATH for this test", pytrace=False)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def run_cli(*args: str, timeout: float = 60.0) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    with anyio.fail_after(timeout):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_bad_arguments_get_one_line_and_exit_2():
+    rc, out, err = await run_cli("run", "--workers", "zero")
+    assert rc == 2
+    assert "argument --workers: expected a whole number, got 'zero'" in err
+    assert "Traceback" not in err
+    rc, _, err = await run_cli("run", "--metrics-addr", "8080")
+    assert rc == 2 and "invalid address '8080'" in err
+
+
+async def test_run_with_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path):
+    rc, _, err = await run_cli("run", "--kubeconfig", str(tmp_path / "nope"))
+    assert rc == 1
+    assert err.strip().splitlines()[-1].startswith("tfjob-controller run: kubeconfig not found:")
+    assert "Traceback" not in err
+
+
+async def test_demo_runs_the_story_to_the_end():
+    rc, out, err = await run_cli("demo", "--time-scale", "0.02", timeout=120)
+    assert rc == 0, out + err
+    assert "was deleted (Deleted): replacing it" in out
+    assert "OOM-killed (exit code 137)" in out
+    assert "Scaled down to 2 worker(s): removed mnist-worker-3, mnist-worker-2" in out
+    assert "without ever leaving Running" in out
+
+
+async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, kubectl_binary: str):
+    kubeconfig = tmp_path / "kc"
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", "2",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            line = (await proc.stdout.readline()).decode()
+        assert "simulated cluster serving at http://127.0.0.1:" in line
+        get = await asyncio.create_subprocess_exec(
+            kubectl_binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
+            "get", "nodes", "-o", "name", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "HOME": str(tmp_path)},
+        )
+        with anyio.fail_after(30):
+            out, err = await get.communicate()
+        assert get.returncode == 0, err
+        assert out.decode().split() == ["node/sim-node-0", "node/sim-node-1"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            rc = await proc.wait()
+    assert rc == 0
+
+
+async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(sim_cluster: SimCluster):
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    metrics_port, health_port = free_port(), free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "run", "--kubeconfig", sim_cluster.kubeconfig_path, "--workers", "2",
+        "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", f"127.0.0.1:{health_port}",
+        "--leader-election-namespace", "default",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    stderr = b""
+    try:
+        await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await client.create(TFJOBS, tfjob("cli", workers=2), namespace="default")
+
+        async def pods_running() -> bool:
+            pods = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=cli"))["items"]
+            return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
+
+        await eventually(pods_running, timeout=30, what="the controller process to create the job's pods")
+        async with aiohttp.ClientSession() as http:
+
+            async def ready() -> bool:
+                try:
+                    async with http.get(f"http://127.0.0.1:{health_port}/readyz") as r:
+                        return r.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await eventually(ready, what="/readyz to report ready")
+            async with http.get(f"http://127.0.0.1:{metrics_port}/metrics") as r:
+                text = await r.text()
+            assert 'training_operator_jobs_created_total{framework="tensorflow",job_namespace="default"} 1.0' in text
+            assert 'leader_election_master_status{name="tfjob-controller"} 1.0' in text
+            assert "workqueue_adds_total" in text and "controller_runtime_reconcile_total" in text
+        lease = await client.get(LEASES, "tfjob-controller", namespace="default")
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            _, stderr = await proc.communicate()
+    try:
+        assert proc.returncode == 0, stderr.decode()[-3000:]
+        lease = await client.get(LEASES, "tfjob-controller", namespace="default")
+        assert lease["spec"].get("holderIdentity", "") == "", "the lease is released on shutdown"
+    finally:
+        await client.close()
