@@ -837,21 +837,32 @@ class StructuralSchema:
         self.schema = openapi_v3_schema
         self.server_minor = server_minor
         self._rules: dict[int, list[_CompiledRule]] = {}
+        # Per schema node (by id): (any rule at or below it, any transition rule at or below it).
+        # Lets validation skip subtrees without rules, and unchanged subtrees without oldSelf rules.
+        self._below: dict[int, tuple[bool, bool]] = {}
         self._compile(openapi_v3_schema, is_root=_resource_root)
 
     # -- CEL rule compilation ------------------------------------------------------------------
-    def _compile(self, schema: Any, is_root: bool) -> None:
+    def _compile(self, schema: Any, is_root: bool) -> tuple[bool, bool]:
         if not isinstance(schema, dict):
-            return
+            return False, False
         rules = schema.get("x-kubernetes-validations")
+        any_rule = any_transition = False
         if isinstance(rules, list) and rules:
-            self._rules[id(schema)] = [self._compile_rule(spec, schema, is_root or bool(schema.get("x-kubernetes-embedded-resource")))
-                                       for spec in rules if isinstance(spec, dict)]
-        for sub in (schema.get("properties") or {}).values():
-            self._compile(sub, False)
-        for key in ("items", "additionalProperties"):
-            if isinstance(schema.get(key), dict):
-                self._compile(schema[key], False)
+            compiled = [self._compile_rule(spec, schema, is_root or bool(schema.get("x-kubernetes-embedded-resource")))
+                        for spec in rules if isinstance(spec, dict)]
+            self._rules[id(schema)] = compiled
+            any_rule = bool(compiled)
+            # a rule that failed to compile is reported on every validation: treat it like a transition rule
+            any_transition = any(c.rule is None or c.rule.references_old_self for c in compiled)
+        children = list((schema.get("properties") or {}).values())
+        children += [schema[key] for key in ("items", "additionalProperties") if isinstance(schema.get(key), dict)]
+        for sub in children:
+            sub_rule, sub_transition = self._compile(sub, False)
+            any_rule = any_rule or sub_rule
+            any_transition = any_transition or sub_transition
+        self._below[id(schema)] = (any_rule, any_transition)
+        return any_rule, any_transition
 
     @staticmethod
     def _compile_rule(spec: dict, schema: dict, is_root: bool) -> _CompiledRule:
@@ -1056,9 +1067,15 @@ class StructuralSchema:
     def _cel(self, path: str | None, value: Any, old: Any, schema: dict, *, correlatable: bool) -> list[FieldError]:
         if value is None or not isinstance(schema, dict):
             return []
+        any_rule, any_transition = self._below.get(id(schema), (False, False))
+        if not any_rule:
+            return []
         errors: list[FieldError] = []
         old_value = old if correlatable and old is not None else MISSING
         unchanged = old_value is not MISSING and _deep_equal(value, old_value)
+        if unchanged and not any_transition:
+            # Ratcheting would suppress every failure below an unchanged value: nothing to evaluate.
+            return []
         for compiled in self._rules.get(id(schema), ()):
             errors.extend(self._run_rule(path, value, old_value, schema, compiled, unchanged))
         if isinstance(value, list):
