@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime as _dt
 import ipaddress
 import math
 import re
@@ -44,8 +45,10 @@ __all__ = [
     "go_json",
 ]
 
-DEFAULT_SERVER_MINOR = 34
-"""Kubernetes minor version whose messages are reproduced (1.35 and 1.36 changed a few; see module doc)."""
+DEFAULT_SERVER_MINOR = 33
+"""Kubernetes minor version whose messages are reproduced; the simulator's ``/version`` says 1.33.
+Differences handled: 1.34 singular "1 byte"/"1 item" and the k8s-short-name/k8s-long-name formats;
+1.35 CEL failure values; 1.36 int32/float range checks."""
 
 # ----------------------------------------------------------------------------------------------
 # Go value formatting (what apimachinery prints for a field.Error's BadValue)
@@ -245,18 +248,16 @@ def duplicate(path: str | None, value: Any) -> FieldError:
     return FieldError("FieldValueDuplicate", _f(path), value, "")
 
 
-def too_many(path: str | None, actual: int, maximum: int) -> FieldError:
-    detail = f"must have at most {maximum} {'item' if maximum == 1 else 'items'}" if maximum >= 0 else "has too many items"
+def too_many(path: str | None, actual: int, maximum: int, minor: int = DEFAULT_SERVER_MINOR) -> FieldError:
+    unit = "item" if maximum == 1 and minor >= 34 else "items"
+    detail = f"must have at most {maximum} {unit}" if maximum >= 0 else "has too many items"
     return FieldError("FieldValueTooMany", _f(path), actual if actual >= 0 else _OMIT, detail)
 
 
-def too_long(path: str | None, maximum: int) -> FieldError:
-    detail = f"may not be more than {maximum} {'byte' if maximum == 1 else 'bytes'}" if maximum >= 0 else "value is too long"
+def too_long(path: str | None, maximum: int, minor: int = DEFAULT_SERVER_MINOR) -> FieldError:
+    unit = "byte" if maximum == 1 and minor >= 34 else "bytes"
+    detail = f"may not be more than {maximum} {unit}" if maximum >= 0 else "value is too long"
     return FieldError("FieldValueTooLong", _f(path), "<value omitted>", detail)
-
-
-def internal_error(path: str | None, detail: str) -> FieldError:
-    return FieldError("InternalError", _f(path), "", detail)
 
 
 def _causes(errors: Iterable[FieldError]) -> list[dict[str, str]]:
@@ -294,8 +295,6 @@ def _is_date(s: str) -> bool:
     if not _RX_DATE.match(s):
         return False
     y, m, d = (int(x) for x in s.split("-"))
-    import datetime as _dt
-
     try:
         _dt.date(y, m, d)
     except ValueError:
@@ -586,7 +585,7 @@ class _OpenAPIValidator:
         max_len, min_len, pattern = schema.get("maxLength"), schema.get("minLength"), schema.get("pattern")
         length = len(value)
         if isinstance(max_len, int) and length > max_len:
-            self._add(too_long(self._path(name), max_len))
+            self._add(too_long(self._path(name), max_len, self.minor))
             return
         if isinstance(min_len, int) and length < min_len:
             self._invalid(name, value, f"{name} in body should be at least {min_len} chars long")
@@ -675,7 +674,7 @@ class _OpenAPIValidator:
         if isinstance(min_items, int) and size < min_items:
             self._invalid(name, size, f"{name} in body should have at least {min_items} items")
         if isinstance(max_items, int) and size > max_items:
-            self._add(too_many(self._path(name), size, max_items))
+            self._add(too_many(self._path(name), size, max_items, self.minor))
         if schema.get("uniqueItems"):
             seen: list[str] = []
             for item in value:
@@ -700,7 +699,7 @@ class _OpenAPIValidator:
         if isinstance(min_props, int) and count < min_props:
             self._invalid(name, count, f"{name} in body should have at least {min_props} properties")
         if isinstance(max_props, int) and count > max_props:
-            self._add(too_many(self._path(name), count, max_props))
+            self._add(too_many(self._path(name), count, max_props, self.minor))
         props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         addl = schema.get("additionalProperties")
         for key, item in value.items():

@@ -191,7 +191,7 @@ def test_schema_error_forms(tf: StructuralSchema, mutate, expected: list[dict]) 
     ("schema", "value", "expected"),
     [
         ({"type": "string", "maxLength": 2}, "abc", cause("x", "FieldValueTooLong", "Too long: may not be more than 2 bytes")),
-        ({"type": "string", "maxLength": 1}, "abc", cause("x", "FieldValueTooLong", "Too long: may not be more than 1 byte")),
+        ({"type": "string", "maxLength": 1}, "abc", cause("x", "FieldValueTooLong", "Too long: may not be more than 1 bytes")),
         ({"type": "string", "minLength": 3}, "ab", cause("x", "FieldValueInvalid", 'Invalid value: "ab": x in body should be at least 3 chars long')),
         ({"type": "string", "pattern": "^a"}, "b", cause("x", "FieldValueInvalid", "Invalid value: \"b\": x in body should match '^a'")),
         ({"type": "array", "maxItems": 2, "items": {"type": "string"}}, ["a", "b", "c"],
@@ -199,7 +199,7 @@ def test_schema_error_forms(tf: StructuralSchema, mutate, expected: list[dict]) 
         ({"type": "array", "minItems": 2, "items": {"type": "string"}}, ["a"],
          cause("x", "FieldValueInvalid", "Invalid value: 1: x in body should have at least 2 items")),
         ({"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}}, {"a": "1", "b": "2"},
-         cause("x", "FieldValueTooMany", "Too many: 2: must have at most 1 item")),
+         cause("x", "FieldValueTooMany", "Too many: 2: must have at most 1 items")),
         ({"type": "integer", "maximum": 10}, 11, cause("x", "FieldValueInvalid", "Invalid value: 11: x in body should be less than or equal to 10")),
         ({"type": "integer", "maximum": 10, "exclusiveMaximum": True}, 10,
          cause("x", "FieldValueInvalid", "Invalid value: 10: x in body should be less than 10")),
@@ -226,6 +226,22 @@ def test_accepts_valid_values() -> None:
     }})
     assert s.validate({"n": 1, "i": 2.0, "t": "2024-05-01T12:34:56.123Z", "q": "50%", "u": None, "free": {"x": [1]}}) == []
     assert s.validate({"q": 3}) == []
+
+
+def test_singular_units_from_134() -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 1},
+                                               "l": {"type": "array", "maxItems": 1, "items": {"type": "integer"}}}}
+    assert StructuralSchema(schema, server_minor=34).validate({"s": "ab", "l": [1, 2]}) == [
+        cause("s", "FieldValueTooLong", "Too long: may not be more than 1 byte"),
+        cause("l", "FieldValueTooMany", "Too many: 2: must have at most 1 item"),
+    ]
+
+
+def test_k8s_name_formats_from_134() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "string", "format": "k8s-short-name"}}}
+    assert StructuralSchema(schema).validate({"n": "a-"}) == []  # unknown format before 1.34: ignored
+    assert StructuralSchema(schema, server_minor=34).validate({"n": "a-"}) == [
+        cause("n", "FieldValueTypeInvalid", 'Invalid value: "a-": n in body must be of type k8s-short-name: "a-"')]
 
 
 def test_int32_range_checked_from_136_only() -> None:
