@@ -44,7 +44,7 @@ import hashlib
 import heapq
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Protocol
@@ -354,7 +354,7 @@ def _node_affinity_matches(spec: dict, labels: dict, name: str) -> bool:
 # State.
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     name: str
     ready: bool
@@ -381,7 +381,7 @@ EVICTED = "evicted"
 KILLED = "killed"  # stopped because the pod is being deleted
 
 
-@dataclass
+@dataclass(slots=True)
 class _Termination:
     exit_code: int
     reason: str
@@ -391,8 +391,10 @@ class _Termination:
     message: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _PodRecord:
+    """The kubelet's memory of one pod (by uid): what the stored object cannot tell."""
+
     uid: str
     namespace: str
     name: str
@@ -425,7 +427,7 @@ class _PodRecord:
     gc_done: bool = False
     timer_due: float | None = None
     timer_token: int = 0
-    bad_annotations: set[str] = field(default_factory=set)
+    bad_annotations: set[str] | None = None  # "key=value" already warned about
 
 
 class _IPAllocator:
@@ -1212,6 +1214,8 @@ class Kubelet:
             return None
 
     def _warn_annotation(self, rec: _PodRecord, key: str, message: str) -> None:
+        if rec.bad_annotations is None:
+            rec.bad_annotations = set()
         if key not in rec.bad_annotations:
             rec.bad_annotations.add(key)
             log.warning("ignoring invalid simulation annotation", pod=f"{rec.namespace}/{rec.name}", error=message)
