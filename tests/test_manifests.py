@@ -397,6 +397,18 @@ def test_deployment_runs_the_cli_with_the_documented_flags() -> None:
     assert "--kubeconfig" not in flags, "in-cluster configuration is the default without --kubeconfig"
 
 
+def test_deployment_args_parse_with_the_real_cli() -> None:
+    from controller.cli import build_parser
+
+    options = build_parser().parse_args(_controller_container()["args"])
+    assert options.command == "run"
+    assert options.metrics_addr == ("0.0.0.0", 8080)
+    assert options.health_addr == ("0.0.0.0", 8081)
+    assert options.kubeconfig is None
+    # One Deployment may run several replicas: only the Lease holder may act.
+    assert options.leader_elect is True
+
+
 def test_ports_probes_and_service_agree_with_the_flags() -> None:
     container = _controller_container()
     _, flags = _parse_args(container["args"])
@@ -426,8 +438,8 @@ def test_deployment_selector_resources_and_security() -> None:
     assert "memory" in container["resources"]["limits"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    env = {item["name"]: item for item in container.get("env", [])}
-    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # The controller reads its Lease namespace from the mounted service-account token.
+    assert pod.get("automountServiceAccountToken", True) is True
 
 
 def test_service_account_and_bindings_match() -> None:
