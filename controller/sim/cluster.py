@@ -126,6 +126,13 @@ class SimCluster:
         await self._started.wait()
         if self._owner.done():
             await self._owner  # re-raises a startup failure
+        if self.kubelet is not None:
+            # The kubelet registers its nodes as soon as its task runs; clients expect them at once.
+            with anyio.fail_after(10):
+                while len(self.store.list("nodes")[0]) < self.config.nodes:
+                    if self._owner.done():
+                        await self._owner
+                    await anyio.sleep(0.005)
         return self
 
     async def _own_background(self) -> None:
@@ -147,7 +154,8 @@ class SimCluster:
         """Stop serving and cancel background tasks; re-raises a background task's failure."""
         self._stop.set()
         try:
-            await self.server.stop()
+            async with self._restart_lock:  # never race a restart that is re-binding the port
+                await self.server.stop()
         finally:
             self.hub.shutdown()
             if self._owner is not None:
@@ -163,6 +171,8 @@ class SimCluster:
     async def restart_server(self) -> None:
         """All connections drop (watches end, in-flight requests fail); same port; state and RVs kept."""
         async with self._restart_lock:
+            if self._stop.is_set():
+                return  # the cluster is stopping: do not bind the port again
             await self.server.restart()
 
     def schedule_restart(self) -> None:

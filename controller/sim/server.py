@@ -137,6 +137,7 @@ class SimServer:
         self._site: web.TCPSite | None = None
         self.rv_wait_timeout = 3.0
         self.shutting_down = False
+        self.restarts = 0
 
     @property
     def url(self) -> str:
@@ -181,6 +182,7 @@ class SimServer:
         port = self.port
         await self.stop()
         await self.start(self.host, port)
+        self.restarts += 1
 
     # ------------------------------------------------------------------ responses
 

@@ -1,0 +1,281 @@
+"""Every fault of the simulator, seen from a client: what it receives must be what a real apiserver
+(or the network in front of it) would send. Also the request log and the /_sim/ HTTP control API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import anyio
+import orjson
+import pytest
+
+from controller.sim.cluster import SimCluster, SimConfig
+from controller.sim.watch import WatchConfig
+from tests.sim.crds import pod
+from tests.sim.test_watch import Stream, open_watch
+
+CMS = "/api/v1/namespaces/default/configmaps"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=2, time_scale=0.01, fault_seed=7, watch=WatchConfig(bookmark_period=0.2))
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def eventually(predicate: Callable[[], object], timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+async def get(session: aiohttp.ClientSession, cluster: SimCluster, path: str) -> tuple[int, bytes, dict]:
+    async with session.get(cluster.url + path) as resp:
+        return resp.status, await resp.read(), dict(resp.headers)
+
+
+async def test_429_is_plain_text_with_retry_after(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.faults.fail("list", "configmaps", 429, retry_after=3)
+    code, body, headers = await get(session, sim_cluster, CMS)
+    assert code == 429
+    assert body == b"Too many requests, please try again later.\n"
+    assert headers["Content-Type"].startswith("text/plain") and headers["Retry-After"] == "3"
+    assert "X-Kubernetes-PF-FlowSchema-UID" in headers
+    assert (await get(session, sim_cluster, "/api/v1/namespaces/default/secrets"))[0] == 200  # other resource
+
+
+@pytest.mark.parametrize(("code", "reason", "message"), [
+    (500, "InternalError", "Internal error occurred: injected fault"),
+    (503, "ServiceUnavailable", "apiserver is shutting down"),
+    (504, "Timeout", "Timeout: request did not complete within the allotted timeout"),
+])
+async def test_server_errors_are_status_objects(session, sim_cluster: SimCluster, code: int, reason: str,
+                                                message: str) -> None:
+    sim_cluster.faults.fail_next("get", "configmaps", code, retry_after=1 if code == 503 else None)
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    status, body, headers = await get(session, sim_cluster, CMS + "/a")
+    assert status == code
+    parsed = orjson.loads(body)
+    assert parsed["kind"] == "Status" and parsed["reason"] == reason and parsed["code"] == code
+    assert parsed["message"] == message
+    if code == 503:
+        assert headers["Retry-After"] == "1"
+    assert (await get(session, sim_cluster, CMS + "/a"))[0] == 200  # one-shot
+
+
+async def test_one_shot_conflict_then_success(session, sim_cluster: SimCluster) -> None:
+    obj = sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "1"}})
+    sim_cluster.faults.fail_next("update", "configmaps", 409, count=2)
+    body = orjson.dumps({**obj, "data": {"k": "2"}})
+    codes = []
+    for _ in range(3):
+        async with session.put(sim_cluster.url + CMS + "/a", data=body,
+                               headers={"Content-Type": "application/json"}) as resp:
+            codes.append(resp.status)
+            if resp.status == 409:
+                parsed = await resp.json()
+                assert parsed["reason"] == "Conflict" and 'configmaps "a"' in parsed["message"]
+    assert codes == [409, 409, 200]
+
+
+async def test_error_rate_and_matching(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.faults.fail("get", "pods", 500, rate=0.5)
+    sim_cluster.store.create("pods", "default", pod("p"))
+    codes = [(await get(session, sim_cluster, PODS + "/p"))[0] for _ in range(40)]
+    assert 5 < codes.count(500) < 35 and codes.count(200) == 40 - codes.count(500)
+    sim_cluster.faults.clear()
+    rule = sim_cluster.faults.fail("get", "pods", 503)  # "pods" covers its subresources
+    assert (await get(session, sim_cluster, PODS + "/p/status"))[0] == 503
+    assert (await get(session, sim_cluster, PODS))[0] == 200  # a list is not a get
+    sim_cluster.faults.remove(rule)
+    assert (await get(session, sim_cluster, PODS + "/p"))[0] == 200
+    with pytest.raises(ValueError):
+        sim_cluster.faults.fail("frobnicate", "pods", 500)
+
+
+async def test_latency(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.faults.add_latency(0.3, "list", "configmaps")
+    start = anyio.current_time()
+    assert (await get(session, sim_cluster, CMS))[0] == 200
+    assert anyio.current_time() - start >= 0.3
+    start = anyio.current_time()
+    await get(session, sim_cluster, "/api/v1/namespaces/default/secrets")
+    assert anyio.current_time() - start < 0.3
+
+
+async def test_dropped_connection(session, sim_cluster: SimCluster) -> None:
+    # aiohttp (hence kubernetes-asyncio) retries an idempotent request once on a dropped connection.
+    sim_cluster.faults.drop_connections("list", "configmaps", count=2)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await get(session, sim_cluster, CMS)
+    assert (await get(session, sim_cluster, CMS))[0] == 200
+    sim_cluster.faults.drop_connections("create", "configmaps", count=1)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        async with session.post(sim_cluster.url + CMS, json=body):
+            pass
+    assert sim_cluster.store.get("configmaps", "default", "x") is None  # dropped before handling
+
+
+async def test_close_all_watches(session, sim_cluster: SimCluster) -> None:
+    rv = sim_cluster.store.resource_version
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
+    await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
+    assert sim_cluster.faults.close_watches() == 1
+    assert await stream.expect_eof() == []
+
+
+async def test_stalled_watch_sends_nothing_until_closed(session, sim_cluster: SimCluster) -> None:
+    rv = sim_cluster.store.resource_version
+    stream = await open_watch(session, sim_cluster,
+                              f"{CMS}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")
+    await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
+    sim_cluster.faults.stall_watches("configmaps")
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "unseen"}})
+    with pytest.raises(TimeoutError):  # no event and no bookmark (period 0.2 s) within a second
+        await stream.next(timeout=1.0)
+    assert not stream.resp.content.at_eof()
+    sim_cluster.faults.unstall_watches()
+    assert await stream.expect_eof() == []
+
+
+async def test_delayed_watch_events(session, sim_cluster: SimCluster) -> None:
+    rv = sim_cluster.store.resource_version
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
+    await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
+    sim_cluster.faults.delay_watch_events(0.4, "configmaps")
+    start = anyio.current_time()
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "late"}})
+    event = await stream.next()
+    assert event["object"]["metadata"]["name"] == "late"
+    assert anyio.current_time() - start >= 0.4
+    stream.resp.close()
+
+
+async def test_compaction_makes_resume_410(session, sim_cluster: SimCluster) -> None:
+    rv = sim_cluster.store.resource_version
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "a"}})
+    sim_cluster.faults.compact()
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
+    (error,) = await stream.expect_eof()
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410
+
+
+async def test_restart_drops_connections_and_keeps_state(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "kept"}})
+    rv = sim_cluster.store.resource_version
+    port = sim_cluster.port
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
+    await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
+    await sim_cluster.faults.restart_server()
+    assert sim_cluster.port == port
+    try:
+        assert await stream.expect_eof() == []
+    except aiohttp.ClientPayloadError:
+        pass  # a dropped connection may also surface as an incomplete body
+    code, body, _ = await get(session, sim_cluster, CMS + "/kept")
+    assert code == 200 and orjson.loads(body)["metadata"]["resourceVersion"] == str(rv)
+    assert sim_cluster.store.resource_version == rv
+    # The HTTP control endpoint restarts too (answers first, then restarts).
+    restarts = sim_cluster.server.restarts
+    async with session.post(sim_cluster.url + "/_sim/restart") as resp:
+        assert resp.status == 202
+    await eventually(lambda: sim_cluster.server.restarts == restarts + 1)
+    with anyio.fail_after(5):
+        while True:
+            try:
+                if (await get(session, sim_cluster, CMS + "/kept"))[0] == 200:
+                    break
+            except aiohttp.ClientError:
+                await anyio.sleep(0.02)
+
+
+async def test_pause_and_resume_kubelet(sim_cluster: SimCluster) -> None:
+    store = sim_cluster.store
+    sim_cluster.faults.pause_kubelet()
+    store.create("pods", "default", pod("held"))
+    await eventually(lambda: (store.get("pods", "default", "held") or {}).get("spec", {}).get("nodeName") or True)
+    with pytest.raises(TimeoutError):
+        await eventually(lambda: store.get("pods", "default", "held")["status"].get("phase") == "Running", 0.5)
+    sim_cluster.faults.resume_kubelet()
+    await eventually(lambda: store.get("pods", "default", "held")["status"].get("phase") == "Running")
+
+
+async def test_pause_and_resume_gc(sim_cluster: SimCluster) -> None:
+    store = sim_cluster.store
+    owner = store.create("configmaps", "default", {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    store.create("configmaps", "default", {"metadata": {"name": "dep", "ownerReferences": [ref]}})
+    sim_cluster.faults.pause_gc()
+    store.delete("configmaps", "default", "owner")
+    with pytest.raises(TimeoutError):
+        await eventually(lambda: store.get("configmaps", "default", "dep") is None, 0.5)
+    sim_cluster.faults.resume_gc()
+    await eventually(lambda: store.get("configmaps", "default", "dep") is None)
+
+
+async def test_node_not_ready(sim_cluster: SimCluster) -> None:
+    store = sim_cluster.store
+    sim_cluster.faults.set_node_ready("sim-node-0", False)
+    ready = {c["type"]: c["status"] for c in store.get("nodes", None, "sim-node-0")["status"]["conditions"]}
+    assert ready["Ready"] == "Unknown"
+    sim_cluster.faults.set_node_ready("sim-node-0", True)
+    ready = {c["type"]: c["status"] for c in store.get("nodes", None, "sim-node-0")["status"]["conditions"]}
+    assert ready["Ready"] == "True"
+    with pytest.raises(Exception, match="not found"):
+        sim_cluster.faults.set_node_ready("no-such-node", False)
+
+
+async def test_request_log_counts_between_marks(session, sim_cluster: SimCluster) -> None:
+    faults = sim_cluster.faults
+    mark = faults.mark()
+    await get(session, sim_cluster, CMS)
+    await get(session, sim_cluster, CMS + "/missing")
+    await get(session, sim_cluster, "/api")  # discovery: not a resource verb
+    assert faults.count("list", "configmaps", since=mark) == 1
+    assert faults.count("get", since=mark) == 1
+    assert faults.writes(since=mark) == 0
+    assert faults.counts(since=mark) == {("list", "configmaps"): 1, ("get", "configmaps"): 1}
+    records = faults.requests(since=mark)
+    assert [r.code for r in records] == [200, 404, 200]
+    second = faults.mark()
+    async with session.post(sim_cluster.url + CMS, json={"apiVersion": "v1", "kind": "ConfigMap",
+                                                         "metadata": {"name": "w"}}) as resp:
+        assert resp.status == 201
+    assert faults.writes(since=second) == 1 and faults.writes(since=mark) == 1
+
+
+async def test_http_control_api(session, sim_cluster: SimCluster) -> None:
+    base = sim_cluster.url + "/_sim"
+    async with session.post(base + "/faults", json={"verb": "list", "resource": "configmaps", "code": 503,
+                                                    "count": 1, "retryAfter": 2}) as resp:
+        assert resp.status == 201
+        rule = await resp.json()
+    code, _, headers = await get(session, sim_cluster, CMS)
+    assert code == 503 and headers["Retry-After"] == "2"
+    async with session.get(base + "/requests", params={"since": "0"}) as resp:
+        log = await resp.json()
+    assert log["counts"]["list configmaps"] >= 1
+    assert any(r["fault"] == "error 503" for r in log["requests"])
+    async with session.post(base + "/faults", json={"verb": "get", "code": 500}) as resp:
+        rule = await resp.json()
+    async with session.delete(f"{base}/faults/{rule['id']}") as resp:
+        assert resp.status == 200
+    async with session.post(base + "/faults", json={"verb": "nope", "code": 500}) as resp:
+        assert resp.status == 400 and "unknown verb" in (await resp.json())["error"]
+    for action in ("kubelet/pause", "kubelet/resume", "gc/pause", "gc/resume", "compact", "watches/close"):
+        async with session.post(f"{base}/{action}") as resp:
+            assert resp.status == 200, action
+    async with session.post(base + "/nodes/sim-node-1/ready", json={"ready": False}) as resp:
+        assert resp.status == 200
+    async with session.post(base + "/nodes/sim-node-1/ready", json={"ready": "no"}) as resp:
+        assert resp.status == 400
+    async with session.get(base + "/bogus") as resp:
+        assert resp.status == 404
