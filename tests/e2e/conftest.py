@@ -212,3 +212,60 @@ def is_true(job: dict[str, Any], cond_type: str) -> bool:
 
 
 Check = Callable[[], Awaitable[Any]]
+
+
+# --- helpers shared by the failover, scaling, lifecycle, restart and invalid-job tests ---------------
+NODES = Resource("", "v1", "nodes", namespaced=False)
+
+
+def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods that are not terminating."""
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase", "")
+
+
+def running_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in live(pods) if phase(p) == "Running"]
+
+
+def by_name(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in pods}
+
+
+async def create_and_wait_running(operator: Operator, manifest: dict[str, Any], running: int) -> dict[str, Any]:
+    """Create the TFJob and wait until it is Running with ``running`` running pods (all types)."""
+    await operator.client.create(TFJOBS, manifest, namespace=manifest["metadata"].get("namespace", "default"))
+    name = manifest["metadata"]["name"]
+
+    async def up() -> bool:
+        job = await operator.job(name)
+        return is_true(job, "Running") and len(running_pods(await operator.pods(name))) == running
+
+    await eventually(up, what=f"{name} Running with {running} running pods")
+    return await operator.job(name)
+
+
+async def annotate_pod(operator: Operator, name: str, annotations: dict[str, str], namespace: str = "default") -> None:
+    """Steer one pod through the simulator's annotations (a merge patch, as ``kubectl annotate``)."""
+    await operator.client.patch(PODS, name, {"metadata": {"annotations": annotations}}, namespace=namespace)
+
+
+def worker_record(job: dict[str, Any], index: int) -> dict[str, Any] | None:
+    """The dynamic-worker record of ``index`` in ``status.dynamicWorkers.workers``."""
+    workers = ((job.get("status") or {}).get("dynamicWorkers") or {}).get("workers") or {}
+    return workers.get(str(index))
+
+
+def conditions(job: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) of every condition, in order."""
+    return [
+        (c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+        for c in (job.get("status") or {}).get("conditions") or []
+    ]
+
+
+def event_reasons(events: list[dict[str, Any]]) -> list[str]:
+    return [e.get("reason", "") for e in events]
