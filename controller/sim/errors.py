@@ -101,7 +101,9 @@ def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "")
     The message joins "<field>: <message>" of every cause the way field.ErrorList.ToAggregate does:
     a single error is printed bare, several are wrapped in ``[...]``.
     """
-    parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]
+    # Like utilerrors.NewAggregate via ToAggregate: identical messages are listed once in the summary,
+    # while every cause stays in details.
+    parts = list(dict.fromkeys(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes))
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     details: dict[str, Any] = {"name": name}
     if group:
