@@ -5,7 +5,8 @@ Why this module exists: the CRD is the only validation a TFJob gets before the c
 training-operator's, so that every TFJob upstream accepts is accepted here too, except the invalid
 ones upstream's webhook rejects anyway. Writing ~150 KB of PodTemplateSpec schema by hand would
 drift; instead the pod template schema is generated from kubernetes_asyncio's model classes
-(``openapi_types`` / ``attribute_map``), and the TFJob-specific parts are spelled out below.
+(``openapi_types`` / ``attribute_map``), and the TFJob-specific parts are spelled out below, with
+names and enum values taken from :mod:`controller.tfjob.api` (the one place they are spelled).
 
 Contract:
 
@@ -46,20 +47,9 @@ from typing import Any
 
 import yaml
 
-GROUP = "kubeflow.org"
-VERSION = "v1"
-KIND = "TFJob"
-LIST_KIND = "TFJobList"
-PLURAL = "tfjobs"
-SINGULAR = "tfjob"
-CRD_NAME = f"{PLURAL}.{GROUP}"
+from controller.tfjob import api
 
-# Canonical replica-type keys, in the order upstream evaluates them for status.
-REPLICA_TYPES = ("Chief", "Evaluator", "Master", "PS", "Worker")
-RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
-CLEAN_POD_POLICIES = ("All", "Running", "None")
-SUCCESS_POLICIES = ("", "AllWorkers")
-MANAGED_BY_VALUES = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
+CRD_NAME = api.RESOURCE
 
 # The resource.Quantity grammar, exactly as controller-gen emits it for upstream's CRD.
 QUANTITY_PATTERN = (
@@ -116,7 +106,8 @@ _PRIMITIVE_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 _DNS1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
-_KNOWN_REPLICA_TYPE = "^(?i)(chief|master|ps|worker|evaluator)$"
+_LOWER_REPLICA_TYPES = tuple(replica_type.lower() for replica_type in api.REPLICA_TYPES)
+_KNOWN_REPLICA_TYPE = "^(?i)(" + "|".join(_LOWER_REPLICA_TYPES) + ")$"
 
 
 class SchemaGenerationError(Exception):
@@ -274,7 +265,7 @@ def _replica_spec_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "replicas": {"type": "integer", "format": "int32", "minimum": 0},
-            "restartPolicy": {"type": "string", "enum": list(RESTART_POLICIES)},
+            "restartPolicy": {"type": "string", "enum": list(api.RESTART_POLICIES)},
             "template": template,
         },
         "x-kubernetes-validations": [
@@ -291,10 +282,10 @@ def _tf_replica_specs_schema() -> dict[str, Any]:
     # maxProperties bounds how often the per-replica rules run in the apiserver's static CEL cost
     # estimate; without it the estimate assumes ~400k entries and rejects the CRD. Five is also
     # the true maximum once keys are known types that do not repeat case-insensitively.
-    known = "['chief', 'master', 'ps', 'worker', 'evaluator']"
+    known = "[" + ", ".join(f"'{name}'" for name in _LOWER_REPLICA_TYPES) + "]"
     return {
         "type": "object",
-        "maxProperties": len(REPLICA_TYPES),
+        "maxProperties": len(api.REPLICA_TYPES),
         "additionalProperties": _replica_spec_schema(),
         "x-kubernetes-validations": [
             _rule(
@@ -320,10 +311,10 @@ def _run_policy_schema() -> dict[str, Any]:
         "properties": {
             "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 0},
             "backoffLimit": {**int32, "minimum": 0},
-            "cleanPodPolicy": {"type": "string", "enum": list(CLEAN_POD_POLICIES)},
+            "cleanPodPolicy": {"type": "string", "enum": list(api.CLEAN_POD_POLICIES)},
             "managedBy": {
                 "type": "string",
-                "enum": list(MANAGED_BY_VALUES),
+                "enum": list(api.MANAGED_BY_ALLOWED),
                 "x-kubernetes-validations": [
                     _rule("self == oldSelf", "spec.runPolicy.managedBy is immutable")
                 ],
@@ -426,7 +417,7 @@ def _open_api_schema() -> dict[str, Any]:
                 "properties": {
                     "enableDynamicWorker": {"type": "boolean"},
                     "runPolicy": _run_policy_schema(),
-                    "successPolicy": {"type": "string", "enum": list(SUCCESS_POLICIES)},
+                    "successPolicy": {"type": "string", "enum": list(api.SUCCESS_POLICIES)},
                     "tfReplicaSpecs": _tf_replica_specs_schema(),
                 },
             },
@@ -449,12 +440,12 @@ def build_crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {"name": CRD_NAME},
         "spec": {
-            "group": GROUP,
-            "names": {"kind": KIND, "listKind": LIST_KIND, "plural": PLURAL, "singular": SINGULAR},
+            "group": api.GROUP,
+            "names": {"kind": api.KIND, "listKind": api.LIST_KIND, "plural": api.PLURAL, "singular": api.SINGULAR},
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": api.VERSION,
                     "served": True,
                     "storage": True,
                     "additionalPrinterColumns": [

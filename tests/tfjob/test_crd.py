@@ -370,10 +370,11 @@ def test_committed_yaml_is_the_generators_output() -> None:
     )
 
 
-def test_module_entry_point_prints_the_committed_yaml() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "controller.tfjob.crd"], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+@pytest.mark.parametrize(
+    "command", [["-m", "controller.tfjob.crd"], ["-m", "controller", "crd"]], ids=["module", "cli crd"]
+)
+def test_entry_points_print_the_committed_yaml(command: list[str]) -> None:
+    result = subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == CRD_PATH.read_text()
 
