@@ -232,8 +232,8 @@ def metric_names(decision: Decision) -> list[str]:
 @dataclass
 class Cluster:
     """The job and its children as the API server holds them; :meth:`apply` applies a Decision
-    (new pods start Pending; deleting a Pending/terminal pod removes it at once, deleting a running
-    one leaves it terminating, as graceful deletion does)."""
+    (new pods start Pending; deleting a Pending/terminal pod without finalizers removes it at once,
+    deleting any other pod leaves it terminating, as graceful deletion does)."""
 
     job: dict[str, Any]
     pods: list[dict[str, Any]] = field(default_factory=list)
@@ -255,7 +255,9 @@ class Cluster:
             elif isinstance(action, DeletePod):
                 pod = self.pod(action.name)
                 assert pod is not None and pod["metadata"]["uid"] == action.uid, f"delete of unknown {action.name}"
-                if pod["status"].get("phase") in ("Pending", "Succeeded", "Failed"):
+                if pod["status"].get("phase") in ("Pending", "Succeeded", "Failed") and not pod["metadata"].get(
+                    "finalizers"
+                ):
                     self.pods.remove(pod)
                 else:
                     pod["metadata"]["deletionTimestamp"] = ts(30)
