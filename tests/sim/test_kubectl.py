@@ -1,0 +1,224 @@
+"""The real kubectl against the simulator (issue 2 acceptance): discovery, apply of a CRD and of
+custom resources (valid and invalid), get in every output form, get -w, label, annotate, patch,
+scale, delete, wait, drain-style eviction, and a pod running to completion via annotations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+import yaml
+
+from controller.sim.cluster import SimCluster
+from tests.conftest import Kubectl
+from tests.sim.crds import widget_crd
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest(*docs: dict) -> str:
+    return yaml.safe_dump_all(list(docs), sort_keys=False)
+
+
+WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+          "spec": {"replicas": 2, "color": "green"}}
+
+
+async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
+    rc, out, err = await kubectl(*args, input=input)
+    assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
+    return out
+
+
+@pytest.fixture
+async def widgets(kubectl: Kubectl) -> Kubectl:
+    out = await ok(kubectl, "apply", "-f", "-", input=manifest(widget_crd()))
+    assert out.strip() == "customresourcedefinition.apiextensions.k8s.io/widgets.example.com created"
+    return kubectl
+
+
+async def test_api_resources_lists_builtins_and_new_crds(widgets: Kubectl) -> None:
+    out = await ok(widgets, "api-resources")
+    rows = {tuple(line.split()[:1]) for line in out.splitlines()[1:]}
+    for name in ("pods", "namespaces", "nodes", "services", "configmaps", "secrets", "events", "leases",
+                 "customresourcedefinitions", "widgets", "roles", "clusterrolebindings"):
+        assert (name,) in rows, f"{name} missing from:\n{out}"
+    widget_row = next(line.split() for line in out.splitlines() if line.startswith("widgets"))
+    assert widget_row == ["widgets", "wd", "example.com/v1", "true", "Widget"]
+
+
+async def test_apply_custom_resources_valid_and_invalid(widgets: Kubectl) -> None:
+    assert (await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))).strip() == "widget.example.com/w1 created"
+    again = await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))
+    assert again.strip() == "widget.example.com/w1 unchanged"
+    bad = json.loads(json.dumps(WIDGET))
+    bad["metadata"]["name"] = "bad"
+    bad["spec"].update(replicas=-1, color="pink")
+    rc, _out, err = await widgets("apply", "-f", "-", input=manifest(bad))
+    assert rc == 1
+    assert 'The Widget "bad" is invalid' in err
+    assert "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0" in err
+    assert 'spec.color: Unsupported value: "pink": supported values: "red", "green", "blue"' in err
+    cel = json.loads(json.dumps(WIDGET))
+    cel["metadata"]["name"] = "cel"
+    cel["spec"].update(replicas=50, maxReplicas=3)
+    rc, _out, err = await widgets("apply", "-f", "-", input=manifest(cel))
+    assert rc == 1 and "replicas must not exceed maxReplicas" in err
+    unknown = json.loads(json.dumps(WIDGET))
+    unknown["metadata"]["name"] = "unknown"
+    unknown["spec"]["colour"] = "red"
+    rc, _out, err = await widgets("apply", "-f", "-", input=manifest(unknown))
+    assert rc == 1 and 'strict decoding error: unknown field "spec.colour"' in err
+
+
+async def test_apply_the_project_tfjob_crd(kubectl: Kubectl) -> None:
+    crd = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+    out = await ok(kubectl, "apply", "-f", str(crd))
+    assert "tfjobs.kubeflow.org created" in out
+    out = await ok(kubectl, "get", "crd", "tfjobs.kubeflow.org", "-o", "jsonpath={.status.conditions[?(@.type==\"Established\")].status}")
+    assert out == "True"
+
+
+async def test_get_outputs_and_printer_columns(widgets: Kubectl) -> None:
+    await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))
+    table = await ok(widgets, "get", "widgets")
+    header, row = table.splitlines()
+    assert header.split() == ["NAME", "REPLICAS", "COLOR", "AGE"]
+    assert row.split()[:3] == ["w1", "2", "green"]
+    as_json = json.loads(await ok(widgets, "get", "widget", "w1", "-o", "json"))
+    assert as_json["kind"] == "Widget" and as_json["spec"]["maxReplicas"] == 10  # defaulted by the schema
+    as_yaml = yaml.safe_load(await ok(widgets, "get", "wd", "w1", "-o", "yaml"))
+    assert as_yaml["metadata"]["uid"] == as_json["metadata"]["uid"]
+    listing = json.loads(await ok(widgets, "get", "widgets", "-o", "json"))
+    assert listing["kind"] == "List" and [i["metadata"]["name"] for i in listing["items"]] == ["w1"]
+    rc, pods, err = await widgets("get", "pods", "-A")
+    assert rc == 0 and pods == "" and err.strip() == "No resources found"
+    nodes = await ok(widgets, "get", "nodes")
+    assert nodes.splitlines()[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert len(nodes.splitlines()) == 4 and all(" Ready " in line for line in nodes.splitlines()[1:])
+    rc, _out, err = await widgets("get", "frobnicators")
+    assert rc == 1 and 'the server doesn\'t have a resource type "frobnicators"' in err
+    rc, _out, err = await widgets("get", "widget", "missing")
+    assert rc == 1 and 'Error from server (NotFound): widgets.example.com "missing" not found' in err
+
+
+async def test_get_watch_streams_changes(widgets: Kubectl, sim_cluster: SimCluster) -> None:
+    await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))
+    proc = await widgets.spawn("get", "widgets", "-w", "--output-watch-events")
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        with anyio.fail_after(15):
+            while not any("w1" in line for line in lines):
+                lines.append((await proc.stdout.readline()).decode())
+            await ok(widgets, "patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"color":"blue"}}')
+            while not any("blue" in line for line in lines):
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"kubectl get -w ended early: {lines}"
+                lines.append(line)
+        modified = next(line for line in lines if "blue" in line)
+        assert modified.split()[:4] == ["MODIFIED", "w1", "2", "blue"]
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_label_annotate_and_patch(widgets: Kubectl, sim_cluster: SimCluster) -> None:
+    await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))
+    await ok(widgets, "label", "widget", "w1", "tier=gold")
+    await ok(widgets, "annotate", "widget", "w1", "note=hello")
+    await ok(widgets, "patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"replicas":3}}')
+    await ok(widgets, "patch", "widget", "w1", "--type=json", "-p",
+             '[{"op":"replace","path":"/spec/color","value":"red"}]')
+    stored = sim_cluster.store.get("widgets.example.com", "default", "w1")
+    assert stored["metadata"]["labels"] == {"tier": "gold"}
+    assert stored["metadata"]["annotations"]["note"] == "hello"
+    assert stored["spec"]["replicas"] == 3 and stored["spec"]["color"] == "red"
+    assert stored["metadata"]["generation"] == 3  # two spec changes; label/annotate are metadata-only
+    out = await ok(widgets, "get", "widgets", "-l", "tier=gold", "-o", "name")
+    assert out.strip() == "widget.example.com/w1"
+    rc, _out, err = await widgets("patch", "widget", "w1", "-p", '{"spec":{"replicas":1}}')  # strategic on a CR
+    assert rc == 1 and "application/strategic-merge-patch+json is not supported" in err
+    rc, _out, err = await widgets("patch", "widget", "w1", "--type=json", "-p",
+                                  '[{"op":"test","path":"/spec/color","value":"green"}]')
+    assert rc == 1 and "The request is invalid" in err  # 422, the generic message kubectl prints
+    await ok(widgets, "label", "configmap", "--all", "x=y")  # no configmaps: still succeeds
+
+
+async def test_scale_custom_resource(widgets: Kubectl, sim_cluster: SimCluster) -> None:
+    await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET))
+    assert (await ok(widgets, "scale", "widget", "w1", "--replicas=5")).strip() == "widget.example.com/w1 scaled"
+    assert sim_cluster.store.get("widgets.example.com", "default", "w1")["spec"]["replicas"] == 5
+    rc, _out, err = await widgets("scale", "widget", "w1", "--replicas=6", "--current-replicas=2")
+    assert rc == 1 and "Expected replicas to be 2, was 5" in err
+
+
+async def test_delete_with_and_without_wait_and_wait_for_delete(widgets: Kubectl, sim_cluster: SimCluster) -> None:
+    second = json.loads(json.dumps(WIDGET))
+    second["metadata"]["name"] = "w2"
+    held = json.loads(json.dumps(WIDGET))
+    held["metadata"].update(name="held", finalizers=["example.com/hold"])
+    await ok(widgets, "apply", "-f", "-", input=manifest(WIDGET, second, held))
+    assert (await ok(widgets, "delete", "widget", "w1")).strip() == 'widget.example.com "w1" deleted'
+    assert sim_cluster.store.get("widgets.example.com", "default", "w1") is None
+    await ok(widgets, "delete", "widget", "w2", "--wait=false")
+    await ok(widgets, "delete", "widget", "held", "--wait=false")
+    assert sim_cluster.store.get("widgets.example.com", "default", "held")["metadata"]["deletionTimestamp"]
+    waiter = await widgets.spawn("wait", "--for=delete", "widget/held", "--timeout=20s")
+    await anyio.sleep(0.3)  # let kubectl start watching; the wait itself is bounded by the assertion below
+    sim_cluster.store.patch("widgets.example.com", "default", "held", "merge", {"metadata": {"finalizers": None}})
+    with anyio.fail_after(20):
+        rc = await waiter.wait()
+    assert rc == 0, (await waiter.stderr.read()).decode() if waiter.stderr else rc
+
+
+async def test_wait_for_jsonpath_and_a_pod_running_to_completion(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "job", "annotations": {"sim.tfjob.dev/run-seconds": "20"}},
+           "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    await ok(kubectl, "apply", "-f", "-", input=manifest(pod))
+    await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/job", "--timeout=30s")
+    out = await ok(kubectl, "get", "pod", "job")
+    assert out.splitlines()[1].split()[:3] == ["job", "0/1", "Completed"]
+    exit_code = await ok(kubectl, "get", "pod", "job", "-o",
+                         "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}")
+    assert exit_code == "0"
+    failing = json.loads(json.dumps(pod))
+    failing["metadata"].update(name="fails", annotations={"sim.tfjob.dev/run-seconds": "10",
+                                                           "sim.tfjob.dev/exit-code": "3"})
+    await ok(kubectl, "apply", "-f", "-", input=manifest(failing))
+    await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Failed", "pod/fails", "--timeout=30s")
+    # A running pod told to exit through an annotation.
+    runner = json.loads(json.dumps(pod))
+    runner["metadata"].update(name="runner", annotations={})
+    await ok(kubectl, "apply", "-f", "-", input=manifest(runner))
+    await ok(kubectl, "wait", "--for=condition=Ready", "pod/runner", "--timeout=30s")
+    await ok(kubectl, "annotate", "pod", "runner", "sim.tfjob.dev/exit-code=0")
+    await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/runner", "--timeout=30s")
+
+
+async def test_drain_evicts_pods(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"d{i}"},
+             "spec": {"nodeName": "sim-node-0", "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+            for i in range(2)]
+    await ok(kubectl, "apply", "-f", "-", input=manifest(*pods))
+    await ok(kubectl, "wait", "--for=condition=Ready", "pod/d0", "pod/d1", "--timeout=30s")
+    rc, out, err = await kubectl("drain", "sim-node-0", "--force", "--ignore-daemonsets", "--timeout=30s",
+                                 timeout=60)
+    assert rc == 0, err
+    assert 'evicting pod default/d0' in err + out and "drained" in out
+    assert sim_cluster.store.get("pods", "default", "d0") is None
+    assert sim_cluster.store.get("nodes", None, "sim-node-0")["spec"]["unschedulable"] is True
+    assert "uncordoned" in await ok(kubectl, "uncordon", "sim-node-0")
+    assert not sim_cluster.store.get("nodes", None, "sim-node-0")["spec"].get("unschedulable")
+
+
+async def test_delete_pod_waits_for_graceful_termination(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g"},
+           "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    await ok(kubectl, "apply", "-f", "-", input=manifest(pod))
+    await ok(kubectl, "wait", "--for=condition=Ready", "pod/g", "--timeout=30s")
+    assert (await ok(kubectl, "delete", "pod", "g")).strip() == 'pod "g" deleted'
+    assert sim_cluster.store.get("pods", "default", "g") is None
