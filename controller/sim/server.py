@@ -420,8 +420,7 @@ class SimServer:
             if not isinstance(body, dict):
                 raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
                                          "couldn't get version/kind; json parse error: expected an object")
-            return self._result(store.create_ex(rt.qualified, route.namespace, body, opts, owned=True,
-                                                require_kind=True))
+            return self._result(store.create_ex(rt.qualified, route.namespace, body, opts, owned=True))
         assert route.name is not None or verb == "deletecollection"
         if verb == "update":
             body = await self._body(request, "Scale" if route.subresource == "scale" else rt.kind)
@@ -429,7 +428,7 @@ class SimServer:
                 raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
                                          "expected an object")
             return self._result(store.update_ex(rt.qualified, route.namespace, route.name, body, route.subresource,
-                                                opts, owned=True, require_kind=True))
+                                                opts, owned=True))
         if verb == "patch":
             ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             patch_type = _PATCH_TYPES.get(ctype)
