@@ -718,6 +718,10 @@ class _Pass:
                     out.events.append(Event(api.EVENT_WARNING, api.REASON_RESTARTING, message))
                     out.metrics.append(MetricInc(api.METRIC_JOBS_RESTARTED, self._job_labels()))
                     self._exited_fact(pod, out)
+                else:
+                    # restartPolicy Never: this failure finishes the job in this very pass, so the
+                    # fact is reported exactly once.
+                    self._exited_fact(pod, out)
             # Counting (reference §2.4): a snapshot of the pods that exist now. A terminating
             # Running pod counts as failed (kubeflow/common#214, kept for non-dynamic types); an
             # out-of-range pod is being deleted by this very pass, so it counts as terminating now

@@ -103,6 +103,18 @@ def test_non_dynamic_deleted_worker_fails_the_job_under_never():
     assert_converged(cluster, at(11))
 
 
+def test_non_dynamic_worker_exit_under_never_fails_the_job_once():
+    cluster = started(make_job(worker=2, ps=1))
+    cluster.set_phase("test-tfjob-worker-1", "Failed", exit_code=3)
+    decision = cluster.step(at(10))
+    assert [(e.reason, e.message) for e in decision.events] == [
+        ("ExitedWithCode", "Pod: default.test-tfjob-worker-1 exited with code 3"),
+        ("TFJobFailed", "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed."),
+    ]
+    assert decision.actions == ()  # cleanPodPolicy None keeps everything
+    assert_converged(cluster, at(11))
+
+
 def test_non_dynamic_missing_worker_is_recreated_immediately():
     cluster = started(make_job(worker=2, ps=1))
     cluster.remove_pod("test-tfjob-worker-1")
