@@ -232,7 +232,7 @@ def decide(
         return Decision((), (), (), copy.deepcopy(old_status), None)
     errors = validate(job)
     if errors:
-        return _Pass.for_invalid(job, old_status, now, config).invalid(summarize(errors))
+        return _Pass(job, old_status, [], [], now, config).invalid(summarize(errors))
     return _Pass(defaulted(job), old_status, pods, services, now, config).run()
 
 
@@ -258,7 +258,6 @@ class _Pass:
         self.job = job
         self.old_status = old_status
         self.config = config
-        self.now = now
         self.now_ts = _now_epoch(now)
         self.now_str = format_time(now)
         metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
@@ -276,12 +275,6 @@ class _Pass:
 
         self.pods = self._owned(pods)
         self.services = self._owned(services)
-
-    @classmethod
-    def for_invalid(
-        cls, job: dict[str, Any], old_status: dict[str, Any], now: datetime, config: DecideConfig
-    ) -> _Pass:
-        return cls(job, old_status, [], [], now, config)
 
     # --- helpers -------------------------------------------------------------------------------
     def _old_time(self, key: str) -> str | None:
@@ -364,11 +357,12 @@ class _Pass:
             self._event(api.EVENT_WARNING, api.REASON_FAILED_VALIDATION, message)
             self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
         if is_finished(self.conditions):
+            # TTL still applies when its own field is usable: an invalid job must not linger forever.
             spec = self.job.get("spec") if isinstance(self.job.get("spec"), dict) else {}
             run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
             ttl = _int_or_none(run_policy.get("ttlSecondsAfterFinished"))
-            self._ttl(ttl if ttl is not None and ttl >= 0 else None, run_policy.get("suspend") is True)
             self._finish_time()
+            self._ttl(ttl if ttl is not None and ttl >= 0 else None, run_policy.get("suspend") is True)
         return self._decision(self._base_status())
 
     # --- valid jobs ----------------------------------------------------------------------------
@@ -564,6 +558,7 @@ class _Pass:
     # --- the normal pass -----------------------------------------------------------------------
     def _reconcile(self) -> Decision:
         self.creations_left = max(self.config.max_pod_creations, 0)
+        self.tf_configs: tfconfig.TFConfigs | None = None
         self.new_records: dict[int, WorkerRecord] = {}
         self.pods_created: set[tuple[str, int]] = set()
         self.pod_failure: tuple[str, str] | None = None  # (replica type, message): ExitCode 1-127
@@ -646,7 +641,11 @@ class _Pass:
         if self.creations_left <= 0:
             return False
         self.creations_left -= 1
-        pod = podlib.build_pod(self.job, replica_type, index, self.config.cluster_domain, self.config.controller_name)
+        if self.tf_configs is None:
+            self.tf_configs = tfconfig.TFConfigs(self.job, self.config.cluster_domain)
+        pod = podlib.build_pod(
+            self.job, replica_type, index, self.config.cluster_domain, self.config.controller_name, self.tf_configs
+        )
         out.creations.append(CreatePod(pod, replica_type, index))
         self.pods_created.add((replica_type, index))
         if podlib.template_sets_restart_policy(self.job, replica_type):

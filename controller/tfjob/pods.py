@@ -129,8 +129,10 @@ def build_pod(
     index: int,
     cluster_domain: str = "",
     controller_name: str = api.CONTROLLER_NAME,
+    tf_configs: tfconfig.TFConfigs | None = None,
 ) -> dict[str, Any]:
-    """The pod for replica ``index`` of ``replica_type`` (reference §3.1-§3.4)."""
+    """The pod for replica ``index`` of ``replica_type`` (reference §3.1-§3.4). Pass
+    ``tf_configs`` (built for the same job and cluster domain) when building many pods."""
     job_meta = job["metadata"]
     replica_spec = job["spec"]["tfReplicaSpecs"][replica_type]
     template = replica_spec.get("template") or {}
@@ -154,7 +156,9 @@ def build_pod(
 
     pod_spec = copy.deepcopy(template.get("spec") or {})
     pod_spec["restartPolicy"] = pod_restart_policy(replica_spec["restartPolicy"])
-    tf_config = tfconfig.tf_config(job, replica_type, index, cluster_domain)
+    if tf_configs is None:
+        tf_configs = tfconfig.TFConfigs(job, cluster_domain)
+    tf_config = tf_configs.for_task(replica_type, index)
     container = tfconfig.tensorflow_container(pod_spec)
     if tf_config is not None and container is not None:
         # Quirk Q16: upstream appends a second TF_CONFIG after a user-defined one (the later entry

@@ -107,7 +107,40 @@ def dense_cluster(job: dict[str, Any], cluster_domain: str = "") -> dict[str, li
     return {t.lower(): _addresses(job, t, cluster_domain) for t in types}
 
 
+class TFConfigs:
+    """The TF_CONFIG values of one job's tasks. The part every task shares (the dense cluster, the
+    PS list) is serialised once, so creating n pods costs O(n) rather than O(n^2)."""
+
+    def __init__(self, job: dict[str, Any], cluster_domain: str = "") -> None:
+        self.job = job
+        self.cluster_domain = cluster_domain
+        self.distributed = is_distributed(job)
+        self.sparse = job["spec"].get("enableDynamicWorker") is True
+        self._dense_cluster: str | None = None
+        self._ps_list: str | None = None
+
+    def for_task(self, replica_type: str, index: int) -> str | None:
+        """TF_CONFIG for replica ``index`` of ``replica_type``, or None if the job is not distributed."""
+        if not self.distributed:
+            return None
+        task = _go_json({"type": replica_type.lower(), "index": index})
+        if not self.sparse:
+            if self._dense_cluster is None:
+                self._dense_cluster = _go_json(dense_cluster(self.job, self.cluster_domain))
+            return '{"cluster":' + self._dense_cluster + ',"task":' + task + ',"environment":"cloud"}'
+        if self._ps_list is None:
+            has_ps = api.PS in replica_specs(self.job)
+            self._ps_list = _go_json(_addresses(self.job, api.PS, self.cluster_domain) if has_ps else [])
+        own = _go_json({str(index): address(self.job, replica_type, index, self.cluster_domain)})
+        worker = own if replica_type == api.WORKER else "{}"
+        cluster = '{"worker":' + worker + ',"ps":' + self._ps_list
+        if replica_type not in (api.WORKER, api.PS):
+            cluster += "," + _go_json(replica_type.lower()) + ":" + own
+        return '{"cluster":' + cluster + '},"task":' + task + "}"
+
+
 def dense_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    """Dense TF_CONFIG regardless of enableDynamicWorker (the job must be distributed to use it)."""
     return _go_json(
         {
             "cluster": dense_cluster(job, cluster_domain),
@@ -118,6 +151,7 @@ def dense_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_
 
 
 def sparse_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    """Sparse TF_CONFIG regardless of enableDynamicWorker."""
     own = {str(index): address(job, replica_type, index, cluster_domain)}
     cluster: dict[str, Any] = {
         "worker": own if replica_type == api.WORKER else {},
@@ -130,8 +164,4 @@ def sparse_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster
 
 def tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str | None:
     """The TF_CONFIG value for replica ``index`` of ``replica_type``, or None if not distributed."""
-    if not is_distributed(job):
-        return None
-    if job["spec"].get("enableDynamicWorker") is True:
-        return sparse_tf_config(job, replica_type, index, cluster_domain)
-    return dense_tf_config(job, replica_type, index, cluster_domain)
+    return TFConfigs(job, cluster_domain).for_task(replica_type, index)

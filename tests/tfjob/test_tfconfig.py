@@ -185,3 +185,19 @@ def test_sparse_single_worker_is_not_distributed():
 def test_go_html_escaping():
     job = defaulted(make_job("j", "ns", worker=2))
     assert "\\u003c" in tfconfig.tf_config(job, "Worker", 0, "a<b")
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"worker": 3, "ps": 2, "chief": 1, "evaluator": 2}, {"worker": 2}, {"master": 1, "worker": 0, "ps": 1},
+     {"worker": 1, "evaluator": 1}],
+)
+def test_cached_builder_matches_the_reference_forms(dynamic, kwargs):
+    # TFConfigs serialises the shared part once; it must produce exactly the dict-based bytes
+    job = defaulted(make_job("j", "ns", dynamic=dynamic, **kwargs))
+    configs = tfconfig.TFConfigs(job, "cluster.local")
+    reference = tfconfig.sparse_tf_config if dynamic else tfconfig.dense_tf_config
+    for replica_type, spec in job["spec"]["tfReplicaSpecs"].items():
+        for index in range(spec["replicas"]):
+            assert configs.for_task(replica_type, index) == reference(job, replica_type, index, "cluster.local")
