@@ -187,8 +187,13 @@ class LeaderElector:
     async def _try_acquire_or_renew(self) -> bool:
         now = self.clock.now()
         now_micro = micro_time()
-        # 1. Fast path: we lead and our view of the lease is still valid → PUT the renewal directly.
-        if self._leading and self._lease is not None and self._observed_time + self.lease_duration > now:
+        # 1. Fast path: we lead, the lease we last saw is ours and still valid → PUT the renewal directly.
+        if (
+            self._leading
+            and self._lease is not None
+            and self.observed_holder == self.identity
+            and self._observed_time + self.lease_duration > now
+        ):
             lease = copy.deepcopy(self._lease)
             lease["spec"]["renewTime"] = now_micro
             try:
