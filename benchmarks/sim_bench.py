@@ -1,0 +1,287 @@
+"""Benchmark of the simulated apiserver (a script, not a test).
+
+Measures, against a SimCluster running in a separate process (so client and server each get a core):
+  1. creates/s: N pods POSTed over HTTP by concurrent clients;
+  2. the time to LIST 100,000 pods over HTTP (full body received; JSON decode timed separately);
+  3. watch-event delivery rate to 1 and to 10 watchers (events generated in the server process as
+     fast as the store commits them; the client counts complete lines, the raw ceiling of a reader).
+Prints medians over --runs and writes them, with the machine and date, to docs/benchmarks/sim.md.
+
+Targets on a 2-core machine: >= 1,000 creates/s, a 100,000-pod list in <= 3 s, >= 20,000 events/s to
+one watcher. The kubelet and GC are disabled: this measures the API server, not the simulated nodes.
+
+Usage: .venv/bin/python benchmarks/sim_bench.py [--runs 3] [--pods 10000] [--list-pods 100000]
+       [--events 100000] [--output docs/benchmarks/sim.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+POD_TEMPLATE = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "", "labels": {"app": "bench", "tier": "web"}},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
+                                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+
+
+# ------------------------------------------------------------------------------------ server side
+
+def _server_main(conn, buffer_limit: int) -> None:
+    asyncio.run(_serve(conn, buffer_limit))
+
+
+async def _serve(conn, buffer_limit: int) -> None:
+    from controller.sim.cluster import SimCluster, SimConfig
+    from controller.sim.store import StoreConfig
+    from controller.sim.watch import WatchConfig
+
+    config = SimConfig(kubelet=False, gc=False, store=StoreConfig(history_max_events=200_000),
+                       watch=WatchConfig(buffer_limit=buffer_limit))
+    cluster = SimCluster(config)
+    await cluster.start()
+    loop = asyncio.get_running_loop()
+    commands: asyncio.Queue = asyncio.Queue()
+    loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
+    conn.send(cluster.url)
+    store = cluster.store
+    try:
+        while True:
+            cmd = await commands.get()
+            if cmd[0] == "stop":
+                break
+            if cmd[0] == "populate":
+                count = cmd[1]
+                for i in range(count):
+                    body = orjson.loads(orjson.dumps(POD_TEMPLATE))
+                    body["metadata"]["name"] = f"bulk-{i:06d}"
+                    store.create_ex("pods", "default", body, owned=True)
+                    if i % 5000 == 0:
+                        await asyncio.sleep(0)
+                conn.send(("populated", store.resource_version))
+            elif cmd[0] == "events":
+                count = cmd[1]
+                store.create("configmaps", "default", {"metadata": {"name": "ticker"}, "data": {"n": "0"}})
+                started = time.perf_counter()
+                for i in range(count):
+                    store.update_ex("configmaps", "default", "ticker",
+                                    {"metadata": {"name": "ticker"}, "data": {"n": str(i + 1)}}, owned=True)
+                    if i % 200 == 0:
+                        await asyncio.sleep(0)  # let the watch streams write
+                conn.send(("generated", time.perf_counter() - started))
+            elif cmd[0] == "watchers":
+                conn.send(("watchers", len(cluster.hub.watchers(cmd[1]))))
+    finally:
+        loop.remove_reader(conn.fileno())
+        await cluster.stop()
+
+
+class Server:
+    """A SimCluster in a child process, driven through a pipe."""
+
+    def __init__(self, buffer_limit: int = 1_000_000) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_server_main, args=(child, buffer_limit), daemon=True)
+        self.proc.start()
+        self.url: str = self._recv(timeout=30)
+
+    def _recv(self, timeout: float):
+        if not self.conn.poll(timeout):
+            raise TimeoutError("the simulator process did not answer")
+        return self.conn.recv()
+
+    async def call(self, *cmd, timeout: float = 300):
+        self.conn.send(cmd)
+        return await asyncio.to_thread(self._recv, timeout)
+
+    def close(self) -> None:
+        self.conn.send(("stop",))
+        self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# ------------------------------------------------------------------------------------ phases
+
+async def bench_creates(pods: int, concurrency: int) -> float:
+    server = Server()
+    try:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            url = server.url + "/api/v1/namespaces/default/pods"
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            bodies = []
+            for i in range(pods):
+                body = orjson.loads(orjson.dumps(POD_TEMPLATE))
+                body["metadata"]["name"] = f"pod-{i:06d}"
+                bodies.append(orjson.dumps(body))
+            next_index = 0
+
+            async def worker() -> None:
+                nonlocal next_index
+                while next_index < len(bodies):
+                    data = bodies[next_index]
+                    next_index += 1
+                    async with session.post(url, data=data, headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 201:
+                            raise RuntimeError(f"create failed: {resp.status}")
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed = time.perf_counter() - started
+        return pods / elapsed
+    finally:
+        server.close()
+
+
+async def bench_list(pods: int) -> tuple[float, float, int]:
+    server = Server()
+    try:
+        await server.call("populate", pods)
+        async with aiohttp.ClientSession() as session:
+            started = time.perf_counter()
+            async with session.get(server.url + "/api/v1/pods", headers={"Accept": "application/json"}) as resp:
+                body = await resp.read()
+            received = time.perf_counter() - started
+            decode_start = time.perf_counter()
+            parsed = orjson.loads(body)
+            decoded = time.perf_counter() - decode_start
+            assert len(parsed["items"]) == pods, len(parsed["items"])
+        return received, decoded, len(body)
+    finally:
+        server.close()
+
+
+async def bench_watch(watchers: int, events: int) -> tuple[float, float]:
+    """Returns (events/s per watcher, aggregate events/s across watchers)."""
+    server = Server(buffer_limit=events + 10_000)
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=watchers + 2)) as session:
+            async with session.get(server.url + "/api/v1/namespaces/default/configmaps") as resp:
+                rv = (await resp.json())["metadata"]["resourceVersion"]
+            responses = [await session.get(server.url + "/api/v1/namespaces/default/configmaps",
+                                           params={"watch": "true", "resourceVersion": rv},
+                                           timeout=aiohttp.ClientTimeout(total=None))
+                         for _ in range(watchers)]
+            while (await server.call("watchers", "configmaps"))[1] < watchers:
+                await asyncio.sleep(0.01)
+            expected = events + 1  # the ticker's ADDED plus every update
+
+            async def consume(resp: aiohttp.ClientResponse) -> float:
+                seen = 0
+                async for chunk in resp.content.iter_any():
+                    seen += chunk.count(b"\n")
+                    if seen >= expected:
+                        return time.perf_counter()
+                raise RuntimeError(f"watch ended after {seen} of {expected} events")
+
+            started = time.perf_counter()
+            consumers = [asyncio.create_task(consume(r)) for r in responses]
+            generator = asyncio.create_task(server.call("events", events))
+            finished = await asyncio.gather(*consumers)
+            await generator
+            for r in responses:
+                r.close()
+        elapsed = max(finished) - started
+        return expected / elapsed, expected * watchers / elapsed
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------------------------------ report
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": str(os.cpu_count()), "cpu": model, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--list-pods", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "sim.md"))
+    args = parser.parse_args()
+    if args.runs < 1 or args.pods < 1 or args.list_pods < 1 or args.events < 1:
+        parser.error("counts must be >= 1")
+
+    creates, lists, decodes, sizes, one, ten, ten_total = [], [], [], [], [], [], []
+    for run in range(args.runs):
+        creates.append(await bench_creates(args.pods, args.concurrency))
+        received, decoded, size = await bench_list(args.list_pods)
+        lists.append(received)
+        decodes.append(decoded)
+        sizes.append(size)
+        one.append((await bench_watch(1, args.events))[0])
+        per, total = await bench_watch(10, args.events)
+        ten.append(per)
+        ten_total.append(total)
+        print(f"run {run + 1}: {creates[-1]:,.0f} creates/s; list {args.list_pods:,} pods {lists[-1]:.2f} s "
+              f"(+{decodes[-1]:.2f} s decode, {sizes[-1] / 1e6:.0f} MB); watch 1: {one[-1]:,.0f} ev/s; "
+              f"watch 10: {ten[-1]:,.0f} ev/s each, {ten_total[-1]:,.0f} total", flush=True)
+
+    med = statistics.median
+    rows = [
+        ("Create pods over HTTP", f"{args.pods:,} pods, {args.concurrency} concurrent clients",
+         f"{med(creates):,.0f} creates/s", ">= 1,000/s", med(creates) >= 1000),
+        ("List pods over HTTP", f"{args.list_pods:,} pods, one unpaginated LIST ({med(sizes) / 1e6:.0f} MB)",
+         f"{med(lists):.2f} s (+{med(decodes):.2f} s client decode)", "<= 3 s", med(lists) <= 3.0),
+        ("Watch delivery, 1 watcher", f"{args.events:,} events", f"{med(one):,.0f} events/s", ">= 20,000/s",
+         med(one) >= 20_000),
+        ("Watch delivery, 10 watchers", f"{args.events:,} events each",
+         f"{med(ten):,.0f} events/s per watcher ({med(ten_total):,.0f} total)", "-", True),
+    ]
+    info = machine()
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Simulated apiserver benchmark",
+        "",
+        f"Measured {date} on {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, {info['platform']}.",
+        f"Medians of {args.runs} runs of `benchmarks/sim_bench.py`. The simulator runs in its own process "
+        "(kubelet and GC off); the client runs in the benchmark process. Watch rates count complete event lines "
+        "received (no per-event decoding: the ceiling of any reader).",
+        "",
+        "| Measurement | Workload | Result | Target | Met |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {name} | {load} | {result} | {target} | {'yes' if met else 'NO'} |"
+              for name, load, result, target, met in rows]
+    lines += ["", "Raw runs:", ""]
+    for i in range(args.runs):
+        lines.append(f"- run {i + 1}: {creates[i]:,.0f} creates/s; list {lists[i]:.2f} s (+{decodes[i]:.2f} s "
+                     f"decode); 1 watcher {one[i]:,.0f} ev/s; 10 watchers {ten[i]:,.0f} ev/s each")
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if all(row[4] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
