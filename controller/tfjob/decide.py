@@ -195,7 +195,8 @@ class _Counts:
 
 @dataclass
 class _Outputs:
-    """What one replica type's reconcile produced; discarded wholesale if the job finishes."""
+    """What one replica type's reconcile produced. If the job finishes in the same pass only the
+    scale-down deletions and the ExitedWithCode facts survive; the rest is discarded."""
 
     scale_down: list[Action] = field(default_factory=list)
     deletions: list[Action] = field(default_factory=list)
