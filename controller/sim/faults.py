@@ -282,8 +282,9 @@ class Faults:
     def unstall_watches(self) -> int:
         return self._need_cluster().hub.unstall()
 
-    def delay_watch_events(self, seconds: float, resource: str | None = None) -> None:
-        self._need_cluster().hub.set_delay(seconds, resource)
+    def delay_watch_events(self, seconds: float, resource: str | None = None, user_agent: str | None = None) -> None:
+        """Deliver watch events late to the watchers of ``resource`` whose User-Agent contains ``user_agent``."""
+        self._need_cluster().hub.set_delay(seconds, resource, user_agent)
 
     def compact(self) -> int:
         """Compact history at the current RV: older watch resumes / continue tokens / exact lists get 410."""

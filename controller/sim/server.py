@@ -684,7 +684,7 @@ class SimServer:
         if path == "/watches/unstall" and method == "POST":
             return self._json({"closed": faults.unstall_watches()})
         if path == "/watches/delay" and method == "POST":
-            faults.delay_watch_events(float(body.get("seconds", 0)), body.get("resource"))
+            faults.delay_watch_events(float(body.get("seconds", 0)), body.get("resource"), body.get("userAgent"))
             return self._json({"delay": float(body.get("seconds", 0))})
         if path == "/compact" and method == "POST":
             return self._json({"compactedAt": faults.compact()})

@@ -221,7 +221,8 @@ class WatchHub:
         self._by_resource: dict[str, set[Watcher]] = {}
         self._unsubscribe = store.add_event_sink(self._dispatch)
         self.stall_new: set[str | None] = set()  # resources (None = all) whose new watchers stall
-        self.delays: dict[str | None, float] = {}  # resource (None = all) -> event delivery delay
+        # (resource or None, user-agent substring or None) -> event delivery delay in seconds
+        self.delays: dict[tuple[str | None, str | None], float] = {}
         self.opened = 0
 
     def _dispatch(self, event: Event) -> None:
@@ -256,7 +257,7 @@ class WatchHub:
         requested = parse_rv(rv_text) if rv_text else 0
         watcher = Watcher(self, rt, ns, label, field, current, encoder, user_agent)
         self.opened += 1
-        watcher.delay = self.delays.get(rt.qualified, self.delays.get(None, 0.0))
+        watcher.delay = self._delay_for(watcher)
         encode = encoder or json_line
         if requested == 0:
             # Synthetic ADDED for the current state; then every change after the current RV.
@@ -316,14 +317,25 @@ class WatchHub:
                 count += 1
         return count
 
-    def set_delay(self, seconds: float, resource: str | None = None) -> None:
-        """Delay event delivery to current and future watchers (of ``resource``) by ``seconds``."""
+    def _delay_for(self, watcher: Watcher) -> float:
+        delay = 0.0
+        for (resource, agent), seconds in self.delays.items():
+            if resource not in (None, watcher.resource):
+                continue
+            if agent is not None and agent not in watcher.user_agent:
+                continue
+            delay = max(delay, seconds)
+        return delay
+
+    def set_delay(self, seconds: float, resource: str | None = None, user_agent: str | None = None) -> None:
+        """Delay event delivery by ``seconds`` to current and future watchers of ``resource`` (None = all)
+        whose User-Agent contains ``user_agent`` (None = every watcher); 0 removes the delay."""
         if seconds > 0:
-            self.delays[resource] = seconds
+            self.delays[(resource, user_agent)] = seconds
         else:
-            self.delays.pop(resource, None)
-        for watcher in self.watchers(resource):
-            watcher.delay = seconds if seconds > 0 else 0.0
+            self.delays.pop((resource, user_agent), None)
+        for watcher in self.watchers():
+            watcher.delay = self._delay_for(watcher)
 
     def shutdown(self) -> None:
         self.close_all()

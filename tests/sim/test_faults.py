@@ -146,17 +146,21 @@ async def test_stalled_watch_sends_nothing_until_closed(session, sim_cluster: Si
     assert await stream.expect_eof() == []
 
 
-async def test_delayed_watch_events(session, sim_cluster: SimCluster) -> None:
+async def test_delayed_watch_events_for_one_watcher(session, sim_cluster: SimCluster) -> None:
     rv = sim_cluster.store.resource_version
-    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
-    await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
-    sim_cluster.faults.delay_watch_events(0.4, "configmaps")
+    slow = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}",
+                            {"User-Agent": "slow-informer/1.0"})
+    fast = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
+    await eventually(lambda: len(sim_cluster.hub.watchers("configmaps")) == 2)
+    sim_cluster.faults.delay_watch_events(0.4, "configmaps", user_agent="slow-informer")
     start = anyio.current_time()
     sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "late"}})
-    event = await stream.next()
-    assert event["object"]["metadata"]["name"] == "late"
+    assert (await fast.next())["object"]["metadata"]["name"] == "late"
+    assert anyio.current_time() - start < 0.4
+    assert (await slow.next())["object"]["metadata"]["name"] == "late"
     assert anyio.current_time() - start >= 0.4
-    stream.resp.close()
+    slow.resp.close()
+    fast.resp.close()
 
 
 async def test_compaction_makes_resume_410(session, sim_cluster: SimCluster) -> None:
