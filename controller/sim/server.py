@@ -357,6 +357,10 @@ class SimServer:
             except orjson.JSONDecodeError as exc:
                 raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind}): couldn't "
                                          f"get version/kind; json parse error: {exc}") from None
+        if ctype == "application/vnd.kubernetes.protobuf":
+            from controller.sim import protobuf
+
+            return protobuf.decode(raw)
         if ctype in ("application/yaml", "application/x-yaml", "text/yaml") and allow_yaml:
             try:
                 return yaml.safe_load(raw)

@@ -65,6 +65,8 @@ _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 GC_FINALIZERS = ("orphan", "foregroundDeletion")
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 CRD_RESOURCE = "customresourcedefinitions.apiextensions.k8s.io"
+# The NamespaceLifecycle admission plugin refuses to delete these.
+PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
 
 @dataclass
@@ -1042,6 +1044,9 @@ class Store:
         if existing is None:
             raise errors.not_found(rt.plural, name, rt.group)
         meta = existing["metadata"]
+        if rt.kind == "Namespace" and not rt.group and name in PROTECTED_NAMESPACES:
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           {"name": name, "kind": "namespaces"})
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
             raise errors.conflict(rt.plural, name, rt.group,

@@ -130,6 +130,20 @@ async def test_bad_bodies_get_real_status_errors(api: Api) -> None:
                                           "field": "spec.containers[0].image"}]
 
 
+async def test_protobuf_bodies(api: Api) -> None:
+    # The envelope kubectl sends for `create configmap pb --from-literal=a=b`.
+    body = (b"k8s\x00\n\x0f\n\x02v1\x12\tConfigMap\x12\x18\n\x0e\n\x02pb\x12\x00\x1a\x00\"\x00"
+            b"8\x00B\x00\x12\x06\n\x01a\x12\x01b\x1a\x00\"\x00")
+    code, created, _ = await api("POST", CMS, raw=body, content_type="application/vnd.kubernetes.protobuf")
+    assert code == 201 and created["metadata"]["name"] == "pb" and created["data"] == {"a": "b"}
+    code, err, _ = await api("POST", CMS, raw=b"k8s\x00\n\xff", content_type="application/vnd.kubernetes.protobuf")
+    assert code == 400
+    assert_status(err, 400, "BadRequest", "invalid protobuf body")
+    pod_envelope = b"k8s\x00\n\t\n\x02v1\x12\x03Pod\x12\x00"
+    code, err, _ = await api("POST", CMS, raw=pod_envelope, content_type="application/vnd.kubernetes.protobuf")
+    assert code == 415 and "does not decode protobuf bodies of v1/Pod" in err["message"]
+
+
 async def test_field_validation_strict_warn_ignore(api: Api) -> None:
     base = {"apiVersion": "v1", "kind": "ConfigMap", "data": {}, "spec": {"bogus": 1}}
     code, body, _ = await api("POST", CMS + "?fieldValidation=Strict", {**base, "metadata": {"name": "s"}})

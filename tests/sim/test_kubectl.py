@@ -222,3 +222,20 @@ async def test_delete_pod_waits_for_graceful_termination(kubectl: Kubectl, sim_c
     await ok(kubectl, "wait", "--for=condition=Ready", "pod/g", "--timeout=30s")
     assert (await ok(kubectl, "delete", "pod", "g")).strip() == 'pod "g" deleted'
     assert sim_cluster.store.get("pods", "default", "g") is None
+
+
+async def test_create_generators_send_protobuf(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    # kubectl encodes the objects of its create subcommands as application/vnd.kubernetes.protobuf.
+    await ok(kubectl, "create", "configmap", "gen", "--from-literal=a=b", "--from-literal=c=d")
+    await ok(kubectl, "create", "secret", "generic", "pw", "--from-literal=pw=hunter2")
+    await ok(kubectl, "create", "namespace", "team")
+    await ok(kubectl, "create", "rolebinding", "rb", "--clusterrole=view", "--serviceaccount=default:bot")
+    store = sim_cluster.store
+    assert store.get("configmaps", "default", "gen")["data"] == {"a": "b", "c": "d"}
+    assert store.get("secrets", "default", "pw")["data"] == {"pw": "aHVudGVyMg=="}
+    assert store.get("namespaces", None, "team")["status"]["phase"] == "Active"
+    binding = store.get("rolebindings.rbac.authorization.k8s.io", "default", "rb")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]
+    rc, _out, err = await kubectl("delete", "namespace", "default")
+    assert rc == 1 and 'namespaces "default" is forbidden: this namespace may not be deleted' in err

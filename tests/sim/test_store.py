@@ -281,6 +281,12 @@ def test_namespace_deletion_removes_contents_then_namespace(store: Store) -> Non
     assert store.get("namespaces", None, "team") is None
 
 
+def test_system_namespaces_cannot_be_deleted(store: Store) -> None:
+    with raises(403, "Forbidden") as ctx:
+        store.delete("namespaces", None, "default")
+    assert ctx.error.message == 'namespaces "default" is forbidden: this namespace may not be deleted'
+
+
 def test_delete_collection_by_label(store: Store) -> None:
     for name, tier in (("a", "x"), ("b", "x"), ("c", "y")):
         store.create("configmaps", "default", {"metadata": {"name": name, "labels": {"tier": tier}}})
