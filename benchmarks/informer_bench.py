@@ -194,25 +194,46 @@ def synthetic_stream(events: int, updates_per_pod: int) -> bytes:
     return b"".join(out)
 
 
-async def sim_stream(events: int) -> bytes:
-    """Create ``events`` pods in the simulator and record the bytes of one watch that delivers them."""
+async def sim_stream(events: int, updates_per_pod: int) -> bytes:
+    """Run the lifecycle of :func:`synthetic_stream` through the simulated apiserver and record the exact
+    bytes of one HTTP watch that delivers it (the simulator assigns uids, RVs, timestamps, managedFields)."""
     import aiohttp
 
-    from controller.sim.cluster import SimCluster
+    from controller.sim.cluster import SimCluster, SimConfig
 
-    async with SimCluster.started() as cluster:  # type: ignore[attr-defined]
+    per_pod = updates_per_pod + 1
+    count = max(1, events // per_pod)
+    cluster = SimCluster(SimConfig(nodes=8, kubelet=False, gc=False))
+    await cluster.start()
+    try:
         store = cluster.store
         store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         start_rv = str(store.resource_version)
-        for i in range(events):
+        templates = []
+        for i in range(count):
             pod = synthetic_pod(i, 0)
-            meta = pod["metadata"]
             for server_owned in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
-                meta.pop(server_owned)
-            pod.pop("status")
-            pod["spec"].pop("nodeName")
-            store.create("pods", NAMESPACE, pod)
-        url = f"{cluster.url}/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={start_rv}&timeoutSeconds=60"
+                pod["metadata"].pop(server_owned)
+            templates.append(pod)
+        written = 0
+        for step in range(per_pod + events):  # the tail rounds top up when events % per_pod != 0
+            for pod in templates:
+                if written == events:
+                    break
+                name = pod["metadata"]["name"]
+                if step == 0:
+                    store.create("pods", NAMESPACE, {k: v for k, v in pod.items() if k != "status"})
+                elif step % 2:
+                    status = dict(pod["status"], phase=PHASES[step % len(PHASES)], message=f"step {step}")
+                    store.patch("pods", NAMESPACE, name, "merge", {"status": status}, subresource="status")
+                else:
+                    store.patch("pods", NAMESPACE, name, "merge",
+                                {"metadata": {"annotations": {"bench/step": str(step)}}})
+                written += 1
+            if written == events:
+                break
+        url = (f"{cluster.url}/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={start_rv}"
+               "&timeoutSeconds=120")
         buf = bytearray()
         async with aiohttp.ClientSession() as session, session.get(url) as resp:
             resp.raise_for_status()
@@ -220,7 +241,11 @@ async def sim_stream(events: int) -> bytes:
                 buf += chunk
                 if buf.count(b"\n") >= events:
                     break
+    finally:
+        await cluster.stop()
     lines = bytes(buf).split(b"\n")[:events]
+    if len(lines) < events or any(b'"type":"ERROR"' in line[:20] for line in lines):
+        raise SystemExit(f"the simulator delivered {len(lines)} usable events instead of {events}")
     return b"\n".join(lines) + b"\n"
 
 

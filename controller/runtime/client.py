@@ -84,6 +84,7 @@ __all__ = [
     "ApiClient",
     "WatchStream",
     "LineSplitter",
+    "decode_lines",
     "PATCH_CONTENT_TYPES",
     "PODS",
     "SERVICES",
@@ -290,6 +291,15 @@ class LineSplitter:
         return b"".join(self._pending)
 
 
+def decode_lines(lines: list[bytes]) -> list[dict[str, Any]]:
+    """orjson-decode watch event lines; a line that is not JSON raises :class:`ResponseDecodeError`."""
+    loads = orjson.loads
+    try:
+        return [loads(line) for line in lines]
+    except orjson.JSONDecodeError as exc:
+        raise ResponseDecodeError(f"watch event is not valid JSON: {exc}") from exc
+
+
 class WatchStream:
     """One watch request's event stream, decoded into plain dicts.
 
@@ -341,22 +351,19 @@ class WatchStream:
             self._response.close()
             self._response = None
 
-    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
-        """Decoded events grouped as they arrived (one list per network read that completed lines)."""
+    async def lines(self) -> AsyncIterator[list[bytes]]:
+        """Raw event lines (JSON, newline stripped) grouped as they arrived: one list per network read that
+        completed at least one line. For callers that decode themselves (the informer)."""
         await self.open()
         response = self._response
         assert response is not None
         splitter = LineSplitter()
-        loads = orjson.loads
         try:
             async for chunk in response.content.iter_any():
                 self.bytes_read += len(chunk)
                 lines = splitter.feed(chunk)
                 if lines:
-                    try:
-                        yield [loads(line) for line in lines]
-                    except orjson.JSONDecodeError as exc:
-                        raise ResponseDecodeError(f"watch event is not valid JSON: {exc}") from exc
+                    yield lines
         except aiohttp.SocketTimeoutError as exc:
             raise StreamStalled(
                 f"watch stream sent no bytes for {self._inactivity_timeout} s (stalled connection)"
@@ -371,6 +378,11 @@ class WatchStream:
         if tail.strip():
             # The server terminates every event with a newline; an unterminated tail means the body was cut.
             raise TransportError(f"watch stream ended inside an event ({len(tail)} bytes without newline)")
+
+    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """Decoded events grouped as they arrived (see :meth:`lines`)."""
+        async for lines in self.lines():
+            yield decode_lines(lines)
 
     def __aiter__(self) -> "WatchStream":
         return self
