@@ -215,6 +215,8 @@ Check = Callable[[], Awaitable[Any]]
 
 
 # --- helpers shared by the failover, scaling, lifecycle, restart and invalid-job tests ---------------
+import time  # noqa: E402  (appended section: the harness above stays as it was)
+
 NODES = Resource("", "v1", "nodes", namespaced=False)
 
 
@@ -269,3 +271,28 @@ def conditions(job: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def event_reasons(events: list[dict[str, Any]]) -> list[str]:
     return [e.get("reason", "") for e in events]
+
+
+async def reconciled_once_more(operator: Operator, name: str, namespace: str = "default") -> None:
+    """Make the controller look at the job again and wait until it has, so a test can assert that
+    something did *not* happen without sleeping: whatever the decision wanted is done by then, and
+    every earlier pass of the job (its events and metrics included) has finished, because the work
+    queue never runs one key twice at once."""
+    def total() -> float:
+        return sum(
+            operator.metric("controller_runtime_reconcile_total", {"controller": "tfjob-controller", "result": r})
+            for r in ("success", "error", "requeue", "requeue_after")
+        )
+
+    queue = operator.controller.controller.queue
+    poke = str(time.monotonic_ns())
+    before = total()
+    await operator.client.patch(TFJOBS, name, {"metadata": {"annotations": {"e2e/poke": poke}}}, namespace=namespace)
+
+    def seen_and_idle() -> bool:
+        cached = operator.controller.jobs.get(f"{namespace}/{name}")
+        annotations = ((cached or {}).get("metadata") or {}).get("annotations") or {}
+        return annotations.get("e2e/poke") == poke and total() > before and len(queue) == 0 and \
+            queue.num_processing == 0
+
+    await eventually(seen_and_idle, what=f"one more reconcile of {namespace}/{name}")

@@ -25,6 +25,7 @@ from tests.e2e.conftest import (
     eventually,
     is_true,
     phase,
+    reconciled_once_more,
     running_pods,
     start_operator,
     tfjob,
@@ -41,22 +42,6 @@ def failovers(operator: Operator, reason: str) -> float:
 
 def uids(pods: list[dict]) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
-
-
-async def reconciled_once_more(operator: Operator, name: str) -> None:
-    """Make the controller look at the job again and wait until it has, so a test can assert that
-    something did *not* happen without sleeping: any action the decision wanted is taken by then."""
-    def total() -> float:
-        return sum(
-            operator.metric("controller_runtime_reconcile_total", {"controller": "tfjob-controller", "result": r})
-            for r in ("success", "error", "requeue", "requeue_after")
-        )
-
-    before = total()
-    await operator.client.patch(TFJOBS, name, {"metadata": {"annotations": {"e2e/poke": str(time.monotonic())}}},
-                                namespace="default")
-    await eventually(lambda: total() > before, what="one more reconcile of the job")
-    await eventually(lambda: len(operator.controller.controller.queue) == 0, what="the work queue to drain")
 
 
 def assert_stays_running(job: dict) -> None:

@@ -1,0 +1,318 @@
+"""The upstream TFJob lifecycle end to end: failure of a non-dynamic job, success rules,
+cleanPodPolicy, TTL, activeDeadlineSeconds, backoffLimit and suspend/resume.
+
+Issue 4 keeps upstream's behaviour for these (reference §2, §4.7-§4.9, §8.5) with the recorded
+fixes: Succeeded and Failed are terminal and never both True; activeDeadlineSeconds is enforced on
+time by a timed requeue (quirk Q4), not by the next unrelated event; completionTime is always set
+so TTL cleanup always works.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from controller.runtime.errors import NotFound
+from controller.tfjob.executor import TFJOBS
+from tests.e2e.conftest import (
+    Operator,
+    annotate_pod,
+    by_name,
+    condition,
+    conditions,
+    create_and_wait_running,
+    eventually,
+    is_true,
+    phase,
+    reconciled_once_more,
+    running_pods,
+    tfjob,
+)
+
+EXIT_CODE = "sim.tfjob.dev/exit-code"
+LABELS = {"job_namespace": "default", "framework": "tensorflow"}
+
+
+def parse(ts: str) -> float:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def now_second() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def finished(operator: Operator, name: str, cond: str) -> dict:
+    async def done() -> dict | None:
+        job = await operator.job(name)
+        return job if is_true(job, cond) else None
+
+    return await eventually(done, what=f"{name} {cond}")
+
+
+def assert_terminal(job: dict, cond: str) -> None:
+    other = "Failed" if cond == "Succeeded" else "Succeeded"
+    assert is_true(job, cond) and not is_true(job, other), job["status"]["conditions"]
+    assert job["status"].get("completionTime"), "completionTime must be set when a job finishes"
+
+
+# --- a non-dynamic job fails exactly as upstream ----------------------------------------------------
+async def test_non_dynamic_job_fails_when_a_worker_pod_is_deleted(operator: Operator, kubectl) -> None:
+    manifest = tfjob("static", workers=2, ps=1, dynamic=False, restart_policy="Never",
+                     run_policy={"cleanPodPolicy": "Running"})
+    await create_and_wait_running(operator, manifest, running=3)
+
+    rc, _, err = await kubectl("delete", "pod", "static-worker-1", "--wait=false")
+    assert rc == 0, err
+
+    job = await finished(operator, "static", "Failed")
+    assert_terminal(job, "Failed")
+    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
+                                   "TFJob default/static has failed because 1 Worker replica(s) failed.")
+    assert conditions(job)[-2][:3] == ("Running", "False", "TFJobRunning")
+    # cleanPodPolicy Running: the running pods go; the deleted one is not recreated.
+    await eventually(lambda: _no_pods(operator, "static"), what="the remaining pods cleaned up")
+    await reconciled_once_more(operator, "static")  # the failing pass's events and metrics are out
+    events = await operator.events("static")
+    failed = [e for e in events if e["reason"] == "TFJobFailed"]
+    assert len(failed) == 1 and failed[0]["type"] == "Normal"
+    assert operator.metric("training_operator_jobs_failed_total", LABELS) == 1
+    assert not [e for e in events if e["reason"] == "WorkerFailover"]
+
+
+async def _no_pods(operator: Operator, name: str) -> bool:
+    return not await operator.pods(name)
+
+
+async def test_non_dynamic_job_fails_on_a_non_retryable_exit_code(operator: Operator) -> None:
+    manifest = tfjob("exit1", workers=2, dynamic=False, restart_policy="ExitCode")
+    await create_and_wait_running(operator, manifest, running=2)
+
+    await annotate_pod(operator, "exit1-worker-0", {EXIT_CODE: "1"})
+
+    job = await finished(operator, "exit1", "Failed")
+    assert_terminal(job, "Failed")
+    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
+                                   'job "exit1" is failing because "Worker" replica(s) failed.')
+    await reconciled_once_more(operator, "exit1")
+    events = await operator.events("exit1")
+    failed = [e for e in events if e["reason"] == "TFJobFailed"]
+    assert len(failed) == 1 and failed[0]["type"] == "Warning"
+    assert any(e["reason"] == "ExitedWithCode" and e["message"] == "Pod: default.exit1-worker-0 exited with code 1"
+               for e in events)
+    pods = by_name(await operator.pods("exit1"))
+    assert phase(pods["exit1-worker-0"]) == "Failed", "cleanPodPolicy None keeps the failed pod"
+    assert operator.metric("training_operator_jobs_failed_total", LABELS) == 1
+
+
+# --- success rules and cleanPodPolicy ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("policy", "left"),
+    [
+        ("None", ["w0-worker-0", "w0-worker-1", "w0-worker-2"]),
+        ("Running", ["w0-worker-0"]),
+        ("All", []),
+    ],
+)
+async def test_success_via_worker_0_then_clean_pod_policy(operator: Operator, policy: str, left: list[str]) -> None:
+    manifest = tfjob("w0", workers=3, dynamic=False, run_policy={"cleanPodPolicy": policy})
+    await create_and_wait_running(operator, manifest, running=3)
+
+    await annotate_pod(operator, "w0-worker-0", {EXIT_CODE: "0"})
+
+    job = await finished(operator, "w0", "Succeeded")
+    assert_terminal(job, "Succeeded")
+    assert conditions(job)[-1] == ("Succeeded", "True", "TFJobSucceeded", "TFJob default/w0 successfully completed.")
+
+    async def cleaned() -> bool:
+        return [p["metadata"]["name"] for p in await operator.pods("w0")] == left
+
+    await eventually(cleaned, what=f"cleanPodPolicy {policy} leaving {left}")
+    await reconciled_once_more(operator, "w0")
+    assert [p["metadata"]["name"] for p in await operator.pods("w0")] == left
+    if policy == "None":
+        assert len(running_pods(await operator.pods("w0"))) == 2
+    job = await operator.job("w0")
+    assert_terminal(job, "Succeeded")
+    assert job["status"]["replicaStatuses"]["Worker"].get("succeeded") == 3  # active booked as succeeded
+    assert operator.metric("training_operator_jobs_successful_total", LABELS) == 1
+
+
+async def test_success_policy_all_workers_waits_for_every_worker(operator: Operator) -> None:
+    manifest = tfjob("all", workers=2, dynamic=False, success_policy="AllWorkers")
+    await create_and_wait_running(operator, manifest, running=2)
+
+    await annotate_pod(operator, "all-worker-0", {EXIT_CODE: "0"})
+
+    async def worker0_done() -> bool:
+        job = await operator.job("all")
+        return job["status"]["replicaStatuses"]["Worker"].get("succeeded") == 1
+
+    await eventually(worker0_done, what="worker 0 counted as succeeded")
+    await reconciled_once_more(operator, "all")
+    job = await operator.job("all")
+    assert condition(job, "Succeeded") is None and is_true(job, "Running"), job["status"]["conditions"]
+
+    await annotate_pod(operator, "all-worker-1", {EXIT_CODE: "0"})
+    job = await finished(operator, "all", "Succeeded")
+    assert_terminal(job, "Succeeded")
+    assert job["status"]["replicaStatuses"]["Worker"].get("succeeded") == 2
+
+
+# --- TTL, deadline, backoff -------------------------------------------------------------------------
+async def test_ttl_deletes_the_finished_job(operator: Operator) -> None:
+    # completionTime has whole-second resolution: TTL 2 keeps the finished job visible >= 1 s.
+    manifest = tfjob("ttl", workers=1, dynamic=False, run_policy={"ttlSecondsAfterFinished": 2})
+    await create_and_wait_running(operator, manifest, running=1)
+    await annotate_pod(operator, "ttl-worker-0", {EXIT_CODE: "0"})
+    job = await finished(operator, "ttl", "Succeeded")
+    completion = parse(job["status"]["completionTime"])
+
+    async def gone() -> bool:
+        try:
+            await operator.job("ttl")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, what="the TTL deleting the job")
+    deleted_at = time.time()
+    assert completion + 2 <= deleted_at < completion + 2 + 2.0, "deleted before its TTL, or late"
+    # The event and the metric follow the delete call's answer, which may come after we saw it.
+    await eventually(lambda: operator.metric("training_operator_jobs_deleted_total", LABELS) == 1,
+                     what="the jobs-deleted metric")
+
+    async def deleted_event() -> bool:
+        events = await operator.events("ttl")
+        return any(e["reason"] == "SuccessfulDeleteJob" and e["message"] == "Deleted job: ttl" for e in events)
+
+    await eventually(deleted_event, what="the SuccessfulDeleteJob event")
+    # Owned pods and services follow the job through the garbage collector.
+    await eventually(lambda: _no_pods(operator, "ttl"), what="the job's pods garbage-collected")
+
+
+async def test_active_deadline_fails_the_job_on_time_without_any_other_event(operator: Operator) -> None:
+    """Nothing changes after the pods run: only a timed requeue at startTime + 2 s can fail it."""
+    manifest = tfjob("deadline", workers=2, dynamic=False, run_policy={"activeDeadlineSeconds": 2})
+    job = await create_and_wait_running(operator, manifest, running=2)
+    start = parse(job["status"]["startTime"])
+
+    job = await eventually(lambda: _failed(operator, "deadline"), timeout=10, what="the deadline failing the job")
+    failed_at = time.time()
+    assert start + 2 <= failed_at < start + 2 + 2.0, (start, failed_at)
+    assert_terminal(job, "Failed")
+    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
+                                   "Job deadline has failed because it was active longer than specified deadline")
+    await eventually(lambda: _no_pods(operator, "deadline"), what="every pod deleted on deadline failure")
+    await eventually(lambda: _no_services(operator, "deadline"), what="every service deleted on deadline failure")
+    await reconciled_once_more(operator, "deadline")
+    assert operator.metric("training_operator_jobs_failed_total", LABELS) == 1
+
+
+async def _failed(operator: Operator, name: str) -> dict | None:
+    job = await operator.job(name)
+    return job if is_true(job, "Failed") else None
+
+
+async def _no_services(operator: Operator, name: str) -> bool:
+    return not await operator.services(name)
+
+
+async def test_backoff_limit_fails_the_job_after_container_restarts(operator: Operator) -> None:
+    manifest = tfjob("backoff", workers=2, dynamic=False, restart_policy="OnFailure", run_policy={"backoffLimit": 1})
+    await create_and_wait_running(operator, manifest, running=2)
+
+    await annotate_pod(operator, "backoff-worker-1", {EXIT_CODE: "1"})  # the kubelet restarts it in place
+
+    job = await eventually(lambda: _failed(operator, "backoff"), what="the backoff limit failing the job")
+    assert_terminal(job, "Failed")
+    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
+                                   "Job backoff has failed because it has reached the specified backoff limit")
+    await eventually(lambda: _no_pods(operator, "backoff"), what="every pod deleted on backoff failure")
+
+
+async def test_backoff_limit_ignores_dynamic_worker_restarts(operator: Operator) -> None:
+    manifest = tfjob("dynbackoff", workers=2, restart_policy="OnFailure", run_policy={"backoffLimit": 1})
+    await create_and_wait_running(operator, manifest, running=2)
+
+    await annotate_pod(operator, "dynbackoff-worker-1", {EXIT_CODE: "1"})
+
+    async def restarted() -> bool:
+        pod = by_name(await operator.pods("dynbackoff"))["dynbackoff-worker-1"]
+        statuses = pod["status"].get("containerStatuses") or []
+        return bool(statuses) and statuses[0].get("restartCount") == 1 and "running" in statuses[0]["state"]
+
+    await eventually(restarted, what="the kubelet restarting worker 1 in place")
+    await reconciled_once_more(operator, "dynbackoff")
+    job = await operator.job("dynbackoff")
+    assert is_true(job, "Running") and condition(job, "Failed") is None, job["status"]["conditions"]
+    assert len(running_pods(await operator.pods("dynbackoff"))) == 2
+
+
+# --- suspend / resume (reference §8.5 "TFJob with suspend semantics") --------------------------------
+CREATED = ("Created", "True", "TFJobCreated", "TFJob test-job is created.")
+SUSPENDED = ("Suspended", "True", "TFJobSuspended", "TFJob test-job is suspended.")
+
+
+async def test_created_suspended_job_creates_nothing(operator: Operator) -> None:
+    manifest = tfjob("test-job", workers=1, chief=1, dynamic=False, run_policy={"suspend": True})
+    await operator.client.create(TFJOBS, manifest, namespace="default")
+
+    async def suspended() -> dict | None:
+        job = await operator.job("test-job")
+        return job if conditions(job) == [CREATED, SUSPENDED] else None
+
+    await eventually(suspended, what="exactly [Created, Suspended]")
+    await reconciled_once_more(operator, "test-job")
+    job = await operator.job("test-job")
+    assert conditions(job) == [CREATED, SUSPENDED]
+    assert "startTime" not in job["status"]
+    assert await operator.pods("test-job") == [] and await operator.services("test-job") == []
+
+
+async def test_suspend_deletes_everything_and_resume_recreates_it(operator: Operator) -> None:
+    manifest = tfjob("test-job", workers=1, chief=1, dynamic=False)
+    job = await create_and_wait_running(operator, manifest, running=2)
+    running = ("Running", "True", "TFJobRunning", "TFJob default/test-job is running.")
+    assert conditions(job) == [CREATED, running]
+    start = job["status"]["startTime"]
+
+    await operator.client.patch(TFJOBS, "test-job", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
+
+    async def suspended() -> dict | None:
+        job = await operator.job("test-job")
+        empty = not await operator.pods("test-job") and not await operator.services("test-job")
+        return job if empty and is_true(job, "Suspended") else None
+
+    job = await eventually(suspended, what="pods and services deleted, Suspended")
+    assert conditions(job) == [
+        CREATED,
+        ("Running", "False", "TFJobSuspended", "TFJob test-job is suspended."),
+        SUSPENDED,
+    ]
+    assert job["status"]["startTime"] == start, "suspending does not reset startTime"
+    replicas = job["status"]["replicaStatuses"]
+    assert not replicas["Chief"].get("active") and not replicas["Worker"].get("active"), replicas
+    await reconciled_once_more(operator, "test-job")
+    assert not await operator.pods("test-job"), "pods stay deleted while suspended"
+
+    await eventually(lambda: now_second() != start, what="a new second, so the resumed startTime differs")
+    await operator.client.patch(TFJOBS, "test-job", {"spec": {"runPolicy": {"suspend": False}}}, namespace="default")
+
+    async def resumed() -> dict | None:
+        job = await operator.job("test-job")
+        pods = running_pods(await operator.pods("test-job"))
+        return job if len(pods) == 2 and is_true(job, "Running") else None
+
+    job = await eventually(resumed, what="pods re-created and Running after resume")
+    assert conditions(job) == [
+        CREATED,
+        ("Suspended", "False", "TFJobResumed", "TFJob test-job is resumed."),
+        running,
+    ]
+    assert job["status"]["startTime"] != start
+    assert [s["metadata"]["name"] for s in await operator.services("test-job")] == ["test-job-chief-0",
+                                                                                    "test-job-worker-0"]
+    reasons = [e["reason"] for e in await operator.events("test-job")]
+    assert "TFJobSuspended" in reasons and "TFJobResumed" in reasons
