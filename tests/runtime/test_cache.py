@@ -13,6 +13,7 @@ from controller.runtime.cache import (
     DeletedFinalStateUnknown,
     Indexer,
     controller_owner_uid_index,
+    compact_transform,
     controller_ref,
     default_transform,
     object_key,
@@ -150,26 +151,41 @@ def test_strip_managed_fields_drops_only_heavy_fields():
     assert "annotations" not in only_last_applied["metadata"]
 
 
-def test_default_transform_strips_interns_and_is_idempotent():
+def _equal_distinct_pods():
     # Decoded JSON never shares string objects; build equal-but-distinct strings the same way.
     import orjson
 
     a = orjson.loads(orjson.dumps(heavy_pod("a")))
     b = orjson.loads(orjson.dumps(heavy_pod("b")))
     assert a["metadata"]["namespace"] is not b["metadata"]["namespace"]
+    return a, b
+
+
+def _shared(a, b, path) -> bool:
+    for step in path:
+        a, b = a[step], b[step]
+    return a is b
+
+
+METADATA_PATHS = (("metadata", "namespace"), ("metadata", "labels", "app"), ("metadata", "ownerReferences", 0, "uid"))
+SPEC_PATHS = (("spec", "nodeName"), ("spec", "containers", 0, "image"))
+
+
+def test_default_transform_strips_interns_metadata_and_is_idempotent():
+    a, b = _equal_distinct_pods()
     default_transform(a)
     default_transform(b)
     assert "managedFields" not in a["metadata"] and "annotations" not in a["metadata"]
-    for path in (
-        ("metadata", "namespace"),
-        ("metadata", "labels", "app"),
-        ("metadata", "ownerReferences", 0, "uid"),
-        ("spec", "nodeName"),
-        ("spec", "containers", 0, "image"),
-    ):
-        va, vb = a, b
-        for step in path:
-            va, vb = va[step], vb[step]
-        assert va is vb, path
+    assert all(_shared(a, b, path) for path in METADATA_PATHS)
+    assert not any(_shared(a, b, path) for path in SPEC_PATHS)  # left to compact_transform
     again = copy.deepcopy(a)
     assert default_transform(again) == a
+
+
+def test_compact_transform_also_interns_spec_fields():
+    a, b = _equal_distinct_pods()
+    compact_transform(a)
+    compact_transform(b)
+    assert all(_shared(a, b, path) for path in METADATA_PATHS + SPEC_PATHS)
+    assert "managedFields" not in a["metadata"]
+    assert compact_transform(copy.deepcopy(a)) == a
