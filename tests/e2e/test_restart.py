@@ -1,0 +1,161 @@
+"""A controller restart in the middle of a worker failover.
+
+Issue 4: the failover history lives in the job's status (``status.dynamicWorkers``), not in the
+controller's memory, so a new controller process continues a failover where the old one stopped:
+the back-off already decided is honoured, the failover is not counted again, the replacement is
+created exactly once (no duplicate pod), and the next failure of the same worker backs off
+longer, as a crash loop should. Two controller processes are run one after the other against the
+same simulated cluster with ``start_operator``; the first is stopped before the second starts.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from controller.runtime.client import PODS
+from controller.sim.cluster import SimCluster
+from controller.tfjob.decide import DecideConfig
+from tests.e2e.conftest import (
+    Operator,
+    annotate_pod,
+    by_name,
+    condition,
+    create_and_wait_running,
+    eventually,
+    is_true,
+    reconciled_once_more,
+    running_pods,
+    start_operator,
+    tfjob,
+    worker_record,
+)
+
+EXIT_CODE = "sim.tfjob.dev/exit-code"
+HOLD = "e2e.tfjob.dev/hold"  # a finalizer of the test's own, to keep a deleted pod terminating
+# Long enough for a restart to happen inside the back-off window, short enough for a fast test.
+SLOW_FAILOVER = DecideConfig(failover_backoff_base=3.0, failover_backoff_cap=12.0, failover_reset_after=60.0)
+
+
+def parse(ts: str) -> float:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+async def stop_cleanly(operator: Operator) -> None:
+    crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
+    await operator.stop()
+    assert not crashed, "the controller task ended on its own"
+
+
+def uids(pods: list[dict]) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+
+async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_history(
+    sim_cluster: SimCluster,
+) -> None:
+    faults = sim_cluster.faults
+    first = await start_operator(sim_cluster, config=SLOW_FAILOVER)
+    try:
+        await create_and_wait_running(first, tfjob("resume", workers=3, restart_policy="ExitCode"), running=3)
+        before = uids(await first.pods("resume"))
+        await annotate_pod(first, "resume-worker-1", {EXIT_CODE: "137"})
+
+        async def waiting_for_backoff() -> dict | None:
+            job = await first.job("resume")
+            record = worker_record(job, 1)
+            gone = "resume-worker-1" not in by_name(await first.pods("resume"))
+            return record if gone and record and record["state"] == "Replacing" else None
+
+        record = await eventually(waiting_for_backoff, what="worker 1 deleted and waiting for its back-off")
+        assert record["failovers"] == 1 and record["lastReason"] == "OOMKilled"
+        retry_after = parse(record["retryAfter"])
+        assert time.time() < retry_after, "the test needs the restart to land inside the back-off"
+    finally:
+        await stop_cleanly(first)
+
+    mark = faults.mark()
+    second = await start_operator(sim_cluster, config=SLOW_FAILOVER)
+    try:
+        async def replaced() -> bool:
+            pods = by_name(running_pods(await second.pods("resume")))
+            return "resume-worker-1" in pods and pods["resume-worker-1"]["metadata"]["uid"] != before["resume-worker-1"]
+
+        await eventually(replaced, what="the new controller creating the replacement")
+        assert time.time() >= retry_after, "the back-off decided before the restart must be honoured"
+        assert faults.count("create", "pods", since=mark) == 1, "exactly one replacement, no duplicate"
+        pods = await second.pods("resume")
+        assert [p["metadata"]["name"] for p in pods] == ["resume-worker-0", "resume-worker-1", "resume-worker-2"]
+        assert uids(pods)["resume-worker-0"] == before["resume-worker-0"]
+        assert uids(pods)["resume-worker-2"] == before["resume-worker-2"]
+        job = await second.job("resume")
+        assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
+        record = worker_record(job, 1)
+        assert record["failovers"] == 1 and record["state"] == "Replaced", record
+        assert second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 0, \
+            "the restarted controller must not count the same failover again"
+        assert second.metric("training_operator_jobs_created_total",
+                             {"job_namespace": "default", "framework": "tensorflow"}) == 0, \
+            "a restart must not count existing jobs as created again (quirk Q11)"
+
+        # The next failure of the same worker continues the crash-loop history: back-off doubles.
+        await annotate_pod(second, "resume-worker-1", {EXIT_CODE: "137"})
+
+        async def second_failover() -> dict | None:
+            record = worker_record(await second.job("resume"), 1)
+            return record if record and record["failovers"] == 2 else None
+
+        record = await eventually(second_failover, what="the second failover of worker 1")
+        delay = parse(record["retryAfter"]) - parse(record["lastFailoverTime"])
+        assert 6 <= delay <= 7, f"second back-off should be 6 s (3 s doubled), got {delay}"
+        messages = [e["message"] for e in await second.events("resume") if e["reason"] == "WorkerFailover"]
+        assert any("6s back-off (failover 2)" in m for m in messages), messages
+    finally:
+        await stop_cleanly(second)
+
+
+async def test_restart_while_the_failed_pod_terminates_counts_one_failover(sim_cluster: SimCluster) -> None:
+    """The first controller deletes the failed worker; a finalizer keeps the pod terminating while
+    the controller is replaced. The new one must neither delete it again nor record a second
+    failover, and must create exactly one replacement once the pod is gone."""
+    faults = sim_cluster.faults
+    first = await start_operator(sim_cluster)
+    try:
+        await create_and_wait_running(first, tfjob("term", workers=2, restart_policy="ExitCode"), running=2)
+        old = uids(await first.pods("term"))["term-worker-0"]
+        await first.client.patch(PODS, "term-worker-0", {"metadata": {"finalizers": [HOLD]}}, namespace="default")
+        await annotate_pod(first, "term-worker-0", {EXIT_CODE: "143"})
+
+        async def terminating() -> dict | None:
+            pod = by_name(await first.pods("term")).get("term-worker-0")
+            record = worker_record(await first.job("term"), 0)
+            return record if pod and pod["metadata"].get("deletionTimestamp") and record and \
+                record["state"] == "Replacing" else None
+
+        await eventually(terminating, what="the controller deleting the failed worker")
+    finally:
+        await stop_cleanly(first)
+
+    mark = faults.mark()
+    second = await start_operator(sim_cluster)
+    try:
+        await reconciled_once_more(second, "term")
+        assert faults.count("create", "pods", since=mark) == 0, "no pod may take the name while the old one exists"
+        record = worker_record(await second.job("term"), 0)
+        assert record["failovers"] == 1 and record["state"] == "Replacing", record
+
+        await second.client.patch(PODS, "term-worker-0", {"metadata": {"finalizers": None}}, namespace="default")
+
+        async def replaced() -> bool:
+            pods = by_name(running_pods(await second.pods("term")))
+            return "term-worker-0" in pods and pods["term-worker-0"]["metadata"]["uid"] != old
+
+        await eventually(replaced, what="worker 0 replaced by the new controller")
+        assert faults.count("create", "pods", since=mark) == 1
+        assert faults.count("delete", "pods", since=mark) == 0, "the terminating pod must not be deleted again"
+        record = worker_record(await second.job("term"), 0)
+        assert record["failovers"] == 1 and record["lastReason"] == "Error", record
+        assert second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Error"}) == 0
+        assert [p["metadata"]["name"] for p in await second.pods("term")] == ["term-worker-0", "term-worker-1"]
+    finally:
+        await stop_cleanly(second)
