@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -159,16 +159,6 @@ def rfc3339(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def _parse_rfc3339(text: str) -> float:
-    import calendar
-
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-
-
-def _key_of(ns: str, name: str) -> tuple[str, str]:
-    return (ns, name)
-
-
 class _Bucket:
     """All objects of one resource type, plus that type's bounded change history."""
 
@@ -288,7 +278,7 @@ class Store:
         bucket = self._buckets.get(rt.qualified)
         if bucket is None:
             return None
-        return bucket.objects.get(_key_of(namespace or "" if rt.namespaced else "", name))
+        return bucket.objects.get(((namespace or "") if rt.namespaced else "", name))
 
     def get_or_404(self, resource: str, namespace: str | None, name: str) -> dict:
         obj = self.get(resource, namespace, name)

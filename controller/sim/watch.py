@@ -32,7 +32,7 @@ from typing import Any, Callable
 import orjson
 
 from controller.sim.resources import ResourceType
-from controller.sim.store import Event, Store, with_resource_version
+from controller.sim.store import CRD_RESOURCE, Event, Store, with_resource_version
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +226,10 @@ class WatchHub:
         self.opened = 0
 
     def _dispatch(self, event: Event) -> None:
+        if event.type == "DELETED" and event.resource == CRD_RESOURCE and event.old is not None:
+            # The type is no longer served: its watches end, as the CRD handler's do.
+            spec = event.old.get("spec") or {}
+            self.close_all(f"{(spec.get('names') or {}).get('plural')}.{spec.get('group')}")
         watchers = self._by_resource.get(event.resource)
         if not watchers:
             return

@@ -13,7 +13,7 @@ import pytest
 from controller.sim.cluster import SimCluster, SimConfig
 from controller.sim.watch import WatchConfig
 from tests.sim.crds import pod
-from tests.sim.test_watch import Stream, open_watch
+from tests.sim.test_watch import open_watch
 
 CMS = "/api/v1/namespaces/default/configmaps"
 PODS = "/api/v1/namespaces/default/pods"

@@ -80,6 +80,11 @@ def test_noop_update_keeps_rv_and_emits_nothing(store: Store, events: list) -> N
     assert [e[0] for e in events] == ["MODIFIED"]
 
 
+def test_cluster_scoped_lookups_ignore_a_namespace(store: Store) -> None:
+    store.create("nodes", None, {"metadata": {"name": "n1"}})
+    assert store.get("nodes", "default", "n1") is store.get("nodes", None, "n1") is not None
+
+
 def test_returned_objects_are_not_mutated_by_later_writes(store: Store) -> None:
     first = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "v"}})
     store.patch("configmaps", "default", "a", "merge", {"data": {"k": "w"}, "metadata": {"labels": {"x": "y"}}})

@@ -240,3 +240,15 @@ async def test_watch_of_unknown_resource_or_bad_params(session, sim_cluster: Sim
         assert resp.status == 400
         body = await resp.json()
         assert body["reason"] == "BadRequest"
+
+
+async def test_watches_of_a_custom_resource_end_when_its_crd_goes(session, sim_cluster: SimCluster) -> None:
+    from tests.sim.crds import widget_crd
+
+    store = sim_cluster.store
+    store.create("customresourcedefinitions.apiextensions.k8s.io", None, widget_crd())
+    rv = store.resource_version
+    stream = await open_watch(session, sim_cluster,
+                              f"/apis/example.com/v1/namespaces/default/widgets?watch=true&resourceVersion={rv}")
+    store.delete("customresourcedefinitions.apiextensions.k8s.io", None, "widgets.example.com")
+    assert await stream.expect_eof() == []
