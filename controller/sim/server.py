@@ -574,7 +574,12 @@ class SimServer:
                 meta["remainingItemCount"] = result.remaining
         if neg.table:
             return self._json(to_table(rt, result.items, query.get("includeObject", "Metadata"), meta))
-        body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": result.items}
+        items = result.items
+        if not rt.custom:
+            # Items of built-in (typed) lists carry no kind/apiVersion on a real server; clients that
+            # depend on them break there, so they must break here too.
+            items = [{k: v for k, v in item.items() if k != "kind" and k != "apiVersion"} for item in items]
+        body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
         return self._json(body)
 
     async def _watch(self, request: web.BaseRequest, route: Route, neg: _Negotiated) -> web.StreamResponse:

@@ -243,6 +243,18 @@ async def test_future_resource_version_times_out_with_504(api: Api, sim_cluster:
     assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
 
 
+async def test_typed_list_items_omit_kind_custom_ones_keep_it(api: Api) -> None:
+    await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k"}})
+    code, listing, _ = await api("GET", CMS)
+    assert listing["kind"] == "ConfigMapList" and listing["apiVersion"] == "v1"
+    assert "kind" not in listing["items"][0] and "apiVersion" not in listing["items"][0]
+    await api("POST", CRDS, widget_crd())
+    await api("POST", WIDGETS, widget("w"))
+    code, listing, _ = await api("GET", WIDGETS)
+    assert listing["kind"] == "WidgetList"
+    assert (listing["items"][0]["kind"], listing["items"][0]["apiVersion"]) == ("Widget", "example.com/v1")
+
+
 async def test_pagination_and_expired_continue(api: Api, sim_cluster: SimCluster) -> None:
     for i in range(5):
         await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}"}})
