@@ -295,3 +295,28 @@ async def test_failover_does_not_touch_pods_of_other_jobs(operator: Operator) ->
     assert uids(await operator.pods("b")) == other
     assert worker_record(await operator.job("b"), 0) is None
     assert (await operator.client.get(PODS, "b-worker-0", namespace="default"))["metadata"]["uid"] == other["b-worker-0"]
+
+
+async def test_lost_node_coming_back_confirms_the_deletion_and_the_worker_returns(operator: Operator) -> None:
+    await create_and_wait_running(operator, tfjob("flaky", workers=2), running=2)
+    pods = await operator.pods("flaky")
+    node = pods[0]["spec"]["nodeName"]
+    on_node = sorted(p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node)
+    before = uids(pods)
+    operator.cluster.faults.set_node_ready(node, False)
+
+    async def failed_over() -> bool:
+        job = await operator.job("flaky")
+        return all((worker_record(job, int(n.rsplit("-", 1)[1])) or {}).get("lastReason") == "NodeLost"
+                   for n in on_node)
+
+    await eventually(failed_over, what="NodeLost failovers recorded")
+    operator.cluster.faults.set_node_ready(node, True)
+
+    async def back() -> bool:
+        current = running_pods(await operator.pods("flaky"))
+        return len(current) == 2 and all(uids(current)[n] != before[n] for n in on_node)
+
+    await eventually(back, what="the lost workers replaced once their node confirmed the deletion")
+    assert_stays_running(await operator.job("flaky"))
+    assert failovers(operator, "NodeLost") == len(on_node)

@@ -316,3 +316,78 @@ async def test_suspend_deletes_everything_and_resume_recreates_it(operator: Oper
                                                                                     "test-job-worker-0"]
     reasons = [e["reason"] for e in await operator.events("test-job")]
     assert "TFJobSuspended" in reasons and "TFJobResumed" in reasons
+
+
+# --- dynamic jobs keep upstream's rules for the other replica types ---------------------------------
+async def test_a_failed_ps_still_fails_a_dynamic_job(operator: Operator) -> None:
+    manifest = tfjob("psfail", workers=2, ps=1, restart_policy="Never")
+    await create_and_wait_running(operator, manifest, running=3)
+
+    await annotate_pod(operator, "psfail-ps-0", {EXIT_CODE: "1"})
+
+    job = await finished(operator, "psfail", "Failed")
+    assert_terminal(job, "Failed")
+    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
+                                   "TFJob default/psfail has failed because 1 PS replica(s) failed.")
+
+
+async def test_dynamic_job_succeeds_via_worker_0_with_another_worker_permanently_failed(operator: Operator) -> None:
+    manifest = tfjob("mixed", workers=3, restart_policy="Never", run_policy={"cleanPodPolicy": "Running"})
+    await create_and_wait_running(operator, manifest, running=3)
+    await annotate_pod(operator, "mixed-worker-2", {EXIT_CODE: "1"})
+
+    async def two_failed() -> bool:
+        job = await operator.job("mixed")
+        return job["status"]["replicaStatuses"]["Worker"].get("failed") == 1
+
+    await eventually(two_failed, what="worker 2 failed for good")
+    assert is_true(await operator.job("mixed"), "Running")
+    await annotate_pod(operator, "mixed-worker-0", {EXIT_CODE: "0"})
+    job = await finished(operator, "mixed", "Succeeded")
+    assert_terminal(job, "Succeeded")
+    await eventually(lambda: _only(operator, "mixed", ["mixed-worker-0", "mixed-worker-2"]),
+                     what="the running worker 1 cleaned up, the finished ones kept")
+
+
+async def _only(operator: Operator, job: str, expected: list[str]) -> bool:
+    return [p["metadata"]["name"] for p in await operator.pods(job)] == expected
+
+
+async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(sim_cluster) -> None:
+    from controller.tfjob.decide import DecideConfig
+    from tests.e2e.conftest import start_operator, worker_record
+
+    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
+                                                                     failover_backoff_cap=3.0))
+    try:
+        await create_and_wait_running(operator, tfjob("pause", workers=2, restart_policy="ExitCode"), running=2)
+        await annotate_pod(operator, "pause-worker-1", {EXIT_CODE: "137"})
+
+        async def waiting() -> bool:
+            record = worker_record(await operator.job("pause"), 1)
+            return bool(record and record["state"] == "Replacing")
+
+        await eventually(waiting, what="worker 1 waiting for its back-off")
+        await operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
+
+        async def suspended() -> dict | None:
+            job = await operator.job("pause")
+            empty = not await operator.pods("pause") and not await operator.services("pause")
+            return job if empty and is_true(job, "Suspended") else None
+
+        job = await eventually(suspended, what="everything deleted while suspended")
+        assert worker_record(job, 1) is None, "suspension ends the failover: every worker starts afresh"
+        await operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": False}}}, namespace="default")
+
+        async def resumed() -> bool:
+            return len(running_pods(await operator.pods("pause"))) == 2 and \
+                is_true(await operator.job("pause"), "Running")
+
+        await eventually(resumed, what="both workers back after resume")
+        job = await operator.job("pause")
+        assert condition(job, "Failed") is None and condition(job, "Restarting") is None
+        assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 1
+    finally:
+        crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
+        await operator.stop()
+        assert not crashed

@@ -233,3 +233,56 @@ async def test_no_out_of_range_pod_is_created_while_a_higher_index_terminates(op
     assert faults.count("create", "services", since=mark) == 1, "only worker 2's service comes back"
     assert names(await operator.services("range")) == ["range-worker-0", "range-worker-1", "range-worker-2"]
     assert_healthy(await operator.job("range"))
+
+
+async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_the_replacement(
+    sim_cluster,
+) -> None:
+    """Worker 2 failed and waits for its back-off when the job is scaled to 2: its service and its
+    failover record go, and when the back-off's timed requeue fires nothing is created."""
+    import time
+    from datetime import datetime, timezone
+
+    from controller.tfjob.decide import DecideConfig
+    from tests.e2e.conftest import annotate_pod, start_operator, worker_record
+
+    faults = sim_cluster.faults
+    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
+                                                                     failover_backoff_cap=3.0))
+    try:
+        await create_and_wait_running(operator, tfjob("cancel", workers=3, restart_policy="ExitCode"), running=3)
+        await annotate_pod(operator, "cancel-worker-2", {"sim.tfjob.dev/exit-code": "137"})
+
+        async def waiting() -> dict | None:
+            record = worker_record(await operator.job("cancel"), 2)
+            gone = "cancel-worker-2" not in names(await operator.pods("cancel"))
+            return record if gone and record and record["state"] == "Replacing" else None
+
+        record = await eventually(waiting, what="worker 2 gone and waiting for its back-off")
+        retry_after = datetime.strptime(record["retryAfter"], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=timezone.utc).timestamp()
+        mark = faults.mark()
+        await set_workers(operator, "cancel", 2)
+
+        async def shrunk() -> dict | None:
+            job = await operator.job("cancel")
+            done = names(await operator.services("cancel")) == ["cancel-worker-0", "cancel-worker-1"]
+            return job if done and worker_record(job, 2) is None else None
+
+        job = await eventually(shrunk, what="worker 2's service and failover record dropped")
+        assert job["status"]["replicaStatuses"]["Worker"].get("active") == 2
+        queue = operator.controller.controller.queue
+
+        def backoff_requeue_done() -> bool:
+            return time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and \
+                queue.num_processing == 0
+
+        await eventually(backoff_requeue_done, what="the back-off's timed requeue to fire and finish")
+        assert names(await operator.pods("cancel")) == ["cancel-worker-0", "cancel-worker-1"]
+        assert faults.count("create", "pods", since=mark) == 0
+        assert faults.count("create", "services", since=mark) == 0
+        assert_healthy(await operator.job("cancel"))
+    finally:
+        crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
+        await operator.stop()
+        assert not crashed
