@@ -166,8 +166,11 @@ async def test_delete_with_and_without_wait_and_wait_for_delete(widgets: Kubectl
     await ok(widgets, "delete", "widget", "w2", "--wait=false")
     await ok(widgets, "delete", "widget", "held", "--wait=false")
     assert sim_cluster.store.get("widgets.example.com", "default", "held")["metadata"]["deletionTimestamp"]
+    mark = sim_cluster.faults.mark()
     waiter = await widgets.spawn("wait", "--for=delete", "widget/held", "--timeout=20s")
-    await anyio.sleep(0.3)  # let kubectl start watching; the wait itself is bounded by the assertion below
+    with anyio.fail_after(15):  # kubectl is watching the object before it goes
+        while not sim_cluster.faults.count("watch", "widgets.example.com", since=mark):
+            await anyio.sleep(0.01)
     sim_cluster.store.patch("widgets.example.com", "default", "held", "merge", {"metadata": {"finalizers": None}})
     with anyio.fail_after(20):
         rc = await waiter.wait()
