@@ -101,6 +101,7 @@ async def test_oom_kill_under_never_stays_failed_and_the_job_goes_on(operator: O
     events = await operator.events("never")
     failed = [e for e in events if e["reason"] == "WorkerFailed"]
     assert len(failed) == 1 and "never-worker-1" in failed[0]["message"] and "Never" in failed[0]["message"]
+    assert failed[0].get("count", 1) == 1, "the WorkerFailed event is emitted once, on the transition"
 
 
 async def test_oom_kill_under_on_failure_is_restarted_in_place_by_the_kubelet(operator: Operator) -> None:

@@ -181,6 +181,7 @@ async def test_the_controller_fails_an_invalid_job_written_past_the_rules(
     await reconciled_once_more(operator, name)
     events = [e for e in await operator.events(name) if e["reason"] == "TFJobFailedValidation"]
     assert len(events) == 1 and events[0]["type"] == "Warning" and events[0]["message"] == message
+    assert events[0].get("count", 1) == 1, "reported once, not on every pass"
     assert await operator.pods(name) == [] and await operator.services(name) == []
     assert faults.count("create", "pods", since=mark) == 0
     assert faults.count("create", "services", since=mark) == 0
@@ -205,4 +206,24 @@ async def test_a_job_made_invalid_by_an_update_is_failed_and_left_alone(lax_oper
     job = await eventually(failed, what="the updated job Failed by validation")
     assert conditions(job)[-1][2] == "TFJobFailedValidation"
     await reconciled_once_more(operator, "later")
+    assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0
+
+
+async def test_an_invalid_job_with_a_ttl_is_deleted_after_it(lax_operator: Operator) -> None:
+    """completionTime is set on a validation failure too, so TTL cleanup works for it."""
+    from controller.runtime.errors import NotFound
+
+    operator = lax_operator
+    manifest = negative_replicas("ttlbad")
+    manifest["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 1}
+    await operator.client.create(TFJOBS, manifest, namespace="default")
+
+    async def gone() -> bool:
+        try:
+            await operator.job("ttlbad")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, what="the invalid job deleted by its TTL")
     assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0

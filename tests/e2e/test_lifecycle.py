@@ -391,3 +391,114 @@ async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(s
         crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
         await operator.stop()
         assert not crashed
+
+
+async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff(sim_cluster) -> None:
+    """Two timers at once (the failover back-off and the deadline): the earlier one, the deadline,
+    fails the job on time, and the later back-off creates nothing on the finished job."""
+    from controller.tfjob.decide import DecideConfig
+    from tests.e2e.conftest import start_operator, worker_record
+
+    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=6.0,
+                                                                     failover_backoff_cap=6.0))
+    faults = sim_cluster.faults
+    try:
+        manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 3})
+        job = await create_and_wait_running(operator, manifest, running=2)
+        start = parse(job["status"]["startTime"])
+        await annotate_pod(operator, "both-worker-1", {EXIT_CODE: "137"})
+
+        async def waiting() -> bool:
+            record = worker_record(await operator.job("both"), 1)
+            return bool(record and record["state"] == "Replacing")
+
+        await eventually(waiting, what="worker 1 waiting for its 6 s back-off")
+        job = await eventually(lambda: _failed(operator, "both"), timeout=10, what="the deadline failing the job")
+        assert time.time() < start + 3 + 2.0, "the deadline must not wait for the back-off"
+        assert conditions(job)[-1][3] == "Job both has failed because it was active longer than specified deadline"
+        await eventually(lambda: _no_pods(operator, "both"), what="every pod deleted")
+        mark = faults.mark()
+        queue = operator.controller.controller.queue
+        retry_after = parse(worker_record(job, 1)["retryAfter"])
+
+        def backoff_passed() -> bool:
+            return time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and \
+                queue.num_processing == 0
+
+        await eventually(backoff_passed, timeout=15, what="the back-off's requeue to pass")
+        assert faults.count("create", "pods", since=mark) == 0, "a finished job creates nothing"
+        assert not await operator.pods("both")
+    finally:
+        crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
+        await operator.stop()
+        assert not crashed
+
+
+async def test_deleting_the_tfjob_removes_its_pods_and_services(operator: Operator, kubectl) -> None:
+    await create_and_wait_running(operator, tfjob("bye", workers=2, ps=1), running=3)
+    faults = operator.cluster.faults
+    mark = faults.mark()
+    rc, out, err = await kubectl("delete", "tfjob", "bye", "--wait=true", "--timeout=20s")
+    assert rc == 0, err
+    assert out.strip() == 'tfjob.kubeflow.org "bye" deleted'
+
+    async def all_gone() -> bool:
+        return not await operator.pods("bye") and not await operator.services("bye")
+
+    await eventually(all_gone, what="the garbage collector removing the job's pods and services")
+    assert faults.count("create", "pods", since=mark) == 0
+    assert faults.count("create", "services", since=mark) == 0
+
+
+async def test_a_deleted_service_of_a_running_worker_comes_back_without_a_failover(operator: Operator, kubectl) -> None:
+    await create_and_wait_running(operator, tfjob("svc", workers=2), running=2)
+    pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("svc")}
+    old = {s["metadata"]["name"]: s["metadata"]["uid"] for s in await operator.services("svc")}
+    rc, _, err = await kubectl("delete", "service", "svc-worker-1")
+    assert rc == 0, err
+
+    async def back() -> bool:
+        services = {s["metadata"]["name"]: s["metadata"]["uid"] for s in await operator.services("svc")}
+        return "svc-worker-1" in services and services["svc-worker-1"] != old["svc-worker-1"]
+
+    await eventually(back, what="the service recreated")
+    await reconciled_once_more(operator, "svc")
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("svc")} == pods
+    assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
+    job = await operator.job("svc")
+    assert is_true(job, "Running") and condition(job, "Restarting") is None
+
+
+async def test_kubectl_get_shows_the_state_and_worker_columns(operator: Operator, kubectl) -> None:
+    await create_and_wait_running(operator, tfjob("cols", workers=2), running=2)
+    rc, out, err = await kubectl("get", "tfjob", "cols", "-o", "wide")
+    assert rc == 0, err
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "STATE", "AGE", "WORKERS", "ACTIVE"]
+    fields = row.split()
+    assert fields[0] == "cols" and fields[1] == "Running" and fields[3:] == ["2", "2"], row
+
+
+async def test_non_dynamic_restart_is_counted_once_and_the_job_recovers(operator: Operator) -> None:
+    """An evicted pod of a non-dynamic OnFailure job: upstream's Restarting path (delete, recreate
+    under the same name), the restarted-jobs metric incremented once (quirk Q9 fixed), then
+    Running again."""
+    await create_and_wait_running(operator, tfjob("again", workers=2, dynamic=False), running=2)
+    old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("again")}
+    await annotate_pod(operator, "again-worker-1", {"sim.tfjob.dev/evict": "true"})
+
+    async def recovered() -> bool:
+        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in running_pods(await operator.pods("again"))}
+        job = await operator.job("again")
+        return pods.get("again-worker-1") not in (None, old["again-worker-1"]) and len(pods) == 2 and \
+            is_true(job, "Running")
+
+    await eventually(recovered, what="the evicted worker recreated and the job Running again")
+    await reconciled_once_more(operator, "again")
+    assert operator.metric("training_operator_jobs_restarted_total", LABELS) == 1
+    events = await operator.events("again")
+    restarting = [e for e in events if e["reason"] == "TFJobRestarting"]
+    assert len(restarting) == 1 and restarting[0]["message"] == "job again is restarting because Worker replica(s) failed."
+    assert restarting[0].get("count", 1) == 1, "one restart, one event"
+    job = await operator.job("again")
+    assert condition(job, "Restarting") is None and condition(job, "Failed") is None

@@ -159,3 +159,49 @@ async def test_restart_while_the_failed_pod_terminates_counts_one_failover(sim_c
         assert [p["metadata"]["name"] for p in await second.pods("term")] == ["term-worker-0", "term-worker-1"]
     finally:
         await stop_cleanly(second)
+
+
+async def test_restart_while_scaled_down_workers_terminate_counts_no_failover(sim_cluster: SimCluster) -> None:
+    """Scaled-down workers still terminating when the controller is replaced are recognised as
+    removed by us (their services went with them): no failover, no re-creation."""
+    faults = sim_cluster.faults
+    first = await start_operator(sim_cluster)
+    try:
+        await create_and_wait_running(first, tfjob("down", workers=3), running=3)
+        faults.pause_kubelet()
+        from controller.tfjob.executor import TFJOBS
+
+        await first.client.patch(TFJOBS, "down", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
+                                 namespace="default")
+
+        async def leaving() -> bool:
+            pods = by_name(await first.pods("down"))
+            services = [s["metadata"]["name"] for s in await first.services("down")]
+            return all(pods[n]["metadata"].get("deletionTimestamp") for n in ("down-worker-1", "down-worker-2")) \
+                and services == ["down-worker-0"]
+
+        await eventually(leaving, what="workers 1 and 2 terminating, their services gone")
+    finally:
+        await stop_cleanly(first)
+
+    mark = faults.mark()
+    second = await start_operator(sim_cluster)
+    try:
+        await reconciled_once_more(second, "down")
+        faults.resume_kubelet()
+
+        async def gone() -> bool:
+            return [p["metadata"]["name"] for p in await second.pods("down")] == ["down-worker-0"]
+
+        await eventually(gone, what="the scaled-down workers gone")
+        await reconciled_once_more(second, "down")
+        assert faults.count("create", "pods", since=mark) == 0
+        assert faults.count("delete", "pods", since=mark) == 0
+        job = await second.job("down")
+        assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
+        assert worker_record(job, 1) is None and worker_record(job, 2) is None
+        assert sum(second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
+                   for r in ("Deleted", "Evicted", "NodeLost", "Disrupted", "Error", "OOMKilled")) == 0
+    finally:
+        faults.resume_kubelet()
+        await stop_cleanly(second)
