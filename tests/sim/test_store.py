@@ -92,6 +92,30 @@ def test_returned_objects_are_not_mutated_by_later_writes(store: Store) -> None:
     assert "labels" not in first["metadata"]
 
 
+def test_patch_bodies_get_the_real_servers_answers(store: Store, events: list) -> None:
+    """The store hands bodies to the patch engines unchecked, so their (real-server) codes reach clients."""
+    store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "v"}})
+    events.clear()
+    rv_before = store.resource_version
+    # A JSON null decodes to an empty JSON patch / strategic patch: a no-op write, no event.
+    assert store.patch("configmaps", "default", "a", "json", None) is store.get("configmaps", "default", "a")
+    assert store.patch("configmaps", "default", "a", "strategic", None) is store.get("configmaps", "default", "a")
+    assert store.resource_version == rv_before and events == []
+    with raises(422, "Invalid") as array_merge:  # the array replaces the document, which is no object
+        store.patch("configmaps", "default", "a", "merge", [{"op": "add"}])
+    assert "cannot unmarshal array" in array_merge.error.message
+    with raises(400, "BadRequest") as null_merge:
+        store.patch("configmaps", "default", "a", "merge", None)
+    assert null_merge.error.message == "Invalid JSON Patch"
+    with raises(400, "BadRequest") as object_json:
+        store.patch("configmaps", "default", "a", "json", {"op": "add"})
+    assert "cannot unmarshal object into Go value of type jsonpatch.Patch" in object_json.error.message
+    with raises(422, "Invalid") as scalar_root:  # replacing the root with an array: no object to store
+        store.patch("configmaps", "default", "a", "json", [{"op": "replace", "path": "", "value": [1]}])
+    assert "cannot unmarshal array" in scalar_root.error.message
+    assert store.resource_version == rv_before and events == []
+
+
 # ---------------------------------------------------------------- create
 
 def test_create_sets_server_fields_and_generate_name(store: Store) -> None:
