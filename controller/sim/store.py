@@ -941,14 +941,12 @@ class Store:
         # (strategic merge for built-ins so keyed lists merge, JSON merge for custom resources).
         # Ownership tracking (managedFields) and removal of fields a manager stopped applying
         # are not modelled.
+        # The choice is made by kind, up front: an error of the chosen engine is the answer.
         applied = dict(patch)
         applied.pop("status", None)
-        if kind in ("Scale",):
-            return patch_mod.merge_patch(doc, applied)
-        try:
+        if kind in patch_mod.STRATEGIC_MERGE_KINDS:
             return patch_mod.strategic_merge_patch(doc, applied, kind)
-        except ApiError:
-            return patch_mod.merge_patch(doc, applied)
+        return patch_mod.merge_patch(doc, applied)
 
     # ------------------------------------------------------------------ scale subresource
 

@@ -116,6 +116,24 @@ def test_patch_bodies_get_the_real_servers_answers(store: Store, events: list) -
     assert store.resource_version == rv_before and events == []
 
 
+def test_apply_picks_the_engine_by_kind_and_its_errors_propagate(store: Store, events: list) -> None:
+    """Built-ins merge strategically (keyed lists), no silent fallback to JSON merge on an error."""
+    store.create("pods", "default", pod("p"))
+    opts = WriteOptions(field_manager="m")
+    applied = store.patch_ex("pods", "default", "p", "apply",
+                             {"apiVersion": "v1", "kind": "Pod",
+                              "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}, opts=opts).obj
+    containers = applied["spec"]["containers"]
+    assert [c["image"] for c in containers] == ["busybox:1.37"]
+    assert containers[0]["terminationMessagePolicy"] == "File"  # merged by name, not replaced
+    events.clear()
+    with raises(500) as no_merge_key:  # a JSON merge fallback would have replaced the list instead
+        store.patch_ex("pods", "default", "p", "apply",
+                       {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"image": "x"}]}}, opts=opts)
+    assert "does not contain declared merge key: name" in no_merge_key.error.message
+    assert events == []
+
+
 # ---------------------------------------------------------------- create
 
 def test_create_sets_server_fields_and_generate_name(store: Store) -> None:
