@@ -205,3 +205,59 @@ async def test_restart_while_scaled_down_workers_terminate_counts_no_failover(si
     finally:
         faults.resume_kubelet()
         await stop_cleanly(second)
+
+
+async def test_a_converged_job_costs_zero_writes_per_reconcile(sim_cluster: SimCluster) -> None:
+    """Issue 4: on a converged cluster, reconciling a job makes zero API writes, also for a job that
+    has been through a failover (its record and timers in place)."""
+    faults = sim_cluster.faults
+    operator = await start_operator(sim_cluster)
+    try:
+        await create_and_wait_running(operator, tfjob("calm", workers=2, restart_policy="ExitCode"), running=2)
+        old = uids(await operator.pods("calm"))["calm-worker-0"]
+        await annotate_pod(operator, "calm-worker-0", {EXIT_CODE: "137"})
+
+        async def replaced() -> bool:
+            job = await operator.job("calm")
+            pods = by_name(running_pods(await operator.pods("calm")))
+            return "calm-worker-0" in pods and pods["calm-worker-0"]["metadata"]["uid"] != old and \
+                job["status"]["replicaStatuses"]["Worker"].get("active") == 2
+        await eventually(replaced, what="worker 0 replaced and counted active")
+        await reconciled_once_more(operator, "calm")
+
+        for _ in range(3):
+            mark = faults.mark()
+            await reconciled_once_more(operator, "calm")
+            writes = [r for r in faults.requests(mark) if r.verb in ("create", "update", "patch", "delete")]
+            ours = [r for r in writes if not (r.verb == "patch" and r.resource == "tfjobs.kubeflow.org")]
+            assert ours == [], [(r.verb, r.resource, r.name) for r in ours]
+    finally:
+        await stop_cleanly(operator)
+
+
+async def test_an_api_server_restart_during_a_failover_creates_one_replacement(sim_cluster: SimCluster) -> None:
+    """Every connection drops (watches end, requests in flight fail) right after a worker fails; the
+    informers relist and the controller still makes exactly one replacement."""
+    faults = sim_cluster.faults
+    operator = await start_operator(sim_cluster)
+    try:
+        await create_and_wait_running(operator, tfjob("blip", workers=2, restart_policy="ExitCode"), running=2)
+        old = uids(await operator.pods("blip"))["blip-worker-1"]
+        mark = faults.mark()
+        await annotate_pod(operator, "blip-worker-1", {EXIT_CODE: "137"})
+        await faults.restart_server()
+
+        async def replaced() -> bool:
+            pods = by_name(running_pods(await operator.pods("blip")))
+            return "blip-worker-1" in pods and pods["blip-worker-1"]["metadata"]["uid"] != old
+
+        await eventually(replaced, what="worker 1 replaced after the API server restart")
+        await reconciled_once_more(operator, "blip")
+        assert [p["metadata"]["name"] for p in await operator.pods("blip")] == ["blip-worker-0", "blip-worker-1"]
+        created = [r for r in faults.requests(mark, verb="create", resource="pods") if r.code == 201]
+        assert len(created) == 1, [(r.code, r.fault) for r in faults.requests(mark, verb="create", resource="pods")]
+        record = worker_record(await operator.job("blip"), 1)
+        assert record["failovers"] == 1, record
+        assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 1
+    finally:
+        await stop_cleanly(operator)
