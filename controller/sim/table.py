@@ -216,25 +216,26 @@ def _custom_columns(rt: ResourceType) -> tuple[list[dict], Callable[[dict, float
     if not declared:
         return ([_NAME_COL, _col("Age", "date", description=_AGE_DESCRIPTION)],
                 lambda o, now: [o["metadata"]["name"], _age(o, now)])
-    columns = [_NAME_COL] + [
-        {"name": c.get("name", ""), "type": c.get("type", "string"), "format": c.get("format", ""),
-         "description": c.get("description", ""), "priority": int(c.get("priority", 0) or 0)} for c in declared]
+    # CRD validation checks only a path's shape (it must start with "."), so a path the JSONPath
+    # parser rejects can be stored. The apiextensions TableConvertor stops building at that column:
+    # the Name column and the columns before the bad one are served, that one and all after it are not.
+    columns = [_NAME_COL]
     compiled = []
     for c in declared:
         path = c.get("jsonPath", "")
         try:
             compiled.append((jsonpath.compile_path(path), c.get("type", "string"), c.get("format", "")))
-        except ValueError as exc:  # CRD validation rejects bad paths; a stored bad one prints <none>
-            log.warning("printer column %r of %s has a bad jsonPath: %s", c.get("name"), rt.qualified, exc)
-            compiled.append((None, c.get("type", "string"), c.get("format", "")))
+        except ValueError as exc:
+            log.warning("printer column %r of %s has an unparsable jsonPath %r (%s): it and the columns after "
+                        "it are not printed", c.get("name"), rt.qualified, path, exc)
+            break
+        columns.append({"name": c.get("name", ""), "type": c.get("type", "string"), "format": c.get("format", ""),
+                        "description": c.get("description", ""), "priority": int(c.get("priority", 0) or 0)})
 
     def row(obj: dict, now: float) -> list:
         current = _dt.datetime.fromtimestamp(now, _dt.timezone.utc)
         cells: list[Any] = [obj["metadata"]["name"]]
         for path, type_, fmt in compiled:
-            if path is None:
-                cells.append(None)
-                continue
             values = path(obj)  # evaluation errors give [] (an empty cell), like the TableConvertor
             cells.append(jsonpath.format_cell(values, type_, fmt, now=current))
         return cells
