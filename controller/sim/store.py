@@ -780,12 +780,22 @@ class Store:
         obj["kind"] = rt.kind
         if subresource == "status":
             # Only status changes through /status: everything else is the stored object's.
+            # ``obj`` (and so its status) is owned. The rest is the stored object's: a built-in's is
+            # shared, with a fresh metadata dict for the RV; a custom resource's is copied because
+            # pruning and defaulting below walk the whole object and the stored one must not change.
             new = dict(existing)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
-            obj = deep_copy(new)
+            if rt.custom and rt.schema is not None:
+                status = new.pop("status", _MISSING)
+                new = deep_copy(new)
+                if status is not _MISSING:
+                    new["status"] = status
+            else:
+                new["metadata"] = dict(existing["metadata"])
+            obj = new
             meta = obj["metadata"]
             if rt.custom and rt.schema is not None:
                 unknown = rt.schema.prune(obj)
@@ -896,7 +906,7 @@ class Store:
         ns = self._ns_key(rt, namespace)
         if subresource == "scale":
             current = self._scale_of(rt, self.get_or_404(resource, ns or None, name))
-            patched = deep_copy(self._apply_patch(patch_mod, patch_type, current, patch, "Scale"))
+            patched = self._apply_patch(patch_mod, patch_type, current, patch, "Scale")
             return self._update_scale(rt, ns or None, name, patched, opts)
         self._check_subresource(rt, subresource)
         bucket = self._bucket(rt)
@@ -918,9 +928,9 @@ class Store:
             if body_name and body_name != name:
                 raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL "
                                          f"({name})")
-        # The patch engines may share unchanged subtrees with the stored object: copy before the
-        # update pipeline writes into it.
-        patched = deep_copy(self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind))
+        # No copy: the patch engines' results share no mutable structure with their inputs
+        # (controller/sim/patch.py contract), so the update pipeline may write into them.
+        patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind)
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
             raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match "
                                      f"{rt.kind}")

@@ -134,6 +134,39 @@ def test_apply_picks_the_engine_by_kind_and_its_errors_propagate(store: Store, e
     assert events == []
 
 
+def test_patches_never_alias_stored_objects_or_the_request_body(store: Store) -> None:
+    """Patch results are stored without a defensive copy: nothing may leak between versions or bodies."""
+    import orjson
+
+    store.create("configmaps", "default", {"metadata": {"name": "a", "labels": {"k": "v"}}, "data": {"x": "1"}})
+    versions = [store.get("configmaps", "default", "a")]
+    snapshots = [orjson.dumps(versions[0])]
+    body = {"metadata": {"labels": {"k": "w"}}, "data": {"nested": "2"}}
+    for patch_type, patch in (("merge", body),
+                              ("strategic", {"metadata": {"labels": {"k": "s"}}}),
+                              ("json", [{"op": "add", "path": "/data/y", "value": "3"}])):
+        versions.append(store.patch("configmaps", "default", "a", patch_type, patch))
+        snapshots.append(orjson.dumps(versions[-1]))
+    body["metadata"]["labels"]["k"] = "mutated by the client"
+    body["data"]["nested"] = "mutated"
+    assert [orjson.dumps(v) for v in versions] == snapshots
+    assert store.get("configmaps", "default", "a")["data"] == {"x": "1", "nested": "2", "y": "3"}
+
+
+def test_pod_status_writes_share_the_unchanged_parts_and_keep_old_versions_intact(store: Store) -> None:
+    import orjson
+
+    before = store.create("pods", "default", pod("p"))
+    snapshot = orjson.dumps(before)
+    after = store.patch("pods", "default", "p", "merge", {"status": {"phase": "Running"},
+                                                          "spec": {"nodeName": "ignored"}}, subresource="status")
+    assert orjson.dumps(before) == snapshot  # the earlier version is untouched (its RV too)
+    assert after["status"]["phase"] == "Running" and "nodeName" not in after["spec"]
+    assert after["spec"] is before["spec"]  # one copy per status write: the spec is shared, not re-copied
+    assert after["metadata"] is not before["metadata"]
+    assert int(after["metadata"]["resourceVersion"]) == int(before["metadata"]["resourceVersion"]) + 1
+
+
 # ---------------------------------------------------------------- create
 
 def test_create_sets_server_fields_and_generate_name(store: Store) -> None:
@@ -509,6 +542,17 @@ def test_cr_generation_and_status_subresource(crd_store: Store) -> None:
                          subresource="status")
     with raises(415, "UnsupportedMediaType"):
         crd_store.patch("widgets.example.com", "default", "w", "strategic", {"spec": {"replicas": 1}})
+
+
+def test_cr_status_writes_leave_the_stored_version_intact(crd_store: Store) -> None:
+    import orjson
+
+    before = crd_store.create("widgets.example.com", "default", widget("w", 2))
+    snapshot = orjson.dumps(before)
+    after = crd_store.patch("widgets.example.com", "default", "w", "merge",
+                            {"status": {"phase": "Ready", "bogus": 1}}, subresource="status")
+    assert orjson.dumps(before) == snapshot
+    assert after["status"] == {"phase": "Ready"} and after["spec"] == before["spec"]
 
 
 def test_scale_subresource(crd_store: Store) -> None:
