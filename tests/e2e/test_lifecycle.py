@@ -502,3 +502,25 @@ async def test_non_dynamic_restart_is_counted_once_and_the_job_recovers(operator
     assert restarting[0].get("count", 1) == 1, "one restart, one event"
     job = await operator.job("again")
     assert condition(job, "Restarting") is None and condition(job, "Failed") is None
+
+
+async def test_non_dynamic_on_failure_job_restarts_a_deleted_worker_instead_of_failing(operator: Operator, kubectl) -> None:
+    """docs/tfjob-compatibility.md Q7: under a restart policy that restarts, a deleted pod is restarted.
+
+    Upstream fails the job or restarts the pod depending on whether it reconciles while the pod is still
+    terminating (a race); we always restart, and the job is never Failed."""
+    await create_and_wait_running(operator, tfjob("st", workers=2, dynamic=False, restart_policy="OnFailure"), running=2)
+    old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("st")}
+    rc, _, err = await kubectl("delete", "pod", "st-worker-1", "--wait=false")
+    assert rc == 0, err
+
+    async def back() -> bool:
+        job = await operator.job("st")
+        assert not is_true(job, "Failed"), conditions(job)
+        pods = {p["metadata"]["name"]: p for p in running_pods(await operator.pods("st"))}
+        new = pods.get("st-worker-1")
+        return bool(new and new["metadata"]["uid"] != old["st-worker-1"] and is_true(job, "Running"))
+
+    await eventually(back, what="st-worker-1 recreated and the job Running again")
+    job = await operator.job("st")
+    assert [c[0] for c in conditions(job) if c[1] == "True"] == ["Created", "Running"]
