@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from controller.sim import selectors
+
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 # ObjectMeta fields a client may send; anything else under metadata is an unknown field.
@@ -122,38 +124,7 @@ class ResourceType:
 
 
 # --------------------------------------------------------------------------------------------
-# Field selector extractors for built-ins (the pod set mirrors pod ToSelectableFields).
-
-POD_FIELD_NAMES = frozenset(
-    {
-        "spec.nodeName",
-        "spec.restartPolicy",
-        "spec.schedulerName",
-        "spec.serviceAccountName",
-        "spec.hostNetwork",
-        "status.phase",
-        "status.podIP",
-        "status.nominatedNodeName",
-    }
-)
-
-
-def _pod_fields(pod: dict) -> dict[str, str]:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    pod_ips = status.get("podIPs") or []
-    pod_ip = pod_ips[0].get("ip", "") if pod_ips else status.get("podIP", "")
-    return {
-        "spec.nodeName": spec.get("nodeName", "") or "",
-        "spec.restartPolicy": spec.get("restartPolicy", "") or "",
-        "spec.schedulerName": spec.get("schedulerName", "") or "",
-        "spec.serviceAccountName": spec.get("serviceAccountName", "") or "",
-        "spec.hostNetwork": "true" if spec.get("hostNetwork") else "false",
-        "status.phase": status.get("phase", "") or "",
-        "status.podIP": pod_ip or "",
-        "status.nominatedNodeName": status.get("nominatedNodeName", "") or "",
-    }
-
+# Field selector extractors for built-ins (pods: selectors.pod_fields, their ToSelectableFields).
 
 def _namespace_fields(ns: dict) -> dict[str, str]:
     return {"status.phase": (ns.get("status") or {}).get("phase", "") or ""}
@@ -215,7 +186,7 @@ def builtin_types() -> list[ResourceType]:
         ResourceType("", "v1", "pods", "pod", "Pod", True, ("po",), ("all",),
                      subresources=("status", "eviction", "binding"), status_subresource=True,
                      return_deleted_object=True, tracks_generation=True, top_level_fields=_CORE_TOP,
-                     extra_fields=_pod_fields, extra_field_names=POD_FIELD_NAMES),
+                     extra_fields=selectors.pod_fields, extra_field_names=selectors.POD_FIELDS),
         ResourceType("", "v1", "services", "service", "Service", True, ("svc",), ("all",),
                      subresources=("status",), status_subresource=True, return_deleted_object=True,
                      top_level_fields=_CORE_TOP),

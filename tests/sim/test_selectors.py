@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controller.sim.errors import ApiError
+from controller.sim.store import Store
+from tests.sim.crds import pod
 from controller.sim.selectors import (
     POD_FIELDS,
     FieldSelector,
@@ -386,3 +388,18 @@ def test_selectors_are_value_objects() -> None:
     assert parse_field_selector("metadata.name=a", POD_FIELDS, "pods") == parse_field_selector(
         "metadata.name==a", POD_FIELDS, "pods"
     )
+
+
+def test_pod_field_selectors_use_the_one_pod_fields_definition() -> None:
+    """The store's pod type selects by selectors.pod_fields (one definition of pod ToSelectableFields)."""
+    store = Store()
+    rt = store.resource_type("pods")
+    assert rt.supported_fields == set(POD_FIELDS)
+    store.create("pods", "default", pod("p", node="n1"))
+    status = {"phase": "Running", "podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.9"}]}
+    stored = store.patch("pods", "default", "p", "merge", {"status": status}, subresource="status")
+    assert rt.fields_of(stored) == pod_fields(stored)
+    names = lambda sel: [o["metadata"]["name"] for o in store.list("pods", "default", field_selector=sel)[0]]
+    assert names("status.podIP=10.0.0.9,spec.hostNetwork=false,spec.nodeName=n1") == ["p"]
+    assert names("spec.host=n1") == ["p"]  # the pod-only alias of spec.nodeName
+    assert names("status.nominatedNodeName!=") == []
