@@ -74,6 +74,10 @@ class TFJobController:
             client, self.expectations, EventRecorder(client, api.CONTROLLER_NAME, registry), TFJobMetrics(registry)
         )
         self.decide_config = decide_config or DecideConfig()
+        # Read-your-writes for our own status writes: key -> (the resourceVersion our write replaced, the
+        # job the server returned). Until the informer delivers that write, the cache still shows the
+        # replaced version; deciding on it would PUT with a stale resourceVersion and earn a 409.
+        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
         self._monotonic = monotonic
         self._now = now
         self.controller = Controller(
@@ -140,7 +144,14 @@ class TFJobController:
         job = self.jobs.get(key)
         if job is None:
             self.expectations.forget(key)
+            self._written.pop(key, None)
             return None
+        written = self._written.get(key)
+        if written is not None:
+            if job["metadata"].get("resourceVersion") == written[0]:
+                job = written[1]
+            else:
+                del self._written[key]  # the cache has caught up (or moved past): trust it
         if job["metadata"].get("deletionTimestamp"):
             return None  # being deleted: the garbage collector removes its pods and services
         pending = self.expectations.pending_until(key)
@@ -153,7 +164,9 @@ class TFJobController:
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
         decision = decide(job, pods, services, self._now(), self.decide_config)
         try:
-            await self.executor.apply(key, job, decision)
+            stored = await self.executor.apply(key, job, decision)
+            if stored is not None:
+                self._written[key] = (job["metadata"].get("resourceVersion", ""), stored)
         except Conflict as exc:
             # Our cached job is older than the server's: routine under concurrent writers (kubectl scale,
             # the user). The watch event for the newer version is on its way; retry then, quietly.

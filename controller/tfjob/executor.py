@@ -48,7 +48,8 @@ class Executor:
         self.metrics = metrics
         self.log = structlog.get_logger("controller.tfjob.executor")
 
-    async def apply(self, job_key: str, job: dict[str, Any], decision: Decision) -> None:
+    async def apply(self, job_key: str, job: dict[str, Any], decision: Decision) -> dict[str, Any] | None:
+        """Apply ``decision``; returns the job as the server stored it when the status was written."""
         namespace = job["metadata"]["namespace"]
         for action in decision.actions:
             if isinstance(action, CreatePod):
@@ -64,15 +65,17 @@ class Executor:
             elif isinstance(action, DeleteJob):
                 if await self._delete_job(job, namespace, action.reason):
                     await self._emit(job, decision)
-                return  # the job is gone: writing its status would only 404
+                return None  # the job is gone: writing its status would only 404
             else:  # pragma: no cover - the Action union is closed
                 raise TypeError(f"unknown action {action!r}")
 
+        written = None
         if decision.status != (job.get("status") or {}):
-            await self.client.replace(
+            written = await self.client.replace(
                 TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
             )
         await self._emit(job, decision)
+        return written
 
     async def _emit(self, job: dict[str, Any], decision: Decision) -> None:
         for event in decision.events:

@@ -70,3 +70,22 @@ async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(oper
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online")} == kept
     assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2
     assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
+
+
+async def test_status_writes_read_their_own_writes_instead_of_earning_conflicts(operator: Operator) -> None:
+    """A reconcile that runs before the informer delivered our last status write must not PUT with the
+    stale resourceVersion (a 409 and a retry per write). The controller decides on the version it wrote."""
+    mark = operator.cluster.faults.mark()
+    await start_job(operator, tfjob("quiet", workers=3), running_workers=3)
+    await operator.client.delete(PODS, "quiet-worker-2", namespace="default")
+
+    async def replaced() -> bool:
+        return len(running(await operator.pods("quiet", replica_type="worker"))) == 3
+
+    await eventually(replaced, what="quiet-worker-2 replaced")
+    updates = [
+        r for r in operator.cluster.faults.requests(since=mark, resource="tfjobs.kubeflow.org/status")
+        if r.method == "PUT"
+    ]
+    assert updates, "the controller wrote status"
+    assert [r.code for r in updates if r.code == 409] == [], [(r.seq, r.code) for r in updates]
