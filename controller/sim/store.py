@@ -554,8 +554,15 @@ class Store:
                                      "json: cannot unmarshal into Go struct field .metadata of type v1.ObjectMeta")
 
     def _unknown_fields(self, rt: ResourceType, obj: dict) -> list[str]:
-        """Paths of fields a built-in's Go types would drop (top level and metadata); removes them."""
+        """Paths of fields a built-in's Go types would drop (top level and metadata); removes them.
+
+        A custom resource with a schema gets none here: ``schema.prune()`` owns all of its unknown
+        fields, ``metadata.*`` included (and nested ones such as ownerReferences[i].x), so each
+        path is reported exactly once.
+        """
         unknown: list[str] = []
+        if rt.custom and rt.schema is not None:
+            return unknown
         if rt.top_level_fields is not None:
             for key in list(obj):
                 if key not in ("apiVersion", "kind", "metadata") and key not in rt.top_level_fields:

@@ -523,6 +523,22 @@ def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
     assert "replicas must not exceed maxReplicas" in ctx.error.message
 
 
+def test_cr_unknown_metadata_fields_are_reported_once(crd_store: Store) -> None:
+    body = widget("w")
+    body["metadata"]["bogus"] = 1
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u",
+                                            "extra": True}]
+    body["spec"]["unknownSpec"] = 1
+    warned = crd_store.create_ex("widgets.example.com", "default", body, WriteOptions(field_validation="Warn"))
+    assert warned.warnings == ['unknown field "metadata.bogus"', 'unknown field "metadata.ownerReferences[0].extra"',
+                               'unknown field "spec.unknownSpec"']
+    assert "bogus" not in warned.obj["metadata"] and "extra" not in warned.obj["metadata"]["ownerReferences"][0]
+    body["metadata"]["name"] = "w2"
+    with raises(400, "BadRequest") as strict:
+        crd_store.create_ex("widgets.example.com", "default", body, WriteOptions(field_validation="Strict"))
+    assert strict.error.message.count('unknown field "metadata.bogus"') == 1
+
+
 def test_cr_generation_and_status_subresource(crd_store: Store) -> None:
     w = crd_store.create("widgets.example.com", "default", widget("w"))
     with raises(422, "Invalid"):  # custom resources refuse PUT without an RV
