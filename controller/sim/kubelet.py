@@ -19,7 +19,8 @@ really runs), driven by pod annotations so tests and ``kubectl annotate`` can st
 Contract:
 - All writes go through the :class:`~controller.sim.store.Store` API, so they have exactly the
   semantics of API writes (RV bumps, watch events, no-op suppression, graceful deletion). Status is
-  written through the ``status`` subresource; binding sets ``spec.nodeName`` once.
+  written through the ``status`` subresource; the scheduler binds through ``Store.bind`` (one
+  write: ``spec.nodeName`` once plus PodScheduled=True).
 - Level-triggered: a pod is reconciled from the stored object plus the kubelet's per-uid memory
   (when its container instance started, what annotation values were already acted on). The store
   listener only marks pods dirty; one worker owned by :meth:`Kubelet.run` does the writes, never
@@ -53,6 +54,7 @@ import anyio
 import structlog
 
 from controller.sim.errors import ApiError, not_found
+from controller.sim.resources import set_condition, with_transition
 
 log = structlog.get_logger(__name__)
 
@@ -106,6 +108,8 @@ class StoreLike(Protocol):
 
     def delete(self, resource: str, namespace: str | None, name: str,
                options: dict | None = None) -> dict: ...
+
+    def bind(self, namespace: str, name: str, binding: dict) -> dict: ...
 
     def add_listener(self, fn: Callable[[str, str, dict | None, dict | None], None]) -> Callable[[], None]: ...
 
@@ -929,18 +933,14 @@ class Kubelet:
     def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str) -> None:
         self._unschedulable[rec.uid] = None
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        conditions = _set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
+        conditions = set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
         self._write_status(pod, {"conditions": conditions})
         return None
 
     def _bind(self, pod: dict, node_name: str) -> None:
-        """The binding: spec.nodeName set once, then PodScheduled=True (two writes; see the report)."""
+        """The binding subresource: spec.nodeName and PodScheduled=True in one write, like kube-scheduler."""
         meta = pod["metadata"]
-        bound = self._store.patch("pods", meta.get("namespace"), meta["name"], "merge",
-                                  {"spec": {"nodeName": node_name}})
-        cond = {"type": "PodScheduled", "status": "True"}
-        conditions = _set_condition((bound.get("status") or {}).get("conditions") or [], cond, now_timestamp())
-        self._write_status(bound, {"conditions": conditions})
+        self._store.bind(meta.get("namespace"), meta["name"], {"target": {"kind": "Node", "name": node_name}})
 
     # --- pod GC and node lifecycle
 
@@ -958,7 +958,7 @@ class Kubelet:
         ts = now_timestamp()
         cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
                 "message": "PodGC: node no longer exists"}
-        update: dict[str, Any] = {"conditions": _set_condition(status.get("conditions") or [], cond, ts)}
+        update: dict[str, Any] = {"conditions": set_condition(status.get("conditions") or [], cond, ts)}
         if status.get("phase") not in TERMINAL_PHASES:
             update["phase"] = "Failed"
         self._write_status(pod, update)
@@ -1000,7 +1000,7 @@ class Kubelet:
             return due
         cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
                 "message": "Taint manager: deleting due to NoExecute taint"}
-        self._write_status(pod, {"conditions": _set_condition(status.get("conditions") or [], cond,
+        self._write_status(pod, {"conditions": set_condition(status.get("conditions") or [], cond,
                                                               now_timestamp())})
         rec.taint_evicted = True
         self._store.delete("pods", meta.get("namespace"), meta["name"], {"preconditions": {"uid": rec.uid}})
@@ -1260,11 +1260,11 @@ class Kubelet:
         old_conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         conditions = []
         for cond in kubelet_conditions:
-            conditions.append(_with_transition(cond, old_conditions, ts))
+            conditions.append(with_transition(cond, old_conditions, ts))
         if life == EVICTED:
             extra = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
                      "message": self._eviction_message(containers)}
-            old_conditions = _set_condition(old_conditions, extra, ts)
+            old_conditions = set_condition(old_conditions, extra, ts)
         conditions += [c for c in old_conditions if c.get("type") not in KUBELET_CONDITIONS]
 
         out: dict[str, Any] = {
@@ -1384,33 +1384,6 @@ def _unknown_termination(instance: int) -> _Termination:
 def _uuid_from(text: str) -> str:
     h = _sha256(text)
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
-
-
-def _with_transition(cond: dict, old_conditions: list[dict], ts: str) -> dict:
-    """``cond`` with lastTransitionTime kept from the old condition of its type if status is unchanged."""
-    old = next((c for c in old_conditions if c.get("type") == cond["type"]), None)
-    out = dict(cond)
-    if old is not None and old.get("status") == cond["status"] and old.get("lastTransitionTime"):
-        out["lastTransitionTime"] = old["lastTransitionTime"]
-    else:
-        out["lastTransitionTime"] = ts
-    return out
-
-
-def _set_condition(conditions: list[dict], cond: dict, ts: str) -> list[dict]:
-    """Conditions with ``cond`` replacing the one of its type (kept in place) or appended."""
-    new = _with_transition(cond, conditions, ts)
-    out = []
-    replaced = False
-    for c in conditions:
-        if isinstance(c, dict) and c.get("type") == cond["type"]:
-            out.append(new)
-            replaced = True
-        else:
-            out.append(c)
-    if not replaced:
-        out.append(new)
-    return out
 
 
 def _qos_class(spec: dict) -> str:

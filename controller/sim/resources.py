@@ -529,6 +529,35 @@ def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], st
         obj.pop("status", None)
 
 
+# Pod conditions (podutil.UpdatePodCondition), shared by the binding (store) and the kubelet.
+
+def with_transition(cond: dict, old_conditions: list[dict], ts: str) -> dict:
+    """``cond`` with lastTransitionTime kept from the old condition of its type if status is unchanged."""
+    old = next((c for c in old_conditions if c.get("type") == cond["type"]), None)
+    out = dict(cond)
+    if old is not None and old.get("status") == cond["status"] and old.get("lastTransitionTime"):
+        out["lastTransitionTime"] = old["lastTransitionTime"]
+    else:
+        out["lastTransitionTime"] = ts
+    return out
+
+
+def set_condition(conditions: list[dict], cond: dict, ts: str) -> list[dict]:
+    """Conditions with ``cond`` replacing the one of its type (kept in place) or appended."""
+    new = with_transition(cond, conditions, ts)
+    out = []
+    replaced = False
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == cond["type"]:
+            out.append(new)
+            replaced = True
+        else:
+            out.append(c)
+    if not replaced:
+        out.append(new)
+    return out
+
+
 def _qos_class(spec: dict) -> str:
     containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
     if not containers:

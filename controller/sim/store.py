@@ -51,6 +51,7 @@ from controller.sim.resources import (
     invalid_value,
     prepare_for_create,
     required_value,
+    set_condition,
     validate,
     validate_name,
     validate_object_meta,
@@ -1219,12 +1220,18 @@ class Store:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def bind(self, namespace: str, name: str, binding: dict) -> dict:
-        """POST pods/{name}/binding: sets spec.nodeName once (what the scheduler does)."""
+        """POST pods/{name}/binding, in one write like the real registry's assignPod.
+
+        Sets spec.nodeName (once), merges the Binding's annotations into the pod's and sets the
+        PodScheduled condition to True (lastTransitionTime kept if it already was True). Returns a
+        Status.
+        """
         if not isinstance(binding, dict) or not isinstance(binding.get("target"), dict):
             raise errors.invalid("Binding", name, [required_value("target")])
         node = binding["target"].get("name")
         if not node:
             raise errors.invalid("Binding", name, [required_value("target.name")])
+        rt = self.resource_type("pods")
         pod = self.get_or_404("pods", namespace, name)
         if (pod.get("spec") or {}).get("nodeName"):
             raise errors.conflict("pods/binding", name, "",
@@ -1232,7 +1239,21 @@ class Store:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             raise errors.conflict("pods/binding", name, "", f"pod {name} is being deleted, cannot be assigned to a "
                                                             "host")
-        self.patch("pods", namespace, name, "merge", {"spec": {"nodeName": node}})
+        new = dict(pod)
+        new["spec"] = dict(pod.get("spec") or {}, nodeName=node)
+        status = dict(pod.get("status") or {})
+        status["conditions"] = set_condition(status.get("conditions") or [],
+                                             {"type": "PodScheduled", "status": "True"}, rfc3339(self.clock()))
+        new["status"] = status
+        meta = dict(pod["metadata"])
+        annotations = (binding.get("metadata") or {}).get("annotations")
+        if isinstance(annotations, dict) and annotations:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        new["metadata"] = meta
+        self._validate(rt, new, pod)
+        rv = self._next_rv()
+        meta["resourceVersion"] = str(rv)
+        self._commit(self._bucket(rt), "MODIFIED", (namespace, name), pod, new, rv)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # ------------------------------------------------------------------ cascades: namespaces and CRDs

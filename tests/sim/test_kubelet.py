@@ -638,3 +638,20 @@ async def test_deleted_node_pods_are_failed_and_force_deleted_by_pod_gc() -> Non
         assert last["status"]["phase"] == "Failed"
         target = condition(last, "DisruptionTarget")
         assert (target["reason"], target["message"]) == ("DeletionByPodGC", "PodGC: node no longer exists")
+
+
+async def test_scheduling_is_one_write_with_pod_scheduled() -> None:
+    """The binding sets spec.nodeName and PodScheduled=True together: no watcher sees one without the other."""
+    store = Store()
+    rec = Recorder(store)
+    kubelet = Kubelet(store, KubeletConfig(nodes=1, time_scale=SCALE))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kubelet.run)
+        store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "one"},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})
+        await rec.until(lambda: (get_pod(store, "one") or {}).get("status", {}).get("phase") == "Running")
+        tg.cancel_scope.cancel()
+    states = [o for _t, _e, o in rec.pod_states("one")]
+    first_bound = next(o for o in states if o["spec"].get("nodeName"))
+    assert (condition(first_bound, "PodScheduled") or {}).get("status") == "True"
+    assert [bool(o["spec"].get("nodeName")) for o in states].count(False) == 1  # only the created pod is unbound

@@ -269,6 +269,29 @@ def test_pod_status_subresource_rules(store: Store) -> None:
 
 # ---------------------------------------------------------------- delete, finalizers, graceful pods
 
+def test_binding_sets_the_node_and_pod_scheduled_in_one_write(store: Store, events: list, clock) -> None:
+    store.create("pods", "default", pod("p"))
+    store.patch("pods", "default", "p", "merge", {"status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes",
+         "lastTransitionTime": "2020-01-01T00:00:00Z"}]}}, subresource="status")
+    events.clear()
+    rv_before = store.resource_version
+    status = store.bind("default", "p", {"metadata": {"annotations": {"scheduler/by": "sim"}},
+                                         "target": {"kind": "Node", "name": "n1"}})
+    assert status["status"] == "Success" and status["code"] == 201
+    assert store.resource_version == rv_before + 1 and [e[0] for e in events] == ["MODIFIED"]
+    bound = store.get("pods", "default", "p")
+    assert bound["spec"]["nodeName"] == "n1"
+    assert bound["metadata"]["annotations"] == {"scheduler/by": "sim"}
+    # The condition is replaced whole (no stale reason/message) and its transition time is now.
+    assert bound["status"]["conditions"] == [{"type": "PodScheduled", "status": "True",
+                                              "lastTransitionTime": _rfc(clock.now)}]
+    with raises(409, "Conflict"):
+        store.bind("default", "p", {"target": {"name": "n2"}})
+    with raises(422, "Invalid"):
+        store.bind("default", "p", {"target": {}})
+
+
 def test_finalizers_hold_deletion_until_removed(store: Store, events: list) -> None:
     store.create("configmaps", "default", {"metadata": {"name": "a", "finalizers": ["example.com/hold"]}})
     events.clear()
