@@ -54,7 +54,7 @@ import anyio
 import structlog
 
 from controller.sim.errors import ApiError, not_found
-from controller.sim.resources import set_condition, with_transition
+from controller.sim.resources import qos_class, set_condition, with_transition
 
 log = structlog.get_logger(__name__)
 
@@ -1282,7 +1282,7 @@ class Kubelet:
             "message": self._eviction_message(containers) if life == EVICTED else None,
         }
         if not status.get("qosClass"):
-            out["qosClass"] = _qos_class(spec)
+            out["qosClass"] = qos_class(spec)
         return out
 
     def _eviction_message(self, containers: list[dict]) -> str:
@@ -1384,20 +1384,3 @@ def _unknown_termination(instance: int) -> _Termination:
 def _uuid_from(text: str) -> str:
     h = _sha256(text)
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
-
-
-def _qos_class(spec: dict) -> str:
-    containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
-    any_set = False
-    guaranteed = bool(containers)
-    for c in containers:
-        res = c.get("resources") or {}
-        requests, limits = res.get("requests") or {}, res.get("limits") or {}
-        if requests or limits:
-            any_set = True
-        for name in ("cpu", "memory"):
-            if name not in limits or (name in requests and requests[name] != limits[name]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"

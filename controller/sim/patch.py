@@ -174,34 +174,28 @@ class _JsonPatchFailure(Exception):
 _Container = dict[str, Any] | list[Any]
 
 
+def _array_index(key: str, length: int) -> int:
+    """The position ``key`` names in an array of ``length`` slots (negative counts from the end)."""
+    index = _atoi(key)
+    if index is None:
+        raise _JsonPatchFailure(f"value was not a proper array index: '{key}'")
+    if index >= length or index < -length:
+        raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
+    return index + length if index < 0 else index
+
+
 def _container_get(container: _Container, key: str) -> Any:
     """Value at ``key``; ``None`` for a missing object member (the library cannot tell them apart)."""
     if isinstance(container, dict):
         return container.get(key)
-    index = _atoi(key)
-    if index is None:
-        raise _JsonPatchFailure(f"value was not a proper array index: '{key}'")
-    if index < 0:
-        if index < -len(container):
-            raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-        index += len(container)
-    if index >= len(container):
-        raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-    return container[index]
+    return container[_array_index(key, len(container))]
 
 
 def _container_set(container: _Container, key: str, value: Any) -> None:
     if isinstance(container, dict):
         container[key] = value
         return
-    index = _atoi(key)
-    if index is None:
-        raise _JsonPatchFailure(f"value was not a proper array index: '{key}'")
-    if index < 0:
-        if index < -len(container):
-            raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-        index += len(container)
-    container[index] = value
+    container[_array_index(key, len(container))] = value
 
 
 def _container_add(container: _Container, key: str, value: Any) -> None:
@@ -211,17 +205,7 @@ def _container_add(container: _Container, key: str, value: Any) -> None:
     if key == "-":
         container.append(value)
         return
-    index = _atoi(key)
-    if index is None:
-        raise _JsonPatchFailure(f"value was not a proper array index: '{key}'")
-    grown = len(container) + 1
-    if index >= grown:
-        raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-    if index < 0:
-        if index < -grown:
-            raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-        index += grown
-    container.insert(index, value)
+    container.insert(_array_index(key, len(container) + 1), value)  # one more slot: the end itself
 
 
 def _container_remove(container: _Container, key: str) -> None:
@@ -230,16 +214,7 @@ def _container_remove(container: _Container, key: str) -> None:
             raise _JsonPatchFailure(f"Unable to remove nonexistent key: {key}")
         del container[key]
         return
-    index = _atoi(key)
-    if index is None:
-        raise _JsonPatchFailure(f"value was not a proper array index: '{key}'")
-    if index >= len(container):
-        raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-    if index < 0:
-        if index < -len(container):
-            raise _JsonPatchFailure(f"Unable to access invalid index: {index}")
-        index += len(container)
-    del container[index]
+    del container[_array_index(key, len(container))]
 
 
 def _find_container(root: _Container, path: str) -> tuple[_Container, str] | None:

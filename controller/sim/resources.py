@@ -491,7 +491,7 @@ def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], st
                     for port in container.get("ports") or []:
                         if isinstance(port, dict):
                             port.setdefault("protocol", "TCP")
-        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
     elif kind == "Service":
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
@@ -558,7 +558,8 @@ def set_condition(conditions: list[dict], cond: dict, ts: str) -> list[dict]:
     return out
 
 
-def _qos_class(spec: dict) -> str:
+def qos_class(spec: dict) -> str:
+    """status.qosClass of a pod spec (Guaranteed / Burstable / BestEffort), as the API server and kubelet set it."""
     containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
     if not containers:
         return "BestEffort"

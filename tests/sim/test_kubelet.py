@@ -655,3 +655,19 @@ async def test_scheduling_is_one_write_with_pod_scheduled() -> None:
     first_bound = next(o for o in states if o["spec"].get("nodeName"))
     assert (condition(first_bound, "PodScheduled") or {}).get("status") == "True"
     assert [bool(o["spec"].get("nodeName")) for o in states].count(False) == 1  # only the created pod is unbound
+
+
+def test_qos_class_is_one_rule_for_the_api_server_and_the_kubelet() -> None:
+    from controller.sim.resources import qos_class
+
+    def spec(*resources: dict) -> dict:
+        return {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(resources)]}
+
+    both = {"cpu": "1", "memory": "1Gi"}
+    assert qos_class(spec({})) == "BestEffort"
+    assert qos_class({"containers": []}) == "BestEffort"
+    assert qos_class(spec({"limits": both})) == "Guaranteed"
+    assert qos_class(spec({"requests": both, "limits": both}, {"limits": both})) == "Guaranteed"
+    assert qos_class(spec({"requests": {"cpu": "1"}})) == "Burstable"
+    assert qos_class(spec({"requests": {"cpu": "500m"}, "limits": both})) == "Burstable"
+    assert qos_class(spec({"limits": both}, {})) == "Burstable"

@@ -786,3 +786,33 @@ def _scramble(value: Any) -> None:
         for item in value:
             _scramble(item)
         value.append("__scrambled__")
+
+
+@pytest.mark.parametrize(
+    ("ops", "expected"),
+    [
+        ([{"op": "replace", "path": "/a/-1", "value": 9}], {"a": [1, 2, 9]}),
+        ([{"op": "remove", "path": "/a/-3"}], {"a": [2, 3]}),
+        ([{"op": "add", "path": "/a/3", "value": 4}], {"a": [1, 2, 3, 4]}),  # the end is a valid add index
+        ([{"op": "add", "path": "/a/-4", "value": 0}], {"a": [0, 1, 2, 3]}),
+    ],
+)
+def test_array_indices_resolve_the_same_way_for_every_operation(ops: list, expected: dict) -> None:
+    assert json_patch({"a": [1, 2, 3]}, ops) == expected
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "replace", "path": "/a/3", "value": 0},
+        {"op": "replace", "path": "/a/-4", "value": 0},
+        {"op": "remove", "path": "/a/3"},
+        {"op": "add", "path": "/a/4", "value": 0},
+        {"op": "add", "path": "/a/-5", "value": 0},
+        {"op": "remove", "path": "/a/x"},
+    ],
+)
+def test_out_of_range_array_indices_are_the_generic_422(op: dict) -> None:
+    with pytest.raises(ApiError) as raised:
+        json_patch({"a": [1, 2, 3]}, [op])
+    assert raised.value.code == 422 and raised.value.message == GENERIC_422
