@@ -1214,8 +1214,20 @@ class Store:
         body_name = (eviction.get("metadata") or {}).get("name")
         if body_name and body_name != name:
             raise errors.bad_request(f"name in URL does not match name in Eviction object")
-        self.get_or_404("pods", namespace, name)
+        pod = self.get_or_404("pods", namespace, name)
         options = eviction.get("deleteOptions") or {}
+        status = pod.get("status") or {}
+        if not pod["metadata"].get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed"):
+            # Like the eviction REST handler since PodDisruptionConditions (GA in 1.31): say why the pod is
+            # going before deleting it, so controllers can tell an eviction from a plain delete.
+            conditions = set_condition(
+                status.get("conditions") or [],
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                 "message": "Eviction API: evicting"},
+                rfc3339(self.clock()),
+            )
+            self.update(rt.qualified, namespace, name, {**pod, "status": {**status, "conditions": conditions}},
+                        subresource="status")
         self.delete_ex(rt.qualified, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

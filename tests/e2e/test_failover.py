@@ -321,3 +321,32 @@ async def test_lost_node_coming_back_confirms_the_deletion_and_the_worker_return
     await eventually(back, what="the lost workers replaced once their node confirmed the deletion")
     assert_stays_running(await operator.job("flaky"))
     assert failovers(operator, "NodeLost") == len(on_node)
+
+
+async def test_drained_node_evicts_through_the_eviction_api_and_workers_move(operator: Operator, kubectl) -> None:
+    """``kubectl drain`` cordons the node and evicts its pods through the eviction API (a
+    DisruptionTarget condition, then a graceful delete): each worker there fails over as Evicted
+    and comes back on another node; workers elsewhere are untouched."""
+    await create_and_wait_running(operator, tfjob("drain", workers=3, restart_policy="Never"), running=3)
+    pods = await operator.pods("drain")
+    node = pods[0]["spec"]["nodeName"]
+    moved = sorted(p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node)
+    before = uids(pods)
+
+    rc, out, err = await kubectl("drain", node, "--ignore-daemonsets", "--timeout=30s")
+    assert rc == 0, (out, err)
+
+    async def back() -> bool:
+        current = running_pods(await operator.pods("drain"))
+        return len(current) == 3 and all(p["spec"]["nodeName"] != node for p in current) and \
+            all(uids(current)[n] != before[n] for n in moved)
+
+    await eventually(back, what=f"{moved} evicted from {node} and running elsewhere")
+    await reconciled_once_more(operator, "drain")
+    after = uids(await operator.pods("drain"))
+    assert {n: u for n, u in after.items() if n not in moved} == {n: u for n, u in before.items() if n not in moved}
+    assert_stays_running(await operator.job("drain"))
+    assert failovers(operator, "Evicted") == len(moved), {r: failovers(operator, r) for r in ("Deleted", "NodeLost", "Evicted", "Disrupted")}
+    assert sum(failovers(operator, r) for r in ("Deleted", "NodeLost", "Error", "OOMKilled", "Disrupted")) == 0
+
+

@@ -624,3 +624,25 @@ def _rfc(ts: float) -> str:
     import time
 
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def test_eviction_marks_the_pod_as_a_disruption_target_before_deleting_it(store: Store, events: list) -> None:
+    store.create("pods", "default", pod("p"))
+    store.bind("default", "p", {"target": {"kind": "Node", "name": "n1"}})
+    store.patch("pods", "default", "p", "merge", {"status": {"phase": "Running"}}, subresource="status")
+    events.clear()
+    status = store.evict("default", "p", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}})
+    assert status["status"] == "Success"
+    assert [e[0] for e in events] == ["MODIFIED", "MODIFIED"]  # the condition, then the graceful delete
+    evicted = store.get("pods", "default", "p")
+    assert evicted["metadata"]["deletionTimestamp"]
+    [target] = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"], target["message"]) == (
+        "True", "EvictionByEvictionAPI", "Eviction API: evicting")
+
+
+def test_evicting_a_finished_pod_deletes_it_without_a_condition(store: Store) -> None:
+    store.create("pods", "default", pod("done"))
+    store.patch("pods", "default", "done", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
+    store.evict("default", "done", {"kind": "Eviction"})
+    assert store.get("pods", "default", "done") is None
