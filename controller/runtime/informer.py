@@ -41,12 +41,11 @@ Contract:
   block and must not mutate the objects (they are the cache's own). A handler that raises is logged with
   its traceback and the remaining handlers still run. A handler added after sync is first called with
   ``on_add`` for every cached object (client-go semantics).
-- Cached objects went through ``transform`` (default :data:`default_transform`: drops managedFields and
-  the last-applied annotation, interns shared metadata strings; ``transform=lambda o: o`` disables it).
-  A transform with an ``update(new, old)`` method gets that call for a new version of a cached object
-  (and for the final state of a deleted one), so it can reuse old's unchanged parts. Objects whose RV
-  equals the cached one are not transformed at all. List items get ``kind``/``apiVersion`` filled in so
-  objects look alike whether they came from a list or a watch.
+- Cached objects went through ``transform`` (default :func:`default_transform`: drops managedFields and
+  the last-applied annotation; ``cache.intern_transform`` / ``cache.compact_transform`` also share
+  repeated strings; ``transform=lambda o: o`` disables it). Events whose RV equals the cached one are not
+  transformed at all. List items get ``kind``/``apiVersion`` filled in so objects look alike whether they
+  came from a list or a watch.
 """
 
 from __future__ import annotations
@@ -187,9 +186,6 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.transform: Transform | None = default_transform if transform is None else transform
-        # A transform may offer update(new, old): the same result for a new version of a cached object,
-        # computed faster by reusing old's unchanged (already transformed) parts.
-        self.update_transform: Callable[[Obj, Obj], Obj] | None = getattr(self.transform, "update", None)
         self.page_size = page_size
         self.bookmark_period = bookmark_period
         self.inactivity_timeout = inactivity_timeout if inactivity_timeout is not None else bookmark_period + 30.0
@@ -513,7 +509,6 @@ class _Reflector:
         informer = self.informer
         cache = informer.cache
         transform = informer.transform
-        update_transform = informer.update_transform
         handlers = informer._handlers
         loads = orjson.loads
         # Bound once per batch: attribute lookups are a measurable share of the per-event cost.
@@ -565,9 +560,7 @@ class _Reflector:
                         if handlers:
                             dispatch_add(obj)
                     elif old["metadata"].get("resourceVersion") != new_rv:
-                        if update_transform is not None:
-                            obj = update_transform(obj, old)
-                        elif transform is not None:
+                        if transform is not None:
                             obj = transform(obj)
                         cache_put(key, obj)
                         if handlers:
@@ -578,9 +571,7 @@ class _Reflector:
                 elif etype == "DELETED":
                     old = cache.delete(key)
                     if old is not None and handlers:
-                        if update_transform is not None:
-                            obj = update_transform(obj, old)
-                        elif transform is not None:
+                        if transform is not None:
                             obj = transform(obj)
                         informer._dispatch_delete(obj)
                     old = None

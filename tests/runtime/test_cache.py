@@ -16,6 +16,7 @@ from controller.runtime.cache import (
     compact_transform,
     controller_ref,
     default_transform,
+    intern_transform,
     object_key,
     split_key,
     strip_managed_fields,
@@ -171,15 +172,23 @@ METADATA_PATHS = (("metadata", "namespace"), ("metadata", "labels", "app"), ("me
 SPEC_PATHS = (("spec", "nodeName"), ("spec", "containers", 0, "image"))
 
 
-def test_default_transform_strips_interns_metadata_and_is_idempotent():
+def test_default_transform_is_strip_managed_fields():
+    assert default_transform is strip_managed_fields
     a, b = _equal_distinct_pods()
     default_transform(a)
-    default_transform(b)
+    assert "managedFields" not in a["metadata"] and "annotations" not in a["metadata"]
+    assert a["spec"] == b["spec"]  # nothing else touched
+
+
+def test_intern_transform_shares_metadata_strings_and_is_idempotent():
+    a, b = _equal_distinct_pods()
+    intern_transform(a)
+    intern_transform(b)
     assert "managedFields" not in a["metadata"] and "annotations" not in a["metadata"]
     assert all(_shared(a, b, path) for path in METADATA_PATHS)
     assert not any(_shared(a, b, path) for path in SPEC_PATHS)  # left to compact_transform
     again = copy.deepcopy(a)
-    assert default_transform(again) == a
+    assert intern_transform(again) == a
 
 
 def test_compact_transform_also_interns_spec_fields():
@@ -189,33 +198,3 @@ def test_compact_transform_also_interns_spec_fields():
     assert all(_shared(a, b, path) for path in METADATA_PATHS + SPEC_PATHS)
     assert "managedFields" not in a["metadata"]
     assert compact_transform(copy.deepcopy(a)) == a
-
-
-@pytest.mark.parametrize("transform", [default_transform, compact_transform], ids=repr)
-def test_update_equals_transform_and_reuses_unchanged_parts(transform):
-    import orjson
-
-    old = transform(orjson.loads(orjson.dumps(heavy_pod("a"))))
-    unchanged = orjson.loads(orjson.dumps(heavy_pod("a")))
-    unchanged["metadata"]["resourceVersion"] = "2"
-    expected = transform(copy.deepcopy(unchanged))
-    new = transform.update(unchanged, old)
-    assert new == expected
-    assert new["metadata"]["labels"] is old["metadata"]["labels"]
-    assert new["metadata"]["ownerReferences"] is old["metadata"]["ownerReferences"]
-    assert (new["spec"] is old["spec"]) == (transform is compact_transform)
-
-    changed = orjson.loads(orjson.dumps(heavy_pod("a")))
-    changed["metadata"]["labels"]["role"] = "chief"
-    changed["metadata"]["annotations"]["x"] = "y"
-    changed["spec"]["nodeName"] = "node-9"
-    expected = transform(copy.deepcopy(changed))
-    new = transform.update(changed, old)
-    assert new == expected and "managedFields" not in new["metadata"]
-    assert new["metadata"]["labels"] is not old["metadata"]["labels"]
-    assert new["metadata"]["labels"]["app"] is old["metadata"]["labels"]["app"]  # interned, shared string
-    assert new["metadata"]["annotations"] == {"x": "y"}
-
-
-def test_update_without_metadata_falls_back_to_transform():
-    assert default_transform.update({"kind": "X"}, {"metadata": {}}) == {"kind": "X"}
