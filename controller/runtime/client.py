@@ -458,7 +458,7 @@ class ApiClient:
         loader = await kube_config.load_kube_config(
             config_file=path, context=context, client_configuration=configuration, persist_config=False
         )
-        if "exec" in (loader._user or {}):
+        if "exec" in (getattr(loader, "_user", None) or {}):
             # kubernetes-asyncio only refreshes exec tokens from a background loop the caller must own;
             # a refresh hook runs on every request instead (cheap: the loader returns early while the token
             # is unexpired).

@@ -565,3 +565,45 @@ async def test_crud_against_simulator(sim_cluster):
         with pytest.raises(ApiError) as info:
             await client.list(PODS, namespace="default", label_selector="a in (")
         assert info.value.status == 400
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": "l1", "namespace": "default"}, "spec": {"holderIdentity": "x"}}
+        created = await client.create(LEASES, lease)
+        with pytest.raises(Invalid) as invalid:
+            await client.replace(LEASES, lease)  # a Lease PUT without resourceVersion is refused
+        assert invalid.value.status == 422 and invalid.value.causes
+        assert any(c.get("field") == "metadata.resourceVersion" for c in invalid.value.causes)
+        with pytest.raises(Conflict):
+            stale = dict(created, metadata=dict(created["metadata"], resourceVersion="1"))
+            await client.replace(LEASES, stale)
+
+
+async def test_kubeconfig_exec_credentials_are_refreshed_when_expired(tmp_path, scripted):
+    import sys
+
+    import yaml
+
+    counter = tmp_path / "count"
+    counter.write_text("0")
+    plugin = tmp_path / "plugin.py"
+    # An exec credential plugin whose token is already expired: every request must run it again.
+    plugin.write_text(
+        "import json, pathlib\n"
+        f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) + 1; p.write_text(str(n))\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        " 'status': {'token': f'tok-{n}', 'expirationTimestamp': '2000-01-01T00:00:00Z'}}))\n"
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": scripted.url}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                                  "command": sys.executable, "args": [str(plugin)],
+                                                  "interactiveMode": "Never"}}}],
+    }))
+    scripted.respond(json_response({"gitVersion": "v1.30.0"}))
+    async with await ApiClient.from_kubeconfig(str(kubeconfig), retry=FAST_RETRY) as client:
+        await client.get("/version")
+        await client.get("/version")
+    tokens = [r[2].get("Authorization") for r in scripted.requests]
+    assert len(set(tokens)) == 2 and all(t and t.startswith("Bearer tok-") for t in tokens)
