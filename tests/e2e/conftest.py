@@ -13,7 +13,6 @@ and a cancel scope must be exited by the task that entered it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
+from tests.waiting import eventually as shared_eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
@@ -42,26 +42,11 @@ FAST_FAILOVER = DecideConfig(failover_backoff_base=1.0, failover_backoff_cap=4.0
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
-    """Poll ``check`` (sync or async) until it returns a truthy value; fail after ``timeout`` s.
-
-    Returns that value. The last falsy value or exception is reported on failure.
-    """
-    last: Any = None
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                try:
-                    value = check()
-                    if inspect.isawaitable(value):
-                        value = await value
-                    if value:
-                        return value
-                    last = value
-                except (AssertionError, LookupError, NotFound) as exc:
-                    last = exc
-                await anyio.sleep(interval)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what or check}; last: {last!r}") from None
+    """:func:`tests.waiting.eventually` with the e2e defaults: a failed assertion, a missing key or a
+    404 inside ``check`` means "not yet"."""
+    return await shared_eventually(
+        check, timeout, interval=interval, what=what, tolerate=(AssertionError, LookupError, NotFound)
+    )
 
 
 @dataclass

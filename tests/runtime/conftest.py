@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.clock import FakeClock
+from tests.waiting import eventually as shared_eventually
 
 Eventually = Callable[..., Awaitable[None]]
 
@@ -26,12 +26,7 @@ def registry() -> CollectorRegistry:
 
 async def _eventually(condition: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
     """Poll ``condition`` until it is true; fail after ``timeout`` real seconds."""
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.001)
-    except TimeoutError:
-        pytest.fail(f"condition not reached within {timeout}s: {what or condition}")
+    await shared_eventually(condition, timeout, interval=0.001, what=what)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ proves that no relist happened where a plain re-watch suffices.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import anyio
 import pytest
@@ -21,6 +21,7 @@ from controller.runtime.clock import FakeClock
 from controller.runtime.informer import Backoff, Informer, _BackoffState
 from controller.sim.cluster import SimConfig
 from controller.sim.watch import WatchConfig
+from tests.waiting import eventually
 
 NS = "default"
 FAST_BACKOFF = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.5, reset_after=5.0)
@@ -32,13 +33,8 @@ def sim_config() -> SimConfig:
     return SimConfig(nodes=1, kubelet=False, gc=False, watch=WatchConfig(bookmark_period=60.0))
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.01)
-    except TimeoutError:
-        pytest.fail(f"not reached within {timeout}s: {what or condition}")
+async def wait_until(condition, timeout: float = 10.0, what: str = "") -> None:
+    await eventually(condition, timeout, what=what)
 
 
 class Mirror:

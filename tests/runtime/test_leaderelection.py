@@ -20,6 +20,7 @@ from controller.runtime.client import ApiClient, RetryPolicy
 from controller.runtime.errors import TransportError
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost, micro_time
 from controller.sim.cluster import SimConfig
+from tests.waiting import eventually
 
 NS = "default"
 LEASE = "tfjob-controller"
@@ -34,12 +35,7 @@ def sim_config() -> SimConfig:
 
 
 async def wait_until(condition, timeout: float = 10.0, what: str = "") -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.005)
-    except TimeoutError:
-        pytest.fail(f"not reached within {timeout}s: {what or condition}")
+    await eventually(condition, timeout, interval=0.005, what=what)
 
 
 class PartitionableClient(ApiClient):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import anyio
 import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from controller.sim.cluster import SimCluster, SimConfig
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -46,9 +46,7 @@ async def _gone(v1: client.CoreV1Api, name: str) -> bool:
 
 
 async def _until(check, timeout: float = 10.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.02)
+    await eventually(check, timeout, interval=0.02)
 
 
 async def test_background_deletes_the_owner_at_once_and_the_dependent_later(v1: client.CoreV1Api) -> None:

@@ -1,0 +1,42 @@
+"""The one way tests wait: poll a condition until it holds, with a deadline.
+
+Tests never sleep to synchronise. A condition (sync or async) is polled every ``interval`` seconds;
+``tolerate`` lists exceptions that mean "not yet" (e.g. NotFound while an object is being created).
+On timeout the test fails with what it waited for and the last value or exception seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+
+async def eventually(
+    check: Callable[[], Any],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.01,
+    what: str = "",
+    tolerate: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Return the first truthy value of ``check()``; fail the test after ``timeout`` seconds."""
+    last: Any = None
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                try:
+                    value = check()
+                    if inspect.isawaitable(value):
+                        value = await value
+                    if value:
+                        return value
+                    last = value
+                except tolerate as exc:
+                    last = exc
+                await anyio.sleep(interval)
+    except TimeoutError:
+        pytest.fail(f"not reached within {timeout} s: {what or check}; last: {last!r}", pytrace=False)
