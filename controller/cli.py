@@ -8,7 +8,6 @@ on stderr and a non-zero exit code, never a traceback; argparse's own errors exi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 

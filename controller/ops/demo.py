@@ -10,7 +10,6 @@ deadline) and the demo exits non-zero if one does not, so it doubles as a smoke 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -20,13 +19,12 @@ import anyio
 import yaml
 from prometheus_client import CollectorRegistry
 
-from controller.runtime.client import EVENTS, PODS, ApiClient, Resource
+from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, PODS, ApiClient
 from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
 
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 CRD_FILE = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 
 
@@ -81,7 +79,7 @@ async def _story(cluster: SimCluster) -> None:
     assert cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, registry=registry)
     try:
-        await client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(CRD_FILE.read_text()))
         say("Installed the TFJob CRD (manifests/crd/kubeflow.org_tfjobs.yaml).")
         # The real back-off before replacing a worker is 10 s doubling to 5 min; the demo shortens it.
         controller = TFJobController(

@@ -169,6 +169,7 @@ EVENTS = Resource("", "v1", "events")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
+CUSTOM_RESOURCE_DEFINITIONS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,13 @@ import anyio
 import structlog
 from prometheus_client import CollectorRegistry
 
-from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnknown, controller_owner_uid_index, controller_ref
+from controller.runtime.cache import (
+    CONTROLLER_UID_INDEX,
+    DeletedFinalStateUnknown,
+    controller_owner_uid_index,
+    controller_ref,
+    object_key,
+)
 from controller.runtime.client import PODS, SERVICES, ApiClient
 from controller.runtime.errors import Conflict
 from controller.runtime.events import EventRecorder
@@ -96,11 +102,12 @@ class TFJobController:
         enqueue = self.controller.queue.add
 
         def job_changed(obj: Obj, *_: Obj) -> None:
-            enqueue(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+            enqueue(object_key(obj))
 
         def job_deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
-            key = obj.key if isinstance(obj, DeletedFinalStateUnknown) else f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            key = object_key(obj)  # a tombstone's key is its stored key
             self.expectations.forget(key)
+            self._written.pop(key, None)
             enqueue(key)
 
         self.jobs.add_handler(job_changed, job_changed, job_deleted)
