@@ -424,7 +424,7 @@ class GarbageCollector:
         if len(remaining) == len(refs):
             return
         self._store.patch(node.resource, node.namespace or None, node.name, "merge",
-                          {"metadata": {"ownerReferences": remaining or None}})
+                          {"metadata": {"ownerReferences": remaining or None}}, field_manager="kube-controller-manager")
 
     def _remove_finalizer(self, node: _Object, obj: dict, finalizer: str) -> None:
         finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
@@ -432,4 +432,4 @@ class GarbageCollector:
             return
         remaining = [f for f in finalizers if f != finalizer]
         self._store.patch(node.resource, node.namespace or None, node.name, "merge",
-                          {"metadata": {"finalizers": remaining or None}})
+                          {"metadata": {"finalizers": remaining or None}}, field_manager="kube-controller-manager")

@@ -544,14 +544,16 @@ class Kubelet:
             conditions.append(cond)
         known = {c[0] for c in _NODE_CONDITIONS}
         conditions += [c for t, c in old_conditions.items() if t not in known]
-        self._store.patch("nodes", None, name, "merge", {"status": {"conditions": conditions}}, subresource="status")
+        self._store.patch("nodes", None, name, "merge", {"status": {"conditions": conditions}},
+                          subresource="status", field_manager="kubelet")
 
         taints = [t for t in ((node.get("spec") or {}).get("taints") or [])
                   if not (isinstance(t, dict) and t.get("key") == TAINT_UNREACHABLE)]
         if not ready:
             taints += [{"key": TAINT_UNREACHABLE, "effect": "NoSchedule"},
                        {"key": TAINT_UNREACHABLE, "effect": "NoExecute", "timeAdded": now}]
-        self._store.patch("nodes", None, name, "merge", {"spec": {"taints": taints or None}})
+        self._store.patch("nodes", None, name, "merge", {"spec": {"taints": taints or None}},
+                          field_manager="kube-controller-manager")
 
     async def run(self) -> None:
         """Create the configured nodes, then schedule and run pods until cancelled."""
@@ -576,10 +578,11 @@ class Kubelet:
             if self._store.get("nodes", None, name) is not None:
                 continue
             node = self._node_object(name, i)
-            created = self._store.create("nodes", None, node)
+            created = self._store.create("nodes", None, node, field_manager="kubelet")
             if not (created.get("status") or {}).get("conditions"):
                 # The store dropped status on create: post it like a kubelet registering itself.
-                self._store.patch("nodes", None, name, "merge", {"status": node["status"]}, subresource="status")
+                self._store.patch("nodes", None, name, "merge", {"status": node["status"]},
+                                  subresource="status", field_manager="kubelet")
 
     def _node_object(self, name: str, index: int) -> dict:
         cfg = self.config
@@ -1365,7 +1368,7 @@ class Kubelet:
             return pod
         meta = pod["metadata"]
         return self._store.patch("pods", meta.get("namespace"), meta["name"], "merge", {"status": patch},
-                                 subresource="status")
+                                 subresource="status", field_manager="kubelet")
 
 
 _NODE_CONDITIONS = (

@@ -369,7 +369,7 @@ class SimServer:
                                          f"get version/kind; yaml parse error: {exc}") from None
         raise errors.unsupported_media_type([JSON, "application/yaml", "application/vnd.kubernetes.protobuf"])
 
-    def _write_options(self, query: Any) -> WriteOptions:
+    def _write_options(self, query: Any, user_agent: str) -> WriteOptions:
         dry = query.getall("dryRun", [])
         for value in dry:
             if value != "All":
@@ -384,7 +384,7 @@ class SimServer:
                                                        "message": "Too long: may not be more than 128 bytes"}],
                                  "meta.k8s.io")
         return WriteOptions(dry_run=bool(dry), field_validation=validation, field_manager=manager,
-                            force=parse_bool(query.get("force")))
+                            force=parse_bool(query.get("force")), user_agent=user_agent)
 
     def _result(self, result: WriteResult) -> web.Response:
         return self._json(result.obj, result.code, self._warn_headers(result.warnings))
@@ -415,7 +415,7 @@ class SimServer:
             return self._json(status, 201)
         if route.subresource is not None and verb not in ("update", "patch"):
             raise errors.method_not_allowed(verb, route.key)
-        opts = self._write_options(query)
+        opts = self._write_options(query, request.headers.get("User-Agent", ""))
         store = self.store
         if verb == "create":
             if route.name is not None:

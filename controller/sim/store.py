@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from controller.sim import errors
+from controller.sim import errors, fieldmanager
 from controller.sim.errors import ApiError
 from controller.sim.resources import (
     OBJECT_META_FIELDS,
@@ -89,6 +89,12 @@ class WriteOptions:
     field_validation: str = "Ignore"  # Strict | Warn | Ignore (the HTTP layer defaults to Warn)
     field_manager: str | None = None
     force: bool = False
+    # The request's User-Agent: the manager name when ``field_manager`` is not given.
+    user_agent: str = ""
+
+    @property
+    def manager(self) -> str:
+        return self.field_manager or fieldmanager.manager_from_user_agent(self.user_agent)
 
 
 @dataclass
@@ -189,6 +195,14 @@ class _Bucket:
             self._sorted = None
 
 
+# spec fields a create gets from admission (ServiceAccount, Priority) or allocation (Service IPs) after
+# the field manager ran, so they have no owner unless the client sent them.
+_SET_AFTER_FIELD_MANAGER: dict[str, tuple[str, ...]] = {
+    "Pod": ("serviceAccount", "serviceAccountName", "priority", "preemptionPolicy"),
+    "Service": ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"),
+}
+
+
 class Store:
     """The simulator's storage and write pipeline. See the module docstring for the contract."""
 
@@ -207,8 +221,10 @@ class Store:
         self._in_cleanup = False
         self._label_cache: dict[str, Any] = {}
         self._field_cache: dict[tuple[str, str], Any] = {}
+        self._ownership_schemas: dict[int, tuple[ResourceType, dict]] = {}
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
-            self.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            self.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                        field_manager="kube-apiserver")
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -632,15 +648,106 @@ class Store:
                                         "message": f"namespace {ns} is being terminated",
                                         "field": "metadata.namespace"}]})
 
+    # ------------------------------------------------------------------ field ownership
+
+    def _ownership_schema(self, rt: ResourceType) -> dict:
+        cached = self._ownership_schemas.get(id(rt))
+        if cached is not None and cached[0] is rt:
+            return cached[1]
+        crd_schema = rt.schema.schema if rt.custom and rt.schema is not None else None
+        schema = fieldmanager.root_schema(rt.kind, rt.custom, crd_schema)
+        self._ownership_schemas[id(rt)] = (rt, schema)
+        return schema
+
+    @staticmethod
+    def _body_managed_fields(meta: dict, current: Any) -> Any:
+        """The managedFields a write starts from, decided the way the apiserver's field manager does:
+        the body's list when it sets a valid, non-empty one (clients may edit ownership); ``[{}]``
+        resets ownership; anything else (absent, ``[]``, or a list that is not valid entries) falls
+        back to the stored list, so clients unaware of the field never wipe it."""
+        sent = meta.get("managedFields")
+        if sent is current or sent == current or not sent:
+            return current
+        if sent == [{}]:
+            return None
+        if fieldmanager.validate_entries(sent):
+            return current
+        return sent
+
+    @staticmethod
+    def _ownership_view(rt: ResourceType, obj: dict, subresource: str) -> dict:
+        # What a write can own: a main-resource write never owns status on kinds that have a status
+        # endpoint (the apiserver resets those fields), whatever PrepareForCreate put there.
+        if subresource or not rt.status_subresource or "status" not in obj:
+            return obj
+        view = dict(obj)
+        del view["status"]
+        return view
+
+    def _own_created(self, rt: ResourceType, obj: dict, opts: WriteOptions, now: str,
+                     apply_config: dict | None, submitted_spec: set[str]) -> None:
+        meta = obj["metadata"]
+        base = self._body_managed_fields(meta, None)
+        schema = self._ownership_schema(rt)
+        view = self._ownership_view(rt, obj, "")
+        server_set = [k for k in _SET_AFTER_FIELD_MANAGER.get(rt.kind, ()) if k not in submitted_spec] \
+            if not rt.custom else []
+        if server_set and isinstance(view.get("spec"), dict):
+            # Admission plugins and IP allocation run after the field manager: nobody owns what they set.
+            view = {**view, "spec": {k: v for k, v in view["spec"].items() if k not in server_set}}
+        zero = fieldmanager.zero_object(rt.kind, rt.custom)
+        api_version = obj["apiVersion"]
+        if apply_config is not None:
+            entries = fieldmanager.apply_ownership(schema, zero, apply_config, view, base, opts.manager, "",
+                                                   api_version, opts.force, now)
+        else:
+            entries = fieldmanager.update_ownership(schema, zero, view, base, opts.manager, "", api_version, now)
+        if entries:
+            meta["managedFields"] = entries
+        else:
+            meta.pop("managedFields", None)
+
+    def _own_updated(self, rt: ResourceType, existing: dict, obj: dict, opts: WriteOptions, subresource: str,
+                     apply_config: dict | None) -> None:
+        meta = obj["metadata"]
+        current = existing["metadata"].get("managedFields")
+        # Through a subresource the stored list is the start whatever the body says.
+        base = current if subresource else self._body_managed_fields(meta, current)
+        schema = self._ownership_schema(rt)
+        before = self._ownership_view(rt, existing, subresource)
+        after = self._ownership_view(rt, obj, subresource)
+        now = rfc3339(self.clock())
+        api_version = obj.get("apiVersion") or rt.api_version
+        if apply_config is not None:
+            try:
+                entries = fieldmanager.apply_ownership(schema, before, apply_config, after, base, opts.manager,
+                                                       subresource, api_version, opts.force, now)
+            except fieldmanager.FieldConflict as conflict:
+                raise ApiError(409, "Conflict", conflict.message, {"causes": conflict.causes}) from None
+            if after is not obj:  # a top-level field the apply dropped went from the view only
+                for key in [k for k in obj if k not in after and k != "status"]:
+                    del obj[key]
+            if _same_ignoring_time(entries, current):
+                entries = current  # re-applying the same configuration is a no-op, time included
+        else:
+            entries = fieldmanager.update_ownership(schema, before, after, base, opts.manager, subresource,
+                                                    api_version, now)
+        if entries:
+            meta["managedFields"] = entries
+        else:
+            meta.pop("managedFields", None)
+
     # ------------------------------------------------------------------ create
 
-    def create(self, resource: str, namespace: str | None, obj: dict) -> dict:
+    def create(self, resource: str, namespace: str | None, obj: dict, *, field_manager: str | None = None) -> dict:
         """POST semantics. Returns the stored object."""
-        return self.create_ex(resource, namespace, obj).obj
+        return self.create_ex(resource, namespace, obj, WriteOptions(field_manager=field_manager)).obj
 
     def create_ex(self, resource: str, namespace: str | None, obj: dict, opts: WriteOptions | None = None,
-                  *, owned: bool = False, require_kind: bool = False) -> WriteResult:
-        """Create with options. ``owned`` = the caller hands over ``obj`` (no defensive copy)."""
+                  *, owned: bool = False, require_kind: bool = False,
+                  apply_config: dict | None = None) -> WriteResult:
+        """Create with options. ``owned`` = the caller hands over ``obj`` (no defensive copy);
+        ``apply_config``: the create is a server-side apply of that configuration."""
         opts = opts or WriteOptions()
         rt = self.resource_type(resource)
         self._check_kind(rt, obj, require=require_kind)
@@ -669,6 +776,8 @@ class Store:
         if rt.custom and rt.status_subresource:
             obj.pop("status", None)
         self._schema_pass(rt, obj, None, opts, warnings)
+        submitted_spec = obj.get("spec")
+        submitted_spec = set(submitted_spec) if isinstance(submitted_spec, dict) else set()
         prepare_for_create(rt, obj, self._allocate_service_ip)
         name = meta.get("name") or ""
         generate = meta.get("generateName") or ""
@@ -706,6 +815,7 @@ class Store:
             meta.pop("generation", None)
         if rt.qualified == CRD_RESOURCE:
             self._prepare_crd(obj)
+        self._own_created(rt, obj, opts, rfc3339(now), apply_config, submitted_spec)
         self._validate(rt, obj, None)
         self._check_namespace(rt, ns, name)
         key = (ns, name)
@@ -723,9 +833,10 @@ class Store:
     # ------------------------------------------------------------------ update
 
     def update(self, resource: str, namespace: str | None, name: str, obj: dict,
-               subresource: str | None = None) -> dict:
+               subresource: str | None = None, *, field_manager: str | None = None) -> dict:
         """PUT semantics (``subresource`` "status" or "scale"). Returns the stored object (or the Scale)."""
-        return self.update_ex(resource, namespace, name, obj, subresource).obj
+        return self.update_ex(resource, namespace, name, obj, subresource,
+                              WriteOptions(field_manager=field_manager)).obj
 
     def update_ex(self, resource: str, namespace: str | None, name: str, obj: dict,
                   subresource: str | None = None, opts: WriteOptions | None = None, *, owned: bool = False,
@@ -769,8 +880,13 @@ class Store:
             raise errors.page_not_found()
 
     def _update_existing(self, rt: ResourceType, bucket: _Bucket, existing: dict, obj: dict,
-                         subresource: str | None, opts: WriteOptions, *, precondition_required: bool) -> WriteResult:
-        """The shared update pipeline for PUT and PATCH (``obj`` is owned and will be stored)."""
+                         subresource: str | None, opts: WriteOptions, *, precondition_required: bool,
+                         apply_config: dict | None = None, ownership_subresource: str | None = None) -> WriteResult:
+        """The shared update pipeline for PUT and PATCH (``obj`` is owned and will be stored).
+
+        ``apply_config``: the write is a server-side apply of that configuration;
+        ``ownership_subresource``: the subresource the write came through when it is not ``subresource``
+        (a scale write updates the main resource but is recorded as "scale")."""
         warnings: list[str] = []
         old_meta = existing["metadata"]
         name = old_meta["name"]
@@ -856,6 +972,7 @@ class Store:
                 obj["status"] = deep_copy(existing.get("status") or {})
                 self._prepare_crd(obj)
         meta["resourceVersion"] = old_meta.get("resourceVersion")
+        self._own_updated(rt, existing, obj, opts, ownership_subresource or subresource or "", apply_config)
         self._validate(rt, obj, existing, status_only=subresource == "status")
         if subresource is None and (rt.custom or rt.tracks_generation) and old_meta.get("generation") is not None:
             if self._spec_changed(rt, existing, obj):
@@ -889,9 +1006,10 @@ class Store:
     # ------------------------------------------------------------------ patch
 
     def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
-              subresource: str | None = None) -> dict:
+              subresource: str | None = None, *, field_manager: str | None = None, force: bool = False) -> dict:
         """PATCH semantics; ``patch_type`` "json" | "merge" | "strategic" | "apply"."""
-        return self.patch_ex(resource, namespace, name, patch_type, patch, subresource).obj
+        return self.patch_ex(resource, namespace, name, patch_type, patch, subresource,
+                             WriteOptions(field_manager=field_manager, force=force)).obj
 
     def patch_ex(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
                  subresource: str | None = None, opts: WriteOptions | None = None) -> WriteResult:
@@ -911,6 +1029,9 @@ class Store:
         if patch_type == "apply" and not opts.field_manager:
             raise errors.invalid("PatchOptions", "", [required_value("fieldManager", "is required for apply patch")],
                                  "meta.k8s.io")
+        if patch_type == "apply" and isinstance(patch, dict) and isinstance(patch.get("metadata"), dict) \
+                and patch["metadata"].get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
         ns = self._ns_key(rt, namespace)
         if subresource == "scale":
             current = self._scale_of(rt, self.get_or_404(resource, ns or None, name))
@@ -926,7 +1047,8 @@ class Store:
                 body = deep_copy(patch)
                 body.setdefault("metadata", {})["name"] = name
                 self._check_kind(rt, body, require=True)
-                return self.create_ex(resource, namespace, body, opts, owned=True)
+                return self.create_ex(resource, namespace, body, opts, owned=True,
+                                      apply_config=self._applied_config(rt, patch, subresource))
             raise errors.not_found(rt.plural, name, rt.group)
         if patch_type == "apply":
             if not isinstance(patch, dict):
@@ -938,15 +1060,29 @@ class Store:
                                          f"({name})")
         # No copy: the patch engines' results share no mutable structure with their inputs
         # (controller/sim/patch.py contract), so the update pipeline may write into them.
-        patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind)
+        patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind,
+                                    strip_status=rt.status_subresource and subresource != "status")
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
             raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match "
                                      f"{rt.kind}")
         return self._update_existing(rt, bucket, existing, patched, subresource, opts,
-                                     precondition_required=False)
+                                     precondition_required=False,
+                                     apply_config=self._applied_config(rt, patch, subresource)
+                                     if patch_type == "apply" else None)
 
     @staticmethod
-    def _apply_patch(patch_mod: Any, patch_type: str, doc: dict, patch: Any, kind: str) -> Any:
+    def _applied_config(rt: ResourceType, patch: dict, subresource: str | None) -> dict:
+        # The fields an apply sets: through the main resource a kind with a status endpoint ignores
+        # the configuration's status; through /status only status counts.
+        if subresource == "status":
+            return {"status": patch["status"]} if "status" in patch else {}
+        if rt.status_subresource:
+            return {k: v for k, v in patch.items() if k != "status"}
+        return patch
+
+    @staticmethod
+    def _apply_patch(patch_mod: Any, patch_type: str, doc: dict, patch: Any, kind: str, *,
+                     strip_status: bool = True) -> Any:
         # The decoded body goes straight to the engines: they own the real server's answers to bad
         # bodies (null JSON patch = no-op, array merge patch = 422, ...), so no pre-checks here.
         if patch_type == "json":
@@ -955,13 +1091,13 @@ class Store:
             return patch_mod.merge_patch(doc, patch)
         if patch_type == "strategic":
             return patch_mod.strategic_merge_patch(doc, patch, kind)
-        # Server-side apply, simplified: the applied configuration is merged over the live object
-        # (strategic merge for built-ins so keyed lists merge, JSON merge for custom resources).
-        # Ownership tracking (managedFields) and removal of fields a manager stopped applying
-        # are not modelled.
-        # The choice is made by kind, up front: an error of the chosen engine is the answer.
+        # Server-side apply: the applied configuration is merged over the live object (strategic
+        # merge for built-ins so keyed lists merge, JSON merge for custom resources); ownership,
+        # conflicts and the removal of fields a manager stopped applying are the field manager's
+        # (``_own_updated``). The engine is chosen by kind, up front: its error is the answer.
         applied = dict(patch)
-        applied.pop("status", None)
+        if strip_status:
+            applied.pop("status", None)
         if kind in patch_mod.STRATEGIC_MERGE_KINDS:
             return patch_mod.strategic_merge_patch(doc, applied, kind)
         return patch_mod.merge_patch(doc, applied)
@@ -1019,7 +1155,8 @@ class Store:
         else:
             new["metadata"].pop("resourceVersion", None)
         bucket = self._bucket(rt)
-        result = self._update_existing(rt, bucket, existing, new, None, opts, precondition_required=False)
+        result = self._update_existing(rt, bucket, existing, new, None, opts, precondition_required=False,
+                                       ownership_subresource="scale")
         return WriteResult(self._scale_of(rt, result.obj), 200, result.warnings)
 
     # ------------------------------------------------------------------ delete
@@ -1476,6 +1613,13 @@ class Store:
 
 
 _MISSING = object()
+
+
+def _same_ignoring_time(entries: list[dict], current: Any) -> bool:
+    if type(current) is not list or len(current) != len(entries):
+        return False
+    return all({k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
+               for a, b in zip(entries, current) if type(b) is dict) and all(type(b) is dict for b in current)
 
 
 def _get_path(obj: dict, path: str) -> Any:

@@ -7,25 +7,8 @@ import pytest
 
 from controller.sim.errors import ApiError
 from controller.sim.store import Store, StoreConfig, WriteOptions
+from tests.sim.conftest import FakeClock
 from tests.sim.crds import pod, widget, widget_crd
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> Store:
-    return Store(clock=clock)
 
 
 @pytest.fixture
@@ -119,7 +102,7 @@ def test_patch_bodies_get_the_real_servers_answers(store: Store, events: list) -
 def test_apply_picks_the_engine_by_kind_and_its_errors_propagate(store: Store, events: list) -> None:
     """Built-ins merge strategically (keyed lists), no silent fallback to JSON merge on an error."""
     store.create("pods", "default", pod("p"))
-    opts = WriteOptions(field_manager="m")
+    opts = WriteOptions(field_manager="m", force=True)  # the image is the creator's: take it over
     applied = store.patch_ex("pods", "default", "p", "apply",
                              {"apiVersion": "v1", "kind": "Pod",
                               "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}, opts=opts).obj

@@ -1,0 +1,825 @@
+"""Field ownership: ``metadata.managedFields``, kept the way kube-apiserver's field manager keeps it.
+
+Why this module exists: every object a real apiserver returns carries managedFields, one entry per
+(manager, operation, subresource) with the set of fields that manager last set. ``kubectl`` shows them
+(``--show-managed-fields``); server-side apply needs them to detect conflicts between managers and to
+remove the fields a manager stopped applying; and they are a large share of every object on the wire,
+so a client's decoding cost is only realistic when they are there. The simulator omitting them was a
+difference any client could see.
+
+Semantics reproduced (structured-merge-diff, as the apiserver runs it):
+
+- **Update** (create, PUT, JSON/merge/strategic PATCH): the writer gains every field it added or
+  changed; every other entry loses those fields (updates never conflict); fields that disappeared are
+  removed from every entry; entries left empty are dropped. A node that did not exist before (a new
+  map, a new list item) is itself a member, shown as ``".": {}``. On create the "before" object is the
+  type's zero value: for a built-in its non-pointer structs (``spec``, ``status``) already exist, for
+  a custom resource nothing does (hence ``f:spec: {".": {}}`` on CRs only, as on a real cluster).
+- **Apply** (server-side apply): the applier's entry becomes exactly the applied configuration's field
+  set. A field the apply would change that another entry owns is a conflict: 409 with
+  ``FieldManagerConflict`` causes, unless ``force`` (then the other entries lose it). Fields the
+  applier owned before, no longer applies, and nobody else owns are removed from the object.
+- Never owned: ``apiVersion``, ``kind``, ``metadata`` itself and its server-set fields (name,
+  namespace, uid, resourceVersion, generation, creationTimestamp, selfLink, managedFields).
+- Field paths follow the schema: ``f:<field>``; items of associative lists ``k:{"name":"x"}`` (the
+  list-map keys, JSON with sorted keys); items of sets ``v:"value"``; atomic lists and maps are one
+  field. Built-in kinds use the list types of k8s.io/api (below); custom resources use their CRD
+  schema (``x-kubernetes-list-type``, ``x-kubernetes-list-map-keys``, ``x-kubernetes-map-type``);
+  ``metadata`` always follows ObjectMeta. A list whose items lack their keys (or repeat them) is
+  treated as atomic rather than failing the write.
+- An Update entry per (manager, subresource, API version); one Apply entry per (manager, subresource).
+- At most 10 Update entries are kept; the oldest are merged into ``ancient-changes`` (per version).
+- Entries are ordered Apply before Update, then by time, manager, API version and subresource.
+
+Internal form of a field set: nested dicts keyed by path element; ``"."`` in a node marks the node
+itself as a member. :func:`to_fields_v1` / :func:`from_fields_v1` convert to and from the wire form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import orjson
+
+__all__ = [
+    "ANCIENT_CHANGES",
+    "Entry",
+    "FieldConflict",
+    "MAX_UPDATE_MANAGERS",
+    "apply_ownership",
+    "decode_entries",
+    "encode_entries",
+    "field_path_string",
+    "from_fields_v1",
+    "manager_from_user_agent",
+    "root_schema",
+    "to_fields_v1",
+    "update_ownership",
+    "validate_entries",
+]
+
+MAX_UPDATE_MANAGERS = 10
+ANCIENT_CHANGES = "ancient-changes"
+
+Path = tuple[str, ...]
+Trie = dict[str, Any]
+
+_MEMBER = "."
+_STRIPPED_META = frozenset({
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "selfLink",
+    "managedFields", "clusterName",
+})
+_STRIPPED_TOP = frozenset({"apiVersion", "kind"})
+
+
+# -- schemas of the built-in kinds ---------------------------------------------------------------------
+# OpenAPI-shaped dicts, the same shape a CRD schema has, so one walker serves both. Only what decides
+# ownership granularity is listed: associative lists and their keys, sets, atomic maps. Lists not listed
+# are atomic (k8s.io/api's default), maps not listed are granular.
+
+
+def _map_list(*keys: str, items: dict | None = None) -> dict:
+    return {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys),
+            "items": items or {}}
+
+
+_SET: dict = {"type": "array", "x-kubernetes-list-type": "set"}
+_ATOMIC_MAP: dict = {"type": "object", "x-kubernetes-map-type": "atomic"}
+
+OBJECT_META: dict = {"properties": {"finalizers": _SET, "ownerReferences": _map_list("uid", items=_ATOMIC_MAP)}}
+_CONTAINER: dict = {"properties": {
+    "ports": _map_list("containerPort", "protocol"),
+    "env": _map_list("name"),
+    "volumeMounts": _map_list("mountPath"),
+    "volumeDevices": _map_list("devicePath"),
+}}
+_POD_SPEC: dict = {"properties": {
+    "containers": _map_list("name", items=_CONTAINER),
+    "initContainers": _map_list("name", items=_CONTAINER),
+    "ephemeralContainers": _map_list("name", items=_CONTAINER),
+    "volumes": _map_list("name"),
+    "imagePullSecrets": _map_list("name"),
+    "hostAliases": _map_list("ip"),
+    "topologySpreadConstraints": _map_list("topologyKey", "whenUnsatisfiable"),
+    "schedulingGates": _map_list("name"),
+    "resourceClaims": _map_list("name"),
+    "nodeSelector": _ATOMIC_MAP,
+}}
+_CONDITIONS: dict = {"properties": {"conditions": _map_list("type")}}
+_POD_STATUS: dict = {"properties": {
+    "conditions": _map_list("type"),
+    "podIPs": _map_list("ip"),
+    "hostIPs": _map_list("ip"),
+    "resourceClaimStatuses": _map_list("name"),
+}}
+_POD_TEMPLATE: dict = {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}}
+_TEMPLATED: dict = {"properties": {"spec": {"properties": {"template": _POD_TEMPLATE}}, "status": _CONDITIONS}}
+
+_BUILTIN_SCHEMAS: dict[str, dict] = {
+    "Pod": {"properties": {"spec": _POD_SPEC, "status": _POD_STATUS}},
+    "PodTemplate": {"properties": {"template": _POD_TEMPLATE}},
+    "Service": {"properties": {
+        "spec": {"properties": {"ports": _map_list("port", "protocol"), "selector": _ATOMIC_MAP}},
+        "status": _CONDITIONS,
+    }},
+    "Node": {"properties": {
+        "spec": {"properties": {"podCIDRs": _SET}},
+        "status": {"properties": {"conditions": _map_list("type"), "addresses": _map_list("type")}},
+    }},
+    "Namespace": {"properties": {"status": _CONDITIONS}},
+    "PersistentVolumeClaim": {"properties": {"status": _CONDITIONS}},
+    "Job": _TEMPLATED,
+    "ReplicaSet": _TEMPLATED,
+    "ReplicationController": _TEMPLATED,
+    "Deployment": _TEMPLATED,
+    "StatefulSet": _TEMPLATED,
+    "DaemonSet": _TEMPLATED,
+}
+
+# The Go zero value of a built-in as the apiserver serialises it: non-pointer structs are present. This
+# is the "before" of a create, so these nodes are never new (no "." member) on a built-in.
+_ZERO_SPEC_STATUS = {"metadata": {}, "spec": {}, "status": {}}
+_BUILTIN_ZERO: dict[str, dict] = {
+    "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
+    **{kind: _ZERO_SPEC_STATUS for kind in (
+        "Service", "Node", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "Job", "ReplicaSet",
+        "ReplicationController", "Deployment", "StatefulSet", "DaemonSet", "CustomResourceDefinition",
+        "HorizontalPodAutoscaler", "PodDisruptionBudget")},
+    "Lease": {"metadata": {}, "spec": {}},
+    "PodTemplate": {"metadata": {}, "template": {"metadata": {}, "spec": {"containers": None}}},
+}
+_NOTHING: dict = {}
+
+
+def root_schema(kind: str, custom: bool, crd_schema: dict | None) -> dict:
+    """The ownership schema of a kind: a CRD's openAPIV3Schema (with ObjectMeta for metadata), or the
+    built-in table. Callers cache it per resource type."""
+    if custom:
+        props = dict((crd_schema or {}).get("properties") or {})
+        props["metadata"] = OBJECT_META
+        return {**(crd_schema or {}), "properties": props}
+    base = _BUILTIN_SCHEMAS.get(kind, {"properties": {}})
+    return {"properties": {**base["properties"], "metadata": OBJECT_META}}
+
+
+def zero_object(kind: str, custom: bool) -> dict:
+    return _NOTHING if custom else _BUILTIN_ZERO.get(kind, {"metadata": {}})
+
+
+def _child(schema: dict, key: str) -> dict:
+    props = schema.get("properties")
+    if props:
+        sub = props.get(key)
+        if sub is not None:
+            return sub
+    extra = schema.get("additionalProperties")
+    return extra if type(extra) is dict else _NOTHING
+
+
+def _keyed_items(items: Any, schema: dict) -> dict[str, Any] | None:
+    """Path element → item of an associative list or set; None when the list must count as atomic."""
+    if type(items) is not list:
+        return None
+    list_type = schema.get("x-kubernetes-list-type")
+    out: dict[str, Any] = {}
+    if list_type == "map":
+        keys = schema.get("x-kubernetes-list-map-keys") or ()
+        if not keys:
+            return None
+        for item in items:
+            if type(item) is not dict or any(k not in item for k in keys):
+                return None
+            pe = "k:" + orjson.dumps({k: item[k] for k in keys}, option=orjson.OPT_SORT_KEYS).decode()
+            if pe in out:
+                return None
+            out[pe] = item
+        return out
+    if list_type == "set":
+        for item in items:
+            if type(item) in (dict, list):
+                return None
+            pe = "v:" + orjson.dumps(item).decode()
+            if pe in out:
+                return None
+            out[pe] = item
+        return out
+    return None
+
+
+def _granular_map(value: Any, schema: dict) -> bool:
+    return type(value) is dict and bool(value) and schema.get("x-kubernetes-map-type") != "atomic"
+
+
+# -- comparing two objects (Update) ----------------------------------------------------------------------
+
+
+def _compare(old: Any, new: Any, schema: dict, path: Path, present: bool, changed: list[Path],
+             removed: list[Path]) -> None:
+    """Record what turning ``old`` into ``new`` at ``path`` added or changed, and what it removed.
+
+    ``present``: the node existed before (possibly as null). Callers skip equal subtrees.
+    """
+    if _granular_map(new, schema):
+        if type(old) is not dict:
+            _node_is_new(old, path, present, changed, removed)
+            old = _NOTHING
+        _compare_map(old, new, schema, path, changed, removed, top=not path, meta=path == ("f:metadata",))
+        return
+    if type(new) is list and new:
+        items = _keyed_items(new, schema)
+        if items is not None:
+            old_items = _keyed_items(old, schema) if type(old) is list else {}
+            if old_items is not None:
+                if type(old) is not list:
+                    _node_is_new(old, path, present, changed, removed)
+                item_schema = schema.get("items") or _NOTHING
+                for pe, item in items.items():
+                    item_path = path + (pe,)
+                    if pe in old_items:
+                        before = old_items[pe]
+                        if before == item:
+                            continue
+                        _compare_item(before, item, item_schema, item_path, changed, removed)
+                    else:
+                        changed.append(item_path)
+                        _compare_item(None, item, item_schema, item_path, changed, removed)
+                for pe in old_items:
+                    if pe not in items:
+                        removed.append(path + (pe,))
+                return
+    # A leaf: scalar, null, empty map or list, atomic map or list.
+    if present and (type(old) in (dict, list)) and old:
+        removed.append(path)  # whatever was owned inside the old value is gone
+    changed.append(path)
+
+
+def _node_is_new(old: Any, path: Path, present: bool, changed: list[Path], removed: list[Path]) -> None:
+    if not present:
+        if path and path != ("f:metadata",):
+            changed.append(path)
+    elif old is not None:  # a different type before: its ownership goes, the node is new
+        removed.append(path)
+        changed.append(path)
+
+
+def _compare_map(old_map: dict, new: dict, schema: dict, path: Path, changed: list[Path], removed: list[Path], *,
+                 top: bool = False, meta: bool = False) -> None:
+    """The fields of a granular map (``top``/``meta``: the object root or its metadata, whose
+    server-set fields nobody owns)."""
+    for key, value in new.items():
+        if (top and key in _STRIPPED_TOP) or (meta and key in _STRIPPED_META):
+            continue
+        child_path = path + ("f:" + key,)
+        if key in old_map:
+            before = old_map[key]
+            if before is value or (before == value and type(before) is type(value)):
+                continue
+            _compare(before, value, _child(schema, key), child_path, True, changed, removed)
+        else:
+            _compare(None, value, _child(schema, key), child_path, False, changed, removed)
+    for key in old_map:
+        if key not in new and not ((top and key in _STRIPPED_TOP) or (meta and key in _STRIPPED_META)):
+            removed.append(path + ("f:" + key,))
+
+
+def _compare_item(old: Any, new: Any, schema: dict, path: Path, changed: list[Path], removed: list[Path]) -> None:
+    """A list item: new items are already members; their fields are compared like a map's."""
+    if type(new) is dict and schema.get("x-kubernetes-map-type") != "atomic":
+        _compare_map(old if type(old) is dict else _NOTHING, new, schema, path, changed, removed)
+    elif old is not None:
+        changed.append(path)  # an atomic item that changed
+
+
+# -- the field set of an applied configuration (Apply) -----------------------------------------------------
+
+
+def _field_set(value: Any, schema: dict, path: Path, out: list[Path]) -> None:
+    if _granular_map(value, schema):
+        top = not path
+        meta = path == ("f:metadata",)
+        for key, child in value.items():
+            if (top and key in _STRIPPED_TOP) or (meta and key in _STRIPPED_META):
+                continue
+            _field_set(child, _child(schema, key), path + ("f:" + key,), out)
+        return
+    if type(value) is list and value:
+        items = _keyed_items(value, schema)
+        if items is not None:
+            item_schema = schema.get("items") or _NOTHING
+            for pe, item in items.items():
+                item_path = path + (pe,)
+                out.append(item_path)
+                if type(item) is dict and item_schema.get("x-kubernetes-map-type") != "atomic":
+                    for key, child in item.items():
+                        _field_set(child, _child(item_schema, key), item_path + ("f:" + key,), out)
+            return
+    if path and path != ("f:metadata",):
+        out.append(path)
+
+
+# -- field-set tries ---------------------------------------------------------------------------------------
+
+
+def _insert(trie: Trie, path: Path) -> None:
+    node = trie
+    for pe in path:
+        nxt = node.get(pe)
+        if nxt is None:
+            nxt = node[pe] = {}
+        node = nxt
+    node[_MEMBER] = True
+
+
+def _has_member(trie: Trie, path: Path) -> bool:
+    node = trie
+    for pe in path:
+        node = node.get(pe)
+        if node is None:
+            return False
+    return _MEMBER in node
+
+
+def _remove(trie: Trie, path: Path, *, subtree: bool) -> bool:
+    """Remove the member at ``path`` (``subtree``: and everything under it); prune emptied nodes.
+    Returns whether anything was removed."""
+    nodes = [trie]
+    node = trie
+    for pe in path:
+        node = node.get(pe)
+        if node is None:
+            return False
+        nodes.append(node)
+    if subtree:
+        if not path:
+            hit = bool(trie)
+            trie.clear()
+            return hit
+        del nodes[-2][path[-1]]
+    else:
+        if _MEMBER not in node:
+            return False
+        del node[_MEMBER]
+    for depth in range(len(path) - 1, -1, -1):
+        child = nodes[depth + 1]
+        if child:
+            break
+        nodes[depth].pop(path[depth], None)
+    return True
+
+
+def _members(trie: Trie, prefix: Path = ()) -> Iterator[Path]:
+    for pe, child in trie.items():
+        if pe == _MEMBER:
+            continue
+        path = prefix + (pe,)
+        if _MEMBER in child:
+            yield path
+        yield from _members(child, path)
+
+
+def _union(into: Trie, other: Trie) -> None:
+    for pe, child in other.items():
+        if pe == _MEMBER:
+            into[_MEMBER] = True
+        else:
+            _union(into.setdefault(pe, {}), child)
+
+
+def to_fields_v1(trie: Trie) -> dict:
+    """The wire form: a member without children is ``{}``; one with children carries ``".": {}``."""
+    out: dict = {}
+    for pe in sorted(trie):
+        if pe == _MEMBER:
+            if len(trie) > 1:
+                out[pe] = {}
+        else:
+            out[pe] = to_fields_v1(trie[pe])
+    return out
+
+
+def from_fields_v1(fields: Any) -> Trie:
+    """Parse a FieldsV1 object; raises ValueError when it is not one."""
+    if type(fields) is not dict:
+        raise ValueError("fieldsV1 must be an object")
+    trie: Trie = {}
+    for pe, child in fields.items():
+        if pe == _MEMBER:
+            if child != {}:
+                raise ValueError('the "." element must be empty')
+            trie[_MEMBER] = True
+            continue
+        if not isinstance(pe, str) or pe[:2] not in ("f:", "k:", "v:", "i:"):
+            raise ValueError(f"unknown path element {pe!r}")
+        if type(child) is not dict:
+            raise ValueError(f"the value of {pe!r} must be an object")
+        trie[pe] = {_MEMBER: True} if not child else from_fields_v1(child)
+    return trie
+
+
+def field_path_string(path: Path) -> str:
+    """``.spec.containers[name="x"].image``, as apiserver conflict messages print a field."""
+    out = []
+    for pe in path:
+        tag, text = pe[:2], pe[2:]
+        if tag == "f:":
+            out.append("." + text)
+        elif tag == "k:":
+            keys = orjson.loads(text)
+            out.append("[" + ",".join(f"{k}={orjson.dumps(v).decode()}" for k, v in keys.items()) + "]")
+        elif tag == "v:":
+            out.append(f"[={text}]")
+        else:
+            out.append(f"[{text}]")
+    return "".join(out)
+
+
+# -- entries -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    manager: str
+    operation: str  # "Apply" | "Update"
+    api_version: str
+    time: str | None
+    subresource: str
+    fields: Trie
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        # As the apiserver builds manager identifiers: an Update entry per API version, one Apply
+        # entry whatever version was applied.
+        return (self.manager, self.operation, self.subresource,
+                self.api_version if self.operation == "Update" else "")
+
+    def encode(self) -> dict:
+        return self.encode_wire(to_fields_v1(self.fields))
+
+    def encode_wire(self, fields_v1: dict) -> dict:
+        out: dict = {"manager": self.manager} if self.manager else {}
+        out["operation"] = self.operation
+        out["apiVersion"] = self.api_version
+        if self.time is not None:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = fields_v1
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+
+def validate_entries(value: Any) -> list[dict[str, str]]:
+    """Causes (``reason``/``field``/``message``) for a client-sent ``metadata.managedFields`` that is
+    not a valid list of entries; empty when it is valid."""
+    def cause(where: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
+        return {"reason": reason, "field": where, "message": message}
+
+    if type(value) is not list:
+        return [cause("metadata.managedFields", "Invalid value: must be a list of entries")]
+    causes = []
+    for i, entry in enumerate(value):
+        where = f"metadata.managedFields[{i}]"
+        if type(entry) is not dict:
+            causes.append(cause(where, "Invalid value: must be an object"))
+            continue
+        operation = entry.get("operation")
+        if operation not in ("Apply", "Update"):
+            causes.append(cause(f"{where}.operation", f'Unsupported value: "{operation}": supported values: '
+                                '"Apply", "Update"', "FieldValueNotSupported"))
+        fields_type = entry.get("fieldsType")
+        if fields_type != "FieldsV1":
+            causes.append(cause(f"{where}.fieldsType", f'Unsupported value: "{fields_type}": supported values: '
+                                '"FieldsV1"', "FieldValueNotSupported"))
+        for key in ("manager", "subresource", "apiVersion", "time"):
+            if key in entry and not isinstance(entry[key], str):
+                causes.append(cause(f"{where}.{key}", "Invalid value: must be a string"))
+        try:
+            from_fields_v1(entry.get("fieldsV1", {}))
+        except ValueError as exc:
+            causes.append(cause(f"{where}.fieldsV1", f"Invalid value: {exc}"))
+    return causes
+
+
+def decode_entries(value: Any) -> list[Entry]:
+    """Entries of a stored (already validated) managedFields list."""
+    out = []
+    for raw in value or ():
+        out.append(Entry(raw.get("manager", ""), raw["operation"], raw.get("apiVersion", ""), raw.get("time"),
+                         raw.get("subresource", ""), from_fields_v1(raw.get("fieldsV1", {}))))
+    return out
+
+
+def encode_entries(entries: list[Entry]) -> list[dict]:
+    live = [e for e in entries if e.fields]
+    live.sort(key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource))
+    return [e.encode() for e in live]
+
+
+def manager_from_user_agent(user_agent: str) -> str:
+    """The default manager name: the User-Agent up to its first "/", printable characters only, at most
+    128 of them (what the apiserver uses when ``fieldManager`` is not given)."""
+    prefix = user_agent.split("/", 1)[0]
+    return "".join(ch for ch in prefix if ch.isprintable())[:128]
+
+
+def _entry_for(entries: list[Entry], manager: str, operation: str, subresource: str, api_version: str) -> Entry:
+    for entry in entries:
+        if entry.identity == (manager, operation, subresource, api_version if operation == "Update" else ""):
+            return entry
+    entry = Entry(manager, operation, api_version, None, subresource, {})
+    entries.append(entry)
+    return entry
+
+
+def _cap_update_managers(entries: list[Entry], now: str) -> list[Entry]:
+    """Keep at most MAX_UPDATE_MANAGERS Update entries: walking them oldest first, every further entry
+    of an API version already seen is merged into that version's ``ancient-changes`` bucket (which
+    takes the time of the newest update merged into it), until the cap holds."""
+    updates = [e for e in entries if e.operation == "Update" and e.fields]
+    if len(updates) <= MAX_UPDATE_MANAGERS:
+        return entries
+    updates.sort(key=lambda e: (e.time or "", e.manager))
+    first_of_version: dict[str, Entry] = {}
+    buckets: dict[str, Entry] = {e.api_version: e for e in updates if e.manager == ANCIENT_CHANGES
+                                 and not e.subresource}
+    dropped: set[int] = set()
+    count = len(updates)
+    for entry in updates:
+        if count <= MAX_UPDATE_MANAGERS:
+            break
+        version = entry.api_version
+        first = first_of_version.get(version)
+        if first is None:
+            first_of_version[version] = entry
+            continue
+        bucket = buckets.get(version)
+        if bucket is None:
+            bucket = buckets[version] = Entry(ANCIENT_CHANGES, "Update", version, first.time, "", first.fields)
+            dropped.add(id(first))
+            entries = entries + [bucket]
+        if bucket is not entry:
+            merged: Trie = {}
+            _union(merged, bucket.fields)
+            _union(merged, entry.fields)
+            bucket.fields = merged
+            bucket.time = entry.time
+            dropped.add(id(entry))
+            count -= 1
+    return [e for e in entries if id(e) not in dropped]
+
+
+# -- the two operations ------------------------------------------------------------------------------------
+
+
+def update_ownership(schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str,
+                     api_version: str, now: str) -> Any:
+    """managedFields after ``manager`` turned ``before`` into ``after`` with an Update operation.
+
+    ``managed`` is the (validated) list to start from; the result is the list to store (``managed``
+    itself when nothing changed). Works on the wire form directly and copies only the entries it
+    changes, because every write of every object comes through here: unaffected entries stay the
+    very dicts the previous version of the object holds (stored objects are never mutated).
+    """
+    changed: list[Path] = []
+    removed: list[Path] = []
+    _compare(before, after, schema, (), True, changed, removed)
+    if not changed and not removed:
+        return managed
+    identity = (manager, "Update", subresource, api_version)
+    out: list[dict] = []
+    mine: dict | None = None
+    mine_fields: dict = {}
+    for raw in managed or ():
+        fields = raw.get("fieldsV1") or {}
+        if _wire_identity(raw) == identity:
+            mine, mine_fields = raw, _wire_copy(fields)
+            continue
+        hit_removed = [p for p in removed if _wire_find(fields, p) is not None]
+        hit_changed = [p for p in changed if _wire_is_member(fields, p)]
+        if not hit_removed and not hit_changed:
+            out.append(raw)
+            continue
+        fields = _wire_copy(fields)
+        for path in hit_removed:
+            _wire_remove(fields, path, subtree=True)
+        for path in hit_changed:
+            _wire_remove(fields, path, subtree=False)
+        if fields:
+            out.append({**raw, "fieldsV1": fields})
+    for path in removed:
+        _wire_remove(mine_fields, path, subtree=True)
+    unsorted: list[dict] = []
+    for path in sorted(changed):
+        _wire_insert(mine_fields, path, unsorted)
+    for node in unsorted:
+        items = sorted(node.items())
+        node.clear()
+        node.update(items)
+    if mine_fields:
+        if changed or mine is None:
+            out.append(Entry(manager, "Update", api_version, now, subresource, {}).encode_wire(mine_fields))
+        else:  # the write only removed fields: the entry keeps its time, as on a real apiserver
+            out.append({**mine, "fieldsV1": mine_fields})
+    if sum(1 for raw in out if raw.get("operation") == "Update") > MAX_UPDATE_MANAGERS:
+        return encode_entries(_cap_update_managers(decode_entries(out), now))
+    out.sort(key=_wire_order)
+    return out
+
+
+def _wire_identity(raw: dict) -> tuple[str, str, str, str]:
+    operation = raw.get("operation", "")
+    return (raw.get("manager", ""), operation, raw.get("subresource", ""),
+            raw.get("apiVersion", "") if operation == "Update" else "")
+
+
+def _wire_order(raw: dict) -> tuple[str, str, str, str, str]:
+    return (raw.get("operation", ""), raw.get("time") or "", raw.get("manager", ""), raw.get("apiVersion", ""),
+            raw.get("subresource", ""))
+
+
+# -- the wire form as a trie -------------------------------------------------------------------------------
+# A FieldsV1 node is a member when it is empty (a leaf) or holds ".". These helpers edit nodes the caller
+# owns (``_wire_copy``) and keep that invariant: a member that loses its last child becomes ``{}``, a
+# non-member that loses its last child disappears.
+
+
+def _wire_copy(node: dict) -> dict:
+    return {pe: _wire_copy(child) if child else {} for pe, child in node.items()}
+
+
+def _wire_find(node: dict, path: Path) -> dict | None:
+    for pe in path:
+        node = node.get(pe)
+        if node is None:
+            return None
+    return node
+
+
+def _wire_is_member(node: dict, path: Path) -> bool:
+    found = _wire_find(node, path)
+    return found is not None and (not found or _MEMBER in found)
+
+
+def _wire_remove(root: dict, path: Path, *, subtree: bool) -> None:
+    nodes = [root]
+    node = root
+    for pe in path:
+        node = node.get(pe)
+        if node is None:
+            return
+        nodes.append(node)
+    if not path:
+        if subtree:
+            root.clear()
+        return
+    if not subtree and node:
+        if _MEMBER in node:
+            del node[_MEMBER]  # it keeps its children, so it stays
+        return
+    del nodes[-2][path[-1]]
+    for depth in range(len(path) - 1, 0, -1):
+        parent = nodes[depth]
+        if len(parent) > 1 or (parent and _MEMBER not in parent):
+            return
+        if parent:  # only "." is left: a member leaf now
+            parent.clear()
+            return
+        del nodes[depth - 1][path[depth - 1]]
+
+
+def _wire_insert(root: dict, path: Path, unsorted: list[dict]) -> None:
+    node = root
+    last = len(path) - 1
+    for depth, pe in enumerate(path):
+        child = node.get(pe)
+        if child is None:
+            if node and pe < next(reversed(node)):
+                unsorted.append(node)
+            child = node[pe] = {}
+            if depth < last:
+                node = child
+                continue
+            return
+        if depth == last:
+            if child and _MEMBER not in child:
+                node[pe] = {_MEMBER: {}, **child}
+            return
+        if not child:  # a member leaf gaining children
+            child[_MEMBER] = {}
+        node = child
+
+
+class FieldConflict(Exception):
+    """An apply would change fields other managers own. ``conflicts``: (entry, field paths) pairs."""
+
+    def __init__(self, conflicts: list[tuple[Entry, list[Path]]]) -> None:
+        self.conflicts = conflicts
+        count = sum(len(paths) for _, paths in conflicts)
+        parts = []
+        for entry, paths in conflicts:
+            who = f'"{entry.manager}"' + (f' with subresource "{entry.subresource}"' if entry.subresource else "")
+            who += f" using {entry.api_version}"
+            if count == 1:
+                parts.append(f"conflict with {who}: {field_path_string(paths[0])}")
+            else:
+                parts.append(f"conflicts with {who}:\n" + "\n".join(f"- {field_path_string(p)}" for p in paths))
+        noun = "conflict" if count == 1 else "conflicts"
+        self.message = f"Apply failed with {count} {noun}: " + "\n".join(parts)
+        self.causes = [
+            {"reason": "FieldManagerConflict",
+             "message": f'conflict with "{entry.manager}"' + (f" using {entry.api_version}" if entry.api_version
+                                                                 else ""),
+             "field": field_path_string(path)}
+            for entry, paths in conflicts for path in paths
+        ]
+        super().__init__(self.message)
+
+
+def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, managed: Any, manager: str,
+                    subresource: str, api_version: str, force: bool, now: str) -> list[dict]:
+    """managedFields after ``manager`` applied ``config`` to ``live``, giving ``merged``.
+
+    Raises :class:`FieldConflict` when the apply changes fields other entries own and ``force`` is
+    false. Fields the applier owned before and no longer applies (and no one else owns) are deleted from
+    ``merged`` in place.
+    """
+    applied_paths: list[Path] = []
+    _field_set(config, schema, (), applied_paths)
+    applied: Trie = {}
+    for path in applied_paths:
+        _insert(applied, path)
+    changed: list[Path] = []
+    removed: list[Path] = []
+    _compare(live, merged, schema, (), True, changed, removed)
+    entries = decode_entries(managed)
+    identity = (manager, "Apply", subresource, "")
+    conflicts = []
+    for entry in entries:
+        if entry.identity == identity:
+            continue
+        hits = [path for path in changed if _has_member(entry.fields, path)]
+        if hits:
+            conflicts.append((entry, hits))
+    if conflicts and not force:
+        raise FieldConflict(conflicts)
+    for entry, hits in conflicts:
+        for path in hits:
+            _remove(entry.fields, path, subtree=False)
+    previous = next((e for e in entries if e.identity == identity), None)
+    if previous is not None:
+        others = [e for e in entries if e is not previous]
+        dropped = [path for path in _members(previous.fields)
+                   if not _has_member(applied, path) and not any(_has_member(e.fields, path) for e in others)]
+        for path in sorted(dropped, key=len, reverse=True):
+            _delete_path(merged, path)
+    for entry in entries:
+        for path in removed:
+            _remove(entry.fields, path, subtree=True)
+    mine = _entry_for(entries, manager, "Apply", subresource, api_version)
+    mine.fields = applied
+    mine.time = now
+    mine.api_version = api_version
+    return encode_entries(_cap_update_managers(entries, now))
+
+
+def _delete_path(obj: Any, path: Path) -> None:
+    """Delete the field or list item at ``path`` from ``obj`` (in place); a missing path is a no-op."""
+    parent: Any = obj
+    for pe in path[:-1]:
+        parent = _step(parent, pe)
+        if parent is None:
+            return
+    last = path[-1]
+    tag, text = last[:2], last[2:]
+    if tag == "f:" and type(parent) is dict:
+        parent.pop(text, None)
+    elif tag in ("k:", "v:") and type(parent) is list:
+        index = _find(parent, last)
+        if index is not None:
+            del parent[index]
+
+
+def _step(node: Any, pe: str) -> Any:
+    tag, text = pe[:2], pe[2:]
+    if tag == "f:":
+        return node.get(text) if type(node) is dict else None
+    if type(node) is not list:
+        return None
+    index = _find(node, pe)
+    return node[index] if index is not None else None
+
+
+def _find(items: list, pe: str) -> int | None:
+    tag, text = pe[:2], pe[2:]
+    wanted = orjson.loads(text)
+    for i, item in enumerate(items):
+        if tag == "k:":
+            if type(item) is dict and all(item.get(k) == v for k, v in wanted.items()):
+                return i
+        elif tag == "v:":
+            if item == wanted and type(item) is type(wanted):
+                return i
+        elif tag == "i:" and i == wanted:
+            return i
+    return None

@@ -1,0 +1,29 @@
+"""Fixtures of the simulator's store-level tests: a Store on a clock the test moves by hand.
+
+- ``clock``: a :class:`FakeClock` at 2023-11-14T22:13:20Z; assign ``clock.now`` to move time.
+- ``store``: a :class:`~controller.sim.store.Store` reading that clock (no HTTP, no kubelet, no GC).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.sim.store import Store
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> Store:
+    return Store(clock=clock)
