@@ -52,6 +52,7 @@ __all__ = [
     "encode_entries",
     "field_path_string",
     "from_fields_v1",
+    "is_reset",
     "manager_from_user_agent",
     "root_schema",
     "to_fields_v1",
@@ -61,6 +62,7 @@ __all__ = [
 
 MAX_UPDATE_MANAGERS = 10
 ANCIENT_CHANGES = "ancient-changes"
+BEFORE_FIRST_APPLY = "before-first-apply"
 
 Path = tuple[str, ...]
 Trie = dict[str, Any]
@@ -84,12 +86,17 @@ def _map_list(*keys: str, items: dict | None = None) -> dict:
             "items": items or {}}
 
 
+# Port lists are keyed by (port, protocol) and protocol defaults to TCP: an applied configuration that
+# leaves it out still names the item k:{"port":80,"protocol":"TCP"}, as the apiserver fills key defaults.
+_PROTOCOL_DEFAULT: dict = {"properties": {"protocol": {"default": "TCP"}}}
+
+
 _SET: dict = {"type": "array", "x-kubernetes-list-type": "set"}
 _ATOMIC_MAP: dict = {"type": "object", "x-kubernetes-map-type": "atomic"}
 
 OBJECT_META: dict = {"properties": {"finalizers": _SET, "ownerReferences": _map_list("uid", items=_ATOMIC_MAP)}}
 _CONTAINER: dict = {"properties": {
-    "ports": _map_list("containerPort", "protocol"),
+    "ports": _map_list("containerPort", "protocol", items=_PROTOCOL_DEFAULT),
     "env": _map_list("name"),
     "volumeMounts": _map_list("mountPath"),
     "volumeDevices": _map_list("devicePath"),
@@ -114,13 +121,13 @@ _POD_STATUS: dict = {"properties": {
     "resourceClaimStatuses": _map_list("name"),
 }}
 _POD_TEMPLATE: dict = {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}}
-_TEMPLATED: dict = {"properties": {"spec": {"properties": {"template": _POD_TEMPLATE}}, "status": _CONDITIONS}}
-
+_OBJECT_REFERENCE = _ATOMIC_MAP  # ObjectReference is a structType=atomic
 _BUILTIN_SCHEMAS: dict[str, dict] = {
     "Pod": {"properties": {"spec": _POD_SPEC, "status": _POD_STATUS}},
     "PodTemplate": {"properties": {"template": _POD_TEMPLATE}},
     "Service": {"properties": {
-        "spec": {"properties": {"ports": _map_list("port", "protocol"), "selector": _ATOMIC_MAP}},
+        "spec": {"properties": {"ports": _map_list("port", "protocol", items=_PROTOCOL_DEFAULT),
+                                "selector": _ATOMIC_MAP}},
         "status": _CONDITIONS,
     }},
     "Node": {"properties": {
@@ -129,12 +136,10 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
     }},
     "Namespace": {"properties": {"status": _CONDITIONS}},
     "PersistentVolumeClaim": {"properties": {"status": _CONDITIONS}},
-    "Job": _TEMPLATED,
-    "ReplicaSet": _TEMPLATED,
-    "ReplicationController": _TEMPLATED,
-    "Deployment": _TEMPLATED,
-    "StatefulSet": _TEMPLATED,
-    "DaemonSet": _TEMPLATED,
+    "PodDisruptionBudget": {"properties": {"spec": {"properties": {"selector": _ATOMIC_MAP}}, "status": _CONDITIONS}},
+    # core/v1 and events.k8s.io/v1 Events share the kind: both sets of reference fields are atomic.
+    "Event": {"properties": {"involvedObject": _OBJECT_REFERENCE, "regarding": _OBJECT_REFERENCE,
+                             "related": _OBJECT_REFERENCE}},
 }
 
 # The Go zero value of a built-in as the apiserver serialises it: non-pointer structs are present. This
@@ -143,11 +148,11 @@ _ZERO_SPEC_STATUS = {"metadata": {}, "spec": {}, "status": {}}
 _BUILTIN_ZERO: dict[str, dict] = {
     "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
     **{kind: _ZERO_SPEC_STATUS for kind in (
-        "Service", "Node", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "Job", "ReplicaSet",
-        "ReplicationController", "Deployment", "StatefulSet", "DaemonSet", "CustomResourceDefinition",
-        "HorizontalPodAutoscaler", "PodDisruptionBudget")},
+        "Service", "Node", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
+        "PodDisruptionBudget")},
     "Lease": {"metadata": {}, "spec": {}},
     "PodTemplate": {"metadata": {}, "template": {"metadata": {}, "spec": {"containers": None}}},
+    "Event": {"metadata": {}, "involvedObject": {}, "source": {}},
 }
 _NOTHING: dict = {}
 
@@ -187,10 +192,19 @@ def _keyed_items(items: Any, schema: dict) -> dict[str, Any] | None:
         keys = schema.get("x-kubernetes-list-map-keys") or ()
         if not keys:
             return None
+        key_schemas = (schema.get("items") or _NOTHING).get("properties") or _NOTHING
         for item in items:
-            if type(item) is not dict or any(k not in item for k in keys):
+            if type(item) is not dict:
                 return None
-            pe = "k:" + orjson.dumps({k: item[k] for k in keys}, option=orjson.OPT_SORT_KEYS).decode()
+            key: dict[str, Any] = {}
+            for k in keys:
+                if k in item:
+                    key[k] = item[k]
+                elif "default" in (key_schemas.get(k) or _NOTHING):
+                    key[k] = key_schemas[k]["default"]
+                else:
+                    return None
+            pe = "k:" + orjson.dumps(key, option=orjson.OPT_SORT_KEYS).decode()
             if pe in out:
                 return None
             out[pe] = item
@@ -250,8 +264,24 @@ def _compare(old: Any, new: Any, schema: dict, path: Path, present: bool, change
                 return
     # A leaf: scalar, null, empty map or list, atomic map or list.
     if present and (type(old) in (dict, list)) and old:
+        if type(new) is type(old) and not new:
+            children = _children(old, schema)
+            if children is not None:
+                # Emptying a map or keyed list removes the fields inside; the writer gains nothing.
+                removed.extend(path + (pe,) for pe in children)
+                return
         removed.append(path)  # whatever was owned inside the old value is gone
+        if new is None and _children(old, schema) is not None:
+            return  # a granular field set to null is gone, like a removed one
     changed.append(path)
+
+
+def _children(value: Any, schema: dict) -> list[str] | None:
+    """Path elements of a granular container's members; None for a leaf (scalar or atomic)."""
+    if _granular_map(value, schema):
+        return ["f:" + k for k in value]
+    items = _keyed_items(value, schema) if type(value) is list else None
+    return list(items) if items is not None else None
 
 
 def _node_is_new(old: Any, path: Path, present: bool, changed: list[Path], removed: list[Path]) -> None:
@@ -411,10 +441,23 @@ def from_fields_v1(fields: Any) -> Trie:
             continue
         if not isinstance(pe, str) or pe[:2] not in ("f:", "k:", "v:", "i:"):
             raise ValueError(f"unknown path element {pe!r}")
+        if pe[:2] != "f:":
+            _check_value_element(pe)
         if type(child) is not dict:
             raise ValueError(f"the value of {pe!r} must be an object")
         trie[pe] = {_MEMBER: True} if not child else from_fields_v1(child)
     return trie
+
+
+def _check_value_element(pe: str) -> None:
+    try:
+        value = orjson.loads(pe[2:])
+    except orjson.JSONDecodeError:
+        raise ValueError(f"path element {pe!r} is not valid JSON") from None
+    if pe[:2] == "k:" and type(value) is not dict:
+        raise ValueError(f"path element {pe!r} must hold a JSON object of keys")
+    if pe[:2] == "i:" and type(value) is not int:
+        raise ValueError(f"path element {pe!r} must hold an integer index")
 
 
 def field_path_string(path: Path) -> str:
@@ -494,11 +537,21 @@ def validate_entries(value: Any) -> list[dict[str, str]]:
         for key in ("manager", "subresource", "apiVersion", "time"):
             if key in entry and not isinstance(entry[key], str):
                 causes.append(cause(f"{where}.{key}", "Invalid value: must be a string"))
+        if not entry.get("apiVersion"):
+            causes.append(cause(f"{where}.apiVersion", "Required value: must not be empty", "FieldValueRequired"))
         try:
             from_fields_v1(entry.get("fieldsV1", {}))
         except ValueError as exc:
             causes.append(cause(f"{where}.fieldsV1", f"Invalid value: {exc}"))
     return causes
+
+
+def is_reset(value: Any) -> bool:
+    """Whether a client-sent managedFields asks to drop all ownership: an empty list, or a single
+    entry with nothing set."""
+    if type(value) is not list:
+        return False
+    return not value or (len(value) == 1 and type(value[0]) is dict and not any(value[0].values()))
 
 
 def decode_entries(value: Any) -> list[Entry]:
@@ -710,39 +763,61 @@ def _wire_insert(root: dict, path: Path, unsorted: list[dict]) -> None:
         node = child
 
 
+def _print_manager(entry: Entry) -> str:
+    # As the apiserver prints a manager identifier: the version only for Update managers (an Apply
+    # manager is one identity across versions).
+    text = f'"{entry.manager}"'
+    if entry.subresource:
+        text += f' with subresource "{entry.subresource}"'
+    if entry.operation == "Update":
+        text += f" using {entry.api_version}"
+    return text
+
+
 class FieldConflict(Exception):
     """An apply would change fields other managers own. ``conflicts``: (entry, field paths) pairs."""
 
     def __init__(self, conflicts: list[tuple[Entry, list[Path]]]) -> None:
+        conflicts = sorted(conflicts, key=lambda c: _identifier_order(c[0]))
         self.conflicts = conflicts
         count = sum(len(paths) for _, paths in conflicts)
-        parts = []
-        for entry, paths in conflicts:
-            who = f'"{entry.manager}"' + (f' with subresource "{entry.subresource}"' if entry.subresource else "")
-            who += f" using {entry.api_version}"
-            if count == 1:
-                parts.append(f"conflict with {who}: {field_path_string(paths[0])}")
-            else:
-                parts.append(f"conflicts with {who}:\n" + "\n".join(f"- {field_path_string(p)}" for p in paths))
-        noun = "conflict" if count == 1 else "conflicts"
-        self.message = f"Apply failed with {count} {noun}: " + "\n".join(parts)
+        if count == 1:
+            entry, paths = conflicts[0]
+            detail = f"conflict with {_print_manager(entry)}: {field_path_string(paths[0])}"
+        else:
+            lines = []
+            for entry, paths in conflicts:
+                lines.append(f"conflicts with {_print_manager(entry)}:")
+                lines.extend(f"- {field_path_string(p)}" for p in paths)
+            detail = "\n".join(lines)
+        self.message = f"Apply failed with {count} conflict{'' if count == 1 else 's'}: {detail}"
         self.causes = [
-            {"reason": "FieldManagerConflict",
-             "message": f'conflict with "{entry.manager}"' + (f" using {entry.api_version}" if entry.api_version
-                                                                 else ""),
+            {"reason": "FieldManagerConflict", "message": f"conflict with {_print_manager(entry)}",
              "field": field_path_string(path)}
             for entry, paths in conflicts for path in paths
         ]
         super().__init__(self.message)
 
 
+def _identifier_order(entry: Entry) -> str:
+    # The apiserver sorts conflicting managers by their identifier: the entry's JSON without fields/time.
+    ident: dict[str, str] = {"manager": entry.manager, "operation": entry.operation}
+    if entry.operation == "Update":
+        ident["apiVersion"] = entry.api_version
+    if entry.subresource:
+        ident["subresource"] = entry.subresource
+    return orjson.dumps(ident).decode()
+
+
 def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, managed: Any, manager: str,
-                    subresource: str, api_version: str, force: bool, now: str) -> list[dict]:
+                    subresource: str, api_version: str, force: bool, now: str,
+                    prunable: tuple[str, ...] | None = None) -> list[dict]:
     """managedFields after ``manager`` applied ``config`` to ``live``, giving ``merged``.
 
     Raises :class:`FieldConflict` when the apply changes fields other entries own and ``force`` is
     false. Fields the applier owned before and no longer applies (and no one else owns) are deleted from
-    ``merged`` in place.
+    ``merged`` in place, only under the top-level fields ``prunable`` lists (None: any but the ones
+    nobody owns); the caller guarantees ``merged`` shares no dict it may not change there.
     """
     applied_paths: list[Path] = []
     _field_set(config, schema, (), applied_paths)
@@ -770,9 +845,13 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     if previous is not None:
         others = [e for e in entries if e is not previous]
         dropped = [path for path in _members(previous.fields)
-                   if not _has_member(applied, path) and not any(_has_member(e.fields, path) for e in others)]
-        for path in sorted(dropped, key=len, reverse=True):
-            _delete_path(merged, path)
+                   if _prunable(path, prunable) and not _has_member(applied, path)
+                   and not any(_has_member(e.fields, path) for e in others)]
+        deleted: list[Path] = []
+        for path in sorted(dropped, key=len):  # an item before its key fields, which locate it
+            if not any(path[:len(d)] == d for d in deleted):
+                _delete_path(merged, path)
+                deleted.append(path)
     for entry in entries:
         for path in removed:
             _remove(entry.fields, path, subtree=True)
@@ -781,6 +860,19 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     mine.time = now
     mine.api_version = api_version
     return encode_entries(_cap_update_managers(entries, now))
+
+
+def _prunable(path: Path, roots: tuple[str, ...] | None) -> bool:
+    # Never the identity of the object: whatever a (client-edited) entry claims, apiVersion, kind,
+    # metadata itself and its server-set fields stay.
+    head = path[0]
+    if roots is not None and head not in roots:
+        return False
+    if head in ("f:apiVersion", "f:kind"):
+        return False
+    if head == "f:metadata":
+        return len(path) > 1 and path[1][2:] not in _STRIPPED_META
+    return True
 
 
 def _delete_path(obj: Any, path: Path) -> None:

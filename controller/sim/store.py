@@ -91,10 +91,12 @@ class WriteOptions:
     force: bool = False
     # The request's User-Agent: the manager name when ``field_manager`` is not given.
     user_agent: str = ""
+    # False for the few writes a real registry makes outside the field manager (eviction's condition).
+    track_ownership: bool = True
 
     @property
     def manager(self) -> str:
-        return self.field_manager or fieldmanager.manager_from_user_agent(self.user_agent)
+        return self.field_manager or fieldmanager.manager_from_user_agent(self.user_agent) or "unknown"
 
 
 @dataclass
@@ -200,6 +202,7 @@ class _Bucket:
 _SET_AFTER_FIELD_MANAGER: dict[str, tuple[str, ...]] = {
     "Pod": ("serviceAccount", "serviceAccountName", "priority", "preemptionPolicy"),
     "Service": ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"),
+    "Namespace": ("finalizers",),
 }
 
 
@@ -662,13 +665,13 @@ class Store:
     @staticmethod
     def _body_managed_fields(meta: dict, current: Any) -> Any:
         """The managedFields a write starts from, decided the way the apiserver's field manager does:
-        the body's list when it sets a valid, non-empty one (clients may edit ownership); ``[{}]``
-        resets ownership; anything else (absent, ``[]``, or a list that is not valid entries) falls
-        back to the stored list, so clients unaware of the field never wipe it."""
+        the body's list when it sets a valid one (clients may edit ownership); ``[]`` or ``[{}]``
+        reset ownership (None); absent, null or invalid fall back to the stored list, so clients
+        unaware of the field never wipe it by accident."""
         sent = meta.get("managedFields")
-        if sent is current or sent == current or not sent:
+        if sent is None or sent is current or sent == current:
             return current
-        if sent == [{}]:
+        if fieldmanager.is_reset(sent):
             return None
         if fieldmanager.validate_entries(sent):
             return current
@@ -690,6 +693,8 @@ class Store:
         base = self._body_managed_fields(meta, None)
         schema = self._ownership_schema(rt)
         view = self._ownership_view(rt, obj, "")
+        if "serviceAccountName" in submitted_spec:
+            submitted_spec = submitted_spec | {"serviceAccount"}  # conversion copies it before the manager
         server_set = [k for k in _SET_AFTER_FIELD_MANAGER.get(rt.kind, ()) if k not in submitted_spec] \
             if not rt.custom else []
         if server_set and isinstance(view.get("spec"), dict):
@@ -713,15 +718,35 @@ class Store:
         current = existing["metadata"].get("managedFields")
         # Through a subresource the stored list is the start whatever the body says.
         base = current if subresource else self._body_managed_fields(meta, current)
+        if not opts.track_ownership or (not base and apply_config is None):
+            # An object without ownership records stays without them under updates (the apiserver
+            # starts tracking on create or on the first apply only).
+            if base:
+                meta["managedFields"] = base
+            else:
+                meta.pop("managedFields", None)
+            return
         schema = self._ownership_schema(rt)
         before = self._ownership_view(rt, existing, subresource)
         after = self._ownership_view(rt, obj, subresource)
         now = rfc3339(self.clock())
         api_version = obj.get("apiVersion") or rt.api_version
         if apply_config is not None:
+            if not base:  # the first apply: whatever is there is owned by "before-first-apply"
+                zero = fieldmanager.zero_object(rt.kind, rt.custom)
+                base = fieldmanager.update_ownership(schema, zero, before, None, fieldmanager.BEFORE_FIRST_APPLY,
+                                                     subresource, api_version, now)
+            # Only the fields the apply may write can go: through /status the rest is shared with the
+            # stored object; through the main resource status is not the applier's.
+            if subresource == "status":
+                prunable: tuple[str, ...] | None = ("f:status",)
+            elif rt.status_subresource:
+                prunable = tuple("f:" + k for k in obj if k != "status")
+            else:
+                prunable = None
             try:
                 entries = fieldmanager.apply_ownership(schema, before, apply_config, after, base, opts.manager,
-                                                       subresource, api_version, opts.force, now)
+                                                       subresource, api_version, opts.force, now, prunable)
             except fieldmanager.FieldConflict as conflict:
                 raise ApiError(409, "Conflict", conflict.message, {"causes": conflict.causes}) from None
             if after is not obj:  # a top-level field the apply dropped went from the view only
@@ -1045,7 +1070,11 @@ class Store:
                 if not isinstance(patch, dict):
                     raise errors.bad_request("the apply patch must be an object")
                 body = deep_copy(patch)
-                body.setdefault("metadata", {})["name"] = name
+                if body.get("metadata") is None:
+                    body["metadata"] = {}
+                elif not isinstance(body["metadata"], dict):
+                    raise errors.bad_request("the apply patch's metadata must be an object")
+                body["metadata"]["name"] = name
                 self._check_kind(rt, body, require=True)
                 return self.create_ex(resource, namespace, body, opts, owned=True,
                                       apply_config=self._applied_config(rt, patch, subresource))
@@ -1363,8 +1392,8 @@ class Store:
                  "message": "Eviction API: evicting"},
                 rfc3339(self.clock()),
             )
-            self.update(rt.qualified, namespace, name, {**pod, "status": {**status, "conditions": conditions}},
-                        subresource="status")
+            self.update_ex(rt.qualified, namespace, name, {**pod, "status": {**status, "conditions": conditions}},
+                           "status", WriteOptions(track_ownership=False))
         self.delete_ex(rt.qualified, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

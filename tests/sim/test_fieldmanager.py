@@ -127,8 +127,8 @@ def test_custom_resources_own_their_new_spec_node_and_defaults(store: Store) -> 
 
 
 def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, clock: FakeClock) -> None:
-    store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
-                 field_manager="creator")
+    store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                    "data": {"base": "v"}}, field_manager="creator")
     for i in range(12):
         clock.now += 1
         cm = store.patch("configmaps", NS, "c", "merge", {"data": {f"k{i}": "v"}}, field_manager=f"m{i}")
@@ -137,17 +137,19 @@ def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, 
     assert fieldmanager.ANCIENT_CHANGES in managers and "m11" in managers and "m0" not in managers
     ancient = next(e for e in cm["metadata"]["managedFields"] if e["manager"] == fieldmanager.ANCIENT_CHANGES)
     # The creator (oldest) and m0..m2 went into the bucket, which took the time of the newest of them.
-    assert ancient["fieldsV1"] == {"f:data": {".": {}, "f:k0": {}, "f:k1": {}, "f:k2": {}}}
+    assert ancient["fieldsV1"] == {"f:data": {".": {}, "f:base": {}, "f:k0": {}, "f:k1": {}, "f:k2": {}}}
     assert ancient["time"] == "2023-11-14T22:13:23Z"
     assert managers == [fieldmanager.ANCIENT_CHANGES] + [f"m{i}" for i in range(3, 12)]
 
 
 @pytest.mark.parametrize(("sent", "expected"), [
     pytest.param(None, "kept", id="absent"),
-    pytest.param([], "kept", id="empty-list-never-wipes"),
+    pytest.param([], "reset", id="empty-list-resets"),
     pytest.param([{"operation": "Destroy", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
                  id="invalid-falls-back-to-stored"),
     pytest.param([{}], "reset", id="single-empty-entry-resets"),
+    pytest.param([{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
+                 id="no-api-version-falls-back-to-stored"),
     pytest.param([{"manager": "mine", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
                    "fieldsV1": {"f:data": {"f:a": {}}}}], "replaced", id="valid-list-is-taken"),
 ])
@@ -163,6 +165,9 @@ def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected
         assert cm["metadata"]["managedFields"] == created["metadata"]["managedFields"]
     elif expected == "reset":
         assert "managedFields" not in cm["metadata"]
+        # ...and stays untracked: updates never start tracking an object that has no entries.
+        later = store.patch("configmaps", NS, "c", "merge", {"data": {"b": "2"}}, field_manager="later")
+        assert "managedFields" not in later["metadata"]
     else:
         assert [e["manager"] for e in cm["metadata"]["managedFields"]] == ["mine"]
 
@@ -193,9 +198,10 @@ def test_apply_conflicts_with_another_managers_field_and_force_takes_it(store: S
         apply(store, {**CM, "data": {"a": "9"}}, "bob")
     status = caught.value.status()
     assert (status["code"], status["reason"]) == (409, "Conflict")
-    assert status["message"] == 'Apply failed with 1 conflict: conflict with "alice" using v1: .data.a'
+    # An Apply manager is named without a version (it is one identity across versions).
+    assert status["message"] == 'Apply failed with 1 conflict: conflict with "alice": .data.a'
     assert status["details"]["causes"] == [
-        {"reason": "FieldManagerConflict", "message": 'conflict with "alice" using v1', "field": ".data.a"}]
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".data.a"}]
     # Applying the same value is shared ownership, not a conflict.
     shared = apply(store, {**CM, "data": {"b": "2"}}, "bob")
     assert fields(shared, "bob", "Apply") == {"f:data": {"f:b": {}}}
@@ -243,6 +249,85 @@ def test_apply_entries_come_before_update_entries(store: Store, clock: FakeClock
         ("alice", "Apply"), ("zed", "Update")]
 
 
+SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+           "spec": {"selector": {"app": "x"}, "ports": [{"name": "a", "port": 80, "targetPort": 8080},
+                                                        {"name": "b", "port": 81}]}}
+
+
+def apply_service(store: Store, spec_ports: list[dict], manager: str) -> dict:
+    body = json.loads(json.dumps(SERVICE))
+    body["spec"]["ports"] = spec_ports
+    return store.patch("services", NS, "s", "apply", body, field_manager=manager)
+
+
+def test_applied_list_items_are_keyed_with_defaulted_keys_and_conflict_per_field(store: Store) -> None:
+    svc = apply_service(store, SERVICE["spec"]["ports"], "alice")
+    ports = fields(svc, "alice", "Apply")["f:spec"]["f:ports"]
+    assert set(ports) == {'k:{"port":80,"protocol":"TCP"}', 'k:{"port":81,"protocol":"TCP"}'}
+    with pytest.raises(ApiError) as caught:
+        apply_service(store, [{"name": "a", "port": 80, "targetPort": 9090}], "bob")
+    assert caught.value.message == ('Apply failed with 1 conflict: conflict with "alice": '
+                                    '.spec.ports[port=80,protocol="TCP"].targetPort')
+
+
+def test_an_applier_dropping_a_list_item_removes_the_whole_item(store: Store) -> None:
+    apply_service(store, SERVICE["spec"]["ports"], "alice")
+    svc = apply_service(store, [{"name": "a", "port": 80, "targetPort": 8080}], "alice")
+    assert [p["port"] for p in svc["spec"]["ports"]] == [80]
+
+
+def test_the_first_apply_to_an_untracked_object_conflicts_with_before_first_apply(store: Store) -> None:
+    created = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                              "data": {"a": "1"}}, field_manager="creator")
+    body = json.loads(json.dumps(created))
+    body["metadata"]["managedFields"] = [{}]
+    store.update("configmaps", NS, "c", body, field_manager="resetter")
+    with pytest.raises(ApiError) as caught:
+        apply(store, {**CM, "data": {"a": "9"}}, "alice")
+    assert caught.value.message == ('Apply failed with 1 conflict: conflict with "before-first-apply" using v1: '
+                                    '.data.a')
+
+
+def test_emptying_a_map_removes_its_fields_and_gives_the_writer_nothing(store: Store) -> None:
+    store.create("pods", NS, worker_pod(), field_manager="creator")
+    pod = store.patch("pods", NS, "w-0", "json", [{"op": "replace", "path": "/metadata/labels", "value": {}}],
+                      field_manager="editor")
+    assert ("editor", "Update", "") not in entries(pod)
+    assert fields(pod, "creator")["f:metadata"] == {"f:labels": {}}
+
+
+def test_a_status_apply_prunes_nothing_outside_status(store: Store) -> None:
+    stored = store.create("pods", NS, worker_pod(), field_manager="creator")
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w-0"}, "status": {"phase": "Running"}}
+    store.patch("pods", NS, "w-0", "apply", body, subresource="status", field_manager="kubelet")
+    # An entry that (after a client edit) claims the labels must not make a later status apply prune them.
+    current = store.get("pods", NS, "w-0")
+    edited = json.loads(json.dumps(current))
+    for entry in edited["metadata"]["managedFields"]:
+        if entry.get("subresource") == "status":
+            entry["fieldsV1"]["f:metadata"] = {"f:labels": {"f:replica-type": {}}}
+    store.update("pods", NS, "w-0", edited, field_manager="editor")
+    before = store.get("pods", NS, "w-0")
+    snapshot = json.dumps(before)
+    after = store.patch("pods", NS, "w-0", "apply", body, subresource="status", field_manager="kubelet")
+    assert after["metadata"]["labels"] == {"replica-type": "worker"}
+    assert json.dumps(before) == snapshot and stored["metadata"]["labels"] == {"replica-type": "worker"}
+
+
+def test_an_eviction_adds_no_ownership_entry(store: Store) -> None:
+    store.create("pods", NS, worker_pod(), field_manager="creator")
+    seen: list[dict] = []
+    store.add_listener(lambda t, r, old, new: seen.append(new) if new is not None and r == "pods" else None)
+    store.evict(NS, "w-0", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "w-0"}})
+    assert seen and all(set(entries(obj)) == {("creator", "Update", "")} for obj in seen)
+
+
+def test_a_write_without_manager_or_user_agent_is_recorded_as_unknown(store: Store) -> None:
+    cm = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                         "data": {"a": "1"}})
+    assert [e["manager"] for e in cm["metadata"]["managedFields"]] == ["unknown"]
+
+
 # ----------------------------------------------------------------------------------- pure functions
 
 
@@ -258,10 +343,19 @@ def test_field_path_strings_match_the_apiservers(path: tuple[str, ...], expected
 
 @pytest.mark.parametrize(("value", "field"), [
     ("nope", "metadata.managedFields"),
-    ([{"operation": "Apply", "fieldsType": "FieldsV2", "fieldsV1": {}}], "metadata.managedFields[0].fieldsType"),
-    ([{"operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"x:bad": {}}}],
+    ([{"operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV2", "fieldsV1": {}}],
+     "metadata.managedFields[0].fieldsType"),
+    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"x:bad": {}}}],
      "metadata.managedFields[0].fieldsV1"),
-    ([{"operation": "Update", "fieldsType": "FieldsV1", "manager": 7}], "metadata.managedFields[0].manager"),
+    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "manager": 7}],
+     "metadata.managedFields[0].manager"),
+    ([{"operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "metadata.managedFields[0].apiVersion"),
+    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:notjson": {}}}],
+     "metadata.managedFields[0].fieldsV1"),
+    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:[1]": {}}}],
+     "metadata.managedFields[0].fieldsV1"),
+    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"i:x": {}}}],
+     "metadata.managedFields[0].fieldsV1"),
 ])
 def test_invalid_entries_are_reported_with_the_field_at_fault(value: object, field: str) -> None:
     assert [c["field"] for c in fieldmanager.validate_entries(value)] == [field]
@@ -304,7 +398,7 @@ async def test_kubectl_server_side_apply_conflict_and_force(kubectl: Kubectl) ->
     rc, _out, err = await kubectl("apply", "--server-side", "--field-manager=bob", "-f", "-",
                                   input=manifest.format(2))
     assert rc == 1
-    assert 'Apply failed with 1 conflict: conflict with "alice" using v1: .data.a' in err
+    assert 'Apply failed with 1 conflict: conflict with "alice": .data.a' in err
     rc, _out, err = await kubectl("apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-",
                                   input=manifest.format(2))
     assert rc == 0, err
