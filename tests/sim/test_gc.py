@@ -114,11 +114,13 @@ def test_config_rejects_bad_values() -> None:
 
 async def test_background_deletes_dependents_after_the_delay_and_cascades() -> None:
     async with collector(delay=10) as (store, _gc, rec):
+        # The delay runs from the first change the collector saw of the child: its creation (it is
+        # checked then, and the check made at that due time already finds the owner gone).
+        start = anyio.current_time()
         owner = configmap(store, "owner")
         child = configmap(store, "child", ref(owner))
         configmap(store, "grandchild", ref(child))
         configmap(store, "bystander")
-        start = anyio.current_time()
         store.delete("configmaps", NS, "owner")  # no policy: Background
         assert cm(store, "owner") is None
         assert cm(store, "child") is not None  # orphaned for a while: GC is asynchronous
