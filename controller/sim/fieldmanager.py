@@ -174,9 +174,9 @@ def zero_object(kind: str, custom: bool) -> dict:
 
 def _child(schema: dict, key: str) -> dict:
     props = schema.get("properties")
-    if props:
+    if type(props) is dict:
         sub = props.get(key)
-        if sub is not None:
+        if type(sub) is dict:
             return sub
     extra = schema.get("additionalProperties")
     return extra if type(extra) is dict else _NOTHING
@@ -386,11 +386,13 @@ def _remove(trie: Trie, path: Path, *, subtree: bool) -> bool:
             trie.clear()
             return hit
         del nodes[-2][path[-1]]
+        first = len(path) - 2  # the removed node is gone: its parent is the first that may be empty
     else:
         if _MEMBER not in node:
             return False
         del node[_MEMBER]
-    for depth in range(len(path) - 1, -1, -1):
+        first = len(path) - 1
+    for depth in range(first, -1, -1):
         child = nodes[depth + 1]
         if child:
             break
@@ -535,12 +537,12 @@ def validate_entries(value: Any) -> list[dict[str, str]]:
             causes.append(cause(f"{where}.fieldsType", f'Unsupported value: "{fields_type}": supported values: '
                                 '"FieldsV1"', "FieldValueNotSupported"))
         for key in ("manager", "subresource", "apiVersion", "time"):
-            if key in entry and not isinstance(entry[key], str):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
                 causes.append(cause(f"{where}.{key}", "Invalid value: must be a string"))
         if not entry.get("apiVersion"):
             causes.append(cause(f"{where}.apiVersion", "Required value: must not be empty", "FieldValueRequired"))
         try:
-            from_fields_v1(entry.get("fieldsV1", {}))
+            from_fields_v1(entry.get("fieldsV1") or {})
         except ValueError as exc:
             causes.append(cause(f"{where}.fieldsV1", f"Invalid value: {exc}"))
     return causes
@@ -551,7 +553,12 @@ def is_reset(value: Any) -> bool:
     entry with nothing set."""
     if type(value) is not list:
         return False
-    return not value or (len(value) == 1 and type(value[0]) is dict and not any(value[0].values()))
+    if not value:
+        return True
+    # The zero entry: every field the API knows absent, null or empty (unknown keys do not count).
+    return len(value) == 1 and type(value[0]) is dict and all(
+        value[0].get(k) in (None, "") for k in ("manager", "operation", "apiVersion", "time", "fieldsType",
+                                                  "subresource")) and value[0].get("fieldsV1") is None
 
 
 def decode_entries(value: Any) -> list[Entry]:
@@ -559,7 +566,7 @@ def decode_entries(value: Any) -> list[Entry]:
     out = []
     for raw in value or ():
         out.append(Entry(raw.get("manager", ""), raw["operation"], raw.get("apiVersion", ""), raw.get("time"),
-                         raw.get("subresource", ""), from_fields_v1(raw.get("fieldsV1", {}))))
+                         raw.get("subresource", ""), from_fields_v1(raw.get("fieldsV1") or {})))
     return out
 
 
@@ -835,7 +842,7 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
             continue
         hits = [path for path in changed if _has_member(entry.fields, path)]
         if hits:
-            conflicts.append((entry, hits))
+            conflicts.append((entry, sorted(hits, key=_set_order)))
     if conflicts and not force:
         raise FieldConflict(conflicts)
     for entry, hits in conflicts:
@@ -847,11 +854,9 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
         dropped = [path for path in _members(previous.fields)
                    if _prunable(path, prunable) and not _has_member(applied, path)
                    and not any(_has_member(e.fields, path) for e in others)]
-        deleted: list[Path] = []
-        for path in sorted(dropped, key=len):  # an item before its key fields, which locate it
-            if not any(path[:len(d)] == d for d in deleted):
-                _delete_path(merged, path)
-                deleted.append(path)
+        # As the apiserver prunes before it records the apply: what is deleted leaves every entry.
+        for path in _prune(merged, schema, dropped, [applied] + [e.fields for e in others]):
+            removed.append(path)
     for entry in entries:
         for path in removed:
             _remove(entry.fields, path, subtree=True)
@@ -860,6 +865,11 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     mine.time = now
     mine.api_version = api_version
     return encode_entries(_cap_update_managers(entries, now))
+
+
+def _set_order(path: Path) -> list[tuple[int, str]]:
+    # The order a field set is walked in: at each node its own members, then its children, each sorted.
+    return [(0 if depth == len(path) - 1 else 1, pe) for depth, pe in enumerate(path)]
 
 
 def _prunable(path: Path, roots: tuple[str, ...] | None) -> bool:
@@ -875,43 +885,59 @@ def _prunable(path: Path, roots: tuple[str, ...] | None) -> bool:
     return True
 
 
-def _delete_path(obj: Any, path: Path) -> None:
-    """Delete the field or list item at ``path`` from ``obj`` (in place); a missing path is a no-op."""
-    parent: Any = obj
-    for pe in path[:-1]:
-        parent = _step(parent, pe)
-        if parent is None:
-            return
-    last = path[-1]
-    tag, text = last[:2], last[2:]
-    if tag == "f:" and type(parent) is dict:
-        parent.pop(text, None)
-    elif tag in ("k:", "v:") and type(parent) is list:
-        index = _find(parent, last)
-        if index is not None:
-            del parent[index]
+def _locate(obj: Any, path: Path, schema: dict) -> list[tuple[Any, Any, dict]]:
+    """(container, key or index, schema of the value) for every step of ``path`` into ``obj``, found
+    the way the path was made (keyed items by their keys, defaults included); [] when it is not there."""
+    steps: list[tuple[Any, Any, dict]] = []
+    node: Any = obj
+    for pe in path:
+        tag = pe[:2]
+        if tag == "f:" and type(node) is dict and pe[2:] in node:
+            key: Any = pe[2:]
+            schema = _child(schema, key)
+        elif tag in ("k:", "v:") and type(node) is list:
+            items = _keyed_items(node, schema) or {}
+            item = items.get(pe)
+            key = next((i for i, candidate in enumerate(node) if candidate is item), None)
+            if key is None:
+                return []
+            schema = schema.get("items") or _NOTHING
+        else:
+            return []
+        steps.append((node, key, schema))
+        node = node[key]
+    return steps
 
 
-def _step(node: Any, pe: str) -> Any:
-    tag, text = pe[:2], pe[2:]
-    if tag == "f:":
-        return node.get(text) if type(node) is dict else None
-    if type(node) is not list:
-        return None
-    index = _find(node, pe)
-    return node[index] if index is not None else None
+def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[Trie]) -> list[Path]:
+    """Delete the ``dropped`` fields from ``merged`` (in place), then every map or list that held only
+    them and that no one in ``owners`` owns anything in. Returns the paths deleted."""
+    deleted: list[Path] = []
+    for path in sorted(dropped, key=len):  # an item before its key fields, which locate it
+        if any(path[:len(d)] == d for d in deleted):
+            continue
+        steps = _locate(merged, path, schema)
+        if not steps:
+            continue
+        container, key, _ = steps[-1]
+        del container[key]
+        deleted.append(path)
+        for depth in range(len(steps) - 1, 0, -1):
+            container, key, _ = steps[depth - 1]
+            value = container[key]
+            prefix = path[:depth]
+            if (type(value) not in (dict, list) or value or prefix == ("f:metadata",)
+                    or any(_find_node(trie, prefix) is not None for trie in owners)):
+                break
+            del container[key]
+            deleted.append(prefix)
+    return deleted
 
 
-def _find(items: list, pe: str) -> int | None:
-    tag, text = pe[:2], pe[2:]
-    wanted = orjson.loads(text)
-    for i, item in enumerate(items):
-        if tag == "k:":
-            if type(item) is dict and all(item.get(k) == v for k, v in wanted.items()):
-                return i
-        elif tag == "v:":
-            if item == wanted and type(item) is type(wanted):
-                return i
-        elif tag == "i:" and i == wanted:
-            return i
-    return None
+def _find_node(trie: Trie, path: Path) -> Trie | None:
+    node: Trie | None = trie
+    for pe in path:
+        node = node.get(pe)
+        if node is None:
+            return None
+    return node

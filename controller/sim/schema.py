@@ -1633,6 +1633,8 @@ class _CRDSchemaChecker:
         schema_errors: list[FieldError] = []
         cel_errors: list[FieldError] = []
         if not isinstance(s, dict):
+            if s is not None:  # the apiserver cannot even decode a non-object where a schema belongs
+                schema_errors.append(invalid(path, s, "must be a schema object"))
             return schema_errors, cel_errors
         stype = s.get("type") or ""
         if stype and stype not in _OPENAPI_V3_TYPES:
@@ -1748,7 +1750,7 @@ class _CRDSchemaChecker:
                 iprops = items.get("properties") or {}
                 for k in map_keys:
                     if k in iprops:
-                        if (iprops[k] or {}).get("type") in ("array", "object"):
+                        if isinstance(iprops[k], dict) and iprops[k].get("type") in ("array", "object"):
                             schema_errors.append(invalid(_child(_key(_child(_child(path, "items"), "properties"), k), "type"),
                                                          items.get("type"), "must be a scalar type if parent array's x-kubernetes-list-type is map"))
                     else:

@@ -148,6 +148,7 @@ def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, 
     pytest.param([{"operation": "Destroy", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
                  id="invalid-falls-back-to-stored"),
     pytest.param([{}], "reset", id="single-empty-entry-resets"),
+    pytest.param([{"fieldsV1": {}}], "kept", id="an-entry-with-fields-is-no-reset"),
     pytest.param([{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
                  id="no-api-version-falls-back-to-stored"),
     pytest.param([{"manager": "mine", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
@@ -274,6 +275,38 @@ def test_an_applier_dropping_a_list_item_removes_the_whole_item(store: Store) ->
     apply_service(store, SERVICE["spec"]["ports"], "alice")
     svc = apply_service(store, [{"name": "a", "port": 80, "targetPort": 8080}], "alice")
     assert [p["port"] for p in svc["spec"]["ports"]] == [80]
+
+
+def test_a_dropped_item_added_after_creation_is_removed_and_leaves_no_stale_owner(store: Store) -> None:
+    first = [{"name": "a", "port": 80}]
+    apply_service(store, first, "alice")
+    apply_service(store, first + [{"name": "b", "port": 81}], "alice")  # stored without its default protocol
+    store.patch("services", NS, "s", "strategic", {"spec": {"ports": [{"port": 81, "targetPort": 9999}]}},
+                field_manager="bob")
+    svc = apply_service(store, first, "alice")
+    assert [p["port"] for p in svc["spec"]["ports"]] == [80]
+    assert ("bob", "Update", "") not in entries(svc)  # bob owned only fields of the deleted item
+    again = apply_service(store, first + [{"name": "b", "port": 81, "targetPort": 7000}], "alice")
+    assert [p.get("targetPort") for p in again["spec"]["ports"]] == [80, 7000]
+
+
+def test_pruning_removes_maps_left_empty_that_nobody_owns(store: Store) -> None:
+    apply(store, {**CM, "metadata": {"name": "c", "labels": {"l": "1"}}}, "alice")
+    cm = apply(store, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}, "alice")
+    assert "data" not in cm and "labels" not in cm["metadata"]
+
+
+def test_several_conflicts_are_listed_by_manager_then_in_field_order(store: Store) -> None:
+    apply(store, {**CM, "metadata": {"name": "c", "labels": {"z": "1"}}}, "alice")
+    store.patch("configmaps", NS, "c", "merge", {"data": {"c": "3"}}, field_manager="editor")
+    with pytest.raises(ApiError) as caught:
+        apply(store, {**CM, "metadata": {"name": "c", "labels": {"z": "2"}},
+                      "data": {"b": "9", "a": "9", "c": "9"}}, "bob")
+    assert caught.value.message == (
+        'Apply failed with 4 conflicts: conflicts with "alice":\n- .data.a\n- .data.b\n- .metadata.labels.z\n'
+        'conflicts with "editor" using v1:\n- .data.c')
+    assert [c["field"] for c in caught.value.status()["details"]["causes"]] == [
+        ".data.a", ".data.b", ".metadata.labels.z", ".data.c"]
 
 
 def test_the_first_apply_to_an_untracked_object_conflicts_with_before_first_apply(store: Store) -> None:
