@@ -11,7 +11,7 @@ Contract:
   ``"leases.coordination.k8s.io"``, ``"tfjobs.kubeflow.org"`` (core resources have no suffix).
 - :class:`Registry` holds the built-in types and the types CRDs serve. ``Registry.version`` is
   bumped on every change so callers (discovery, OpenAPI) can cache derived documents.
-- Strategy hooks (:func:`prepare_for_create`, :func:`prepare_for_update`, :func:`validate`) take
+- Strategy hooks (:func:`apply_defaults`, :func:`prepare_for_create`, :func:`validate`) take
   and return plain dicts; they never raise for bad user input, they return apimachinery causes
   (``{"reason", "message", "field"}``) for the caller to wrap into a 422.
 """
@@ -460,24 +460,19 @@ def validate_object_meta(rt: ResourceType, meta: dict) -> list[dict[str, str]]:
 _SERVICE_IP_BASE = (10, 96)
 
 
-def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], str]) -> None:
-    """Built-in defaulting and status reset on create (the type strategies' PrepareForCreate)."""
-    if rt.custom:
+def apply_defaults(rt: ResourceType, obj: dict) -> None:
+    """The scheme's SetDefaults for built-ins: run on every main-resource write (the apiserver defaults
+    whatever it decodes), so a port added by an update gets its protocol like one sent on create."""
+    if rt.custom or not isinstance(obj.get("spec"), dict):
         return
-    kind = rt.kind
-    if kind == "Pod":
-        spec = obj.setdefault("spec", {})
+    spec = obj["spec"]
+    if rt.kind == "Pod":
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", 30)
         spec.setdefault("dnsPolicy", "ClusterFirst")
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("securityContext", {})
         spec.setdefault("enableServiceLinks", True)
-        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
-        spec.setdefault("priority", 0)
-        if "serviceAccountName" not in spec:
-            spec["serviceAccountName"] = spec.get("serviceAccount", "default")
-        spec.setdefault("serviceAccount", spec["serviceAccountName"])
         for key in ("containers", "initContainers"):
             for container in spec.get(key) or []:
                 if isinstance(container, dict):
@@ -491,23 +486,43 @@ def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], st
                     for port in container.get("ports") or []:
                         if isinstance(port, dict):
                             port.setdefault("protocol", "TCP")
-        obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
-    elif kind == "Service":
-        spec = obj.setdefault("spec", {})
+    elif rt.kind == "Service":
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
         spec.setdefault("internalTrafficPolicy", "Cluster")
+        for port in spec.get("ports") or []:
+            if isinstance(port, dict):
+                port.setdefault("protocol", "TCP")
+                if "port" in port:
+                    port.setdefault("targetPort", port["port"])
+
+
+def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], str]) -> None:
+    """Built-in defaulting, admission defaults, allocation and status reset on create (the type
+    strategies' PrepareForCreate and what runs around it)."""
+    if rt.custom:
+        return
+    kind = rt.kind
+    if kind in ("Pod", "Service"):
+        if obj.get("spec") is None:
+            obj["spec"] = {}
+        apply_defaults(rt, obj)
+    if kind == "Pod":
+        spec = obj["spec"]
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        spec.setdefault("priority", 0)
+        if "serviceAccountName" not in spec:
+            spec["serviceAccountName"] = spec.get("serviceAccount", "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
+    elif kind == "Service":
+        spec = obj["spec"]
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         spec.setdefault("ipFamilies", ["IPv4"])
         if "clusterIP" not in spec:
             spec["clusterIP"] = allocate_ip()
         if spec.get("clusterIP") and "clusterIPs" not in spec:
             spec["clusterIPs"] = [spec["clusterIP"]]
-        for port in spec.get("ports") or []:
-            if isinstance(port, dict):
-                port.setdefault("protocol", "TCP")
-                if "port" in port:
-                    port.setdefault("targetPort", port["port"])
         obj["status"] = {"loadBalancer": {}}
     elif kind == "Namespace":
         name = (obj.get("metadata") or {}).get("name", "")

@@ -49,6 +49,7 @@ from controller.sim.resources import (
     ScaleSpec,
     forbidden,
     invalid_value,
+    apply_defaults,
     prepare_for_create,
     required_value,
     set_condition,
@@ -572,6 +573,22 @@ class Store:
         if meta is not None and not isinstance(meta, dict):
             raise errors.bad_request(f"{kind} in version \"{rt.version}\" cannot be handled as a {kind}: "
                                      "json: cannot unmarshal into Go struct field .metadata of type v1.ObjectMeta")
+        if expected_kind is None:
+            self._check_structs(rt, obj)
+
+    @staticmethod
+    def _check_structs(rt: ResourceType, obj: dict) -> None:
+        # A built-in's spec and status are Go structs: anything but an object (or null) cannot be decoded.
+        if rt.custom:
+            return
+        for key in ("spec", "status"):
+            value = obj.get(key)
+            if value is not None and not isinstance(value, dict) and key in (rt.top_level_fields or ()):
+                json_type = {str: "string", list: "array", bool: "bool"}.get(type(value), "number")
+                raise errors.bad_request(
+                    f"{rt.kind} in version \"{rt.version}\" cannot be handled as a {rt.kind}: json: cannot "
+                    f"unmarshal {json_type} into Go struct field {rt.kind}.{key} of type "
+                    f"{rt.version}.{rt.kind}{key.capitalize()}")
 
     def _unknown_fields(self, rt: ResourceType, obj: dict) -> list[str]:
         """Paths of fields a built-in's Go types would drop (top level and metadata); removes them.
@@ -973,6 +990,7 @@ class Store:
                 else:
                     obj.pop("status", None)
             self._schema_pass(rt, obj, existing, opts, warnings)
+            apply_defaults(rt, obj)
             if rt.kind == "Secret" and not rt.group and "stringData" in obj:
                 string_data = obj.pop("stringData")
                 if isinstance(string_data, dict):
@@ -1094,6 +1112,7 @@ class Store:
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
             raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match "
                                      f"{rt.kind}")
+        self._check_structs(rt, patched)
         return self._update_existing(rt, bucket, existing, patched, subresource, opts,
                                      precondition_required=False,
                                      apply_config=self._applied_config(rt, patch, subresource)

@@ -629,3 +629,23 @@ def test_evicting_a_finished_pod_deletes_it_without_a_condition(store: Store) ->
     store.patch("pods", "default", "done", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
     store.evict("default", "done", {"kind": "Eviction"})
     assert store.get("pods", "default", "done") is None
+
+
+def test_updates_default_what_they_add_like_creates(store: Store) -> None:
+    """The apiserver defaults every object it decodes: a port added later gets its protocol too."""
+    store.create("services", "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc = store.patch("services", "default", "s", "strategic", {"spec": {"ports": [{"port": 81}]}})
+    assert sorted((p["port"], p["protocol"], p["targetPort"]) for p in svc["spec"]["ports"]) == [
+        (80, "TCP", 80), (81, "TCP", 81)]
+
+
+@pytest.mark.parametrize(("spec", "json_type"), [("x", "string"), ([], "array"), (3, "number")])
+def test_a_builtin_spec_that_is_not_an_object_is_a_bad_request(store: Store, spec: object, json_type: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    with raises(400) as bad:
+        store.create("pods", "default", body)
+    assert bad.error.message == ('Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal '
+                                 f'{json_type} into Go struct field Pod.spec of type v1.PodSpec')
+    store.create("services", "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    with raises(400):
+        store.patch("services", "default", "s", "merge", {"spec": spec})
