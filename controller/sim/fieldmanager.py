@@ -44,6 +44,7 @@ import orjson
 
 __all__ = [
     "ANCIENT_CHANGES",
+    "BEFORE_FIRST_APPLY",
     "Entry",
     "FieldConflict",
     "MAX_UPDATE_MANAGERS",
