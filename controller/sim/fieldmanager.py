@@ -31,8 +31,9 @@ Semantics reproduced (structured-merge-diff, as the apiserver runs it):
 - At most 10 Update entries are kept; the oldest are merged into ``ancient-changes`` (per version).
 - Entries are ordered Apply before Update, then by time, manager, API version and subresource.
 
-Internal form of a field set: nested dicts keyed by path element; ``"."`` in a node marks the node
-itself as a member. :func:`to_fields_v1` / :func:`from_fields_v1` convert to and from the wire form.
+A field set is kept in its wire form (FieldsV1) throughout: nested dicts keyed by path element, a
+node is a member when it is ``{}`` or holds ``"."``. Stored entries are shared with the stored objects,
+so every edit works on a copy (:func:`_wire_copy`) of the entries it touches.
 """
 
 from __future__ import annotations
@@ -52,11 +53,9 @@ __all__ = [
     "decode_entries",
     "encode_entries",
     "field_path_string",
-    "from_fields_v1",
     "is_reset",
     "manager_from_user_agent",
     "root_schema",
-    "to_fields_v1",
     "update_ownership",
     "validate_entries",
 ]
@@ -66,7 +65,7 @@ ANCIENT_CHANGES = "ancient-changes"
 BEFORE_FIRST_APPLY = "before-first-apply"
 
 Path = tuple[str, ...]
-Trie = dict[str, Any]
+FieldSet = dict[str, Any]  # a FieldsV1 object
 
 _MEMBER = "."
 _STRIPPED_META = frozenset({
@@ -121,11 +120,9 @@ _POD_STATUS: dict = {"properties": {
     "hostIPs": _map_list("ip"),
     "resourceClaimStatuses": _map_list("name"),
 }}
-_POD_TEMPLATE: dict = {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}}
 _OBJECT_REFERENCE = _ATOMIC_MAP  # ObjectReference is a structType=atomic
 _BUILTIN_SCHEMAS: dict[str, dict] = {
     "Pod": {"properties": {"spec": _POD_SPEC, "status": _POD_STATUS}},
-    "PodTemplate": {"properties": {"template": _POD_TEMPLATE}},
     "Service": {"properties": {
         "spec": {"properties": {"ports": _map_list("port", "protocol", items=_PROTOCOL_DEFAULT),
                                 "selector": _ATOMIC_MAP}},
@@ -136,7 +133,9 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
         "status": {"properties": {"conditions": _map_list("type"), "addresses": _map_list("type")}},
     }},
     "Namespace": {"properties": {"status": _CONDITIONS}},
-    "PersistentVolumeClaim": {"properties": {"status": _CONDITIONS}},
+    # RoleRef is a structType=atomic.
+    "RoleBinding": {"properties": {"roleRef": _ATOMIC_MAP}},
+    "ClusterRoleBinding": {"properties": {"roleRef": _ATOMIC_MAP}},
     "PodDisruptionBudget": {"properties": {"spec": {"properties": {"selector": _ATOMIC_MAP}}, "status": _CONDITIONS}},
     # core/v1 and events.k8s.io/v1 Events share the kind: both sets of reference fields are atomic.
     "Event": {"properties": {"involvedObject": _OBJECT_REFERENCE, "regarding": _OBJECT_REFERENCE,
@@ -149,10 +148,10 @@ _ZERO_SPEC_STATUS = {"metadata": {}, "spec": {}, "status": {}}
 _BUILTIN_ZERO: dict[str, dict] = {
     "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
     **{kind: _ZERO_SPEC_STATUS for kind in (
-        "Service", "Node", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "CustomResourceDefinition",
-        "PodDisruptionBudget")},
+        "Service", "Node", "Namespace", "CustomResourceDefinition", "PodDisruptionBudget")},
     "Lease": {"metadata": {}, "spec": {}},
-    "PodTemplate": {"metadata": {}, "template": {"metadata": {}, "spec": {"containers": None}}},
+    "RoleBinding": {"metadata": {}, "roleRef": {}},
+    "ClusterRoleBinding": {"metadata": {}, "roleRef": {}},
     "Event": {"metadata": {}, "involvedObject": {}, "source": {}},
 }
 _NOTHING: dict = {}
@@ -352,95 +351,16 @@ def _field_set(value: Any, schema: dict, path: Path, out: list[Path]) -> None:
 # -- field-set tries ---------------------------------------------------------------------------------------
 
 
-def _insert(trie: Trie, path: Path) -> None:
-    node = trie
-    for pe in path:
-        nxt = node.get(pe)
-        if nxt is None:
-            nxt = node[pe] = {}
-        node = nxt
-    node[_MEMBER] = True
-
-
-def _has_member(trie: Trie, path: Path) -> bool:
-    node = trie
-    for pe in path:
-        node = node.get(pe)
-        if node is None:
-            return False
-    return _MEMBER in node
-
-
-def _remove(trie: Trie, path: Path, *, subtree: bool) -> bool:
-    """Remove the member at ``path`` (``subtree``: and everything under it); prune emptied nodes.
-    Returns whether anything was removed."""
-    nodes = [trie]
-    node = trie
-    for pe in path:
-        node = node.get(pe)
-        if node is None:
-            return False
-        nodes.append(node)
-    if subtree:
-        if not path:
-            hit = bool(trie)
-            trie.clear()
-            return hit
-        del nodes[-2][path[-1]]
-        first = len(path) - 2  # the removed node is gone: its parent is the first that may be empty
-    else:
-        if _MEMBER not in node:
-            return False
-        del node[_MEMBER]
-        first = len(path) - 1
-    for depth in range(first, -1, -1):
-        child = nodes[depth + 1]
-        if child:
-            break
-        nodes[depth].pop(path[depth], None)
-    return True
-
-
-def _members(trie: Trie, prefix: Path = ()) -> Iterator[Path]:
-    for pe, child in trie.items():
-        if pe == _MEMBER:
-            continue
-        path = prefix + (pe,)
-        if _MEMBER in child:
-            yield path
-        yield from _members(child, path)
-
-
-def _union(into: Trie, other: Trie) -> None:
-    for pe, child in other.items():
-        if pe == _MEMBER:
-            into[_MEMBER] = True
-        else:
-            _union(into.setdefault(pe, {}), child)
-
-
-def to_fields_v1(trie: Trie) -> dict:
-    """The wire form: a member without children is ``{}``; one with children carries ``".": {}``."""
-    out: dict = {}
-    for pe in sorted(trie):
-        if pe == _MEMBER:
-            if len(trie) > 1:
-                out[pe] = {}
-        else:
-            out[pe] = to_fields_v1(trie[pe])
-    return out
-
-
-def from_fields_v1(fields: Any) -> Trie:
-    """Parse a FieldsV1 object; raises ValueError when it is not one."""
+def _parse_fields(fields: Any) -> dict:
+    """A client-sent FieldsV1 object in the normal form (a member leaf is ``{}``); raises ValueError
+    when it is not one."""
     if type(fields) is not dict:
         raise ValueError("fieldsV1 must be an object")
-    trie: Trie = {}
+    out: dict = {}
     for pe, child in fields.items():
         if pe == _MEMBER:
             if child != {}:
                 raise ValueError('the "." element must be empty')
-            trie[_MEMBER] = True
             continue
         if not isinstance(pe, str) or pe[:2] not in ("f:", "k:", "v:", "i:"):
             raise ValueError(f"unknown path element {pe!r}")
@@ -448,8 +368,10 @@ def from_fields_v1(fields: Any) -> Trie:
             _check_value_element(pe)
         if type(child) is not dict:
             raise ValueError(f"the value of {pe!r} must be an object")
-        trie[pe] = {_MEMBER: True} if not child else from_fields_v1(child)
-    return trie
+        out[pe] = _parse_fields(child)
+    if _MEMBER in fields and out:
+        out = {_MEMBER: {}, **out}
+    return out
 
 
 def _check_value_element(pe: str) -> None:
@@ -490,7 +412,7 @@ class Entry:
     api_version: str
     time: str | None
     subresource: str
-    fields: Trie
+    fields: FieldSet
 
     @property
     def identity(self) -> tuple[str, str, str, str]:
@@ -500,16 +422,13 @@ class Entry:
                 self.api_version if self.operation == "Update" else "")
 
     def encode(self) -> dict:
-        return self.encode_wire(to_fields_v1(self.fields))
-
-    def encode_wire(self, fields_v1: dict) -> dict:
         out: dict = {"manager": self.manager} if self.manager else {}
         out["operation"] = self.operation
         out["apiVersion"] = self.api_version
         if self.time is not None:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = fields_v1
+        out["fieldsV1"] = self.fields
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -543,7 +462,7 @@ def validate_entries(value: Any) -> list[dict[str, str]]:
         if not entry.get("apiVersion"):
             causes.append(cause(f"{where}.apiVersion", "Required value: must not be empty", "FieldValueRequired"))
         try:
-            from_fields_v1(entry.get("fieldsV1") or {})
+            _parse_fields(entry.get("fieldsV1") or {})
         except ValueError as exc:
             causes.append(cause(f"{where}.fieldsV1", f"Invalid value: {exc}"))
     return causes
@@ -563,11 +482,11 @@ def is_reset(value: Any) -> bool:
 
 
 def decode_entries(value: Any) -> list[Entry]:
-    """Entries of a stored (already validated) managedFields list."""
+    """Entries of a (validated) managedFields list, with field sets of their own to edit."""
     out = []
     for raw in value or ():
         out.append(Entry(raw.get("manager", ""), raw["operation"], raw.get("apiVersion", ""), raw.get("time"),
-                         raw.get("subresource", ""), from_fields_v1(raw.get("fieldsV1") or {})))
+                         raw.get("subresource", ""), _parse_fields(raw.get("fieldsV1") or {})))
     return out
 
 
@@ -620,10 +539,7 @@ def _cap_update_managers(entries: list[Entry], now: str) -> list[Entry]:
             dropped.add(id(first))
             entries = entries + [bucket]
         if bucket is not entry:
-            merged: Trie = {}
-            _union(merged, bucket.fields)
-            _union(merged, entry.fields)
-            bucket.fields = merged
+            bucket.fields = _wire_build(set(_wire_members(bucket.fields)) | set(_wire_members(entry.fields)))
             bucket.time = entry.time
             dropped.add(id(entry))
             count -= 1
@@ -670,16 +586,10 @@ def update_ownership(schema: dict, before: dict, after: dict, managed: Any, mana
             out.append({**raw, "fieldsV1": fields})
     for path in removed:
         _wire_remove(mine_fields, path, subtree=True)
-    unsorted: list[dict] = []
-    for path in sorted(changed):
-        _wire_insert(mine_fields, path, unsorted)
-    for node in unsorted:
-        items = sorted(node.items())
-        node.clear()
-        node.update(items)
+    _wire_insert_all(mine_fields, changed)
     if mine_fields:
         if changed or mine is None:
-            out.append(Entry(manager, "Update", api_version, now, subresource, {}).encode_wire(mine_fields))
+            out.append(Entry(manager, "Update", api_version, now, subresource, mine_fields).encode())
         else:  # the write only removed fields: the entry keeps its time, as on a real apiserver
             out.append({**mine, "fieldsV1": mine_fields})
     if sum(1 for raw in out if raw.get("operation") == "Update") > MAX_UPDATE_MANAGERS:
@@ -747,6 +657,34 @@ def _wire_remove(root: dict, path: Path, *, subtree: bool) -> None:
             parent.clear()
             return
         del nodes[depth - 1][path[depth - 1]]
+
+
+def _wire_members(node: dict, prefix: Path = ()) -> Iterator[Path]:
+    for pe, child in node.items():
+        if pe == _MEMBER:
+            continue
+        path = prefix + (pe,)
+        if not child or _MEMBER in child:
+            yield path
+        yield from _wire_members(child, path)
+
+
+def _wire_build(paths: Any) -> dict:
+    """A new field set of ``paths``."""
+    root: dict = {}
+    _wire_insert_all(root, paths)
+    return root
+
+
+def _wire_insert_all(root: dict, paths: Any) -> None:
+    # In sorted order, new nodes come out sorted; a node that gets a key out of order is re-sorted.
+    unsorted: list[dict] = []
+    for path in sorted(paths):
+        _wire_insert(root, path, unsorted)
+    for node in unsorted:
+        items = sorted(node.items())
+        node.clear()
+        node.update(items)
 
 
 def _wire_insert(root: dict, path: Path, unsorted: list[dict]) -> None:
@@ -829,9 +767,7 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     """
     applied_paths: list[Path] = []
     _field_set(config, schema, (), applied_paths)
-    applied: Trie = {}
-    for path in applied_paths:
-        _insert(applied, path)
+    applied = _wire_build(applied_paths)
     changed: list[Path] = []
     removed: list[Path] = []
     _compare(live, merged, schema, (), True, changed, removed)
@@ -841,26 +777,26 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     for entry in entries:
         if entry.identity == identity:
             continue
-        hits = [path for path in changed if _has_member(entry.fields, path)]
+        hits = [path for path in changed if _wire_is_member(entry.fields, path)]
         if hits:
             conflicts.append((entry, sorted(hits, key=_set_order)))
     if conflicts and not force:
         raise FieldConflict(conflicts)
     for entry, hits in conflicts:
         for path in hits:
-            _remove(entry.fields, path, subtree=False)
+            _wire_remove(entry.fields, path, subtree=False)
     previous = next((e for e in entries if e.identity == identity), None)
     if previous is not None:
         others = [e for e in entries if e is not previous]
-        dropped = [path for path in _members(previous.fields)
-                   if _prunable(path, prunable) and not _has_member(applied, path)
-                   and not any(_has_member(e.fields, path) for e in others)]
+        dropped = [path for path in _wire_members(previous.fields)
+                   if _prunable(path, prunable) and not _wire_is_member(applied, path)
+                   and not any(_wire_is_member(e.fields, path) for e in others)]
         # As the apiserver prunes before it records the apply: what is deleted leaves every entry.
         for path in _prune(merged, schema, dropped, [applied] + [e.fields for e in others]):
             removed.append(path)
     for entry in entries:
         for path in removed:
-            _remove(entry.fields, path, subtree=True)
+            _wire_remove(entry.fields, path, subtree=True)
     mine = _entry_for(entries, manager, "Apply", subresource, api_version)
     mine.fields = applied
     mine.time = now
@@ -910,7 +846,7 @@ def _locate(obj: Any, path: Path, schema: dict) -> list[tuple[Any, Any, dict]]:
     return steps
 
 
-def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[Trie]) -> list[Path]:
+def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[FieldSet]) -> list[Path]:
     """Delete the ``dropped`` fields from ``merged`` (in place), then every map or list that held only
     them and that no one in ``owners`` owns anything in. Returns the paths deleted."""
     deleted: list[Path] = []
@@ -928,17 +864,8 @@ def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[Trie]) 
             value = container[key]
             prefix = path[:depth]
             if (type(value) not in (dict, list) or value or prefix == ("f:metadata",)
-                    or any(_find_node(trie, prefix) is not None for trie in owners)):
+                    or any(_wire_find(trie, prefix) is not None for trie in owners)):
                 break
             del container[key]
             deleted.append(prefix)
     return deleted
-
-
-def _find_node(trie: Trie, path: Path) -> Trie | None:
-    node: Trie | None = trie
-    for pe in path:
-        node = node.get(pe)
-        if node is None:
-            return None
-    return node

@@ -47,9 +47,9 @@ from controller.sim.resources import (
     Registry,
     ResourceType,
     ScaleSpec,
+    apply_defaults,
     forbidden,
     invalid_value,
-    apply_defaults,
     prepare_for_create,
     required_value,
     set_condition,
@@ -692,7 +692,15 @@ class Store:
             return None
         if fieldmanager.validate_entries(sent):
             return current
-        return sent
+        # Stored the way the apiserver stores any list it accepts: decoded and encoded again.
+        return fieldmanager.encode_entries(fieldmanager.decode_entries(sent))
+
+    @staticmethod
+    def _set_entries(meta: dict, entries: Any) -> None:
+        if entries:
+            meta["managedFields"] = entries
+        else:
+            meta.pop("managedFields", None)
 
     @staticmethod
     def _ownership_view(rt: ResourceType, obj: dict, subresource: str) -> dict:
@@ -724,10 +732,7 @@ class Store:
                                                    api_version, opts.force, now)
         else:
             entries = fieldmanager.update_ownership(schema, zero, view, base, opts.manager, "", api_version, now)
-        if entries:
-            meta["managedFields"] = entries
-        else:
-            meta.pop("managedFields", None)
+        self._set_entries(meta, entries)
 
     def _own_updated(self, rt: ResourceType, existing: dict, obj: dict, opts: WriteOptions, subresource: str,
                      apply_config: dict | None) -> None:
@@ -738,10 +743,7 @@ class Store:
         if not opts.track_ownership or (not base and apply_config is None):
             # An object without ownership records stays without them under updates (the apiserver
             # starts tracking on create or on the first apply only).
-            if base:
-                meta["managedFields"] = base
-            else:
-                meta.pop("managedFields", None)
+            self._set_entries(meta, base)
             return
         schema = self._ownership_schema(rt)
         before = self._ownership_view(rt, existing, subresource)
@@ -774,10 +776,7 @@ class Store:
         else:
             entries = fieldmanager.update_ownership(schema, before, after, base, opts.manager, subresource,
                                                     api_version, now)
-        if entries:
-            meta["managedFields"] = entries
-        else:
-            meta.pop("managedFields", None)
+        self._set_entries(meta, entries)
 
     # ------------------------------------------------------------------ create
 
@@ -1664,10 +1663,11 @@ _MISSING = object()
 
 
 def _same_ignoring_time(entries: list[dict], current: Any) -> bool:
-    if type(current) is not list or len(current) != len(entries):
-        return False
-    return all({k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
-               for a, b in zip(entries, current) if type(b) is dict) and all(type(b) is dict for b in current)
+    def untimed(entry: dict) -> dict:
+        return {k: v for k, v in entry.items() if k != "time"}
+
+    # ``current`` was validated or produced by the field manager: a list of entry dicts.
+    return type(current) is list and [untimed(e) for e in entries] == [untimed(e) for e in current]
 
 
 def _get_path(obj: dict, path: str) -> Any:

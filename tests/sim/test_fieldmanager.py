@@ -173,6 +173,21 @@ def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected
         assert [e["manager"] for e in cm["metadata"]["managedFields"]] == ["mine"]
 
 
+def test_an_accepted_body_list_is_stored_in_normal_form(store: Store) -> None:
+    created = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                              "data": {"a": "1"}}, field_manager="creator")
+    body = json.loads(json.dumps(created))
+    body["metadata"]["managedFields"] = [
+        {"manager": "later", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:14:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {".": {}}}}},
+        {"manager": "earlier", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:13:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {}}]
+    cm = store.update("configmaps", NS, "c", body, field_manager="editor")
+    # Re-encoded: a lone "." is a plain member, the entry without fields is gone, order is by time.
+    assert [(e["manager"], e["fieldsV1"]) for e in cm["metadata"]["managedFields"]] == [
+        ("later", {"f:data": {"f:a": {}}})]
+
+
 # --------------------------------------------------------------------------------------------- apply
 
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}}
@@ -419,6 +434,7 @@ async def test_kubectl_hides_managed_fields_unless_asked_and_names_its_managers(
     rc, _out, err = await kubectl("label", "configmap", "c", "team=ml")
     assert rc == 0, err
     rc, out, err = await kubectl("get", "configmap", "c", "-o", "json", "--show-managed-fields")
+    assert rc == 0, err
     managers = {(e["manager"], e["operation"]) for e in json.loads(out)["metadata"]["managedFields"]}
     assert managers == {("kubectl-create", "Update"), ("kubectl-label", "Update")}
 
