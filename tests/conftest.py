@@ -30,7 +30,8 @@ from controller.sim.watch import WatchConfig
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    # Fast simulated time: pods start in ~10 ms and a 30 s grace period lasts 0.3 s.
+    # Fast simulated time: pods start in ~10 ms, exit ~2 ms after SIGTERM, and a 30 s grace period
+    # (a process ignoring SIGTERM) lasts 0.3 s.
     return SimConfig(nodes=3, time_scale=0.01, watch=WatchConfig())
 
 

@@ -6,15 +6,21 @@ container statuses, exits and is restarted with back-off, is evicted, or hangs i
 dead node. :class:`Kubelet` plays every component that writes those changes, KWOK-style (nothing
 really runs), driven by pod annotations so tests and ``kubectl annotate`` can steer a pod:
 
-=============================== ==========================================================
-``sim.tfjob.dev/start-seconds`` Pending -> Running delay (default ``default_start_seconds``)
-``sim.tfjob.dev/run-seconds``   each container instance runs this long, then exits
-``sim.tfjob.dev/exit-code``     the exit code (default 0); on a running pod without
-                                run-seconds a *new* value makes the containers exit now
-``sim.tfjob.dev/reason``        terminated reason (default Completed / OOMKilled(137) / Error)
-``sim.tfjob.dev/evict``         ``"true"``: node-pressure eviction now (phase Failed, Evicted)
-``sim.tfjob.dev/unschedulable`` ``"true"``: the scheduler finds no node (stays Pending)
-=============================== ==========================================================
+===================================== ====================================================
+``sim.tfjob.dev/start-seconds``       Pending -> Running delay (default ``default_start_seconds``)
+``sim.tfjob.dev/run-seconds``         each container instance runs this long, then exits
+``sim.tfjob.dev/exit-code``           the exit code (default 0); on a running pod without
+                                      run-seconds a *new* value makes the containers exit now
+``sim.tfjob.dev/reason``              terminated reason (default Completed / OOMKilled(137) / Error)
+``sim.tfjob.dev/evict``               ``"true"``: node-pressure eviction now (phase Failed, Evicted)
+``sim.tfjob.dev/unschedulable``       ``"true"``: the scheduler finds no node (stays Pending)
+``sim.tfjob.dev/sigterm-seconds``     on deletion, the process exits this long after SIGTERM
+                                      (default ``default_sigterm_seconds``, 0.2 s)
+``sim.tfjob.dev/sigterm-exit-code``   its exit code then (default 143: killed by SIGTERM; 0 for
+                                      a process that traps SIGTERM and exits cleanly)
+``sim.tfjob.dev/ignore-sigterm``      ``"true"``: SIGTERM is ignored, SIGKILL (137) comes when the
+                                      grace period ends
+===================================== ====================================================
 
 Contract:
 - All writes go through the :class:`~controller.sim.store.Store` API, so they have exactly the
@@ -65,6 +71,14 @@ EXIT_CODE = ANNOTATION_PREFIX + "exit-code"
 REASON = ANNOTATION_PREFIX + "reason"
 EVICT = ANNOTATION_PREFIX + "evict"
 UNSCHEDULABLE = ANNOTATION_PREFIX + "unschedulable"
+SIGTERM_SECONDS = ANNOTATION_PREFIX + "sigterm-seconds"
+SIGTERM_EXIT_CODE = ANNOTATION_PREFIX + "sigterm-exit-code"
+IGNORE_SIGTERM = ANNOTATION_PREFIX + "ignore-sigterm"
+
+# A process killed by SIGTERM's default action: 128 + 15 (Python's default handler is SIG_DFL).
+SIGTERM_DEFAULT_EXIT_CODE = 143
+# killContainer: "always give containers a minimal shutdown window to avoid unnecessary SIGKILLs".
+MINIMUM_GRACE_SECONDS = 2.0
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
@@ -124,6 +138,9 @@ class KubeletConfig:
     node_pods: int = 110
     time_scale: float = 1.0
     default_start_seconds: float = 0.5  # Pending -> Running without a start-seconds annotation
+    # SIGTERM -> exit without a sigterm-seconds annotation: a process with the default handler
+    # dies at once; this is signal delivery plus the runtime noticing the exit.
+    default_sigterm_seconds: float = 0.2
     node_eviction_seconds: float = 300  # NotReady node: taint-manager eviction after this
     # Pod GC force-deletes pods of a vanished node after this quarantine (kube-controller-manager: 40 s).
     pod_gc_orphan_seconds: float = 40.0
@@ -136,7 +153,8 @@ class KubeletConfig:
             raise ValueError(f"node_pods must be >= 1, got {self.node_pods}")
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
-        for name in ("default_start_seconds", "node_eviction_seconds", "pod_gc_orphan_seconds"):
+        for name in ("default_start_seconds", "default_sigterm_seconds", "node_eviction_seconds",
+                     "pod_gc_orphan_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("node_cpu", "node_memory"):
@@ -241,15 +259,15 @@ def _parse_seconds(raw: str | None, name: str) -> float | None:
     return value
 
 
-def _parse_exit_code(raw: str | None) -> int | None:
+def _parse_exit_code(raw: str | None, name: str = EXIT_CODE) -> int | None:
     if raw is None:
         return None
     try:
         code = int(raw.strip())
     except ValueError:
-        raise _AnnotationError(f"{EXIT_CODE}: {raw!r} is not an integer") from None
+        raise _AnnotationError(f"{name}: {raw!r} is not an integer") from None
     if not 0 <= code <= 255:
-        raise _AnnotationError(f"{EXIT_CODE}: {raw!r} must be between 0 and 255")
+        raise _AnnotationError(f"{name}: {raw!r} must be between 0 and 255")
     return code
 
 
@@ -259,6 +277,19 @@ def default_reason(code: int) -> str:
     if code == 137:
         return "OOMKilled"
     return "Error"
+
+
+def prestop_sleep_seconds(spec: dict) -> float:
+    """How long the containers' preStop hooks take: ``sleep`` actions last their seconds, exec and
+    httpGet hooks (nothing really runs) are instant. Containers stop in parallel, so the longest."""
+    longest = 0.0
+    for c in spec.get("containers") or []:
+        if not isinstance(c, dict):
+            continue
+        sleep = (((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
+        if isinstance(sleep, (int, float)) and not isinstance(sleep, bool) and sleep > longest:
+            longest = float(sleep)
+    return longest
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,7 +452,10 @@ class _PodRecord:
     backoff_updated: float = 0.0  # monotonic time of the last back-off update
     current: _Termination | None = None  # the state.terminated of the present instance
     previous: _Termination | None = None  # lastState.terminated
-    kill_due: float | None = None
+    stop_started: float | None = None  # when the kubelet began stopping the containers (deletion seen)
+    sigterm_due: float | None = None  # preStop done, SIGTERM sent
+    sigterm_exit_due: float | None = None  # the process exits of SIGTERM (None: ignores it)
+    kill_due: float | None = None  # SIGKILL
     delete_sent: bool = False
     pod_ip: str | None = None
     ip_owned: bool = False  # allocated here (not adopted from a pre-existing status)
@@ -1155,28 +1189,50 @@ class Kubelet:
         rec.current = _unknown_termination(rec.restart_count)
 
     def _terminate(self, pod: dict, rec: _PodRecord, node: _Node, now: float) -> float | None:
-        """Graceful deletion: SIGKILL after the grace period (containers ignore SIGTERM), then the
-        final status and DELETE with grace 0 and a uid precondition."""
+        """Graceful deletion as the kubelet's killContainer does it, then the final status and DELETE
+        with grace 0 and a uid precondition.
+
+        Stopping starts when the kubelet first sees the deletion: preStop ``sleep`` hooks run inside
+        the grace budget, then SIGTERM; the process exits ``sigterm-seconds`` later (143, or
+        ``sigterm-exit-code``) unless it exits by itself first or ignores SIGTERM, in which case the
+        runtime sends SIGKILL (137) when the remaining grace, at least 2 s, has passed.
+        """
         if rec.delete_sent:
             return None
         meta = pod["metadata"]
-        grace = meta.get("deletionGracePeriodSeconds") or 0
-        deadline = now + max(0, grace) * self._scale
-        if rec.kill_due is None or deadline < rec.kill_due:
-            rec.kill_due = deadline
+        grace = max(0, meta.get("deletionGracePeriodSeconds") or 0)
         if rec.life == RUNNING:
             annotations = meta.get("annotations") or {}
-            code = self._exit_due(pod, rec, annotations, now)
-            if code is not None:  # the process exited by itself during the grace period
-                rec.current = _Termination(exit_code=code, reason=annotations.get(REASON) or default_reason(code),
-                                           started_at=rec.instance_started_at, finished_at=now_timestamp(),
-                                           instance=rec.restart_count)
-            elif now < rec.kill_due:
+            spec = pod.get("spec") or {}
+            if rec.stop_started is None:
+                rec.stop_started = now
+                rec.sigterm_due = now + min(prestop_sleep_seconds(spec), grace) * self._scale
+                if annotations.get(IGNORE_SIGTERM) != "true":
+                    delay = self._annotation_seconds(pod, rec, SIGTERM_SECONDS)
+                    if delay is None:
+                        delay = self.config.default_sigterm_seconds
+                    rec.sigterm_exit_due = rec.sigterm_due + delay * self._scale
+            # A shorter grace period from a second DELETE moves SIGKILL earlier, never later.
+            prestop = (rec.sigterm_due - rec.stop_started) / self._scale if rec.sigterm_due is not None else 0.0
+            deadline = rec.stop_started + (prestop + max(grace - prestop, MINIMUM_GRACE_SECONDS)) * self._scale
+            if rec.kill_due is None or deadline < rec.kill_due:
+                rec.kill_due = deadline
+            natural = self._exit_due(pod, rec, annotations, now)  # exits by itself during the grace period
+            exits = []
+            if natural is not None:
+                exits.append((rec.run_due if rec.run_due is not None else now, natural,
+                              annotations.get(REASON) or default_reason(natural)))
+            if rec.sigterm_exit_due is not None and now >= rec.sigterm_exit_due:
+                code = self._sigterm_exit_code(pod, rec)
+                exits.append((rec.sigterm_exit_due, code, "Completed" if code == 0 else "Error"))
+            if now >= rec.kill_due:
+                exits.append((rec.kill_due, 137, "Error"))  # SIGKILL at the end of the grace period
+            if not exits:
                 self._write_status(pod, self._render(pod, rec, node))
-                return rec.kill_due if rec.run_due is None else min(rec.kill_due, rec.run_due)
-            else:  # SIGKILL at the end of the grace period
-                rec.current = _Termination(exit_code=137, reason="Error", started_at=rec.instance_started_at,
-                                           finished_at=now_timestamp(), instance=rec.restart_count)
+                return min(due for due in (rec.kill_due, rec.run_due, rec.sigterm_exit_due) if due is not None)
+            _when, code, reason = min(exits, key=lambda e: e[0])
+            rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
+                                       finished_at=now_timestamp(), instance=rec.restart_count)
             rec.life = KILLED
         elif rec.life in (BOUND, CREATING, BACKOFF):
             if rec.current is None:
@@ -1188,6 +1244,15 @@ class Kubelet:
         rec.delete_sent = True
         self._delete_now(pod)
         return None
+
+    def _sigterm_exit_code(self, pod: dict, rec: _PodRecord) -> int:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SIGTERM_EXIT_CODE)
+        try:
+            code = _parse_exit_code(raw, SIGTERM_EXIT_CODE)
+        except _AnnotationError as exc:
+            self._warn_annotation(rec, f"{SIGTERM_EXIT_CODE}={raw}", str(exc))
+            code = None
+        return SIGTERM_DEFAULT_EXIT_CODE if code is None else code
 
     def _delete_now(self, pod: dict) -> None:
         meta = pod["metadata"]

@@ -251,7 +251,8 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
         await eventually(pods_seen, timeout=30, interval=0.01, what="three replacements of the crashing worker")
         created = sorted(seen.values())
         gaps = [b - a for a, b in zip(created, created[1:])]
-        # gap = run time (0.2 s) + grace (<= 0.3 s) + back-off, rounded up to the next whole second.
+        # gap = run time (0.2 s) + deletion (prompt: the process has exited) + back-off, rounded up to
+        # the next whole second.
         for gap, backoff in zip(gaps, (1.0, 2.0, 2.0)):
             assert backoff <= gap < backoff + 2.5, (gaps, "back-off 1 s, 2 s, capped at 2 s")
 

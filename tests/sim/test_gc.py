@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from controller.sim.gc import GarbageCollector, GCConfig
-from controller.sim.kubelet import Kubelet, KubeletConfig
+from controller.sim.kubelet import IGNORE_SIGTERM, Kubelet, KubeletConfig
 from controller.sim.store import Store
 
 SCALE = 0.01
@@ -253,7 +253,8 @@ async def test_foreground_waits_for_graceful_pod_termination() -> None:
         owner = configmap(store, "job")
         store.create("pods", NS, {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "job-worker-0", "ownerReferences": [ref(owner, block=True, controller=True)]},
+            "metadata": {"name": "job-worker-0", "ownerReferences": [ref(owner, block=True, controller=True)],
+                         "annotations": {IGNORE_SIGTERM: "true"}},  # stays terminating for its whole grace
             "spec": {"terminationGracePeriodSeconds": 20, "containers": [{"name": "main", "image": "busybox"}]}})
         await rec.until(lambda: (store.get("pods", NS, "job-worker-0") or {}).get("status", {}).get("phase")
                         == "Running")

@@ -19,8 +19,11 @@ from controller.sim.errors import ApiError
 from controller.sim.kubelet import (
     EVICT,
     EXIT_CODE,
+    IGNORE_SIGTERM,
     REASON,
     RUN_SECONDS,
+    SIGTERM_EXIT_CODE,
+    SIGTERM_SECONDS,
     START_SECONDS,
     UNSCHEDULABLE,
     Kubelet,
@@ -471,10 +474,42 @@ async def test_evict_annotation_fails_pod_without_deleting_it() -> None:
 # ------------------------------------------------------------------------------------------- deletion
 
 
-async def test_graceful_deletion_waits_for_the_grace_period() -> None:
+def last_modified(rec: Recorder, name: str) -> dict:
+    """The last state of pod ``name`` before it was deleted: what the kubelet posted last."""
+    return [o for _t, e, o in rec.pod_states(name) if e == "MODIFIED"][-1]
+
+
+async def test_deleted_pods_exit_on_sigterm_like_processes() -> None:
     async with cluster() as (store, _k, rec):
-        store.create("pods", NS, make_pod("slow", terminationGracePeriodSeconds=30))
-        store.create("pods", NS, make_pod("quick", terminationGracePeriodSeconds=30))
+        store.create("pods", NS, make_pod("default", terminationGracePeriodSeconds=300))
+        store.create("pods", NS, make_pod("slow", {SIGTERM_SECONDS: "5"}, terminationGracePeriodSeconds=300))
+        store.create("pods", NS, make_pod("trap", {SIGTERM_EXIT_CODE: "0"}, terminationGracePeriodSeconds=300))
+        await rec.until(lambda: all(running(store, n) for n in ("default", "slow", "trap")))
+        start = anyio.current_time()
+        for name in ("default", "slow", "trap"):
+            store.delete("pods", NS, name)
+        assert get_pod(store, "default")["metadata"]["deletionGracePeriodSeconds"] == 300
+        await rec.until(lambda: all(rec.deleted_at(n) for n in ("default", "slow", "trap")), timeout=10)
+        # Default: the process dies of SIGTERM 0.2 s after it was sent, long before the grace period ends.
+        assert 0.2 * SCALE <= rec.deleted_at("default") - start < 300 * SCALE
+        assert 5 * SCALE <= rec.deleted_at("slow") - start < 300 * SCALE
+        assert rec.deleted_at("default") < rec.deleted_at("slow")
+        for name in ("default", "slow"):
+            last = last_modified(rec, name)
+            term = container(last)["state"]["terminated"]
+            assert (last["status"]["phase"], term["exitCode"], term["reason"]) == ("Failed", 143, "Error")
+            assert container(last)["restartCount"] == 0  # a deleted pod is not restarted (restartPolicy Always)
+        # A process that traps SIGTERM and exits 0: the deleted pod Succeeded.
+        last = last_modified(rec, "trap")
+        term = container(last)["state"]["terminated"]
+        assert (last["status"]["phase"], term["exitCode"], term["reason"]) == ("Succeeded", 0, "Completed")
+
+
+async def test_sigterm_ignored_means_sigkill_at_the_end_of_the_grace_period() -> None:
+    async with cluster() as (store, _k, rec):
+        ignore = {IGNORE_SIGTERM: "true"}
+        store.create("pods", NS, make_pod("slow", ignore, terminationGracePeriodSeconds=30))
+        store.create("pods", NS, make_pod("quick", ignore, terminationGracePeriodSeconds=30))
         await rec.until(lambda: running(store, "slow") and running(store, "quick"))
         start = anyio.current_time()
         store.delete("pods", NS, "slow")
@@ -486,16 +521,44 @@ async def test_graceful_deletion_waits_for_the_grace_period() -> None:
         assert rec.deleted_at("slow") - start >= 30 * SCALE
         assert rec.deleted_at("quick") < rec.deleted_at("slow")
         # The kubelet posts the killed state before confirming the deletion.
-        last = [o for _t, e, o in rec.pod_states("slow") if e == "MODIFIED"][-1]
+        last = last_modified(rec, "slow")
         assert last["status"]["phase"] == "Failed"
         term = container(last)["state"]["terminated"]
         assert (term["exitCode"], term["reason"]) == (137, "Error")
 
 
+async def test_sigkill_waits_at_least_two_seconds_and_after_pre_stop_sleep() -> None:
+    async with cluster() as (store, _k, rec):
+        ignore = {IGNORE_SIGTERM: "true"}
+        store.create("pods", NS, make_pod("short", ignore, terminationGracePeriodSeconds=300))
+        hook = {"preStop": {"sleep": {"seconds": 50}}}
+        body = make_pod("hooked", ignore, terminationGracePeriodSeconds=10)
+        body["spec"]["containers"][0]["lifecycle"] = hook
+        store.create("pods", NS, body)
+        body = make_pod("drains", terminationGracePeriodSeconds=300)
+        body["spec"]["containers"][0]["lifecycle"] = {"preStop": {"sleep": {"seconds": 3}}}
+        store.create("pods", NS, body)
+        await rec.until(lambda: all(running(store, n) for n in ("short", "hooked", "drains")))
+        start = anyio.current_time()
+        store.delete("pods", NS, "short", {"gracePeriodSeconds": 1})
+        store.delete("pods", NS, "hooked")
+        store.delete("pods", NS, "drains")
+        await rec.until(lambda: all(rec.deleted_at(n) for n in ("short", "hooked", "drains")), timeout=10)
+        # killContainer gives every container at least 2 s after SIGTERM.
+        assert 2 * SCALE <= rec.deleted_at("short") - start < 300 * SCALE
+        # The preStop hook is cut at the grace period (10 s), then the 2 s minimum.
+        assert 12 * SCALE <= rec.deleted_at("hooked") - start < 50 * SCALE
+        # SIGTERM only after the 3 s preStop sleep, then the default 0.2 s exit.
+        assert 3.2 * SCALE <= rec.deleted_at("drains") - start < 300 * SCALE
+        assert container(last_modified(rec, "drains"))["state"]["terminated"]["exitCode"] == 143
+        assert container(last_modified(rec, "hooked"))["state"]["terminated"]["exitCode"] == 137
+
+
 async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
     async with cluster() as (store, _k, rec):
-        store.create("pods", NS, make_pod("a", terminationGracePeriodSeconds=300))
-        store.create("pods", NS, make_pod("b", {RUN_SECONDS: "10"}, restart="Never",
+        ignore = {IGNORE_SIGTERM: "true"}
+        store.create("pods", NS, make_pod("a", ignore, terminationGracePeriodSeconds=300))
+        store.create("pods", NS, make_pod("b", {RUN_SECONDS: "10", **ignore}, restart="Never",
                                           terminationGracePeriodSeconds=300))
         await rec.until(lambda: running(store, "a") and running(store, "b"))
         start = anyio.current_time()
@@ -505,7 +568,7 @@ async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
         await rec.until(lambda: rec.deleted_at("a") and rec.deleted_at("b"), timeout=10)
         assert 2 * SCALE <= rec.deleted_at("a") - start < 300 * SCALE
         assert rec.deleted_at("b") - start < 300 * SCALE
-        last_b = [o for _t, e, o in rec.pod_states("b") if e == "MODIFIED"][-1]
+        last_b = last_modified(rec, "b")
         assert last_b["status"]["phase"] == "Succeeded"
         assert container(last_b)["state"]["terminated"]["reason"] == "Completed"
 
