@@ -38,6 +38,9 @@ class RunOptions:
     leader_elect: bool = True
     leader_election_namespace: str | None = None
     cluster_domain: str = ""
+    max_pods_per_job: int = DecideConfig.max_pods_per_job
+    # (base, cap) seconds of the dynamic-worker failover back-off
+    failover_backoff: tuple[float, float] = (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap)
 
 
 def _in_cluster_namespace() -> str | None:
@@ -71,7 +74,12 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
         registry=registry,
         namespaces=options.namespaces or None,
         workers=options.workers,
-        decide_config=DecideConfig(cluster_domain=options.cluster_domain),
+        decide_config=DecideConfig(
+            cluster_domain=options.cluster_domain,
+            max_pods_per_job=options.max_pods_per_job,
+            failover_backoff_base=options.failover_backoff[0],
+            failover_backoff_cap=options.failover_backoff[1],
+        ),
     )
     informers = (tfjobs.jobs, tfjobs.pods, tfjobs.services)
     elector: LeaderElector | None = None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import anyio
 
 from controller.ops.http import parse_addr
+from controller.tfjob.decide import DecideConfig
 
 
 def _addr(text: str) -> tuple[str, int]:
@@ -71,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="hold a Lease so only one replica acts (default on)")
     run.add_argument("--leader-election-namespace", metavar="NS",
                      help="namespace of the Lease (default: the pod's namespace, else 'default')")
+    run.add_argument("--max-pods-per-job", type=_positive_int, default=DecideConfig.max_pods_per_job, metavar="N",
+                     help="a job asking for more pods (all replica types together) fails validation "
+                          f"(default {DecideConfig.max_pods_per_job})")
+    run.add_argument("--failover-backoff", type=_scale, nargs=2, metavar=("BASE", "CAP"),
+                     default=(DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
+                     help="seconds before a failed dynamic worker is replaced: BASE, doubling per failover up to "
+                          f"CAP (default {DecideConfig.failover_backoff_base:g} {DecideConfig.failover_backoff_cap:g})")
 
     sim = sub.add_parser("sim", help="serve a simulated Kubernetes cluster until SIGINT/SIGTERM")
     sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
@@ -87,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.failover_backoff[0] > args.failover_backoff[1]:
+        parser.error("--failover-backoff: BASE must not exceed CAP")
     from controller.ops.logging import configure_logging
 
     fmt = args.log_format or ("console" if sys.stderr.isatty() else "json")
@@ -105,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 leader_elect=args.leader_elect,
                 leader_election_namespace=args.leader_election_namespace,
                 cluster_domain=cluster_domain_from_env(),
+                max_pods_per_job=args.max_pods_per_job,
+                failover_backoff=tuple(args.failover_backoff),
             )
             return anyio.run(run, options)
         if args.command == "sim":

@@ -13,6 +13,9 @@ Contract:
   deletecollection. A request's *resource key* is the qualified plural, plus ``/subresource`` for
   subresources (``"pods/status"``). A rule's resource ``"*"`` matches everything, ``"pods"``
   matches ``pods`` and all its subresources, ``"pods/status"`` only that subresource.
+- A rule with ``user_agent`` only hits requests whose User-Agent contains it, as API Priority and
+  Fairness throttles one client's flow while others proceed (a soak faults the controller while its
+  observer keeps reading).
 - Request-log counters: :meth:`mark` returns a position; :meth:`count` / :meth:`counts` /
   :meth:`writes` count what happened after it ("between these two points this client made zero
   writes / exactly one LIST").
@@ -71,10 +74,13 @@ class FaultRule:
     message: str | None = None
     latency: float = 0.0  # seconds added before handling (latency-only rules have code 0)
     drop: bool = False
+    user_agent: str | None = None  # only requests whose User-Agent contains this; None = every client
     hits: int = 0
 
-    def matches(self, verb: str, resource: str) -> bool:
+    def matches(self, verb: str, resource: str, user_agent: str = "") -> bool:
         if self.verb != "*" and self.verb != verb:
+            return False
+        if self.user_agent is not None and self.user_agent not in user_agent:
             return False
         if self.resource == "*":
             return True
@@ -83,7 +89,7 @@ class FaultRule:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "verb": self.verb, "resource": self.resource, "code": self.code, "rate": self.rate,
                 "remaining": self.remaining, "retryAfter": self.retry_after, "message": self.message,
-                "latency": self.latency, "drop": self.drop, "hits": self.hits}
+                "latency": self.latency, "drop": self.drop, "userAgent": self.user_agent, "hits": self.hits}
 
 
 @dataclass
@@ -147,7 +153,8 @@ class Faults:
     # ------------------------------------------------------------ request faults
 
     def fail(self, verb: str = "*", resource: str = "*", code: int = 500, *, rate: float = 1.0,
-             count: int | None = None, retry_after: int | None = None, message: str | None = None) -> FaultRule:
+             count: int | None = None, retry_after: int | None = None, message: str | None = None,
+             user_agent: str | None = None) -> FaultRule:
         """Answer matching requests with ``code`` (429/500/503/504/409/...), at ``rate``, ``count`` times."""
         if verb != "*" and verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}; use one of {sorted(VERBS)} or '*'")
@@ -157,7 +164,8 @@ class Faults:
             raise ValueError(f"code must be an HTTP error status (4xx/5xx), got {code}")
         if count is not None and count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        rule = FaultRule(next(self._ids), verb, resource, code, rate, count, retry_after, message)
+        rule = FaultRule(next(self._ids), verb, resource, code, rate, count, retry_after, message,
+                         user_agent=user_agent)
         self._rules.append(rule)
         return rule
 
@@ -167,17 +175,18 @@ class Faults:
         return self.fail(verb, resource, code, count=count, retry_after=retry_after, message=message)
 
     def drop_connections(self, verb: str = "*", resource: str = "*", *, rate: float = 1.0,
-                         count: int | None = None) -> FaultRule:
+                         count: int | None = None, user_agent: str | None = None) -> FaultRule:
         """Close the connection without answering (the client sees a disconnect)."""
-        rule = FaultRule(next(self._ids), verb, resource, 0, rate, count, drop=True)
+        rule = FaultRule(next(self._ids), verb, resource, 0, rate, count, drop=True, user_agent=user_agent)
         self._rules.append(rule)
         return rule
 
-    def add_latency(self, seconds: float, verb: str = "*", resource: str = "*") -> FaultRule:
+    def add_latency(self, seconds: float, verb: str = "*", resource: str = "*", *,
+                    user_agent: str | None = None) -> FaultRule:
         """Delay matching requests by ``seconds`` before they are handled."""
         if seconds < 0:
             raise ValueError(f"latency must be >= 0, got {seconds}")
-        rule = FaultRule(next(self._ids), verb, resource, 0, 1.0, None, latency=seconds)
+        rule = FaultRule(next(self._ids), verb, resource, 0, 1.0, None, latency=seconds, user_agent=user_agent)
         self._rules.append(rule)
         return rule
 
@@ -193,13 +202,13 @@ class Faults:
     def rules(self) -> list[FaultRule]:
         return list(self._rules)
 
-    def check(self, verb: str, resource: str, name: str | None) -> Decision:
+    def check(self, verb: str, resource: str, name: str | None, user_agent: str = "") -> Decision:
         """Decide latency / error / drop for one request (called by the HTTP server)."""
         decision = Decision()
         if not self._rules:
             return decision
         for rule in list(self._rules):
-            if not rule.matches(verb, resource):
+            if not rule.matches(verb, resource, user_agent):
                 continue
             if rule.latency and not rule.drop and rule.code == 0:
                 decision.latency += rule.latency

@@ -287,12 +287,13 @@ class SimServer:
             return await self._sim_api(request)
         route = self.route(path) if path.startswith("/api") else None
         verb = self.verb_of(request.method, route, request.query) if route is not None else ""
+        user_agent = request.headers.get("User-Agent", "")
         record = self.faults.start_record(request.method, path, verb, route.key if route else "",
                                           route.namespace if route else None, route.name if route else None,
-                                          request.headers.get("User-Agent", ""))
+                                          user_agent)
         try:
             if route is not None:
-                decision = self.faults.check(verb, route.key, route.name)
+                decision = self.faults.check(verb, route.key, route.name, user_agent)
                 if decision.latency:
                     await asyncio.sleep(decision.latency)  # injected latency, not synchronisation
                 if decision.drop:
@@ -671,15 +672,18 @@ class SimServer:
         if path == "/faults" and method == "POST":
             verb = body.get("verb", "*")
             resource = body.get("resource", "*")
+            agent = body.get("userAgent")
+            if agent is not None and not isinstance(agent, str):
+                raise ValueError("userAgent must be a string")
             if body.get("latency"):
-                rule = faults.add_latency(float(body["latency"]), verb, resource)
+                rule = faults.add_latency(float(body["latency"]), verb, resource, user_agent=agent)
             elif body.get("drop"):
                 rule = faults.drop_connections(verb, resource, rate=float(body.get("rate", 1.0)),
-                                               count=body.get("count"))
+                                               count=body.get("count"), user_agent=agent)
             else:
                 rule = faults.fail(verb, resource, int(body.get("code", 500)), rate=float(body.get("rate", 1.0)),
                                    count=body.get("count"), retry_after=body.get("retryAfter"),
-                                   message=body.get("message"))
+                                   message=body.get("message"), user_agent=agent)
             return self._json(rule.to_dict(), 201)
         if path == "/watches" and method == "GET":
             return self._json({"watches": [{"resource": w.resource, "namespace": w.namespace,

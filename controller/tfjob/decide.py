@@ -51,7 +51,7 @@ from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finishe
 from .conditions import sanitize as sanitize_conditions
 from .conditions import set_condition
 from .defaults import defaulted
-from .validation import summarize, validate
+from .validation import summarize, validate, validate_pod_count
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class DecideConfig:
     the issue's (10 s doubling, 5 min cap, reset after 10 min of running); tests may shrink them.
     ``max_pod_creations`` bounds one decision's pod creations (the rest follow on the next pass,
     triggered by the creations' watch events), so a huge job cannot produce a huge decision.
+    ``max_pods_per_job`` caps the pods one job may ask for (replicas summed over types): a job over
+    it fails validation with a condition and an event saying so, and gets no pods at all.
     """
 
     cluster_domain: str = ""
@@ -71,6 +73,7 @@ class DecideConfig:
     failover_backoff_cap: float = 300.0
     failover_reset_after: float = 600.0
     max_pod_creations: int = 500
+    max_pods_per_job: int = 10_000
 
 
 # --- dynamic-worker state persisted in status.dynamicWorkers ---------------------------------------
@@ -231,7 +234,7 @@ def decide(
     if _managed_externally(job):
         # v1.9 managedBy (e.g. MultiKueue): another controller owns the job; write nothing.
         return Decision((), (), (), copy.deepcopy(old_status), None)
-    errors = validate(job)
+    errors = validate(job) or validate_pod_count(job, config.max_pods_per_job)
     if errors:
         return _Pass(job, old_status, [], [], now, config).invalid(summarize(errors))
     return _Pass(defaulted(job), old_status, pods, services, now, config).run()

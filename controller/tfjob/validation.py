@@ -99,6 +99,28 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def validate_pod_count(job: Any, max_pods: int) -> list[FieldError]:
+    """An error if the pods ``job`` asks for (replicas summed over types, unset = 1) exceed ``max_pods``.
+
+    The cap is the operator's (``--max-pods-per-job``), not the API's: a job may validate against the
+    CRD and still ask for more pods than one controller should create for it. Call on a job that
+    :func:`validate` accepted; never raises on any other input either.
+    """
+    spec = job.get("spec") if isinstance(job, dict) else None
+    specs = spec.get("tfReplicaSpecs") if isinstance(spec, dict) else None
+    if not isinstance(specs, dict):
+        return []
+    total = 0
+    for replica_spec in specs.values():
+        replicas = replica_spec.get("replicas") if isinstance(replica_spec, dict) else None
+        total += replicas if _is_int(replicas) and replicas > 0 else (api.DEFAULT_REPLICAS if replicas is None else 0)
+    if total <= max_pods:
+        return []
+    return [FieldError(FORBIDDEN, "spec.tfReplicaSpecs",
+                       f"the job asks for {total} pods in total, more than this controller's limit of "
+                       f"{max_pods} pods per job (--max-pods-per-job)")]
+
+
 def validate(job: Any) -> list[FieldError]:
     """All validation errors of ``job`` (empty list = valid). Never raises."""
     errors: list[FieldError] = []

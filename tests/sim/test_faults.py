@@ -100,6 +100,25 @@ async def test_error_rate_and_matching(session, sim_cluster: SimCluster) -> None
         sim_cluster.faults.fail("frobnicate", "pods", 500)
 
 
+async def test_faults_aimed_at_one_client(session, sim_cluster: SimCluster) -> None:
+    """A rule with a user agent throttles that client's flow only; others are served (APF per flow)."""
+    async def list_as(agent: str) -> int:
+        async with session.get(sim_cluster.url + CMS, headers={"User-Agent": agent}) as resp:
+            return resp.status
+
+    sim_cluster.faults.fail("list", "configmaps", 429, user_agent="tfjob-controller")
+    assert await list_as("tfjob-controller/0.1.0 (leader)") == 429
+    assert await list_as("soak-observer") == 200
+    async with session.post(sim_cluster.url + "/_sim/faults",
+                            json={"code": 503, "resource": "secrets", "userAgent": "kubectl"}) as resp:
+        assert resp.status == 201 and (await resp.json())["userAgent"] == "kubectl"
+    async with session.get(sim_cluster.url + "/api/v1/namespaces/default/secrets",
+                           headers={"User-Agent": "kubectl/v1.31.0"}) as resp:
+        assert resp.status == 503
+    async with session.post(sim_cluster.url + "/_sim/faults", json={"code": 503, "userAgent": 7}) as resp:
+        assert resp.status == 400 and "userAgent must be a string" in (await resp.json())["error"]
+
+
 async def test_latency(session, sim_cluster: SimCluster) -> None:
     sim_cluster.faults.add_latency(0.3, "list", "configmaps")
     start = anyio.current_time()

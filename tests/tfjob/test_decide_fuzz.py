@@ -1,0 +1,171 @@
+"""Hostile input, layer (a): :func:`decide` on anything hypothesis can build.
+
+A TFJob can reach the controller without passing the CRD's rules (stored under an older CRD, written
+past validation), so ``decide`` must be total: no input makes it raise, and no input makes it ask
+for more pods than ``DecideConfig.max_pods_per_job``, whatever the job, its status, or its children
+look like. A job over the cap fails validation with a condition and an event that say so.
+
+The runs are derandomized with a bounded number of examples: the same inputs every run, fast.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.tfjob import api
+from controller.tfjob.actions import CreatePod, CreateService, DeletePod
+from controller.tfjob.decide import DecideConfig, decide
+
+from .builders import NOW, at, make_job, make_pod, make_service, replica
+
+FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+CAP = 12
+CONFIG = DecideConfig(max_pods_per_job=CAP, max_pod_creations=CAP)
+
+# Any JSON value, biased towards the shapes a TFJob has, with unicode and big numbers.
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+    st.sampled_from(["", "Worker", "worker", "PS", "Chief", "Master", "Evaluator", "Never", "OnFailure",
+                     "Always", "ExitCode", "AllWorkers", "True", "False", "tensorflow", "Running", "Failed",
+                     "Succeeded", "2024-01-01T00:00:00Z", "not-a-time", "\u0000", "ワーカー", "\U0001f680" * 40]),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+    max_leaves=25,
+)
+replica_counts = st.one_of(st.integers(min_value=0, max_value=40), json_values)
+
+
+def deep(depth: int) -> dict[str, Any]:
+    """A template nested ``depth`` levels deep where a container's env should be."""
+    node: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        node = {"nested": node}
+    return node
+
+
+@st.composite
+def replica_specs(draw: st.DrawFn) -> Any:
+    if draw(st.integers(0, 9)) == 0:
+        return draw(json_values)  # not even an object
+    spec = replica(draw(replica_counts) if draw(st.booleans()) else draw(st.integers(0, 6)),
+                   draw(st.sampled_from([None, "Never", "OnFailure", "Always", "ExitCode", "Sometimes", ""])))
+    if draw(st.integers(0, 4)) == 0:
+        spec["template"]["spec"]["containers"][0]["env"] = draw(st.one_of(json_values, st.just([deep(200)])))
+    if draw(st.integers(0, 4)) == 0:
+        spec["template"]["metadata"] = draw(json_values)
+    if draw(st.integers(0, 4)) == 0:
+        spec[draw(st.text(max_size=8))] = draw(json_values)
+    return spec
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> dict[str, Any]:
+    types = draw(st.lists(st.sampled_from(["Worker", "PS", "Chief", "Master", "Evaluator", "worker", "Bogus"]),
+                          max_size=4, unique=True))
+    job = make_job(
+        name=draw(st.one_of(st.just("fuzz"), st.text(max_size=70), st.just("a" * 80))),
+        dynamic=draw(st.one_of(st.none(), st.booleans())),
+        success_policy=draw(st.one_of(st.none(), st.sampled_from(["", "AllWorkers", "Nope"]))),
+        run_policy=draw(st.one_of(st.none(), st.dictionaries(
+            st.sampled_from(["cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
+                             "suspend", "managedBy", "schedulingPolicy"]), json_values, max_size=4))),
+    )
+    job["spec"]["tfReplicaSpecs"] = {t: draw(replica_specs()) for t in types}
+    if draw(st.integers(0, 3)) == 0:
+        job["status"] = draw(st.one_of(json_values, st.fixed_dictionaries({
+            "conditions": json_values, "replicaStatuses": json_values, "startTime": json_values,
+            "completionTime": json_values, "dynamicWorkers": json_values})))
+    if draw(st.integers(0, 6)) == 0:
+        job["spec"] = draw(json_values)  # past every rule: the spec itself is garbage
+    if draw(st.integers(0, 9)) == 0:
+        job["metadata"] = draw(json_values)
+    return job
+
+
+@st.composite
+def children(draw: st.DrawFn, job: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Pods and services owned by the job (some malformed), as a stale or hostile cache may hold."""
+    pods: list[Any] = []
+    services: list[Any] = []
+    if not isinstance(job.get("metadata"), dict) or job["metadata"].get("uid") is None:
+        return pods, services
+    for _ in range(draw(st.integers(0, 4))):
+        replica_type = draw(st.sampled_from(["Worker", "PS", "Chief", "Evaluator"]))
+        index = draw(st.integers(0, 50))
+        pod = make_pod(job, replica_type, index, draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])))
+        if draw(st.integers(0, 3)) == 0:
+            pod["status"] = draw(json_values)
+        if draw(st.integers(0, 5)) == 0:
+            pod["metadata"]["labels"][api.LABEL_REPLICA_INDEX] = draw(st.text(max_size=5))
+        pods.append(pod)
+        if draw(st.booleans()):
+            services.append(make_service(job, replica_type, index))
+    if draw(st.integers(0, 5)) == 0:
+        pods.append(draw(json_values))
+    return pods, services
+
+
+def pods_asked_for(pods: list[Any], decision: Any) -> int:
+    """Pods the job would have once this decision is applied: live ones kept plus creations."""
+    created = sum(1 for a in decision.actions if isinstance(a, CreatePod))
+    deleted = {a.name for a in decision.actions if isinstance(a, DeletePod)}
+    kept = [p for p in pods if isinstance(p, dict) and (p.get("metadata") or {}).get("name") not in deleted]
+    return created + len(kept)
+
+
+@FUZZ
+@given(st.data())
+def test_decide_never_raises_and_never_exceeds_the_pod_cap(data: st.DataObject) -> None:
+    job = data.draw(jobs())
+    pods, services = data.draw(children(job))
+    before = copy.deepcopy((job, pods, services))
+    decision = decide(job, pods, services, NOW, CONFIG)
+    assert (job, pods, services) == before, "decide must not mutate its inputs"
+    creations = [(a.replica_type, a.index) for a in decision.actions if isinstance(a, CreatePod)]
+    assert len(creations) == len(set(creations)), "one creation per (type, index)"
+    if creations:
+        assert pods_asked_for(pods, decision) <= CAP
+    assert len([a for a in decision.actions if isinstance(a, CreateService)]) <= CAP
+    assert isinstance(decision.status, dict)
+    # Deciding again on the same inputs gives the same answer (no hidden state, no randomness).
+    assert decide(job, pods, services, NOW, CONFIG) == decision
+
+
+@FUZZ
+@given(workers=st.integers(1, 40), ps=st.integers(0, 40), chief=st.integers(0, 1), evaluator=st.integers(0, 3),
+       dynamic=st.booleans())
+def test_a_job_over_the_cap_gets_a_condition_and_an_event_and_no_pods(workers: int, ps: int, chief: int,
+                                                                       evaluator: int, dynamic: bool) -> None:
+    job = make_job(worker=workers, ps=ps, chief=chief or None, evaluator=evaluator or None, dynamic=dynamic)
+    total = workers + ps + chief + evaluator
+    decision = decide(job, [], [], NOW, CONFIG)
+    failed = [c for c in decision.status.get("conditions", []) if c["type"] == api.COND_FAILED]
+    if total <= CAP:
+        assert not failed and len([a for a in decision.actions if isinstance(a, CreatePod)]) == total
+        return
+    assert decision.actions == ()
+    assert failed and failed[0]["status"] == "True" and failed[0]["reason"] == api.REASON_FAILED_VALIDATION
+    message = failed[0]["message"]
+    assert f"asks for {total} pods in total" in message and f"limit of {CAP} pods per job" in message
+    assert [(e.reason, e.message) for e in decision.events] == [(api.REASON_FAILED_VALIDATION, message)]
+    # Converged: deciding on the written status changes nothing and says nothing again.
+    job["status"] = decision.status
+    again = decide(job, [], [], at(5), CONFIG)
+    assert again.actions == () and again.events == () and again.status == decision.status
+
+
+def test_scaling_a_running_job_past_the_cap_creates_nothing_more() -> None:
+    job = make_job(worker=CAP, dynamic=True)
+    pods = [make_pod(job, "Worker", i, "Running") for i in range(CAP)]
+    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = CAP + 1
+    decision = decide(job, pods, [], NOW, CONFIG)
+    assert not [a for a in decision.actions if isinstance(a, CreatePod)]
+    assert [e.reason for e in decision.events] == [api.REASON_FAILED_VALIDATION]
