@@ -9,7 +9,9 @@ SIGINT/SIGTERM cancel everything, the lease is released, and the process exits 0
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 import signal
 import socket
 import uuid
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, GCCollector, Gauge, PlatformCollector, ProcessCollector
 
 from controller.ops.http import HealthChecks, serve_health, serve_metrics
 from controller.runtime.client import ApiClient
@@ -51,11 +53,29 @@ def _in_cluster_namespace() -> str | None:
         return None
 
 
+BUILD_INFO = "tfjob_controller_build_info"
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("tfjob-controller")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
 def new_registry() -> CollectorRegistry:
+    """The process's registry: process, platform and GC collectors plus the build-info gauge (always 1; its
+    labels say which version runs, so a dashboard can show a rollout and a query can join on it)."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
+    Gauge(
+        BUILD_INFO,
+        "A metric with a constant '1' value labelled by the version of tfjob-controller and of Python.",
+        ("version", "python_version"),
+        registry=registry,
+    ).labels(package_version(), platform.python_version()).set(1)
     return registry
 
 

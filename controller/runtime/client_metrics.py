@@ -47,6 +47,15 @@ __all__ = [
 # client-go's rest_client_request_duration_seconds buckets (reference §6.3).
 REST_DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
+# Series created at 0 up front, because rate()/increase() cannot see the first increment of a series that
+# springs into existence at 1: the failure codes the alerts and panels look for, for every verb the client
+# sends. Success codes appear with the first request, at start-up, where missing one step does not matter.
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+FAILURE_CODES = ("429", "500", "502", "503", "504", "<error>")
+# The informer's restart and relist reasons (controller.runtime.informer), all known up front.
+WATCH_RESTART_REASONS = ("timeout", "closed", "short", "stalled", "throttled", "error")
+RELIST_REASONS = ("initial", "expired", "error")
+
 _T = TypeVar("_T")
 _families: "weakref.WeakKeyDictionary[CollectorRegistry, dict[str, object]]" = weakref.WeakKeyDictionary()
 
@@ -96,6 +105,11 @@ class RestClientMetrics:
                 registry=registry,
             ),
         )
+
+        for method in HTTP_METHODS:
+            for code in FAILURE_CODES:
+                self._requests.labels(code=code, method=method, host=host)
+                self._retries.labels(code=code, verb=method, host=host)
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None, host: str) -> "RestClientMetrics":
@@ -180,6 +194,10 @@ class InformerMetrics:
             ),
         )
         self._events = {t: events.labels(resource=resource, type=t) for t in self.EVENT_TYPES}
+        for reason in WATCH_RESTART_REASONS:
+            self._restarts.labels(resource=resource, reason=reason)
+        for reason in RELIST_REASONS:
+            self._relists.labels(resource=resource, reason=reason)
         self._events_family = events
         self._last = last.labels(resource=resource)
         self._objects = objects.labels(resource=resource)

@@ -37,6 +37,7 @@ from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
 from controller.tfjob.metrics import TFJobMetrics
+from controller.tfjob.observe import JobObserver
 
 Obj = dict[str, Any]
 
@@ -76,8 +77,12 @@ class TFJobController:
             client, SERVICES, label_selector=selector, indexers=owned, registry=registry, **scope, **options
         )
         self.expectations = Expectations(monotonic)
+        self.metrics = TFJobMetrics(registry)
+        # Registered before the work-queue handlers, so a namespace's series exist before its first reconcile.
+        self.observer = JobObserver(self.jobs, self.pods, self.metrics)
+        registry.register(self.observer)
         self.executor = Executor(
-            client, self.expectations, EventRecorder(client, api.CONTROLLER_NAME, registry), TFJobMetrics(registry)
+            client, self.expectations, EventRecorder(client, api.CONTROLLER_NAME, registry), self.metrics
         )
         self.decide_config = decide_config or DecideConfig()
         # Read-your-writes for our own status writes: key -> (the resourceVersion our write replaced, the

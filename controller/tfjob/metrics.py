@@ -1,25 +1,57 @@
-"""Prometheus counters of the TFJob domain, fed by :class:`~controller.tfjob.actions.MetricInc`.
+"""Prometheus series of the TFJob domain: counters fed by :class:`~controller.tfjob.actions.MetricInc`,
+histograms fed by :mod:`controller.tfjob.observe`.
 
-The names and label sets are upstream's (``training_operator_jobs_*_total{job_namespace,framework}``,
-so existing dashboards keep working) plus two of ours that answer "why did my job change":
+The counter names and label sets are upstream's (``training_operator_jobs_*_total{job_namespace,framework}``,
+so existing dashboards keep working) plus ours that answer "why did my job change":
 ``tfjob_worker_failovers_total{job_namespace,reason}`` and ``tfjob_worker_scaled_down_total{job_namespace}``.
 The decision names the counter; this module owns the registry side and refuses unknown names, so
 a typo in the domain fails a test instead of silently creating a new series.
+
+Why series are created before their first increment: Prometheus' ``rate()``/``increase()`` need two
+samples of a series, so a labelled counter that springs into existence at 1 is invisible for the very
+step in which it happened, and for a rare event (a failover) that step is all there is. So every series of
+a namespace exists at 0 as soon as the controller first sees a job there (:meth:`TFJobMetrics.namespace_seen`),
+with every label value known up front (the failover reasons are a fixed vocabulary). Label cardinality stays
+bounded: no job or pod names, and a namespace's series are removed once its last job has been gone for
+``namespace_linger`` seconds (long enough for any sane scrape interval to see the final increments, e.g. the
+TTL deletion of that last job).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from controller.tfjob import api
 from controller.tfjob.actions import MetricInc
 
+FAILOVER_REASONS: tuple[str, ...] = (
+    api.FAILOVER_DELETED,
+    api.FAILOVER_EVICTED,
+    api.FAILOVER_PREEMPTED,
+    api.FAILOVER_NODE_LOST,
+    api.FAILOVER_DISRUPTED,
+    api.FAILOVER_OOM_KILLED,
+    api.FAILOVER_ERROR,
+)
+
+METRIC_FAILOVER_SECONDS = "tfjob_worker_failover_seconds"
+METRIC_TIME_TO_RUNNING = "tfjob_job_time_to_running_seconds"
+
+# Seconds; a failover includes the back-off (10 s doubling to 5 min) plus scheduling and start-up.
+FAILOVER_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0)
+# Seconds from creation until every replica runs: image pulls and scheduling dominate.
+TIME_TO_RUNNING_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+
+_JOB_LABELS = ("job_namespace", "framework")
 _LABELS: dict[str, tuple[str, ...]] = {
-    api.METRIC_JOBS_CREATED: ("job_namespace", "framework"),
-    api.METRIC_JOBS_DELETED: ("job_namespace", "framework"),
-    api.METRIC_JOBS_SUCCESSFUL: ("job_namespace", "framework"),
-    api.METRIC_JOBS_FAILED: ("job_namespace", "framework"),
-    api.METRIC_JOBS_RESTARTED: ("job_namespace", "framework"),
+    api.METRIC_JOBS_CREATED: _JOB_LABELS,
+    api.METRIC_JOBS_DELETED: _JOB_LABELS,
+    api.METRIC_JOBS_SUCCESSFUL: _JOB_LABELS,
+    api.METRIC_JOBS_FAILED: _JOB_LABELS,
+    api.METRIC_JOBS_RESTARTED: _JOB_LABELS,
     api.METRIC_WORKER_FAILOVERS: ("job_namespace", "reason"),
     api.METRIC_WORKER_SCALED_DOWN: ("job_namespace",),
 }
@@ -35,14 +67,95 @@ _HELP: dict[str, str] = {
 }
 
 
-class TFJobMetrics:
-    """The TFJob counters registered in ``registry``."""
+def _label_sets(name: str, namespace: str) -> list[tuple[str, ...]]:
+    """Every label-value tuple (in label-name order) that ``name`` can take in ``namespace``."""
+    labels = _LABELS[name]
+    if labels == _JOB_LABELS:
+        return [(namespace, api.FRAMEWORK)]
+    if "reason" in labels:
+        return [(namespace, reason) for reason in FAILOVER_REASONS]
+    return [(namespace,)]
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+
+class TFJobMetrics:
+    """The TFJob counters and histograms registered in ``registry``."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        namespace_linger: float = 300.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._counters: dict[str, Counter] = {
             name: Counter(name.removesuffix("_total"), _HELP[name], labels, registry=registry)
             for name, labels in _LABELS.items()
         }
+        self.failover_seconds = Histogram(
+            METRIC_FAILOVER_SECONDS,
+            "Seconds from the controller observing a dynamic worker's failure or disruption until its replacement"
+            " pod runs, by cause",
+            ("job_namespace", "reason"),
+            buckets=FAILOVER_BUCKETS,
+            registry=registry,
+        )
+        self.time_to_running = Histogram(
+            METRIC_TIME_TO_RUNNING,
+            "Seconds from a TFJob's creation until all its replicas first ran at the same time",
+            ("job_namespace",),
+            buckets=TIME_TO_RUNNING_BUCKETS,
+            registry=registry,
+        )
+        self.namespace_linger = namespace_linger
+        self._monotonic = monotonic
+        self._namespaces: set[str] = set()
+        self._emptied_at: dict[str, float] = {}
+
+    # -- namespaces: series exist at 0 from the first job, and go after the last --------------------------
+
+    @property
+    def namespaces(self) -> frozenset[str]:
+        """Namespaces whose series exist."""
+        return frozenset(self._namespaces)
+
+    def namespace_seen(self, namespace: str) -> None:
+        """A job exists in ``namespace``: make sure every series of it exists (at 0 if new)."""
+        if namespace in self._namespaces:
+            return
+        self._namespaces.add(namespace)
+        for name, counter in self._counters.items():
+            for values in _label_sets(name, namespace):
+                counter.labels(*values)
+        for reason in FAILOVER_REASONS:
+            self.failover_seconds.labels(namespace, reason)
+        self.time_to_running.labels(namespace)
+
+    def prune(self, namespaces_with_jobs: set[str] | frozenset[str]) -> list[str]:
+        """Remove the series of namespaces that have had no job for ``namespace_linger`` seconds.
+
+        ``namespaces_with_jobs`` is what the job cache holds now; judging from it (rather than from
+        delete events) keeps the answer right whatever order a job's deletion and its last increments
+        (a TTL deletion counts after the delete) arrive in. Returns the namespaces removed.
+        """
+        now = self._monotonic()
+        gone = []
+        for namespace in sorted(self._namespaces):
+            if namespace in namespaces_with_jobs:
+                self._emptied_at.pop(namespace, None)
+            elif now - self._emptied_at.setdefault(namespace, now) >= self.namespace_linger:
+                gone.append(namespace)
+        for namespace in gone:
+            del self._emptied_at[namespace]
+            self._namespaces.discard(namespace)
+            for name, counter in self._counters.items():
+                for values in _label_sets(name, namespace):
+                    counter.remove(*values)
+            for reason in FAILOVER_REASONS:
+                self.failover_seconds.remove(namespace, reason)
+            self.time_to_running.remove(namespace)
+        return gone
+
+    # -- recording ---------------------------------------------------------------------------------------
 
     def inc(self, metric: MetricInc) -> None:
         counter = self._counters.get(metric.name)
@@ -52,4 +165,17 @@ class TFJobMetrics:
         expected = _LABELS[metric.name]
         if set(labels) != set(expected):
             raise ValueError(f"metric {metric.name} takes labels {expected}, got {sorted(labels)}")
+        if "reason" in labels and labels["reason"] not in FAILOVER_REASONS:
+            raise ValueError(f"metric {metric.name}: reason {labels['reason']!r} is not one of {FAILOVER_REASONS}")
+        self.namespace_seen(labels["job_namespace"])
         counter.labels(**labels).inc()
+
+    def observe_failover(self, namespace: str, reason: str, seconds: float) -> None:
+        if reason not in FAILOVER_REASONS:
+            raise ValueError(f"failover reason {reason!r} is not one of {FAILOVER_REASONS}")
+        self.namespace_seen(namespace)
+        self.failover_seconds.labels(namespace, reason).observe(max(0.0, seconds))
+
+    def observe_time_to_running(self, namespace: str, seconds: float) -> None:
+        self.namespace_seen(namespace)
+        self.time_to_running.labels(namespace).observe(max(0.0, seconds))

@@ -1,0 +1,255 @@
+"""What the caches say about TFJobs right now, and the timings no single decision can measure.
+
+Why the job gauges are computed from the informer caches at scrape time (a custom collector) instead of
+being maintained on every reconcile: a gauge kept by increments drifts for good after one missed
+transition, a restart or a leadership change, while the caches are the controller's own picture of the
+cluster, rebuilt by every relist. The caches fill only while this replica leads (informers run under the
+leader lease), so a standby reports no job gauges at all and ``sum()`` over replicas counts every job once.
+
+Why the two latencies are measured from watch events rather than in :func:`~controller.tfjob.decide.decide`:
+both end when a pod *becomes* Running, which is a transition of a pod (seen once, in an update event), not
+of the job's status. A pod already Running when the controller starts arrives as an add, never as an
+update, so a restart cannot count a latency twice; it can miss the ones in flight, which a histogram
+tolerates.
+
+- failover latency: from ``lastFailoverTime`` of the worker's record in ``status.dynamicWorkers`` (when the
+  controller observed the failure or disruption; whole seconds, so values are up to 1 s long) until the
+  replacement pod of that index runs;
+- time to running: from the job's ``creationTimestamp`` until every replica of every type runs at once, for
+  jobs first seen before they had a Running condition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnknown
+from controller.runtime.informer import Informer
+from controller.tfjob import api
+from controller.tfjob import pods as podlib
+from controller.tfjob.conditions import find, is_true, parse_time, sanitize
+from controller.tfjob.decide import parse_worker_records
+from controller.tfjob.metrics import TFJobMetrics
+
+Obj = dict[str, Any]
+
+STATE_PENDING = "Pending"  # no condition yet: the controller has not written the job's status
+JOB_STATES: tuple[str, ...] = (
+    STATE_PENDING,
+    api.COND_CREATED,
+    api.COND_RUNNING,
+    api.COND_RESTARTING,
+    api.COND_SUSPENDED,
+    api.COND_SUCCEEDED,
+    api.COND_FAILED,
+)
+
+METRIC_JOBS = "tfjob_jobs"
+METRIC_DEGRADED = "tfjob_jobs_degraded"
+METRIC_DEGRADED_LONGEST = "tfjob_jobs_degraded_longest_seconds"
+METRIC_NOT_RUNNING_LONGEST = "tfjob_jobs_not_running_longest_seconds"
+
+_HELP = {
+    METRIC_JOBS: "TFJobs in the controller's cache by state (the most advanced true condition; Pending: no status yet)",
+    METRIC_DEGRADED: "Running or Restarting TFJobs with fewer running Worker pods than spec Worker replicas",
+    METRIC_DEGRADED_LONGEST: "Seconds the longest-degraded TFJob has run below its desired workers "
+    "(0 when none; restarts with the controller)",
+    METRIC_NOT_RUNNING_LONGEST: "Age in seconds of the oldest TFJob that has not yet reached Running and has not "
+    "finished or been suspended (0 when none)",
+}
+
+
+def job_state(job: Obj) -> str:
+    """The state a TFJob is in, from its conditions (one of :data:`JOB_STATES`)."""
+    conditions = sanitize((job.get("status") or {}).get("conditions"))
+    for state in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED, api.COND_RESTARTING, api.COND_RUNNING):
+        if is_true(conditions, state):
+            return state
+    return api.COND_CREATED if find(conditions, api.COND_CREATED) is not None else STATE_PENDING
+
+
+def _replicas(job: Obj) -> dict[str, int]:
+    """Desired replicas by type label (lower case), defaulted as the controller does (missing -> 1)."""
+    specs = (job.get("spec") or {}).get("tfReplicaSpecs")
+    out: dict[str, int] = {}
+    if not isinstance(specs, dict):
+        return out
+    for replica_type, spec in specs.items():
+        count = spec.get("replicas", api.DEFAULT_REPLICAS) if isinstance(spec, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            out[replica_type.lower()] = count
+    return out
+
+
+def _running_by_type(pods: list[Obj], replicas: dict[str, int]) -> dict[str, int]:
+    """Running, non-terminating pods per type label, counting only indices the spec wants."""
+    running = dict.fromkeys(replicas, 0)
+    for pod in pods:
+        type_label = podlib.replica_type_label(pod) or ""
+        index = podlib.replica_index(pod)
+        if (
+            type_label in replicas
+            and index is not None
+            and index < replicas[type_label]
+            and podlib.phase(pod) == api.POD_RUNNING
+            and not podlib.is_terminating(pod)
+        ):
+            running[type_label] += 1
+    return running
+
+
+class JobObserver(Collector):
+    """Job gauges (a collector) and the failover / time-to-running histograms (informer handlers)."""
+
+    def __init__(
+        self,
+        jobs: Informer,
+        pods: Informer,
+        metrics: TFJobMetrics,
+        *,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.jobs = jobs
+        self.pods = pods
+        self.metrics = metrics
+        self._wall = wall
+        self._monotonic = monotonic
+        self._awaiting_running: set[str] = set()  # job uids whose time to running is still to measure
+        self._failovers_measured: dict[tuple[str, int], str] = {}  # (job uid, index) -> lastFailoverTime
+        self._degraded_since: dict[str, float] = {}  # job uid -> monotonic time first seen degraded
+        jobs.add_handler(self._job_added, self._job_updated, self._job_deleted)
+        pods.add_handler(None, self._pod_updated, None)
+
+    # -- handlers -------------------------------------------------------------------------------------------
+
+    def _job_added(self, job: Obj) -> None:
+        meta = job.get("metadata") or {}
+        self.metrics.namespace_seen(meta.get("namespace", ""))
+        conditions = sanitize((job.get("status") or {}).get("conditions"))
+        if find(conditions, api.COND_RUNNING) is None and job_state(job) in (STATE_PENDING, api.COND_CREATED):
+            self._awaiting_running.add(meta.get("uid", ""))
+
+    def _job_updated(self, _old: Obj, job: Obj) -> None:
+        if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
+            self._awaiting_running.discard((job.get("metadata") or {}).get("uid", ""))
+
+    def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        job = DeletedFinalStateUnknown.unwrap(obj)
+        if job is None:
+            return
+        uid = (job.get("metadata") or {}).get("uid", "")
+        self._awaiting_running.discard(uid)
+        self._degraded_since.pop(uid, None)
+        for key in [k for k in self._failovers_measured if k[0] == uid]:
+            del self._failovers_measured[key]
+
+    def _owner(self, pod: Obj) -> Obj | None:
+        owner_uid = podlib.controller_uid(pod)
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("uid") == owner_uid and ref.get("kind") == api.KIND:
+                job = self.jobs.get(f"{namespace}/{ref.get('name')}")
+                if job is not None and (job.get("metadata") or {}).get("uid") == owner_uid:
+                    return job
+        return None
+
+    def _pod_updated(self, old: Obj, pod: Obj) -> None:
+        if podlib.phase(pod) != api.POD_RUNNING or podlib.phase(old) == api.POD_RUNNING or podlib.is_terminating(pod):
+            return
+        job = self._owner(pod)
+        if job is None:
+            return
+        now = self._wall()
+        meta = job["metadata"]
+        namespace = meta.get("namespace", "")
+        uid = meta.get("uid", "")
+        index = podlib.replica_index(pod)
+        if podlib.replica_type_label(pod) == api.WORKER.lower() and index is not None:
+            record = parse_worker_records(job.get("status")).get(index)
+            since = parse_time(record.last_failover_time) if record is not None else None
+            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+            if (
+                record is not None
+                and since is not None
+                and record.last_reason is not None
+                and record.pod_uid != podlib.uid(pod)
+                and (created is None or created >= since)
+                and self._failovers_measured.get((uid, index)) != record.last_failover_time
+            ):
+                self._failovers_measured[(uid, index)] = record.last_failover_time or ""
+                self.metrics.observe_failover(namespace, record.last_reason, now - since)
+        if uid in self._awaiting_running:
+            replicas = _replicas(job)
+            if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), replicas) == replicas:
+                self._awaiting_running.discard(uid)
+                created = parse_time(meta.get("creationTimestamp"))
+                if created is not None:
+                    self.metrics.observe_time_to_running(namespace, now - created)
+
+    # -- the collector ----------------------------------------------------------------------------------------
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(METRIC_JOBS, _HELP[METRIC_JOBS], labels=("job_namespace", "state")),
+            *(
+                GaugeMetricFamily(name, _HELP[name], labels=("job_namespace",))
+                for name in (METRIC_DEGRADED, METRIC_DEGRADED_LONGEST, METRIC_NOT_RUNNING_LONGEST)
+            ),
+        ]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if not self.jobs.has_synced():
+            return  # a standby (or a replica still listing) knows nothing about jobs: report nothing
+        now, tick = self._wall(), self._monotonic()
+        jobs = self.jobs.list()
+        live = {(job.get("metadata") or {}).get("namespace", "") for job in jobs}
+        for namespace in live:
+            self.metrics.namespace_seen(namespace)
+        self.metrics.prune(live)
+        namespaces = self.metrics.namespaces
+        by_state = {(ns, state): 0 for ns in namespaces for state in JOB_STATES}
+        degraded = dict.fromkeys(namespaces, 0)
+        degraded_longest = dict.fromkeys(namespaces, 0.0)
+        not_running_longest = dict.fromkeys(namespaces, 0.0)
+        still_degraded: set[str] = set()
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
+            state = job_state(job)
+            by_state[(namespace, state)] += 1
+            if state in (STATE_PENDING, api.COND_CREATED):
+                created = parse_time(meta.get("creationTimestamp"))
+                if created is not None:
+                    not_running_longest[namespace] = max(not_running_longest[namespace], now - created)
+            elif state in (api.COND_RUNNING, api.COND_RESTARTING):
+                replicas = _replicas(job)
+                wanted = replicas.get(api.WORKER.lower(), 0)
+                pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
+                if wanted and _running_by_type(pods, {api.WORKER.lower(): wanted})[api.WORKER.lower()] < wanted:
+                    still_degraded.add(uid)
+                    degraded[namespace] += 1
+                    since = self._degraded_since.setdefault(uid, tick)
+                    degraded_longest[namespace] = max(degraded_longest[namespace], tick - since)
+        for uid in set(self._degraded_since) - still_degraded:
+            del self._degraded_since[uid]
+
+        jobs_family, degraded_family, degraded_longest_family, not_running_family = self._families()
+        for (namespace, state), count in sorted(by_state.items()):
+            jobs_family.add_metric((namespace, state), count)
+        for family, values in (
+            (degraded_family, degraded),
+            (degraded_longest_family, degraded_longest),
+            (not_running_family, not_running_longest),
+        ):
+            for namespace, value in sorted(values.items()):
+                family.add_metric((namespace,), value)
+        yield from (jobs_family, degraded_family, degraded_longest_family, not_running_family)

@@ -1,0 +1,53 @@
+"""The job gauges and latencies an SRE reads first, against the simulated cluster.
+
+Jobs by state come from the controller's caches at scrape time (so they stay true across restarts and a
+standby reports none); failover latency and time to running are measured from pod watch events.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from controller.runtime.client import ApiClient
+from controller.tfjob.controller import TFJobController
+from tests.e2e.conftest import Operator, annotate_pod, create_and_wait_running, eventually, tfjob
+
+EXIT_CODE = "sim.tfjob.dev/exit-code"
+
+
+def jobs_in(operator: Operator, state: str) -> float | None:
+    return operator.registry.get_sample_value("tfjob_jobs", {"job_namespace": "default", "state": state})
+
+
+async def test_jobs_by_state_time_to_running_and_failover_latency(operator: Operator) -> None:
+    value = operator.registry.get_sample_value
+    await create_and_wait_running(operator, tfjob("gauged", workers=2, restart_policy="ExitCode"), running=2)
+    assert jobs_in(operator, "Running") == 1
+    assert jobs_in(operator, "Failed") == 0 and jobs_in(operator, "Pending") == 0
+    await eventually(lambda: value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1,
+                     what="time to running observed once")
+    assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0
+
+    await annotate_pod(operator, "gauged-worker-1", {EXIT_CODE: "137"})
+    labels = {"job_namespace": "default", "reason": "OOMKilled"}
+    await eventually(lambda: value("tfjob_worker_failover_seconds_count", labels) == 1, what="failover latency")
+    # The back-off is 1 s here: the replacement cannot run sooner than that after the OOM kill was seen.
+    assert value("tfjob_worker_failover_seconds_sum", labels) >= 1.0
+    # A replacement that runs is one failover: the time to running of the job is not measured again.
+    assert value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1
+    assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0
+
+
+async def test_a_standby_replica_reports_no_job_gauges(operator: Operator) -> None:
+    # A second controller on the same cluster that never runs (not leading): its caches are empty and unsynced.
+    await create_and_wait_running(operator, tfjob("seen-by-leader", workers=1), running=1)
+    registry = CollectorRegistry()
+    assert operator.cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(operator.cluster.kubeconfig_path, registry=registry)
+    try:
+        TFJobController(client, registry=registry)
+        exposition = generate_latest(registry).decode()
+    finally:
+        await client.close()
+    assert "tfjob_jobs{" not in exposition and "tfjob_jobs_degraded{" not in exposition
+    assert jobs_in(operator, "Running") == 1
