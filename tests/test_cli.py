@@ -138,13 +138,13 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
             created = 'training_operator_jobs_created_total{framework="tensorflow",job_namespace="default"}'
 
             async def scrape() -> str | None:
-                # The counter moves once the reconcile's status write is done, not when the pods run.
+                # The series exists at 0 from the moment the job is seen; it moves to 1 once the
+                # reconcile's status write is done, not when the pods run.
                 async with http.get(f"http://127.0.0.1:{metrics_port}/metrics") as r:
                     body = await r.text()
-                return body if created in body else None
+                return body if f"{created} 1.0" in body else None
 
-            text = await eventually(scrape, what="the created-jobs counter to be exported")
-            assert f"{created} 1.0" in text
+            text = await eventually(scrape, what="the created-jobs counter to reach 1")
             assert 'leader_election_master_status{name="tfjob-controller"} 1.0' in text
             assert "workqueue_adds_total" in text and "controller_runtime_reconcile_total" in text
         lease = await client.get(LEASES, "tfjob-controller", namespace="default")
