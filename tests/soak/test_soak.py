@@ -1,0 +1,26 @@
+"""The chaos soak in CI: a fixed seed, about three minutes, every invariant of tests/soak/invariants.py.
+
+The long runs (other seeds, 30 minutes, flat memory) are benchmarks/soak.py; their latest result is
+docs/benchmarks/soak.md. On failure the message names the seed and the directory holding every
+process's log, and ``benchmarks/soak.py --seed S`` replays the same decisions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.soak.engine import SoakConfig, run_soak
+from tests.soak.invariants import Bounds
+
+@pytest.mark.timeout(240)
+async def test_a_controller_that_writes_on_every_reconcile_fails_the_soak(tmp_path: Path) -> None:
+    """End to end: the checker is wired to what the controllers really do."""
+    config = SoakConfig(seed=3, fault_seconds=5, workdir=tmp_path, jobs=2, leader_kills=0,
+                        bounds=Bounds(converge_seconds=60, quiet_seconds=5),
+                        controller_command=["-m", "tests.soak.broken_controller"], progress=print)
+    result = await run_soak(config)
+    assert not result.passed
+    assert {v.invariant for v in result.violations} == {"quiet-when-converged"}, result.summary()
+    assert "tfjobs.kubeflow.org/status" in result.violations[0].detail
