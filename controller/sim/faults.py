@@ -271,6 +271,16 @@ class Faults:
         """(verb, resource key) -> number of requests after ``since``."""
         return Counter((r.verb, r.resource) for r in self.requests(since) if r.verb)
 
+    def counts_by_user_agent(self, since: int = 0) -> dict[str, dict[str, int]]:
+        """User-Agent -> "verb resource" -> number of requests after ``since`` (who made which calls)."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.requests(since):
+            if r.verb:
+                per_agent = out.setdefault(r.user_agent, {})
+                key = f"{r.verb} {r.resource}"
+                per_agent[key] = per_agent.get(key, 0) + 1
+        return out
+
     def writes(self, since: int = 0, resource: str | None = None) -> int:
         """Write requests (create/update/patch/delete/deletecollection) after ``since``."""
         return sum(1 for r in self.requests(since, resource=resource) if r.verb in WRITE_VERBS)

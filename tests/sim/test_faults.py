@@ -302,3 +302,85 @@ async def test_http_control_api(session, sim_cluster: SimCluster) -> None:
         assert resp.status == 400
     async with session.get(base + "/bogus") as resp:
         assert resp.status == 404
+
+
+# --- the benchmark-facing control API: who made which requests, when the store committed what, bulk loads
+
+
+async def test_request_summary_counts_per_user_agent(session, sim_cluster: SimCluster) -> None:
+    mark = sim_cluster.faults.mark()
+    for agent in ("one/1.0", "one/1.0", "two/2.0"):
+        async with session.post(sim_cluster.url + CMS, data=orjson.dumps({"metadata": {"generateName": "c-"}}),
+                                headers={"User-Agent": agent, "Content-Type": "application/json"}) as resp:
+            assert resp.status == 201
+    async with session.get(sim_cluster.url + CMS, headers={"User-Agent": "two/2.0"}) as resp:
+        assert resp.status == 200
+    code, body, _ = await get(session, sim_cluster, f"/_sim/requests/summary?since={mark}")
+    assert code == 200
+    summary = orjson.loads(body)
+    assert summary["byUserAgent"]["one/1.0"] == {"create configmaps": 2}
+    assert summary["byUserAgent"]["two/2.0"] == {"create configmaps": 1, "list configmaps": 1}
+    assert summary["mark"] == mark + 4
+
+
+async def test_history_reports_each_committed_change_with_the_store_time(session, sim_cluster: SimCluster) -> None:
+    store = sim_cluster.store
+    since = store.resource_version
+    created = store.create("configmaps", "default", {"metadata": {"name": "h"}, "data": {"a": "1"}})
+    store.delete("configmaps", "default", "h")
+    code, body, _ = await get(session, sim_cluster, f"/_sim/history?resource=configmaps&since={since}")
+    assert code == 200
+    answer = orjson.loads(body)
+    events = [e for e in answer["events"] if e["name"] == "h"]
+    assert [e["type"] for e in events] == ["ADDED", "DELETED"]
+    assert events[0]["uid"] == created["metadata"]["uid"] and events[0]["namespace"] == "default"
+    assert events[0]["time"] <= events[1]["time"] and events[0]["rv"] < events[1]["rv"]
+    assert answer["resourceVersion"] == store.resource_version
+
+
+async def test_history_reports_phase_and_true_conditions(session, sim_cluster: SimCluster) -> None:
+    since = sim_cluster.store.resource_version
+    async with session.post(sim_cluster.url + PODS, data=orjson.dumps(pod("hp")),
+                            headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 201
+
+    async def running() -> bool:
+        code, body, _ = await get(session, sim_cluster, f"/_sim/history?resource=pods&since={since}")
+        return any(e.get("phase") == "Running" and "Ready" in e.get("true", []) for e in orjson.loads(body)["events"])
+
+    with anyio.fail_after(10):
+        while not await running():
+            await anyio.sleep(0.02)
+
+
+async def test_history_older_than_retained_is_410(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "old"}})
+    since = sim_cluster.store.resource_version - 1
+    sim_cluster.faults.compact()
+    code, body, _ = await get(session, sim_cluster, f"/_sim/history?resource=configmaps&since={since}")
+    assert code == 410 and orjson.loads(body)["reason"] == "Expired"
+
+
+async def test_bulk_objects_create_and_replace_status_with_api_semantics(session, sim_cluster: SimCluster) -> None:
+    sim_cluster.faults.pause_kubelet()  # nothing else writes the pods while the test replaces a status
+    mark = sim_cluster.faults.mark()
+    items = [pod(f"bulk-{i}") for i in range(3)] + [{"metadata": {"name": "bad name"}, "spec": {}}]
+    async with session.post(sim_cluster.url + "/_sim/objects",
+                            data=orjson.dumps({"resource": "pods", "namespace": "default", "items": items})) as resp:
+        assert resp.status == 200
+        answer = await resp.json()
+    assert [i["name"] for i in answer["items"]] == ["bulk-0", "bulk-1", "bulk-2"]
+    assert len(answer["errors"]) == 1 and answer["errors"][0]["code"] == 422  # validated like an API create
+    stored = sim_cluster.store.get("pods", "default", "bulk-0")
+    assert stored["metadata"]["uid"] == answer["items"][0]["uid"]
+    assert stored["spec"]["containers"][0]["terminationMessagePath"]  # defaulted like an API create
+    status_item = {"metadata": {"name": "bulk-1", "resourceVersion": answer["items"][1]["resourceVersion"]},
+                   "status": {"phase": "Pending", "message": "loaded"}}
+    async with session.post(sim_cluster.url + "/_sim/objects", data=orjson.dumps(
+            {"resource": "pods", "namespace": "default", "subresource": "status", "items": [status_item]})) as resp:
+        answer = await resp.json()
+    assert answer["errors"] == [] and sim_cluster.store.get("pods", "default", "bulk-1")["status"]["message"] == "loaded"
+    assert sim_cluster.faults.count(since=mark) == 0  # control calls are not API requests
+    async with session.post(sim_cluster.url + "/_sim/objects", data=orjson.dumps(
+            {"resource": "pods", "subresource": "scale", "items": []})) as resp:
+        assert resp.status == 400 and "subresource" in (await resp.json())["error"]

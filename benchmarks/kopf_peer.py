@@ -1,0 +1,197 @@
+"""The peer of benchmarks/scale.py: the same ``decide()`` driven by kopf handlers, as a Python user would
+write a TFJob operator with kopf instead of this project's runtime.
+
+Run as ``KUBECONFIG=... kopf run --standalone --all-namespaces benchmarks/kopf_peer.py``.
+
+What a careful kopf user writes: kopf indexes hold the TFJobs by uid and their pods and services by
+owner uid; every event of a job, or of a pod or service it owns, reconciles that job (one at a time
+per job, under a lock): ``decide(job, pods, services, now)``, then the actions through
+kubernetes-asyncio (the usual client next to kopf), events through ``kopf.event`` (kopf posts them in
+the background). A small "created but not seen yet" memory per job stands in for expectations:
+without it the stale index makes decide() see a just-created pod as missing and count a phantom
+failover. kopf's settings are left at their defaults, except that the handlers' own progress is
+not persisted (``@kopf.on.event`` handlers keep none anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import kopf
+import yaml
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.rest import ApiException
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.tfjob.actions import CreatePod, CreateService, DeleteJob, DeletePod, DeleteService  # noqa: E402
+from controller.tfjob.decide import decide  # noqa: E402
+
+LABELS = {"training.kubeflow.org/operator-name": "tfjob-controller"}
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
+AGENT = "kopf-peer"
+
+_api: k8s.ApiClient | None = None
+_locks: dict[str, asyncio.Lock] = {}
+_unseen: dict[str, set[str]] = {}  # job uid -> names we created that the indexes do not show yet
+_timers: dict[str, asyncio.TimerHandle] = {}  # job uid -> its timed requeue
+_background: set[asyncio.Task] = set()
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    # The simulator needs no credentials; kopf's own login handlers want a credentials library.
+    doc = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
+    context = next(c for c in doc["contexts"] if c["name"] == doc["current-context"])["context"]
+    cluster = next(c for c in doc["clusters"] if c["name"] == context["cluster"])["cluster"]
+    return kopf.ConnectionInfo(server=cluster["server"], default_namespace=context.get("namespace"))
+
+
+@kopf.on.startup()
+async def startup(**_: Any) -> None:
+    global _api
+    configuration = k8s.Configuration()
+    await k8s_config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
+    _api = k8s.ApiClient(configuration)
+    _api.user_agent = AGENT
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    if _api is not None:
+        await _api.close()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def jobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    return {body["metadata"]["uid"]: body}
+
+
+def _owner(body: kopf.Body) -> str | None:
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "TFJob":
+            return ref.get("uid")
+    return None
+
+
+@kopf.index("", "v1", "pods", labels=LABELS)
+def pods_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
+    return {_owner(body): body}
+
+
+@kopf.index("", "v1", "services", labels=LABELS)
+def services_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
+    return {_owner(body): body}
+
+
+def _plain(obj: Any) -> Any:
+    """kopf bodies are read-only views; decide() wants plain dicts."""
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf.Index) -> None:
+    lock = _locks.setdefault(uid, asyncio.Lock())
+    async with lock:
+        found = list(jobs.get(uid, []))
+        if not found:
+            return
+        job = _plain(found[0])
+        if job["metadata"].get("deletionTimestamp"):
+            return
+        pod_list = [_plain(p) for p in pods.get(uid, [])]
+        service_list = [_plain(s) for s in services.get(uid, [])]
+        seen = {o["metadata"]["name"] for o in pod_list} | {o["metadata"]["name"] for o in service_list}
+        unseen = _unseen.get(uid, set()) - seen
+        _unseen[uid] = unseen
+        if unseen:
+            return  # our creates are still on their way to the indexes; their events reconcile again
+        decision = decide(job, pod_list, service_list, _dt.datetime.now(_dt.UTC))
+        await apply(job, decision, unseen)
+        if decision.requeue_after is not None:
+            # kopf's event handlers have no timed requeue: wake the job ourselves (a failover back-off ends).
+            previous = _timers.pop(uid, None)
+            if previous is not None:
+                previous.cancel()
+            _timers[uid] = asyncio.get_running_loop().call_later(
+                decision.requeue_after, _wake, uid, jobs, pods, services)
+
+
+def _wake(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf.Index) -> None:
+    task = asyncio.get_running_loop().create_task(reconcile(uid, jobs, pods, services))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def apply(job: dict[str, Any], decision: Any, unseen: set[str]) -> None:
+    assert _api is not None
+    core = k8s.CoreV1Api(_api)
+    custom = k8s.CustomObjectsApi(_api)
+    namespace = job["metadata"]["namespace"]
+    for action in decision.actions:
+        try:
+            if isinstance(action, CreatePod):
+                unseen.add(action.pod["metadata"]["name"])
+                await core.create_namespaced_pod(namespace, action.pod)
+                kopf.event(job, type="Normal", reason="SuccessfulCreatePod",
+                           message=f"Created pod: {action.pod['metadata']['name']}")
+            elif isinstance(action, CreateService):
+                unseen.add(action.service["metadata"]["name"])
+                await core.create_namespaced_service(namespace, action.service)
+                kopf.event(job, type="Normal", reason="SuccessfulCreateService",
+                           message=f"Created service: {action.service['metadata']['name']}")
+            elif isinstance(action, DeletePod):
+                await core.delete_namespaced_pod(action.name, namespace, body=k8s.V1DeleteOptions(
+                    preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
+                kopf.event(job, type="Normal", reason="SuccessfulDeletePod", message=f"Deleted pod: {action.name}")
+            elif isinstance(action, DeleteService):
+                await core.delete_namespaced_service(action.name, namespace, body=k8s.V1DeleteOptions(
+                    preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
+            elif isinstance(action, DeleteJob):
+                await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                             job["metadata"]["name"])
+                return
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # already created / already gone
+                raise
+    if decision.status != (job.get("status") or {}):
+        try:
+            await custom.replace_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return  # a newer job is on its way: its event reconciles again
+    for event in decision.events:
+        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def job_event(type: str, body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index,
+                    services_by_owner: kopf.Index, **_: Any) -> None:
+    if type == "DELETED":
+        _locks.pop(body["metadata"]["uid"], None)
+        _unseen.pop(body["metadata"]["uid"], None)
+        timer = _timers.pop(body["metadata"]["uid"], None)
+        if timer is not None:
+            timer.cancel()
+        return
+    await reconcile(body["metadata"]["uid"], jobs_by_uid, pods_by_owner, services_by_owner)
+
+
+@kopf.on.event("", "v1", "pods", labels=LABELS)
+@kopf.on.event("", "v1", "services", labels=LABELS)
+async def child_event(body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index,
+                      services_by_owner: kopf.Index, **_: Any) -> None:
+    owner = _owner(body)
+    if owner:
+        await reconcile(owner, jobs_by_uid, pods_by_owner, services_by_owner)

@@ -1,0 +1,971 @@
+"""Speed at scale (issue 11): the controller and the simulator as separate processes, as users run them.
+
+Every scenario starts ``tfjob-controller sim --nodes N`` and ``tfjob-controller run`` (or the kopf peer,
+benchmarks/kopf_peer.py) as child processes and drives the simulator over HTTP. Times are taken from the
+simulator's own clock: ``/_sim/history`` gives the instant the store committed each change (a pod
+created, removed, Running; a job Running) and ``/_sim/requests`` the instant each request arrived, so
+the benchmark's own polling lag never enters a figure. Controller figures (API requests by its
+User-Agent, its CPU seconds, its peak RSS) are reported apart from the simulator's (its CPU seconds).
+
+Scenarios (jobs of 1 PS + W dynamic workers, restartPolicy ExitCode, terminationGracePeriodSeconds 1,
+pod start delay 0):
+
+- ``burst``: N TFJobs created at once: time to all pods exist, to all jobs Running; requests per job.
+- ``failover``: N converged running jobs, R worker disruptions/s (DELETE, eviction, OOM exit in turn)
+  for D seconds: disruption -> replacement create, pod gone -> replacement create, disruption ->
+  replacement Running (p50/p99/max); jobs Failed (must be 0).
+- ``scaledown``: N converged jobs of 8 workers scale to 2 at once: time to all excess pods gone;
+  requests per job.
+- ``coldstart``: N converged jobs of 6 pods loaded straight into the simulator's store, then the
+  controller starts: time to ready (caches synced), to all reconciled (every job reconciled once and
+  the queue empty), writes (must be 0), peak RSS.
+- ``peer``: burst and failover again with the same ``decide()`` driven by kopf handlers.
+
+"Converged" jobs are built by the benchmark with the controller's own ``decide()`` (pods, services,
+then the status they converge to, checked to be a fixed point) and loaded through ``/_sim/objects``,
+so setting up 10,000 jobs does not depend on the controller's speed.
+
+Usage: .venv/bin/python benchmarks/scale.py all [--runs 3] [--output docs/benchmarks/scale.md]
+       .venv/bin/python benchmarks/scale.py burst [--jobs 1000] [--controller-arg=--kube-api-qps=500 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as _dt
+import itertools
+import math
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from controller.tfjob.actions import CreatePod, CreateService  # noqa: E402
+from controller.tfjob.decide import decide  # noqa: E402
+
+CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+TFJOBS = "tfjobs.kubeflow.org"
+TFJOBS_PATH = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
+PODS_PATH = "/api/v1/namespaces/{ns}/pods"
+NAMESPACE = "default"
+BENCH_AGENT = "scale-bench"
+CONTROLLER_AGENT = "tfjob-controller"
+NODE_PODS = 110  # the simulated kubelet's pods per node
+POLL = 0.25
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (from /proc, no psutil needed)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kib(pid: int, key: str) -> int:
+    """VmRSS (current) or VmHWM (peak) resident memory of a live process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+class Child:
+    """A child process with its output in a log file; stopped with SIGINT, then SIGKILL after a grace."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, env=env or os.environ.copy())
+        self.started = time.time()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check(self) -> None:
+        if not self.alive():
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}; log tail:\n{tail}")
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "controller", "--log-level", "warning", "--log-format", "json", *args]
+
+
+async def start_sim(tmp: Path, nodes: int) -> tuple[Child, str, str]:
+    kubeconfig = tmp / "sim.kubeconfig"
+    child = Child("simulator", cli("sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes)),
+                  tmp / "sim.log")
+    assert child.proc.stdout is not None
+    line = await asyncio.to_thread(child.proc.stdout.readline)
+    match = re.search(r"serving at (\S+)", line.decode())
+    if not match:
+        child.stop()
+        child.check()
+        raise RuntimeError(f"simulator printed {line!r}")
+    return child, match.group(1), str(kubeconfig)
+
+
+# ------------------------------------------------------------------------------------------ simulator
+
+
+class Sim:
+    """The simulator over HTTP: the Kubernetes API plus its ``/_sim/`` control API."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url = url
+        self.session = session
+
+    async def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201),
+                   content_type: str = "application/json") -> Any:
+        data = orjson.dumps(body) if body is not None else None
+        headers = {"User-Agent": BENCH_AGENT, "Content-Type": content_type, "Accept": "application/json"}
+        async with self.session.request(method, self.url + path, data=data, headers=headers) as resp:
+            raw = await resp.read()
+            if resp.status not in ok:
+                raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {raw[:500]!r}")
+            return orjson.loads(raw) if raw else None
+
+    async def mark(self) -> int:
+        return (await self.call("POST", "/_sim/requests/mark"))["mark"]
+
+    async def requests_by_agent(self, since: int) -> dict[str, dict[str, int]]:
+        return (await self.call("GET", f"/_sim/requests/summary?since={since}"))["byUserAgent"]
+
+    async def requests(self, since: int) -> list[dict[str, Any]]:
+        return (await self.call("GET", f"/_sim/requests?since={since}"))["requests"]
+
+    async def history(self, resource: str, since: int) -> dict[str, Any]:
+        return await self.call("GET", f"/_sim/history?resource={resource}&since={since}")
+
+    async def bulk(self, resource: str, items: list[dict], subresource: str | None = None,
+                   namespace: str = NAMESPACE, chunk: int = 500) -> list[dict]:
+        written: list[dict] = []
+        for start in range(0, len(items), chunk):
+            body = {"resource": resource, "namespace": namespace, "items": items[start:start + chunk],
+                    "fieldManager": CONTROLLER_AGENT}
+            if subresource:
+                body["subresource"] = subresource
+            answer = await self.call("POST", "/_sim/objects", body)
+            if answer["errors"]:
+                raise RuntimeError(f"bulk {resource} {subresource or 'create'}: {answer['errors'][:3]}")
+            written.extend(answer["items"])
+        return written
+
+    async def resource_version(self) -> int:
+        return int((await self.call("GET", "/api/v1/namespaces?limit=1"))["metadata"]["resourceVersion"])
+
+    async def list(self, path: str) -> list[dict]:
+        return (await self.call("GET", path))["items"]
+
+    async def install_crd(self) -> None:
+        crd = yaml.safe_load(CRD_PATH.read_text())
+        await self.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(RuntimeError):
+                await self.call("GET", TFJOBS_PATH.format(ns=NAMESPACE) + "?limit=1")
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the TFJob CRD was not served within 30 s")
+            await asyncio.sleep(0.05)
+
+
+class History:
+    """Every committed change of a few resources, as the simulator timed it, polled in the background."""
+
+    def __init__(self, sim: Sim, resources: Iterable[str], since: int) -> None:
+        self.sim = sim
+        self.events: dict[str, list[dict]] = {r: [] for r in resources}
+        self._since = {r: since for r in self.events}
+        self._task: asyncio.Task | None = None
+
+    async def poll_once(self) -> None:
+        for resource in self.events:
+            answer = await self.sim.history(resource, self._since[resource])
+            if answer["events"]:
+                self.events[resource].extend(answer["events"])
+                self._since[resource] = answer["events"][-1]["rv"]
+
+    async def _run(self) -> None:
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(POLL)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.poll_once()
+
+
+# ------------------------------------------------------------------------------------------ controller
+
+
+@dataclass
+class Controller:
+    child: Child
+    metrics_url: str
+    health_url: str
+
+    async def ready(self, session: aiohttp.ClientSession) -> bool:
+        self.child.check()
+        try:
+            async with session.get(self.health_url + "/readyz") as resp:
+                return resp.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    async def metrics(self, session: aiohttp.ClientSession) -> dict[str, float]:
+        """Sample name with labels -> value, from the text exposition."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        async with session.get(self.metrics_url + "/metrics") as resp:
+            text = await resp.text()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}"] = sample.value
+        return out
+
+
+def start_controller(tmp: Path, kubeconfig: str, extra: list[str], tag: str = "controller") -> Controller:
+    metrics, health = free_port(), free_port()
+    argv = cli("run", "--kubeconfig", kubeconfig, "--no-leader-elect", "--metrics-addr", f"127.0.0.1:{metrics}",
+               "--health-addr", f"127.0.0.1:{health}", *extra)
+    child = Child(tag, argv, tmp / f"{tag}.log")
+    return Controller(child, f"http://127.0.0.1:{metrics}", f"http://127.0.0.1:{health}")
+
+
+def start_peer(tmp: Path, kubeconfig: str) -> Child:
+    env = os.environ.copy()
+    env["KUBECONFIG"] = kubeconfig
+    argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces", "--quiet",
+            str(ROOT / "benchmarks" / "kopf_peer.py")]
+    return Child("kopf-peer", argv, tmp / "kopf-peer.log", env)
+
+
+def reconcile_totals(metrics: dict[str, float]) -> tuple[float, float, float]:
+    """(reconciles done, queue depth, active workers) of the TFJob controller."""
+    done = sum(v for k, v in metrics.items() if k.startswith("controller_runtime_reconcile_total{"))
+    depth = sum(v for k, v in metrics.items() if k.startswith("workqueue_depth{"))
+    active = sum(v for k, v in metrics.items() if k.startswith("controller_runtime_active_workers{"))
+    return done, depth, active
+
+
+async def until(what: str, check: Callable[[], Awaitable[Any]], timeout: float, interval: float = POLL) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not reached within {timeout:.0f} s: {what}")
+        await asyncio.sleep(interval)
+
+
+async def wait_idle(ctl: Controller, session: aiohttp.ClientSession, at_least: int, timeout: float) -> float:
+    """Wait until the controller has reconciled ``at_least`` times and its queue is empty and idle."""
+
+    async def idle() -> bool:
+        ctl.child.check()
+        done, depth, active = reconcile_totals(await ctl.metrics(session))
+        return done >= at_least and depth == 0 and active == 0
+
+    started = time.time()
+    await until("controller idle", idle, timeout)
+    return time.time() - started
+
+
+# ------------------------------------------------------------------------------------------ jobs
+
+
+def tfjob(name: str, workers: int, namespace: str = NAMESPACE) -> dict[str, Any]:
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": "ExitCode",
+            "template": {
+                "metadata": {"annotations": {"sim.tfjob.dev/start-seconds": "0"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}],
+                },
+            },
+        }
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"enableDynamicWorker": True, "tfReplicaSpecs": {"PS": replica(1), "Worker": replica(workers)}},
+    }
+
+
+def job_names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i:05d}" for i in range(count)]
+
+
+def nodes_for(pods: int) -> int:
+    return max(3, math.ceil(pods * 1.1 / NODE_PODS))
+
+
+def owner_uid(obj: dict) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+async def converge_directly(sim: Sim, names: list[str], workers: int, nodes: int) -> None:
+    """Load ``names`` as converged running jobs straight into the simulator (no controller involved):
+    the jobs, the pods and services decide() creates for them (pods pre-bound to nodes round-robin, so
+    the simulated scheduler is not the bottleneck), and, once the kubelet runs the pods, the status
+    decide() converges to. Checks that the result is a fixed point of decide()."""
+    now = _dt.datetime.now(_dt.UTC)
+    await sim.bulk(TFJOBS, [tfjob(n, workers) for n in names])
+    wanted = set(names)
+    jobs = [j for j in await sim.list(TFJOBS_PATH.format(ns=NAMESPACE)) if j["metadata"]["name"] in wanted]
+    pods, services = [], []
+    node_cycle = itertools.cycle(range(nodes))
+    for job in jobs:
+        for action in decide(job, [], [], now).actions:
+            if isinstance(action, CreatePod):
+                pod = orjson.loads(orjson.dumps(action.pod))
+                pod["spec"]["nodeName"] = f"sim-node-{next(node_cycle)}"
+                pods.append(pod)
+            elif isinstance(action, CreateService):
+                services.append(action.service)
+    since = await sim.resource_version()
+    await sim.bulk("services", services)
+    await sim.bulk("pods", pods)
+    running: set[str] = set()
+
+    async def all_running() -> bool:
+        nonlocal since
+        answer = await sim.history("pods", since)
+        for ev in answer["events"]:
+            if ev.get("phase") == "Running" and ev["type"] != "DELETED":
+                running.add(ev["uid"])
+        if answer["events"]:
+            since = answer["events"][-1]["rv"]
+        return len(running) >= len(pods)
+
+    await until(f"{len(pods)} loaded pods Running", all_running, timeout=600, interval=1.0)
+    await write_converged_status(sim, wanted)
+
+
+async def write_converged_status(sim: Sim, wanted: set[str]) -> None:
+    jobs = [j for j in await sim.list(TFJOBS_PATH.format(ns=NAMESPACE)) if j["metadata"]["name"] in wanted]
+    all_pods = await sim.list(PODS_PATH.format(ns=NAMESPACE))
+    all_services = await sim.list(f"/api/v1/namespaces/{NAMESPACE}/services")
+    by_owner: dict[str | None, tuple[list, list]] = {}
+    for pod in all_pods:
+        by_owner.setdefault(owner_uid(pod), ([], []))[0].append(pod)
+    for svc in all_services:
+        by_owner.setdefault(owner_uid(svc), ([], []))[1].append(svc)
+    now = _dt.datetime.now(_dt.UTC)
+    updates = []
+    for job in jobs:
+        pods, services = by_owner.get(job["metadata"]["uid"], ([], []))
+        decision = decide(job, pods, services, now)
+        if decision.actions:
+            raise RuntimeError(f"{job['metadata']['name']}: loaded job is not converged: {decision.actions[:2]}")
+        updates.append({**job, "status": decision.status})
+    await sim.bulk(TFJOBS, updates, subresource="status")
+    # The fixed point: deciding again on what is stored changes nothing (so a controller makes 0 writes).
+    jobs = [j for j in await sim.list(TFJOBS_PATH.format(ns=NAMESPACE)) if j["metadata"]["name"] in wanted]
+    later = _dt.datetime.now(_dt.UTC)
+    for job in jobs:
+        pods, services = by_owner.get(job["metadata"]["uid"], ([], []))
+        decision = decide(job, pods, services, later)
+        if decision.actions or decision.status != job.get("status"):
+            raise RuntimeError(f"{job['metadata']['name']}: the loaded status is not a fixed point of decide()")
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def dist(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": pct(values, 50), "p99": pct(values, 99), "max": max(values, default=float("nan"))}
+
+
+def fmt_dist(d: dict[str, float], unit: str = "s") -> str:
+    if not d["n"]:
+        return "none"
+    if unit == "ms":
+        return f"p50 {d['p50'] * 1000:.0f} ms, p99 {d['p99'] * 1000:.0f} ms, max {d['max'] * 1000:.0f} ms (n={d['n']})"
+    return f"p50 {d['p50']:.2f} s, p99 {d['p99']:.2f} s, max {d['max']:.2f} s (n={d['n']})"
+
+
+def agent_totals(by_agent: dict[str, dict[str, int]], prefix: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for agent, counts in by_agent.items():
+        if agent.startswith(prefix):
+            for key, n in counts.items():
+                out[key] = out.get(key, 0) + n
+    return out
+
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def writes_of(counts: dict[str, int]) -> int:
+    return sum(n for key, n in counts.items() if key.split(" ", 1)[0] in WRITES)
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+
+
+@dataclass
+class Env:
+    """One simulator, optionally one controller, their session, for one scenario run."""
+
+    tmp: Path
+    sim_child: Child
+    sim: Sim
+    kubeconfig: str
+    session: aiohttp.ClientSession
+    nodes: int
+    controller: Controller | None = None
+    peer: Child | None = None
+
+    @property
+    def actor(self) -> Child:
+        child = self.controller.child if self.controller else self.peer
+        assert child is not None
+        return child
+
+    @property
+    def agent(self) -> str:
+        return CONTROLLER_AGENT if self.controller else "kopf"
+
+
+@contextlib.asynccontextmanager
+async def environment(nodes: int):
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        sim_child, url, kubeconfig = await start_sim(tmp, nodes)
+        connector = aiohttp.TCPConnector(limit=128)
+        session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
+        env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes)
+        try:
+            await env.sim.install_crd()
+            yield env
+        finally:
+            if env.controller:
+                env.controller.child.stop()
+            if env.peer:
+                env.peer.stop()
+            await session.close()
+            sim_child.stop()
+
+
+async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
+    if peer:
+        env.peer = start_peer(env.tmp, env.kubeconfig)
+        # kopf has no readiness endpoint: it is ready once it watches TFJobs.
+        async def watching() -> bool:
+            env.peer.check()
+            watches = (await env.sim.call("GET", "/_sim/watches"))["watches"]
+            return any(w["resource"] == TFJOBS for w in watches)
+
+        await until("kopf peer watching TFJobs", watching, 60)
+    else:
+        env.controller = start_controller(env.tmp, env.kubeconfig, args.controller_arg)
+        await until("controller ready", lambda: env.controller.ready(env.session), 120, 0.05)
+
+
+async def settle(what: str, check: Callable[[], Awaitable[bool]], history: History, timeout: float) -> bool:
+    """Wait for ``check``; then stop polling the history and check once more on all of it. True = timed out."""
+    timed_out = False
+    try:
+        await until(what, check, timeout)
+    except TimeoutError:
+        timed_out = True
+    await history.stop()
+    await check()
+    return timed_out
+
+
+async def actor_figures(env: Env, mark: int, cpu0: tuple[float, float], load_before: str) -> dict[str, Any]:
+    """The controller's (or peer's) requests since ``mark`` and CPU since ``cpu0``, apart from the simulator's."""
+    counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
+    return {
+        "requests": sum(counts.values()),
+        "writes": writes_of(counts),
+        "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "controller_cpu_s": env.actor.cpu() - cpu0[0],
+        "sim_cpu_s": env.sim_child.cpu() - cpu0[1],
+        "controller_peak_rss_mib": memory_kib(env.actor.pid, "VmHWM") / 1024,
+        "load": f"{load_before} -> {loadavg()}",
+    }
+
+
+async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
+    n, workers = args.jobs, args.workers
+    per_job = 1 + workers
+    async with environment(nodes_for(n * per_job)) as env:
+        await start_actor(env, args, peer)
+        load_before = loadavg()
+        mark = await env.sim.mark()
+        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
+        history.start()
+        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        names = job_names("burst", n)
+        sem = asyncio.Semaphore(64)
+
+        async def create(name: str) -> None:
+            async with sem:
+                await env.sim.call("POST", TFJOBS_PATH.format(ns=NAMESPACE), tfjob(name, workers))
+
+        sent = time.time()
+        await asyncio.gather(*(create(name) for name in names))
+        created = time.time()
+        pods_seen: dict[str, float] = {}
+        running_at: dict[str, float] = {}
+        job_created: dict[str, float] = {}
+
+        async def done() -> bool:
+            env.actor.check()
+            for ev in history.events["pods"]:
+                if ev["type"] == "ADDED":
+                    pods_seen.setdefault(ev["name"], ev["time"])
+            for ev in history.events[TFJOBS]:
+                if ev["type"] == "ADDED":
+                    job_created.setdefault(ev["name"], ev["time"])
+                elif "Running" in (ev.get("true") or ()):
+                    running_at.setdefault(ev["name"], ev["time"])
+            return len(running_at) >= n and len(pods_seen) >= n * per_job
+
+        timed_out = await settle("all jobs Running", done, history, args.timeout)
+        figures = await actor_figures(env, mark, cpu0, load_before)
+        t0 = min(job_created.values())
+        result = {
+            "scenario": "burst" + (" (kopf peer)" if peer else ""),
+            "jobs": n,
+            "pods_per_job": per_job,
+            "timed_out": timed_out,
+            "jobs_created_s": max(job_created.values()) - t0,
+            "sim_tfjob_creates_per_s": n / max(1e-9, created - sent),
+            "all_pods_s": (max(pods_seen.values()) - t0) if len(pods_seen) >= n * per_job else None,
+            "pods_seen": len(pods_seen),
+            "all_running_s": (max(running_at.values()) - t0) if len(running_at) >= n else None,
+            "running": len(running_at),
+            "requests_per_job": figures["requests"] / n,
+            **figures,
+        }
+        return result
+
+
+DISRUPTIONS = ("delete", "evict", "oom")
+
+
+async def disrupt(sim: Sim, kind: str, name: str) -> None:
+    path = PODS_PATH.format(ns=NAMESPACE) + f"/{name}"
+    if kind == "delete":
+        await sim.call("DELETE", path, ok=(200, 202, 404))
+    elif kind == "evict":
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NAMESPACE}}
+        await sim.call("POST", path + "/eviction", body, ok=(200, 201, 404, 429))
+    else:
+        patch = {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137", "sim.tfjob.dev/reason": "OOMKilled"}}}
+        await sim.call("PATCH", path, patch, ok=(200, 404), content_type="application/merge-patch+json")
+
+
+async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
+    n, workers = args.jobs, args.workers
+    per_job = 1 + workers
+    nodes = nodes_for(n * per_job)
+    async with environment(nodes) as env:
+        names = job_names("fo", n)
+        setup0 = time.time()
+        await converge_directly(env.sim, names, workers, nodes)
+        setup = time.time() - setup0
+        await start_actor(env, args, peer)
+        if env.controller:
+            await wait_idle(env.controller, env.session, n, args.timeout)
+        load_before = loadavg()
+        mark = await env.sim.mark()
+        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
+        history.start()
+        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        rng = random.Random(11)
+        targets = rng.sample([(job, i) for job in names for i in range(workers)],
+                             min(n * workers, int(args.rate * args.duration)))
+        old_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.sim.list(PODS_PATH.format(
+            ns=NAMESPACE))}
+        plan = [(f"{job}-worker-{i}", DISRUPTIONS[k % len(DISRUPTIONS)]) for k, (job, i) in enumerate(targets)]
+        tasks = []
+        start = time.monotonic()
+        for k, (pod, kind) in enumerate(plan):
+            delay = start + k / args.rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(disrupt(env.sim, kind, pod)))
+        await asyncio.gather(*tasks)
+        # When each disruption reached the simulator: its own receipt time of our request.
+        arrived = {}
+        for record in await env.sim.requests(mark):
+            if record["userAgent"] == BENCH_AGENT and record["name"] and record["verb"] in ("delete", "create",
+                                                                                             "patch"):
+                arrived.setdefault(record["name"], record["time"])
+        kinds = dict(plan)
+        gone: dict[str, float] = {}
+        created: dict[str, float] = {}
+        running: dict[str, float] = {}
+        new_uid: dict[str, str] = {}
+
+        async def replaced() -> bool:
+            env.actor.check()
+            for ev in history.events["pods"]:
+                name = ev["name"]
+                if name not in kinds:
+                    continue
+                if ev["type"] == "DELETED" and ev["uid"] == old_uids.get(name):
+                    gone.setdefault(name, ev["time"])
+                elif ev["type"] == "ADDED" and ev["uid"] != old_uids.get(name):
+                    created.setdefault(name, ev["time"])
+                    new_uid.setdefault(name, ev["uid"])
+                if ev["type"] != "DELETED" and ev.get("phase") == "Running" and ev["uid"] == new_uid.get(name):
+                    running.setdefault(name, ev["time"])
+            return len(running) >= len(kinds)
+
+        timed_out = await settle("every disrupted worker Running again", replaced, history, args.timeout)
+        figures = await actor_figures(env, mark, cpu0, load_before)
+        failed = set()
+        for ev in history.events[TFJOBS]:
+            if "Failed" in (ev.get("true") or ()):
+                failed.add(ev["name"])
+        per_kind = {}
+        for kind in (*DISRUPTIONS, "all"):
+            pods = [p for p in kinds if kind == "all" or kinds[p] == kind]
+            per_kind[kind] = {
+                "disruption_to_create": dist([created[p] - arrived[p] for p in pods if p in created and p in arrived]),
+                "gone_to_create": dist([created[p] - gone[p] for p in pods if p in created and p in gone]),
+                "disruption_to_running": dist([running[p] - arrived[p] for p in pods if p in running and p in arrived]),
+            }
+        return {
+            "scenario": "failover" + (" (kopf peer)" if peer else ""),
+            "jobs": n,
+            "disruptions": len(plan),
+            "rate": args.rate,
+            "setup_s": setup,
+            "timed_out": timed_out,
+            "replaced": len(created),
+            "running_again": len(running),
+            "jobs_failed": len(failed),
+            "latency": per_kind,
+            **figures,
+        }
+
+
+async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
+    n, before, after = args.jobs, 8, 2
+    nodes = nodes_for(n * (1 + before))
+    async with environment(nodes) as env:
+        names = job_names("sd", n)
+        await converge_directly(env.sim, names, before, nodes)
+        await start_actor(env, args, False)
+        assert env.controller is not None
+        await wait_idle(env.controller, env.session, n, args.timeout)
+        load_before = loadavg()
+        mark = await env.sim.mark()
+        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
+        history.start()
+        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        excess = {f"{job}-worker-{i}" for job in names for i in range(after, before)}
+        sem = asyncio.Semaphore(64)
+        patch = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": after}}}}
+
+        async def scale(name: str) -> None:
+            async with sem:
+                await env.sim.call("PATCH", TFJOBS_PATH.format(ns=NAMESPACE) + f"/{name}", patch,
+                                   content_type="application/merge-patch+json")
+
+        await asyncio.gather(*(scale(name) for name in names))
+        gone: dict[str, float] = {}
+        scaled: dict[str, float] = {}
+
+        async def converged() -> bool:
+            env.actor.check()
+            for ev in history.events["pods"]:
+                if ev["type"] == "DELETED" and ev["name"] in excess:
+                    gone.setdefault(ev["name"], ev["time"])
+            for ev in history.events[TFJOBS]:
+                if ev["type"] == "MODIFIED":
+                    scaled.setdefault(ev["name"], ev["time"])
+            return len(gone) >= len(excess)
+
+        timed_out = await settle("all excess workers gone", converged, history, args.timeout)
+        idle = await wait_idle(env.controller, env.session, 0, args.timeout)
+        figures = await actor_figures(env, mark, cpu0, load_before)
+        t0 = min(scaled.values())
+        return {
+            "scenario": "scaledown",
+            "jobs": n,
+            "from_to": f"{before} -> {after}",
+            "timed_out": timed_out,
+            "excess_pods": len(excess),
+            "gone": len(gone),
+            "all_gone_s": (max(gone.values()) - t0) if len(gone) >= len(excess) else None,
+            "idle_after_s": idle,
+            "requests_per_job": figures["requests"] / n,
+            **figures,
+        }
+
+
+async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
+    n, workers = args.cold_jobs, 5
+    nodes = nodes_for(n * (1 + workers))
+    async with environment(nodes) as env:
+        names = job_names("cold", n)
+        setup0 = time.time()
+        await converge_directly(env.sim, names, workers, nodes)
+        setup = time.time() - setup0
+        load_before = loadavg()
+        mark = await env.sim.mark()
+        sim_cpu0 = env.sim_child.cpu()
+        await start_actor(env, args, False)
+        ctl = env.controller
+        assert ctl is not None
+        ready_s = time.time() - ctl.child.started
+        timed_out = False
+        try:
+            await wait_idle(ctl, env.session, n, args.timeout)
+        except TimeoutError:
+            timed_out = True
+        reconciled_s = time.time() - ctl.child.started
+        counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
+        return {
+            "scenario": "coldstart",
+            "jobs": n,
+            "pods": n * (1 + workers),
+            "setup_s": setup,
+            "timed_out": timed_out,
+            "ready_s": ready_s,
+            "all_reconciled_s": reconciled_s,
+            "writes": writes_of(counts),
+            "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+            "controller_cpu_s": ctl.child.cpu(),
+            "sim_cpu_s": env.sim_child.cpu() - sim_cpu0,
+            "controller_peak_rss_mib": memory_kib(ctl.child.pid, "VmHWM") / 1024,
+            "load": f"{load_before} -> {loadavg()}",
+        }
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return f"{os.cpu_count()} CPUs ({model}), {mem} RAM, Python {platform.python_version()}, {platform.platform()}"
+
+
+def fmt_s(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:.1f} s"
+
+
+def med(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(name: str, runs: list[dict]) -> list[str]:
+    """Markdown lines for one scenario: the median row(s) and the raw runs."""
+    lines = []
+    if name.startswith("burst"):
+        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods | "
+                     f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
+                     f"{med(runs, 'requests_per_job'):.1f} requests/job | all Running <= 30 s | "
+                     f"{'yes' if (med(runs, 'all_running_s') or 1e9) <= 30 else 'no'} |")
+    elif name.startswith("failover"):
+        lat = runs[0]["latency"]["all"]
+        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs, {runs[0]['disruptions']} disruptions at "
+                     f"{runs[0]['rate']:.0f}/s | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; disruption -> "
+                     f"create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
+                     f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {runs[0]['jobs_failed']} | "
+                     f"p99 gone -> create <= 250 ms, 0 Failed | "
+                     f"{'yes' if lat['gone_to_create']['n'] and lat['gone_to_create']['p99'] <= 0.25 and not runs[0]['jobs_failed'] else 'no'} |")
+    elif name == "scaledown":
+        lines.append(f"| scale-down storm | {runs[0]['jobs']} jobs, Worker {runs[0]['from_to']} | all excess pods gone "
+                     f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job | - | - |")
+    elif name == "coldstart":
+        r = runs[0]
+        ok = (not r["timed_out"] and r["all_reconciled_s"] <= 60 and r["writes"] == 0
+              and r["controller_peak_rss_mib"] <= 1024)
+        lines.append(f"| cold start | {r['jobs']} jobs / {r['pods']} pods | ready {fmt_s(med(runs, 'ready_s'))} / all "
+                     f"reconciled {fmt_s(med(runs, 'all_reconciled_s'))} / {r['writes']} writes / peak RSS "
+                     f"{r['controller_peak_rss_mib']:.0f} MiB | <= 60 s, 0 writes, <= 1 GiB | {'yes' if ok else 'no'} |")
+    return lines
+
+
+def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) -> None:
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out = [
+        "# Speed at scale (issue 11)",
+        "",
+        "Reproduce everything below with one command (about 15 minutes on 2 cores):",
+        "",
+        "```bash",
+        ".venv/bin/python benchmarks/scale.py all",
+        "```",
+        "",
+        f"Measured {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
+        "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
+        "separate processes on the same machine; times come from the simulator's clock (`/_sim/history`,",
+        "`/_sim/requests`). The load average (1/5/15 min) before and after each run is given with it:",
+        "other work on the machine slows every figure.",
+        "",
+        "| scenario | workload | result (median of runs) | target | met |",
+        "|---|---|---|---|---|",
+    ]
+    for name, runs in results.items():
+        out.extend(summarize(name, runs))
+    out += ["", "## Raw runs", ""]
+    for name, runs in results.items():
+        out.append(f"### {name}")
+        out.append("")
+        for i, run in enumerate(runs, 1):
+            out.append(f"- run {i}: `{orjson.dumps(run).decode()}`")
+        out.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out) + "\n")
+
+
+SCENARIOS = ("burst", "failover", "scaledown", "coldstart", "peer")
+
+
+async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
+    chosen = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    results: dict[str, list[dict]] = {}
+    for name in chosen:
+        runs_n = args.runs if name in ("burst", "scaledown") else 1
+        jobs: list[tuple[str, Callable[[], Awaitable[dict]]]]
+        if name == "burst":
+            jobs = [("burst", lambda: scenario_burst(args))]
+        elif name == "failover":
+            jobs = [("failover", lambda: scenario_failover(args))]
+        elif name == "scaledown":
+            jobs = [("scaledown", lambda: scenario_scaledown(args))]
+        elif name == "coldstart":
+            jobs = [("coldstart", lambda: scenario_coldstart(args))]
+        else:
+            jobs = [("burst (kopf peer)", lambda: scenario_burst(args, peer=True)),
+                    ("failover (kopf peer)", lambda: scenario_failover(args, peer=True))]
+        for label, fn in jobs:
+            for i in range(runs_n):
+                print(f"== {label} run {i + 1}/{runs_n} (load {loadavg()})", flush=True)
+                result = await fn()
+                print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
+                results.setdefault(label, []).append(result)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", choices=(*SCENARIOS, "all"))
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs in burst/failover/scaledown (default 1000)")
+    parser.add_argument("--workers", type=int, default=4, help="dynamic workers per job (default 4)")
+    parser.add_argument("--cold-jobs", type=int, default=10_000, help="jobs in coldstart (default 10000)")
+    parser.add_argument("--rate", type=float, default=20.0, help="failover: disruptions per second")
+    parser.add_argument("--duration", type=float, default=60.0, help="failover: seconds of disruptions")
+    parser.add_argument("--runs", type=int, default=3, help="runs of the short scenarios (burst, scaledown)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a scenario may take to converge")
+    parser.add_argument("--controller-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8")
+    parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")
+    args = parser.parse_args()
+    results = asyncio.run(run_all(args))
+    output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario == "all" else None)
+    if output:
+        write_report(Path(output), results, sys.argv)
+        print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
