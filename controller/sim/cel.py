@@ -37,7 +37,10 @@ import celpy
 import celpy.celtypes as ct
 import lark
 import lark.exceptions
+import orjson
 import re2
+
+from controller.sim.celcompile import Fallback, compile_tree
 
 __all__ = [
     "MISSING",
@@ -381,6 +384,16 @@ def _parse(text: str) -> lark.Tree:
     return _ENV.compile(text)
 
 
+def _literal(tree: lark.Tree) -> Any:
+    """A literal's value, as the interpreter reads it (escapes, bytes, uint...): computed once per rule."""
+    return _ENV.program(tree, functions=EXTRA_FUNCTIONS).evaluate({})
+
+
+_VARIABLES = frozenset({"self", "oldSelf"})
+# Tests set this to evaluate every rule both ways and fail on any difference (tests/sim/test_cel.py).
+CROSS_CHECK = False
+
+
 def _snippet(text: str, line: int, column0: int) -> str:
     lines = text.split("\n")
     src = lines[line - 1] if 0 < line <= len(lines) else ""
@@ -579,6 +592,9 @@ def _eval_message(exc: celpy.CELEvalError) -> CelEvalError:
     return CelEvalError(message)
 
 
+_MEMO_LIMIT = 4096  # remembered results per rule; the memo starts over when full
+
+
 class CelRule:
     """One compiled ``x-kubernetes-validations`` rule (or messageExpression).
 
@@ -586,7 +602,7 @@ class CelRule:
     conversion); ``is_root`` marks the resource root (``apiVersion``/``kind``/``metadata.name``).
     """
 
-    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program")
+    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_memo")
 
     def __init__(self, rule: str, schema: dict | None = None, *, is_root: bool = False) -> None:
         if not isinstance(rule, str):
@@ -602,18 +618,73 @@ class CelRule:
         checker.check(tree)
         self.references_old_self = checker.uses_old_self
         self._program = _ENV.program(tree, functions=EXTRA_FUNCTIONS)
+        self._fast = compile_tree(tree, EXTRA_FUNCTIONS, _literal, _VARIABLES)
+        # Results by input: CEL is pure, so the same JSON in gives the same value (or error) out, and
+        # cel-python's tree-walking interpreter costs 0.5-50 ms a rule. Jobs made from one template
+        # share their replica specs, so a burst of creates evaluates each rule below the root once.
+        # The root's input is the whole object (name, uid...), which never repeats: no memo there.
+        self._memo: dict[bytes, Any] | None = None if is_root else {}
 
     def __repr__(self) -> str:
         return f"CelRule({self.rule!r})"
 
     def evaluate_value(self, self_value: Any, old_self: Any = MISSING, *, optional_old_self: bool = False) -> Any:
-        """Evaluate to a CEL value. ``self_value``/``old_self`` are plain JSON."""
+        """Evaluate to a CEL value. ``self_value``/``old_self`` are plain JSON. The value returned may be
+        shared with other callers: do not mutate it."""
+        memo = self._memo
+        if memo is None:
+            return self._evaluate(self_value, old_self, optional_old_self)
+        try:
+            key = orjson.dumps((self_value, old_self is MISSING, None if old_self is MISSING else old_self,
+                                optional_old_self))
+        except TypeError:  # not plain JSON (e.g. an integer beyond 64 bits): evaluate without the memo
+            return self._evaluate(self_value, old_self, optional_old_self)
+        found = memo.get(key)
+        if found is None:
+            try:
+                found = self._evaluate(self_value, old_self, optional_old_self)
+            except CelEvalError as exc:
+                found = (str(exc), exc.no_such_overload)
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = found
+        if isinstance(found, tuple):  # a remembered evaluation error; a fresh exception each time
+            raise CelEvalError(found[0], no_such_overload=found[1])
+        return found
+
+    def _activation(self, self_value: Any, old_self: Any, optional_old_self: bool,
+                    fields: frozenset[str] | None = None) -> dict[str, Any]:
+        """CEL values of ``self`` (only ``fields`` of it, if given) and ``oldSelf``."""
+        if fields is not None and isinstance(self_value, dict):
+            self_value = {k: v for k, v in self_value.items() if k in fields}
         activation: dict[str, Any] = {"self": to_cel(self_value, self.schema, is_root=self.is_root)}
         if optional_old_self:
             inner = MISSING if old_self is MISSING else to_cel(old_self, self.schema, is_root=self.is_root)
             activation["oldSelf"] = _Optional(inner)
         elif old_self is not MISSING:
             activation["oldSelf"] = to_cel(old_self, self.schema, is_root=self.is_root)
+        return activation
+
+    def _evaluate(self, self_value: Any, old_self: Any, optional_old_self: bool) -> Any:
+        activation = None
+        if self._fast is not None:
+            fields = self._fast.self_fields
+            narrow = self._activation(self_value, old_self, optional_old_self, fields)
+            try:
+                fast = self._fast.run(narrow)
+            except Fallback:
+                pass  # an error or a case the closures do not claim: the interpreter decides
+            else:
+                if not CROSS_CHECK:
+                    return fast
+                slow = self._program.evaluate(self._activation(self_value, old_self, optional_old_self))
+                if type(slow) is not type(fast) or slow != fast:
+                    raise AssertionError(f"compiled CEL {self.rule!r} gave {fast!r}, the interpreter {slow!r}")
+                return fast
+            if fields is None:
+                activation = narrow
+        if activation is None:
+            activation = self._activation(self_value, old_self, optional_old_self)
         try:
             result = self._program.evaluate(activation)
         except celpy.CELEvalError as exc:

@@ -27,3 +27,12 @@ def clock() -> FakeClock:
 @pytest.fixture
 def store(clock: FakeClock) -> Store:
     return Store(clock=clock)
+
+
+@pytest.fixture(autouse=True)
+def cel_cross_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CEL rule a simulator test evaluates on the compiled fast path is evaluated by the
+    interpreter too, and any difference fails the test (controller.sim.celcompile's promise)."""
+    from controller.sim import cel
+
+    monkeypatch.setattr(cel, "CROSS_CHECK", True)

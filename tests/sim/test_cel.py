@@ -208,3 +208,78 @@ def test_parse_is_cached_per_text() -> None:
     CelRule("self > 1")
     CelRule("self > 1")
     assert cel._parse.cache_info().hits >= 1
+
+
+# -- the compiled fast path (controller.sim.celcompile); conftest cross-checks every evaluation -----
+
+
+def test_every_tfjob_crd_rule_runs_compiled() -> None:
+    """The speed of TFJob creates rests on this: no rule of our CRD falls back to the interpreter."""
+    from pathlib import Path
+
+    import yaml
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/crd/kubeflow.org_tfjobs.yaml").read_text())
+    rules: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            rules.extend(r["rule"] for r in node.get("x-kubernetes-validations") or [])
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(crd)
+    assert len(rules) >= 7
+    assert [r for r in rules if CelRule(r, is_root=r.startswith("size(self.metadata"))._fast is None] == []
+
+
+@pytest.mark.parametrize(("rule", "value", "expected"), [
+    ("has(self.a) && self.a > 1", {"a": 2}, True),
+    ("has(self.a) && self.a > 1", {}, False),
+    ("has(self.a.b)", {"a": {}}, False),
+    ("has(self.a.b)", {}, False),
+    ("false && self.missing", {}, False),
+    ("self.missing || true", {}, True),
+    ("self.missing == 1 || self.x == 2", {"x": 2}, True),
+    ("self.l.all(x, x > 0)", {"l": [1, 2]}, True),
+    ("self.l.all(x, x.missing > 0)", {"l": []}, True),
+    ("self.l.exists(x, x == 2)", {"l": [1, 2]}, True),
+    ("self.l.exists_one(x, x >= 2)", {"l": [1, 2, 3]}, False),
+    ("self.l.filter(x, x > 1).size() == 2", {"l": [1, 2, 3]}, True),
+    ("self.l.map(x, x * 2) == [2, 4]", {"l": [1, 2]}, True),
+    ("self.m.all(k, k.startsWith('a'))", {"m": {"ab": 1, "ac": 2}}, True),
+    ("self.s + 'x' == 'yx' ? true : false", {"s": "y"}, True),
+    ("!(self.n - 1 == 0)", {"n": 1}, False),
+    ("size(self.s) <= 3 && self.s.matches('^[a-z]+$')", {"s": "abc"}, True),
+    ("self.s.lowerAscii() == 'abc'", {"s": "ABC"}, True),
+    ("'b' in self.m", {"m": {"b": 1}}, True),
+    ("self.n / 2 == 1 && self.n % 2 == 0", {"n": 2}, True),
+])
+def test_compiled_rules_agree_with_the_interpreter(rule: str, value: dict, expected: bool) -> None:
+    compiled = CelRule(rule)
+    assert compiled._fast is not None, "the rule should take the compiled path"
+    assert compiled.evaluate(value) is expected
+
+
+@pytest.mark.parametrize(("rule", "value", "message"), [
+    ("self.missing > 1", {}, "no such key: missing"),
+    ("self.n / 0 == 1", {"n": 1}, "division by zero"),
+    ("self.s > 1", {"s": "a"}, "no such overload"),
+    ("self.l.all(x, x.missing > 0)", {"l": [{"a": 1}]}, "no such key: missing"),
+])
+def test_compiled_rules_leave_errors_to_the_interpreter(rule: str, value: dict, message: str) -> None:
+    with pytest.raises(CelEvalError, match=message):
+        CelRule(rule).evaluate(value)
+
+
+def test_a_rule_reading_only_some_fields_of_self_sees_exactly_them() -> None:
+    rule = CelRule("size(self.metadata.name) <= 63 && has(self.spec)", is_root=True)
+    assert rule._fast is not None and rule._fast.self_fields == {"metadata", "spec"}
+    assert rule.evaluate({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {}}) is True
+    assert rule.evaluate({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}}) is False
+    whole = CelRule("self.a == 1 && size(self) == 2")
+    assert whole._fast is not None and whole._fast.self_fields is None
+    assert whole.evaluate({"a": 1, "b": 2}) is True
