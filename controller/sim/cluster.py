@@ -9,7 +9,7 @@ Contract:
   which may be called from different tasks, as pytest fixtures do).
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
-  ``.kubelet`` / ``.gc`` (None when disabled).
+  ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled).
 - Background work (kubelet, GC, server restarts) runs in one anyio task group owned by a single
   owner task; ``stop()`` cancels it and re-raises the first background failure, so a crashing
   kubelet fails the test instead of going unnoticed.
@@ -44,6 +44,8 @@ class SimConfig:
     time_scale: float = 1.0
     kubelet: bool = True
     gc: bool = True
+    # The deployment and replicaset controllers (controller/sim/workloads.py).
+    workloads: bool = True
     kubeconfig_path: str | None = None
     store: StoreConfig = field(default_factory=StoreConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
@@ -91,6 +93,11 @@ class SimCluster:
 
             self.gc = GarbageCollector(self.store, GCConfig(time_scale=self.config.time_scale,
                                                             **self.config.gc_options))
+        self.workloads: Any = None
+        if self.config.workloads:
+            from controller.sim.workloads import WorkloadConfig, WorkloadControllers
+
+            self.workloads = WorkloadControllers(self.store, WorkloadConfig(time_scale=self.config.time_scale))
         self.kubeconfig_path: str | None = self.config.kubeconfig_path
         self._owner: asyncio.Task | None = None
         self._stop = asyncio.Event()
@@ -143,6 +150,8 @@ class SimCluster:
                     tg.start_soon(self.kubelet.run, name="sim-kubelet")
                 if self.gc is not None:
                     tg.start_soon(self.gc.run, name="sim-gc")
+                if self.workloads is not None:
+                    tg.start_soon(self.workloads.run, name="sim-workload-controllers")
                 self._started.set()
                 await self._stop.wait()
                 tg.cancel_scope.cancel()

@@ -36,8 +36,8 @@ SERVER_VERSION = {
 }
 
 # Preferred order of built-in groups in /apis, like a real server (custom groups follow).
-_GROUP_ORDER = ["apiextensions.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy",
-                "rbac.authorization.k8s.io"]
+_GROUP_ORDER = ["apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "policy",
+                "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io"]
 
 _SUB_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"], "eviction": ["create"],
               "binding": ["create"]}

@@ -121,6 +121,12 @@ _POD_STATUS: dict = {"properties": {
     "resourceClaimStatuses": _map_list("name"),
 }}
 _OBJECT_REFERENCE = _ATOMIC_MAP  # ObjectReference is a structType=atomic
+# apps/v1 Deployment and ReplicaSet: the selector is atomic, the template a pod's metadata and spec.
+_WORKLOAD: dict = {"properties": {
+    "spec": {"properties": {"selector": _ATOMIC_MAP,
+                            "template": {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}}}},
+    "status": _CONDITIONS,
+}}
 _BUILTIN_SCHEMAS: dict[str, dict] = {
     "Pod": {"properties": {"spec": _POD_SPEC, "status": _POD_STATUS}},
     "Service": {"properties": {
@@ -137,6 +143,8 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
     "RoleBinding": {"properties": {"roleRef": _ATOMIC_MAP}},
     "ClusterRoleBinding": {"properties": {"roleRef": _ATOMIC_MAP}},
     "PodDisruptionBudget": {"properties": {"spec": {"properties": {"selector": _ATOMIC_MAP}}, "status": _CONDITIONS}},
+    "Deployment": _WORKLOAD,
+    "ReplicaSet": _WORKLOAD,
     # core/v1 and events.k8s.io/v1 Events share the kind: both sets of reference fields are atomic.
     "Event": {"properties": {"involvedObject": _OBJECT_REFERENCE, "regarding": _OBJECT_REFERENCE,
                              "related": _OBJECT_REFERENCE}},
@@ -149,6 +157,9 @@ _BUILTIN_ZERO: dict[str, dict] = {
     "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
     **{kind: _ZERO_SPEC_STATUS for kind in (
         "Service", "Node", "Namespace", "CustomResourceDefinition", "PodDisruptionBudget")},
+    # The template's metadata and spec are non-pointer structs too.
+    **{kind: {"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": None}}}, "status": {}}
+       for kind in ("Deployment", "ReplicaSet")},
     "Lease": {"metadata": {}, "spec": {}},
     "RoleBinding": {"metadata": {}, "roleRef": {}},
     "ClusterRoleBinding": {"metadata": {}, "roleRef": {}},
@@ -632,6 +643,15 @@ def _wire_is_member(node: dict, path: Path) -> bool:
     return found is not None and (not found or _MEMBER in found)
 
 
+def _wire_keeps(node: dict, path: Path) -> bool:
+    """Whether a set keeps ``path`` when pruning: as a member, or as a named field (``f:``) with owned
+    fields below it (structured-merge-diff's EnsureNamedFieldsAreMembers). An applier that owned a
+    list as a member (say after the client-side apply migration gave it ``f:ports: {".": {}}``) and
+    now applies items of it keeps the list: only fields under it that nobody owns go."""
+    found = _wire_find(node, path)
+    return found is not None and (not found or _MEMBER in found or path[-1].startswith("f:"))
+
+
 def _wire_remove(root: dict, path: Path, *, subtree: bool) -> None:
     nodes = [root]
     node = root
@@ -789,8 +809,8 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     if previous is not None:
         others = [e for e in entries if e is not previous]
         dropped = [path for path in _wire_members(previous.fields)
-                   if _prunable(path, prunable) and not _wire_is_member(applied, path)
-                   and not any(_wire_is_member(e.fields, path) for e in others)]
+                   if _prunable(path, prunable) and not _wire_keeps(applied, path)
+                   and not any(_wire_keeps(e.fields, path) for e in others)]
         # As the apiserver prunes before it records the apply: what is deleted leaves every entry.
         for path in _prune(merged, schema, dropped, [applied] + [e.fields for e in others]):
             removed.append(path)

@@ -55,6 +55,8 @@ class ScaleSpec:
     spec_replicas_path: str
     status_replicas_path: str
     label_selector_path: str | None = None
+    # Built-ins compute the Scale's status.selector from the object (apps/v1: spec.selector as text).
+    selector_of: "Callable[[dict], str | None] | None" = None
 
 
 @dataclass
@@ -166,6 +168,16 @@ def _event_fields(event: dict) -> dict[str, str]:
     return values
 
 
+def _workload_selector(obj: dict) -> str | None:
+    """A Deployment's or ReplicaSet's spec.selector as the Scale subresource prints it
+    (metav1.FormatLabelSelector: "app=web,tier in (a,b)")."""
+    try:
+        selector = selectors.label_selector_from_dict((obj.get("spec") or {}).get("selector"))
+    except ValueError:
+        return None
+    return str(selector)
+
+
 # --------------------------------------------------------------------------------------------
 # The built-in table.
 
@@ -218,6 +230,14 @@ def builtin_types() -> list[ResourceType]:
                      top_level_fields=frozenset({"rules", "aggregationRule"})),
         ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
                      "ClusterRoleBinding", False, top_level_fields=frozenset({"subjects", "roleRef"})),
+        ResourceType("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), ("all",),
+                     subresources=("status", "scale"), status_subresource=True, tracks_generation=True,
+                     top_level_fields=_CORE_TOP,
+                     scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector)),
+        ResourceType("apps", "v1", "replicasets", "replicaset", "ReplicaSet", True, ("rs",), ("all",),
+                     subresources=("status", "scale"), status_subresource=True, tracks_generation=True,
+                     top_level_fields=_CORE_TOP,
+                     scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector)),
         ResourceType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
                      ("pdb",), subresources=("status",), status_subresource=True, tracks_generation=True,
                      top_level_fields=_CORE_TOP),
@@ -467,25 +487,9 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
         return
     spec = obj["spec"]
     if rt.kind == "Pod":
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("securityContext", {})
-        spec.setdefault("enableServiceLinks", True)
-        for key in ("containers", "initContainers"):
-            for container in spec.get(key) or []:
-                if isinstance(container, dict):
-                    container.setdefault("terminationMessagePath", "/dev/termination-log")
-                    container.setdefault("terminationMessagePolicy", "File")
-                    image = container.get("image", "")
-                    tag_latest = isinstance(image, str) and (":" not in image.rsplit("/", 1)[-1] or
-                                                             image.endswith(":latest"))
-                    container.setdefault("imagePullPolicy", "Always" if tag_latest else "IfNotPresent")
-                    container.setdefault("resources", {})
-                    for port in container.get("ports") or []:
-                        if isinstance(port, dict):
-                            port.setdefault("protocol", "TCP")
+        _default_pod_spec(spec, pod=True)
+    elif rt.kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
+        _default_workload(rt.kind, spec)
     elif rt.kind == "Service":
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
@@ -497,16 +501,83 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
                     port.setdefault("targetPort", port["port"])
 
 
+def _default_workload(kind: str, spec: dict) -> None:
+    """apps/v1 SetDefaults_Deployment / SetDefaults_ReplicaSet, plus the pod template's defaults."""
+    spec.setdefault("replicas", 1)
+    if kind == "Deployment":
+        strategy = spec.setdefault("strategy", {})
+        if isinstance(strategy, dict):
+            strategy.setdefault("type", "RollingUpdate")
+            if strategy["type"] == "RollingUpdate":
+                rolling = strategy.setdefault("rollingUpdate", {})
+                if isinstance(rolling, dict):
+                    rolling.setdefault("maxUnavailable", "25%")
+                    rolling.setdefault("maxSurge", "25%")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+    template = spec.get("template")
+    if isinstance(template, dict):
+        if not isinstance(template.get("metadata"), dict):
+            template["metadata"] = {}
+        # A template's ObjectMeta is a Go struct whose zero creationTimestamp encodes as null.
+        template["metadata"].setdefault("creationTimestamp", None)
+        if isinstance(template.get("spec"), dict):
+            _default_pod_spec(template["spec"])
+
+
+def _default_pod_spec(spec: dict, *, pod: bool = False) -> None:
+    """core/v1 SetDefaults_PodSpec and the container/probe defaults; ``pod``: also SetDefaults_Pod's
+    (enableServiceLinks), which pod templates do not get."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    if pod:
+        spec.setdefault("enableServiceLinks", True)
+    for key in ("containers", "initContainers"):
+        for container in spec.get(key) or []:
+            if isinstance(container, dict):
+                container.setdefault("terminationMessagePath", "/dev/termination-log")
+                container.setdefault("terminationMessagePolicy", "File")
+                image = container.get("image", "")
+                tag_latest = isinstance(image, str) and (":" not in image.rsplit("/", 1)[-1] or
+                                                         image.endswith(":latest"))
+                container.setdefault("imagePullPolicy", "Always" if tag_latest else "IfNotPresent")
+                container.setdefault("resources", {})
+                for port in container.get("ports") or []:
+                    if isinstance(port, dict):
+                        port.setdefault("protocol", "TCP")
+                for probe_key in ("livenessProbe", "readinessProbe", "startupProbe"):
+                    probe = container.get(probe_key)
+                    if isinstance(probe, dict):
+                        _default_probe(probe)
+
+
+def _default_probe(probe: dict) -> None:
+    # SetDefaults_Probe and SetDefaults_HTTPGetAction.
+    probe.setdefault("timeoutSeconds", 1)
+    probe.setdefault("periodSeconds", 10)
+    probe.setdefault("successThreshold", 1)
+    probe.setdefault("failureThreshold", 3)
+    http_get = probe.get("httpGet")
+    if isinstance(http_get, dict):
+        http_get.setdefault("path", "/")
+        http_get.setdefault("scheme", "HTTP")
+
+
 def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], str]) -> None:
     """Built-in defaulting, admission defaults, allocation and status reset on create (the type
     strategies' PrepareForCreate and what runs around it)."""
     if rt.custom:
         return
     kind = rt.kind
-    if kind in ("Pod", "Service"):
+    if kind in ("Pod", "Service", "Deployment", "ReplicaSet"):
         if obj.get("spec") is None:
             obj["spec"] = {}
         apply_defaults(rt, obj)
+    if kind in ("Deployment", "ReplicaSet"):
+        obj["status"] = {}  # the strategies' PrepareForCreate reset status
     if kind == "Pod":
         spec = obj["spec"]
         spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
@@ -621,6 +692,11 @@ def validate_update(rt: ResourceType, new: dict, old: dict) -> list[dict[str, st
             old_spec = dict(old_spec, nodeName=new_spec["nodeName"])
         if _pod_spec_comparable(new_spec) != _pod_spec_comparable(old_spec):
             causes.append(forbidden("spec", _POD_MUTABLE_MSG))
+    elif rt.kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
+        new_selector = (new.get("spec") or {}).get("selector")
+        if new_selector != (old.get("spec") or {}).get("selector"):
+            causes.append(_cause("FieldValueInvalid", "spec.selector",
+                                 f"Invalid value: {_go_label_selector(new_selector)}: field is immutable"))
     elif rt.kind in ("ConfigMap", "Secret") and not rt.group and old.get("immutable"):
         for key in ("data", "binaryData"):
             if new.get(key) != old.get(key):
@@ -638,34 +714,9 @@ def validate(rt: ResourceType, obj: dict) -> list[dict[str, str]]:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return [required_value("spec")]
-        containers = spec.get("containers")
-        if not containers:
-            causes.append(required_value("spec.containers"))
-        elif not isinstance(containers, list):
-            causes.append(invalid_value("spec.containers", containers, "must be a list"))
-        else:
-            seen: set[str] = set()
-            for i, c in enumerate(containers):
-                path = f"spec.containers[{i}]"
-                if not isinstance(c, dict):
-                    causes.append(invalid_value(path, c, "must be an object"))
-                    continue
-                name = c.get("name")
-                if not name:
-                    causes.append(required_value(f"{path}.name"))
-                elif not isinstance(name, str) or len(name) > 63 or not _DNS1123_LABEL.match(name):
-                    causes.append(invalid_value(f"{path}.name", name, _LABEL_MSG))
-                elif name in seen:
-                    causes.append(_cause("FieldValueDuplicate", f"{path}.name", f'Duplicate value: "{name}"'))
-                else:
-                    seen.add(name)
-                if not c.get("image"):
-                    causes.append(required_value(f"{path}.image"))
-        policy = spec.get("restartPolicy")
-        if policy not in (None, "Always", "OnFailure", "Never"):
-            causes.append(_cause("FieldValueNotSupported", "spec.restartPolicy",
-                                 f'Unsupported value: {_quote(policy)}: supported values: "Always", "OnFailure", '
-                                 '"Never"'))
+        causes += _validate_pod_spec(spec, "spec")
+    elif kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
+        causes += _validate_workload(kind, obj.get("spec"))
     elif kind == "Service":
         spec = obj.get("spec") or {}
         ports = spec.get("ports") or []
@@ -686,4 +737,103 @@ def validate(rt: ResourceType, obj: dict) -> list[dict[str, str]]:
             data = obj.get(key)
             if data is not None and not isinstance(data, dict):
                 causes.append(invalid_value(key, data, "must be a map"))
+    return causes
+
+
+def _validate_pod_spec(spec: dict, path: str) -> list[dict[str, str]]:
+    """The PodSpec checks every client relies on (containers, names, images, restartPolicy)."""
+    causes: list[dict[str, str]] = []
+    containers = spec.get("containers")
+    if not containers:
+        causes.append(required_value(f"{path}.containers"))
+    elif not isinstance(containers, list):
+        causes.append(invalid_value(f"{path}.containers", containers, "must be a list"))
+    else:
+        seen: set[str] = set()
+        for i, c in enumerate(containers):
+            item = f"{path}.containers[{i}]"
+            if not isinstance(c, dict):
+                causes.append(invalid_value(item, c, "must be an object"))
+                continue
+            name = c.get("name")
+            if not name:
+                causes.append(required_value(f"{item}.name"))
+            elif not isinstance(name, str) or len(name) > 63 or not _DNS1123_LABEL.match(name):
+                causes.append(invalid_value(f"{item}.name", name, _LABEL_MSG))
+            elif name in seen:
+                causes.append(_cause("FieldValueDuplicate", f"{item}.name", f'Duplicate value: "{name}"'))
+            else:
+                seen.add(name)
+            if not c.get("image"):
+                causes.append(required_value(f"{item}.image"))
+    policy = spec.get("restartPolicy")
+    if policy not in (None, "Always", "OnFailure", "Never"):
+        causes.append(_cause("FieldValueNotSupported", f"{path}.restartPolicy",
+                             f'Unsupported value: {_quote(policy)}: supported values: "Always", "OnFailure", '
+                             '"Never"'))
+    return causes
+
+
+def _go_string_map(labels: Any) -> str:
+    """Go's ``%#v`` of a map[string]string, as apps validation prints template labels."""
+    if not isinstance(labels, dict) or not labels:
+        return "map[string]string(nil)"
+    return "map[string]string{" + ", ".join(f"{_quote(k)}:{_quote(v)}" for k, v in sorted(labels.items())) + "}"
+
+
+def _go_label_selector(selector: Any) -> str:
+    """Go's ``%#v`` of a *metav1.LabelSelector (what the selector errors print), abridged to the fields."""
+    sel = selector if isinstance(selector, dict) else {}
+    return (f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
+            f"MatchExpressions:[]v1.LabelSelectorRequirement{{...}}}}" if sel.get("matchExpressions") else
+            f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
+            "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}")
+
+
+def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
+    """apps/v1 ValidateDeploymentSpec / ValidateReplicaSetSpec: replicas, selector, template."""
+    if not isinstance(spec, dict):
+        return [required_value("spec")]
+    causes: list[dict[str, str]] = []
+    replicas = spec.get("replicas")
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        causes.append(invalid_value("spec.replicas", replicas, "must be greater than or equal to 0"))
+    selector = spec.get("selector")
+    parsed = None
+    if selector is None:
+        causes.append(required_value("spec.selector"))
+    else:
+        try:
+            parsed = selectors.label_selector_from_dict(selector)
+        except ValueError as exc:
+            causes.append(invalid_value("spec.selector", selector, str(exc)))
+        else:
+            if parsed.is_empty():
+                causes.append(_cause("FieldValueInvalid", "spec.selector",
+                                     f"Invalid value: {_go_label_selector(selector)}: empty selector is invalid for "
+                                     f"{kind.lower()}"))
+                parsed = None
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        causes.append(required_value("spec.template"))
+        return causes
+    labels = (template.get("metadata") or {}).get("labels") if isinstance(template.get("metadata"), dict) else None
+    if parsed is not None and not parsed.matches(labels if isinstance(labels, dict) else {}):
+        causes.append(_cause("FieldValueInvalid", "spec.template.metadata.labels",
+                             f"Invalid value: {_go_string_map(labels)}: `selector` does not match template `labels`"))
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, dict):
+        causes.append(required_value("spec.template.spec.containers"))
+        return causes
+    causes += _validate_pod_spec(pod_spec, "spec.template.spec")
+    policy = pod_spec.get("restartPolicy")
+    if policy in ("OnFailure", "Never"):
+        causes.append(_cause("FieldValueNotSupported", "spec.template.spec.restartPolicy",
+                             f'Unsupported value: {_quote(policy)}: supported values: "Always"'))
+    if kind == "Deployment":
+        strategy = spec.get("strategy") or {}
+        if isinstance(strategy, dict) and strategy.get("type") not in ("RollingUpdate", "Recreate"):
+            causes.append(_cause("FieldValueNotSupported", "spec.strategy.type",
+                                 f'Unsupported value: {_quote(strategy.get("type"))}: supported values: '
+                                 '"Recreate", "RollingUpdate"'))
     return causes

@@ -771,6 +771,14 @@ class Store:
             if after is not obj:  # a top-level field the apply dropped went from the view only
                 for key in [k for k in obj if k not in after and k != "status"]:
                     del obj[key]
+            # The apiserver's structured-merge manager defaults the object it built: a defaulted field
+            # the applier stopped owning (a port's protocol, a Service's type after the client-side
+            # apply migration) comes back with its default, owned by no one.
+            if rt.custom:
+                if rt.schema is not None:
+                    rt.schema.apply_defaults(obj)
+            else:
+                apply_defaults(rt, obj)
             if _same_ignoring_time(entries, current):
                 entries = current  # re-applying the same configuration is a no-op, time included
         else:
@@ -1168,6 +1176,10 @@ class Store:
             selector = _get_path(obj, spec.label_selector_path)
             if isinstance(selector, str):
                 status["selector"] = selector
+        elif spec.selector_of is not None:
+            text = spec.selector_of(obj)
+            if text:
+                status["selector"] = text
         scale_meta = {"name": meta["name"]}
         if rt.namespaced:
             scale_meta["namespace"] = meta.get("namespace")

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from controller.sim import errors
 from controller.sim.resources import ResourceType
+from controller.sim.selectors import label_selector_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,40 @@ def _event_row(event: dict, now: float) -> list:
             f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}", event.get("message", "")]
 
 
+def _template_cells(obj: dict) -> list:
+    spec = obj.get("spec") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    names = ",".join(str(c.get("name", "")) for c in containers if isinstance(c, dict))
+    images = ",".join(str(c.get("image", "")) for c in containers if isinstance(c, dict))
+    selector = spec.get("selector") or {}
+    try:
+        text = str(label_selector_from_dict(selector)) if selector else "<none>"
+    except ValueError:
+        text = "<invalid>"
+    return [names, images, text or "<none>"]
+
+
+def _deployment_row(d: dict, now: float) -> list:
+    spec, status = d.get("spec") or {}, d.get("status") or {}
+    desired = spec.get("replicas", 0)
+    return [d["metadata"]["name"], f"{status.get('readyReplicas', 0)}/{desired}", status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0), _age(d, now), *_template_cells(d)]
+
+
+def _replicaset_row(rs: dict, now: float) -> list:
+    spec, status = rs.get("spec") or {}, rs.get("status") or {}
+    return [rs["metadata"]["name"], spec.get("replicas", 0), status.get("replicas", 0),
+            status.get("readyReplicas", 0), _age(rs, now), *_template_cells(rs)]
+
+
+_WORKLOAD_WIDE = [_col("Containers", priority=1), _col("Images", priority=1), _col("Selector", priority=1)]
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]]] = {
+    ("apps", "Deployment"): ([_NAME_COL, _col("Ready"), _col("Up-to-date", "integer"), _col("Available", "integer"),
+                              _col("Age", description=_AGE_DESCRIPTION), *_WORKLOAD_WIDE], _deployment_row),
+    ("apps", "ReplicaSet"): ([_NAME_COL, _col("Desired", "integer"), _col("Current", "integer"),
+                              _col("Ready", "integer"), _col("Age", description=_AGE_DESCRIPTION), *_WORKLOAD_WIDE],
+                             _replicaset_row),
     ("", "Pod"): (_POD_COLS, _pod_row),
     ("", "Namespace"): ([_NAME_COL, _col("Status"), _col("Age", description=_AGE_DESCRIPTION)],
                         lambda o, now: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""),
