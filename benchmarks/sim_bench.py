@@ -7,7 +7,10 @@ Measures, against a SimCluster running in a separate process (so client and serv
      fast as the store commits them; the client counts complete lines, the raw ceiling of a reader).
 Prints medians over --runs and writes them, with the machine and date, to docs/benchmarks/sim.md.
 
-Targets on a 2-core machine: >= 1,000 creates/s, a 100,000-pod list in <= 3 s, >= 20,000 events/s to
+Also TFJob creates/s through CRD validation (structural schema + CEL rules), for jobs from one
+template and for jobs whose replica specs all differ.
+
+Targets on a 2-core machine: >= 1,000 creates/s (pods and TFJobs), a 100,000-pod list in <= 3 s, >= 20,000 events/s to
 one watcher. The kubelet and GC are disabled: this measures the API server, not the simulated nodes.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--runs 3] [--pods 10000] [--list-pods 100000]
@@ -118,18 +121,63 @@ class Server:
 
 # ------------------------------------------------------------------------------------ phases
 
-async def bench_creates(pods: int, concurrency: int) -> float:
+def pod_bodies(count: int) -> list[bytes]:
+    bodies = []
+    for i in range(count):
+        body = orjson.loads(orjson.dumps(POD_TEMPLATE))
+        body["metadata"]["name"] = f"pod-{i:06d}"
+        bodies.append(orjson.dumps(body))
+    return bodies
+
+
+def tfjob_bodies(count: int, distinct: bool) -> list[bytes]:
+    """TFJobs of 1 PS + 4 workers. ``distinct``: every job has its own image, so no two jobs share a
+    replica spec (the CEL result memo never helps); otherwise they differ by name only (one template)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from scale import tfjob
+
+    bodies = []
+    for i in range(count):
+        job = tfjob(f"job-{i:06d}", 4)
+        if distinct:
+            for spec in job["spec"]["tfReplicaSpecs"].values():
+                spec["template"]["spec"]["containers"][0]["image"] = f"tensorflow/tensorflow:2.{i}"
+        bodies.append(orjson.dumps(job))
+    return bodies
+
+
+async def install_tfjob_crd(session: aiohttp.ClientSession, url: str) -> None:
+    import yaml
+
+    crd = yaml.safe_load((ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml").read_text())
+    async with session.post(url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd) as resp:
+        if resp.status != 201:
+            raise RuntimeError(f"CRD create failed: {resp.status} {await resp.text()}")
+    for _ in range(1000):
+        async with session.get(url + "/apis/kubeflow.org/v1/tfjobs") as resp:
+            if resp.status == 200:
+                return
+        await asyncio.sleep(0.01)
+    raise RuntimeError("the TFJob CRD is not served")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process: unlike wall time, barely moved by other load on the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def bench_creates(bodies: list[bytes], path: str, concurrency: int,
+                        tfjobs: bool = False) -> tuple[float, float]:
+    """(creates/s, server CPU microseconds per create)."""
     server = Server()
     try:
         connector = aiohttp.TCPConnector(limit=concurrency)
         async with aiohttp.ClientSession(connector=connector) as session:
-            url = server.url + "/api/v1/namespaces/default/pods"
+            if tfjobs:
+                await install_tfjob_crd(session, server.url)
+            url = server.url + path
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
-            bodies = []
-            for i in range(pods):
-                body = orjson.loads(orjson.dumps(POD_TEMPLATE))
-                body["metadata"]["name"] = f"pod-{i:06d}"
-                bodies.append(orjson.dumps(body))
             next_index = 0
 
             async def worker() -> None:
@@ -142,10 +190,12 @@ async def bench_creates(pods: int, concurrency: int) -> float:
                         if resp.status != 201:
                             raise RuntimeError(f"create failed: {resp.status}")
 
+            cpu_before = process_cpu(server.proc.pid)
             started = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             elapsed = time.perf_counter() - started
-        return pods / elapsed
+            cpu = process_cpu(server.proc.pid) - cpu_before
+        return len(bodies) / elapsed, cpu / len(bodies) * 1e6
     finally:
         server.close()
 
@@ -224,6 +274,7 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tfjobs", type=int, default=5_000, help="TFJob creates (CRD schema + CEL validation)")
     parser.add_argument("--list-pods", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "sim.md"))
@@ -232,8 +283,14 @@ async def main() -> int:
         parser.error("counts must be >= 1")
 
     creates, lists, decodes, sizes, one, ten, ten_total = [], [], [], [], [], [], []
+    jobs_same, jobs_distinct = [], []
+    tfjobs_path = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
     for run in range(args.runs):
-        creates.append(await bench_creates(args.pods, args.concurrency))
+        creates.append(await bench_creates(pod_bodies(args.pods), "/api/v1/namespaces/default/pods",
+                                           args.concurrency))
+        jobs_same.append(await bench_creates(tfjob_bodies(args.tfjobs, False), tfjobs_path, args.concurrency, True))
+        jobs_distinct.append(await bench_creates(tfjob_bodies(args.tfjobs, True), tfjobs_path, args.concurrency,
+                                                 True))
         received, decoded, size = await bench_list(args.list_pods)
         lists.append(received)
         decodes.append(decoded)
@@ -242,7 +299,8 @@ async def main() -> int:
         per, total = await bench_watch(10, args.events)
         ten.append(per)
         ten_total.append(total)
-        print(f"run {run + 1}: {creates[-1]:,.0f} creates/s; list {args.list_pods:,} pods {lists[-1]:.2f} s "
+        print(f"run {run + 1}: {creates[-1]:,.0f} creates/s; TFJobs {jobs_same[-1]:,.0f}/s (one template), "
+              f"{jobs_distinct[-1]:,.0f}/s (all distinct); list {args.list_pods:,} pods {lists[-1]:.2f} s "
               f"(+{decodes[-1]:.2f} s decode, {sizes[-1] / 1e6:.0f} MB); watch 1: {one[-1]:,.0f} ev/s; "
               f"watch 10: {ten[-1]:,.0f} ev/s each, {ten_total[-1]:,.0f} total", flush=True)
 
@@ -250,6 +308,11 @@ async def main() -> int:
     rows = [
         ("Create pods over HTTP", f"{args.pods:,} pods, {args.concurrency} concurrent clients",
          f"{med(creates):,.0f} creates/s", ">= 1,000/s", med(creates) >= 1000),
+        ("Create TFJobs over HTTP (CRD schema + CEL)", f"{args.tfjobs:,} jobs from one template, "
+         f"{args.concurrency} concurrent clients", f"{med(jobs_same):,.0f} creates/s", ">= 1,000/s",
+         med(jobs_same) >= 1000),
+        ("Create TFJobs over HTTP (CRD schema + CEL)", f"{args.tfjobs:,} jobs, no two replica specs alike",
+         f"{med(jobs_distinct):,.0f} creates/s", ">= 1,000/s", med(jobs_distinct) >= 1000),
         ("List pods over HTTP", f"{args.list_pods:,} pods, one unpaginated LIST ({med(sizes) / 1e6:.0f} MB)",
          f"{med(lists):.2f} s (+{med(decodes):.2f} s client decode)", "<= 3 s", med(lists) <= 3.0),
         ("Watch delivery, 1 watcher", f"{args.events:,} events", f"{med(one):,.0f} events/s", ">= 20,000/s",
@@ -274,7 +337,8 @@ async def main() -> int:
               for name, load, result, target, met in rows]
     lines += ["", "Raw runs:", ""]
     for i in range(args.runs):
-        lines.append(f"- run {i + 1}: {creates[i]:,.0f} creates/s; list {lists[i]:.2f} s (+{decodes[i]:.2f} s "
+        lines.append(f"- run {i + 1}: {creates[i]:,.0f} creates/s; TFJobs {jobs_same[i]:,.0f}/s (one template), "
+                     f"{jobs_distinct[i]:,.0f}/s (distinct); list {lists[i]:.2f} s (+{decodes[i]:.2f} s "
                      f"decode); 1 watcher {one[i]:,.0f} ev/s; 10 watchers {ten[i]:,.0f} ev/s each")
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

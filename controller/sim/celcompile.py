@@ -23,12 +23,16 @@ Contract, and why it is safe:
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import Any
 
 import celpy.celtypes as ct
+import celpy.evaluation as ce
 import lark
+import re2
 from celpy.evaluation import CELEvalError, NameContainer, base_functions, eval_error
 
 Run = Callable[[dict[str, Any]], Any]
@@ -41,6 +45,33 @@ _MACROS = {"all", "exists", "exists_one", "filter", "map"}
 _AND = eval_error("no such overload", TypeError)(ct.logical_and)
 _OR = eval_error("no such overload", TypeError)(ct.logical_or)
 _ERROR = CELEvalError("error value (compiled path)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern)
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    """cel-python's ``matches`` (``re2.search(pattern, text)``) with each pattern compiled once."""
+    try:
+        found = _regex(str(pattern)).search(text)
+    except re2.error as ex:
+        return CELEvalError("match error", ex.__class__, ex.args)
+    return ct.BoolType(found is not None)
+
+
+# cel-python's comparison functions build their wrapper (functools.wraps) on every call; these are
+# the same wrappers built once. Each replaces only cel-python's own function, never an override.
+_SAME_BUT_FASTER = {
+    "_<_": (ce.bool_lt, ce.boolean(operator.lt)),
+    "_<=_": (ce.bool_le, ce.boolean(operator.le)),
+    "_>_": (ce.bool_gt, ce.boolean(operator.gt)),
+    "_>=_": (ce.bool_ge, ce.boolean(operator.ge)),
+    "_==_": (ce.bool_eq, ce.boolean(operator.eq)),
+    "_!=_": (ce.bool_ne, ce.boolean(operator.ne)),
+    "matches": (ce.function_matches, _matches),
+}
 
 
 class Fallback(Exception):
@@ -72,7 +103,11 @@ def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
                  literal: Callable[[lark.Tree], Any], variables: frozenset[str]) -> Compiled | None:
     """Closures for ``tree``; None if some construct is not compiled. ``literal(tree)`` evaluates a
     literal subtree with the interpreter (once, here); ``variables`` are the rule's bound names."""
-    compiler = _Compiler({**base_functions, **functions}, literal)
+    table = {**base_functions, **functions}
+    for name, (original, faster) in _SAME_BUT_FASTER.items():
+        if table.get(name) is original:
+            table[name] = faster
+    compiler = _Compiler(table, literal)
     try:
         run = compiler.expr(tree, variables)
     except _Unsupported:
