@@ -43,20 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes * 60 <= SETTLE_SECONDS + 30:
         parser.error(f"--minutes must leave at least 30 s of faults after {SETTLE_SECONDS:.0f} s of settling")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"soak-{args.seed}-"))
+    bounds = Bounds()
     config = SoakConfig(
         seed=args.seed,
         fault_seconds=args.minutes * 60 - SETTLE_SECONDS,
         workdir=workdir,
         jobs=args.jobs,
         leader_kills=args.leader_kills,
-        bounds=Bounds(),
+        bounds=bounds,
         progress=lambda line: print(line, flush=True),
     )
     result = anyio.run(run_soak, config)
     command = f"benchmarks/soak.py --seed {args.seed} --minutes {args.minutes:g} --jobs {args.jobs} " \
               f"--leader-kills {args.leader_kills}"
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render_markdown(result, command))
+    args.output.write_text(render_markdown(result, command, bounds))
     print(result.summary())
     print(f"wrote {args.output}")
     return 0 if result.passed else 1

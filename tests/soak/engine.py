@@ -57,6 +57,7 @@ SIM = "sim.tfjob.dev/"
 API_RESOURCES = ("*", "pods", "services", "tfjobs.kubeflow.org", "tfjobs.kubeflow.org/status", "events",
                  "leases.coordination.k8s.io")
 WATCHED = ("pods", "services", "tfjobs.kubeflow.org")
+RSS_WARM_UP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ class SoakResult:
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     observations: int = 0
     converged_after: float | None = None
+    slowest_scale_down: float = 0.0
+    outcomes: Counter[str] = field(default_factory=Counter)
     error: str | None = None
     workdir: str = ""
 
@@ -213,6 +216,7 @@ class Process:
     log_path: Path
     killed: bool = False
     identity: str | None = None
+    started: float = field(default_factory=time.monotonic)
 
     def log_text(self) -> str:
         try:
@@ -346,7 +350,8 @@ class Soak:
     async def sample_rss_forever(self) -> None:
         while True:
             for process in list(self.controllers.values()):
-                if process.proc.returncode is None:
+                # The first seconds are the interpreter importing the program, not the controller.
+                if process.proc.returncode is None and time.monotonic() - process.started >= RSS_WARM_UP_SECONDS:
                     rss = rss_bytes(process.proc.pid)
                     if rss is not None:
                         self.result.rss[process.label].append((self.now(), rss))
@@ -664,6 +669,8 @@ class Soak:
             self.result.fault_seconds = config.fault_seconds
             self.result.checks = Counter({k: self.checker.checks[k] for k in INVARIANTS})
             self.result.violations = list(self.checker.violations)
+            self.result.slowest_scale_down = self.checker.slowest_scale_down
+            self.result.outcomes = self.checker.outcomes()
         return self.result
 
 
@@ -671,7 +678,7 @@ async def run_soak(config: SoakConfig) -> SoakResult:
     return await Soak(config).run()
 
 
-def render_markdown(result: SoakResult, command: str) -> str:
+def render_markdown(result: SoakResult, command: str, bounds: Bounds) -> str:
     """The latest result, for docs/benchmarks/soak.md."""
     lines = [
         "# Chaos soak: latest result",
@@ -686,7 +693,17 @@ def render_markdown(result: SoakResult, command: str) -> str:
         f"- duration: {result.duration:.0f} s, of which {result.fault_seconds:.0f} s of faults",
         f"- converged {result.converged_after:.1f} s after the faults were lifted" if result.converged_after is not None
         else "- did not converge within the bound",
+        f"- slowest scale-down observed (pod or service gone or terminating after its replicas were lowered): "
+        f"{result.slowest_scale_down:.1f} s",
         f"- observations (LISTs of jobs, pods and services): {result.observations}",
+        f"- jobs created: {result.faults.get('job-create', 0)}; seen finished: "
+        f"{result.outcomes.get('Succeeded', 0)} Succeeded, {result.outcomes.get('Failed', 0)} Failed "
+        "(non-dynamic jobs fail by design when a replica fails for good)",
+        f"- bounds: scale-down within {bounds.scale_down_seconds:.0f} s of being observed; orphans gone within "
+        f"{bounds.orphan_seconds:.0f} s of running garbage collection; convergence within "
+        f"{bounds.converge_seconds:.0f} s of the faults being lifted; then {bounds.quiet_seconds:.0f} s without a "
+        f"controller write; RSS peak of the last third of a process's samples at most "
+        f"max({bounds.rss_growth_ratio:.0%}, {bounds.rss_growth_bytes / 2**20:.0f} MiB) above the middle third's",
         "",
         "## Faults and actions, by kind",
         "",
@@ -703,7 +720,8 @@ def render_markdown(result: SoakResult, command: str) -> str:
         "",
         "## Controller memory (RSS, MiB)",
         "",
-        "One row per controller process (a SIGKILLed leader is restarted as a new process).",
+        "One row per controller process (a SIGKILLed leader is restarted as a new process), sampled every",
+        f"few seconds from /proc once it is {RSS_WARM_UP_SECONDS:.0f} s old.",
         "",
         "| process | samples | lifetime (s) | first | last | max |",
         "|---|---:|---:|---:|---:|---:|",

@@ -204,6 +204,8 @@ class InvariantChecker:
         self._orphan_since: dict[str, float] = {}  # child uid -> first seen orphaned
         self._gc_paused = False
         self._gc_resumed_at = 0.0
+        self._beyond: dict[str, float] = {}  # object uid -> since when its index has been >= replicas
+        self.slowest_scale_down = 0.0  # seconds an object outlived its scale-down, at most (observed)
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def _violate(self, invariant: str, t: float, key: str, detail: str) -> Violation | None:
@@ -220,6 +222,10 @@ class InvariantChecker:
     def gc_resumed(self, t: float) -> None:
         self._gc_paused = False
         self._gc_resumed_at = t
+
+    def outcomes(self) -> Counter[str]:
+        """How many jobs were seen Succeeded and Failed."""
+        return Counter(self._finished.values())
 
     # --- continuous invariants --------------------------------------------------------------------
     def observe(self, t: float, jobs: Sequence[Obj], pods: Sequence[Obj], services: Sequence[Obj]) -> list[Violation]:
@@ -277,6 +283,7 @@ class InvariantChecker:
                     self._replicas_since[key] = (r, t)
         for key in set(self._replicas_since) - current:
             del self._replicas_since[key]
+        beyond: set[str] = set()
         for kind, objects in (("pod", pods), ("service", services)):
             for obj in objects:
                 owner, where = controller_uid(obj), slot(obj)
@@ -290,10 +297,15 @@ class InvariantChecker:
                     continue
                 self.checks["scale-down-bounded"] += 1
                 r, since = seen
+                if where[1] >= r:
+                    beyond.add(_uid(obj))
+                    self._beyond.setdefault(_uid(obj), since)
                 if where[1] >= r and t - since > self.bounds.scale_down_seconds:
                     self._violate("scale-down-bounded", t, _uid(obj),
                                   f"job {_name(job)}: {kind} {_name(obj)} ({where[0]} {where[1]}) still exists "
                                   f"{t - since:.0f}s after {where[0]} replicas became {r}")
+        for uid in set(self._beyond) - beyond:  # gone (or terminating): the scale-down is done
+            self.slowest_scale_down = max(self.slowest_scale_down, t - self._beyond.pop(uid))
 
     def _check_orphans(self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj],
                        services: Sequence[Obj]) -> None:
@@ -328,16 +340,34 @@ class InvariantChecker:
                 by_owner.setdefault(owner, []).append(obj)
         pod_uids = {_uid(p) for p in pods}
         for job in jobs:
-            if _terminating(job) or finished(job):
+            if _terminating(job):
                 continue
             name, children = _name(job), by_owner.get(_uid(job), [])
             job_pods = [o for o in children if _uid(o) in pod_uids]
+            if finished(job):
+                reasons.extend(self._unfinished_business(job, name, job_pods))
+                continue
             job_services = [o for o in children if _uid(o) not in pod_uids and not _terminating(o)]
             if suspended(job):
                 if any(live(p) for p in job_pods):
                     reasons.append(f"{name}: suspended but has live pods")
                 continue
             reasons.extend(self._unconverged_job(job, name, job_pods, job_services))
+        return reasons
+
+    @staticmethod
+    def _unfinished_business(job: Obj, name: str, pods: list[Obj]) -> list[str]:
+        """A finished job still has work due: its TTL deletion, or the cleanup of its pods."""
+        spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+        run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), Mapping) else {}
+        reasons = []
+        if isinstance(run_policy.get("ttlSecondsAfterFinished"), int):
+            reasons.append(f"{name}: finished, its TTL deletion is due")
+        policy = run_policy.get("cleanPodPolicy")
+        doomed = [_name(p) for p in pods if not _terminating(p) and (
+            policy == "All" or (policy == "Running" and _phase(p) in ("Running", "Pending")))]
+        if doomed:
+            reasons.append(f"{name}: finished, cleanPodPolicy {policy} has yet to delete {sorted(doomed)}")
         return reasons
 
     def _unconverged_job(self, job: Obj, name: str, pods: list[Obj], services: list[Obj]) -> list[str]:
@@ -420,16 +450,19 @@ class InvariantChecker:
         for number, line in enumerate(lines, 1):
             self.checks["no-unexpected-traceback"] += 1
             text = line.strip()
-            traceback = "Traceback (most recent call last)" in text
-            if not traceback and text.startswith("{"):
+            summary = text[:600] if "Traceback (most recent call last)" in text else None
+            if summary is None and text.startswith("{"):
                 try:
                     record = orjson.loads(text)
                 except orjson.JSONDecodeError:
                     record = None
-                traceback = isinstance(record, dict) and bool(record.get("exception"))
-            if traceback:
+                if isinstance(record, dict) and record.get("exception"):
+                    # The log event and the exception's last line say what happened; the rest is in the log.
+                    last = str(record["exception"]).strip().splitlines()[-1]
+                    summary = f"{record.get('event', '')!r} (key {record.get('key', '-')}): {last[:400]}"
+            if summary is not None:
                 self._violate("no-unexpected-traceback", t, f"{process}:{number}",
-                              f"{process} log line {number}: {text[:600]}")
+                              f"{process} log line {number}: {summary}")
 
     def check_exits(self, t: float, process: str, code: int | None, killed: bool, log_tail: str) -> None:
         """A controller process ended with ``code`` (None: still running)."""

@@ -107,8 +107,10 @@ def test_scale_down_bounded_accepts_a_controller_that_scales_down_in_time() -> N
     checker.observe(0, [j], pods, services)
     j2 = job(workers=2)
     going = [*pods[:2], child(j, "Worker", 2, terminating=True)]
-    checker.observe(1, [j2], going, services[:2])
+    checker.observe(1, [j2], going, services)
+    checker.observe(5, [j2], going, services[:2])
     checker.observe(60, [j2], pods[:2], services[:2])
+    assert checker.slowest_scale_down == 5 - 1, "worker-2's service went at t=5, 4 s after the scale-down"
     # A job scaled back up restarts the clock; a finished job is not scaled by anyone.
     checker.observe(61, [job(workers=3)], pods, services)
     done = job(workers=1, conditions=[("Succeeded", "True", "TFJobSucceeded", "")])
@@ -196,6 +198,11 @@ def test_converged_after_faults_catches_a_job_that_never_settles() -> None:
     k_pods = [child(completed, "Worker", 0), child(completed, "Worker", 1, phase="Failed")]
     k_services = [child(completed, "Worker", i, kind="service") for i in range(2)]
     assert checker.unconverged([done, completed], [*pods, *k_pods], [*services, *k_services]) == []
+    # A finished job whose TTL deletion or pod cleanup is still due is not converged either.
+    ttl = job("t", conditions=[("Succeeded", "True", "", "")])
+    ttl["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 30, "cleanPodPolicy": "Running"}
+    assert checker.unconverged([ttl], [child(ttl, "Worker", 0), child(ttl, "Worker", 1, phase="Succeeded")], []) == [
+        "t: finished, its TTL deletion is due", "t: finished, cleanPodPolicy Running has yet to delete ['t-worker-0']"]
     checker.check_converged(50, checker.unconverged([j], frozen, services), waited=30)
     assert [v.invariant for v in checker.violations] == ["converged-after-faults"]
     assert "Worker 1 is not settled" in checker.violations[0].detail
@@ -236,10 +243,12 @@ def test_no_unexpected_traceback_catches_tracebacks_in_json_and_text_logs() -> N
     clean = ['{"event": "created pod", "level": "info"}', '{"event": "retrying request", "level": "warning"}']
     checker.check_logs(1, "a", clean)
     assert checker.violations == []
-    checker.check_logs(2, "b", [*clean, '{"event": "reconcile failed", "exception": "Traceback ..."}'])
+    checker.check_logs(2, "b", [*clean, '{"event": "reconcile failed", "key": "default/j", '
+                                        '"exception": "Traceback ...\\nValueError: boom"}'])
     checker.check_logs(3, "c", ["Traceback (most recent call last):", '  File "x.py", line 1'])
     assert [(v.invariant, v.detail.split(" ")[0]) for v in checker.violations] == [
         ("no-unexpected-traceback", "b"), ("no-unexpected-traceback", "c")]
+    assert checker.violations[0].detail == "b log line 3: 'reconcile failed' (key default/j): ValueError: boom"
 
 
 def test_no_unexpected_exit_catches_a_crash_but_not_a_kill_or_a_lost_lease() -> None:
