@@ -4,7 +4,7 @@ Runs two leader-elected ``tfjob-controller run`` processes against a ``tfjob-con
 under faults drawn from ``--seed`` for ``--minutes`` in all (the last minute or so is convergence,
 the quiet window and the final deletion), kills the leader ``--leader-kills`` times, and writes the
 result (seed, duration, faults by kind, checks by invariant, outcome, RSS first/last/max per
-controller process) to docs/benchmarks/soak.md. Exits 1 if any invariant was violated; the seed and
+controller process) to docs/benchmarks/soak.md, adding a row to the table of runs kept there. Exits 1 if any invariant was violated; the seed and
 the log directory are printed either way.
 
 Usage: .venv/bin/python benchmarks/soak.py --seed 7 --minutes 8 [--jobs 12] [--leader-kills 2]
@@ -23,7 +23,7 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.soak.engine import SoakConfig, render_markdown, run_soak  # noqa: E402
+from tests.soak.engine import SoakConfig, previous_rows, render_markdown, run_soak  # noqa: E402
 from tests.soak.invariants import Bounds  # noqa: E402
 
 # Time the soak needs after the fault phase: convergence (usually well under a minute), the quiet
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     command = f"benchmarks/soak.py --seed {args.seed} --minutes {args.minutes:g} --jobs {args.jobs} " \
               f"--leader-kills {args.leader_kills}"
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render_markdown(result, command, bounds))
+    earlier = previous_rows(args.output.read_text()) if args.output.exists() else []
+    args.output.write_text(render_markdown(result, command, bounds, earlier))
     print(result.summary())
     print(f"wrote {args.output}")
     return 0 if result.passed else 1

@@ -417,6 +417,7 @@ class Soak:
             "scale-spec": 3, "scale-subresource": 2, "job-delete": 1,
         }
         kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        code = 200  # cluster-level faults either succeed or raise
         duration = self.rng.uniform(2.0, 10.0)
         active = {what for _, what, _ in self.undo}
         if kind in active:
@@ -481,7 +482,7 @@ class Soak:
                 options = {"kind": "DeleteOptions", "apiVersion": "v1"}
                 if grace is not None:
                     options["gracePeriodSeconds"] = grace
-                await api.call("DELETE", f"{PODS}/{pod}", options)
+                code, _ = await api.call("DELETE", f"{PODS}/{pod}", options)
             else:
                 annotations = {
                     "eviction": {SIM + "evict": "true"},
@@ -489,8 +490,8 @@ class Soak:
                     "error-exit": {SIM + "exit-code": str(self.rng.choice([1, 2, 3, 42, 255])),
                                    SIM + "reason": "Error"},
                 }[kind]
-                await api.call("PATCH", f"{PODS}/{pod}", {"metadata": {"annotations": annotations}},
-                               content_type="application/merge-patch+json")
+                code, _ = await api.call("PATCH", f"{PODS}/{pod}", {"metadata": {"annotations": annotations}},
+                                         content_type="application/merge-patch+json")
         elif kind in ("scale-spec", "scale-subresource"):
             jobs = [j for j in self.jobs() if is_dynamic(j) and not finished(j)]
             if not jobs:
@@ -499,18 +500,20 @@ class Soak:
             replicas = self.rng.randint(0, self.config.max_worker_replicas)
             if kind == "scale-spec":
                 body = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas}}}}
-                await api.call("PATCH", f"{TFJOBS}/{name}", body, content_type="application/merge-patch+json")
+                code, _ = await api.call("PATCH", f"{TFJOBS}/{name}", body, content_type="application/merge-patch+json")
             else:
-                await api.call("PATCH", f"{TFJOBS}/{name}/scale", {"spec": {"replicas": replicas}},
-                               content_type="application/merge-patch+json")
+                code, _ = await api.call("PATCH", f"{TFJOBS}/{name}/scale", {"spec": {"replicas": replicas}},
+                                         content_type="application/merge-patch+json")
         elif kind == "job-delete":
             jobs = [j for j in self.jobs() if not j["metadata"].get("deletionTimestamp")]
             if not jobs:
                 return
             name = self.rng.choice(jobs)["metadata"]["name"]
-            await api.call("DELETE", f"{TFJOBS}/{name}", {"kind": "DeleteOptions", "apiVersion": "v1",
-                                                          "propagationPolicy": self.rng.choice(["Background",
-                                                                                                "Foreground"])})
+            code, _ = await api.call("DELETE", f"{TFJOBS}/{name}", {
+                "kind": "DeleteOptions", "apiVersion": "v1",
+                "propagationPolicy": self.rng.choice(["Background", "Foreground"])})
+        if code >= 300:
+            return  # the target went away between the LIST and the action: nothing was done
         self.count(kind)
 
     async def kill_leader(self) -> bool:
@@ -526,7 +529,9 @@ class Soak:
 
     async def drive(self) -> None:
         phase_end = self.now() + self.config.fault_seconds
-        kills = [self.now() + self.config.fault_seconds * (i + 1) / (self.config.leader_kills + 1)
+        # Kills spread over the first half of the faults, so the last leader leads for the second half:
+        # its memory over a long stretch of leadership is what the flat-RSS check is about.
+        kills = [self.now() + self.config.fault_seconds * 0.5 * (i + 1) / self.config.leader_kills
                  for i in range(self.config.leader_kills)]
         next_population = self.now()
         self.faulting = True
@@ -678,8 +683,33 @@ async def run_soak(config: SoakConfig) -> SoakResult:
     return await Soak(config).run()
 
 
-def render_markdown(result: SoakResult, command: str, bounds: Bounds) -> str:
-    """The latest result, for docs/benchmarks/soak.md."""
+RUNS_BEGIN = "<!-- runs: one row per run, newest first; kept by benchmarks/soak.py -->"
+RUNS_END = "<!-- /runs -->"
+RUNS_HEADER = ("| date | seed | minutes | outcome | violations | actions | checks | converged after (s) | "
+               "longest-lived controller RSS first / last / max (MiB) |", "|---|---:|---:|---|---:|---:|---:|---:|---|")
+
+
+def run_row(result: SoakResult) -> str:
+    """One line of the table of runs; RSS of the process that lived longest (the last leader)."""
+    series = max(result.rss.values(), key=lambda s: s[-1][0] - s[0][0] if s else -1.0, default=[])
+    rss = [v / 2**20 for _, v in series]
+    memory = f"{rss[0]:.1f} / {rss[-1]:.1f} / {max(rss):.1f}" if rss else "-"
+    converged = f"{result.converged_after:.1f}" if result.converged_after is not None else "no"
+    return (f"| {result.started} | {result.seed} | {(result.duration / 60):.1f} | "
+            f"{'PASSED' if result.passed else 'FAILED'} | {len(result.violations)} | {sum(result.faults.values())} | "
+            f"{sum(result.checks.values())} | {converged} | {memory} |")
+
+
+def previous_rows(document: str) -> list[str]:
+    """The rows of the table of runs in an earlier docs/benchmarks/soak.md."""
+    if RUNS_BEGIN not in document or RUNS_END not in document:
+        return []
+    table = document.split(RUNS_BEGIN, 1)[1].split(RUNS_END, 1)[0]
+    return [line for line in table.strip().splitlines() if line.startswith("| ") and line not in RUNS_HEADER]
+
+
+def render_markdown(result: SoakResult, command: str, bounds: Bounds, earlier_rows: list[str] = ()) -> str:
+    """The latest result in full, then every recorded run, for docs/benchmarks/soak.md."""
     lines = [
         "# Chaos soak: latest result",
         "",
@@ -737,4 +767,6 @@ def render_markdown(result: SoakResult, command: str, bounds: Bounds) -> str:
         if result.error:
             lines.append(f"error: {result.error}")
         lines.append("```")
+    lines += ["", "## Runs", "", "Every run recorded here, newest first (RSS: the longest-lived controller process).",
+              "", RUNS_BEGIN, *RUNS_HEADER, run_row(result), *earlier_rows, RUNS_END]
     return "\n".join(lines) + "\n"
