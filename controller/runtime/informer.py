@@ -35,6 +35,15 @@ Contract:
   Backoff: ``Backoff`` (0.8 s doubling to 30 s, jitter ×[1, 2), reset after 2 min without failures).
 - Events whose object RV equals the cached one are ignored (nothing changed); DELETED for a key the cache
   does not have is ignored (a relist already delivered it as a tombstone).
+- Relist handlers (``add_relist_handler``) learn that a list replaced a part of the cache: called as
+  ``fn(namespace, generation)`` after every list (the initial one included) of the reflector watching
+  ``namespace`` (``None``: all namespaces, or a cluster-scoped resource), once the per-object handlers have
+  run for it. ``generation`` is that list's number (``list_generation(namespace)`` counts lists *begun*).
+  Why: a watch can miss an object's whole life (created and deleted while the watch was down); no per-object
+  event ever tells of it. A list is a consistent read, so any write the server acknowledged before
+  ``list_generation()`` returned ``g`` is reflected in the cache once a relist handler is called with a
+  generation greater than ``g``: state kept about "writes not yet seen" can be settled then instead of
+  waiting for an event that will never come. Same rules as the other handlers (synchronous, must not raise).
 - ``has_synced()`` is true once every reflector has applied its first list and the handlers have been
   called for it; it stays true. ``wait_for_sync()`` waits for that.
 - Handlers (``add_handler``) are synchronous, called in the event loop, in event order; they must not
@@ -195,6 +204,7 @@ class Informer:
         self.metrics = InformerMetrics.for_registry(registry, resource.qualified)
         self.cache = Indexer(indexers)
         self._handlers: list[_Handler] = []
+        self._relist_handlers: list[Callable[[str | None, int], None]] = []
         self._synced = anyio.Event()
         self._reflectors = [_Reflector(self, ns) for ns in scopes]
         self._running = False
@@ -224,6 +234,28 @@ class Informer:
                 self._handlers.remove(handler)
 
         return remove
+
+    def add_relist_handler(self, fn: Callable[[str | None, int], None]) -> Callable[[], None]:
+        """Call ``fn(namespace, generation)`` after every list (see the module docstring); returns a function
+        that unregisters it."""
+        self._relist_handlers.append(fn)
+
+        def remove() -> None:
+            if fn in self._relist_handlers:
+                self._relist_handlers.remove(fn)
+
+        return remove
+
+    def list_generation(self, namespace: str | None = None) -> int:
+        """How many lists the reflector covering ``namespace`` has begun (0 before the first).
+
+        A write acknowledged before this returned ``g`` shows in the cache once a relist handler is called
+        with a generation > ``g`` for that namespace. ``namespace`` is ignored when every namespace is
+        watched by one reflector; a namespace this informer does not watch is a ValueError."""
+        for reflector in self._reflectors:
+            if reflector.namespace is None or reflector.namespace == namespace:
+                return reflector.lists_begun
+        raise ValueError(f"informer {self.name} does not watch namespace {namespace!r}")
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -298,6 +330,10 @@ class Informer:
                 except Exception:
                     log.exception("informer event handler failed", informer=self.name, handler="on_delete")
 
+    def _dispatch_relisted(self, namespace: str | None, generation: int) -> None:
+        for fn in list(self._relist_handlers):
+            self._call(fn, namespace, generation)
+
     def _reflector_synced(self) -> None:
         if not self._synced.is_set() and all(r.synced for r in self._reflectors):
             self._synced.set()
@@ -317,6 +353,7 @@ class _Reflector:
         self.namespace = namespace
         self.last_rv: str | None = None
         self.synced = False
+        self.lists_begun = 0
         self._backoff = _BackoffState(informer.backoff, informer.clock)
         self._log = log.bind(informer=informer.name, namespace=namespace or "*")
 
@@ -371,6 +408,9 @@ class _Reflector:
         items: dict[str, Obj] = {}
         continue_token: str | None = None
         restarts = 0
+        # Counted before the first page is requested: everything acknowledged before now is in this list.
+        self.lists_begun += 1
+        generation = self.lists_begun
         while True:
             try:
                 page = await client.list(
@@ -410,6 +450,7 @@ class _Reflector:
                 break
         self._replace(items)
         self.last_rv = list_rv
+        informer._dispatch_relisted(self.namespace, generation)
         if not self.synced:
             self.synced = True
             informer._reflector_synced()

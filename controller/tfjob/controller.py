@@ -6,6 +6,26 @@ to their TFJob's key; the reconcile reads the job and its children from the cach
 :func:`~controller.tfjob.decide.decide`, and hands the decision to the executor. A job is decided on
 only while no create or delete of ours is still unobserved (expectations), so a lagging cache
 can never make the controller act twice.
+
+State derived from watch events, and why none of it can outlive reality (issue 9: a watch can miss
+an object's whole life, created and deleted while it was stalled, so "until the event arrives" may
+mean forever):
+
+- **Expectations** are settled by the handlers when the cache shows the object (added, or its name
+  re-created under a new uid, which a relist delivers as an update with no tombstone for the old
+  uid) or its deletion, and by the children's relist handlers: a list begun after the server
+  acknowledged a write reflects it, whatever became of the object (see expectations.py). A settled
+  job is requeued, since its reconcile was waiting for an event.
+- **Read-your-writes** (``_written``) is used only while the cache still shows exactly the
+  resourceVersion our status write replaced; any other version (our write arriving, someone
+  else's, a relist, a re-created job) invalidates it on the next reconcile, and a deleted job
+  drops it. It can be stale only while the jobs cache is, which is what it exists for.
+- **Failover records** (``status.dynamicWorkers``) live in the API, not in memory, and name the
+  pod uid they are about. A decision made on a stale job cannot persist them: the status write
+  carries the cached resourceVersion and a stale one earns a 409, and the decision's events and
+  metrics are emitted only after its write succeeded, so no failover is counted twice. A decision
+  made on a stale pods cache is prevented by the expectations above; after a relist the pods
+  cache is truthful, so a worker found missing then was really lost.
 """
 
 from __future__ import annotations
@@ -76,7 +96,10 @@ class TFJobController:
         self.services = Informer(
             client, SERVICES, label_selector=selector, indexers=owned, registry=registry, **scope, **options
         )
-        self.expectations = Expectations(monotonic)
+        children = {POD_KIND: self.pods, SERVICE_KIND: self.services}
+        self.expectations = Expectations(
+            monotonic, generation=lambda kind, namespace: children[kind].list_generation(namespace)
+        )
         self.metrics = TFJobMetrics(registry)
         # Registered before the work-queue handlers, so a namespace's series exist before its first reconcile.
         self.observer = JobObserver(self.jobs, self.pods, self.metrics)
@@ -133,9 +156,20 @@ class TFJobController:
             enqueue(key)
 
         def updated(old: Obj, new: Obj) -> None:
-            for key in {owner_job_key(old), owner_job_key(new)} - {None}:
-                if new["metadata"].get("deletionTimestamp"):
-                    expectations.deletion_observed(key, new["metadata"].get("uid", ""))
+            old_meta, new_meta = old["metadata"], new["metadata"]
+            # A relist can show a name re-created under a new uid: the old object is gone (no tombstone
+            # is delivered for it) and the new one is present.
+            replaced = old_meta.get("uid") != new_meta.get("uid")
+            old_key = owner_job_key(old)
+            if replaced and old_key is not None:
+                expectations.deletion_observed(old_key, old_meta.get("uid", ""))
+            new_key = owner_job_key(new)
+            if new_key is not None:
+                if replaced:
+                    expectations.creation_observed(new_key, kind, new_meta["name"])
+                if new_meta.get("deletionTimestamp"):
+                    expectations.deletion_observed(new_key, new_meta.get("uid", ""))
+            for key in {old_key, new_key} - {None}:
                 enqueue(key)
 
         def deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
@@ -148,7 +182,12 @@ class TFJobController:
             expectations.deletion_observed(key, last["metadata"].get("uid", ""))
             enqueue(key)
 
+        def relisted(namespace: str | None, generation: int) -> None:
+            for key in expectations.relisted(kind, namespace, generation):
+                enqueue(key)
+
         informer.add_handler(added, updated, deleted)
+        informer.add_relist_handler(relisted)
 
     # -- reconcile --------------------------------------------------------------------------------------
 

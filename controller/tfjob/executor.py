@@ -5,7 +5,9 @@ action maps to an API call and what the API's answers mean:
 
 - every create and delete is recorded in :class:`~controller.tfjob.expectations.Expectations`
   *before* it is sent, so a reconcile that runs before the informers have seen the write does
-  not act on a stale cache (the caller checks ``pending_until`` before deciding);
+  not act on a stale cache (the caller checks ``pending_until`` before deciding), and marked
+  acknowledged when the server accepted it, so that a later relist can settle it even if no
+  watch event ever names the object;
 - ``AlreadyExists`` on create and ``NotFound``/uid-``Conflict`` on delete mean "already done";
   any other failure lowers the expectation (nothing will be observed), emits the upstream
   ``Failed*`` event, and aborts the pass by raising, so the runner retries with backoff;
@@ -99,6 +101,7 @@ class Executor:
             self.expectations.creation_observed(job_key, kind, name)
             await self.recorder.record(job, api.EVENT_WARNING, f"FailedCreate{kind}", f"Error creating: {exc}")
             raise
+        self.expectations.create_acknowledged(job_key, kind, name)
         self.log.info(f"created {lower}", job=job_key, name=name)
         await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulCreate{kind}", f"Created {lower}: {name}")
 
@@ -114,7 +117,7 @@ class Executor:
         reason: str,
     ) -> None:
         lower = kind.lower()
-        self.expectations.expect_delete(job_key, uid)
+        self.expectations.expect_delete(job_key, uid, kind)
         try:
             await self.client.delete(
                 resource, name, namespace=namespace, preconditions={"uid": uid}, propagation_policy="Background"
@@ -127,6 +130,7 @@ class Executor:
             self.expectations.deletion_observed(job_key, uid)
             await self.recorder.record(job, api.EVENT_WARNING, f"FailedDelete{kind}", f"Error deleting: {exc}")
             raise
+        self.expectations.delete_acknowledged(job_key, uid)
         self.log.info(f"deleted {lower}", job=job_key, name=name, reason=reason)
         await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulDelete{kind}", f"Deleted {lower}: {name}")
 

@@ -3,10 +3,26 @@
 Reconciles decide from caches, and caches lag the API server. Without a guard, a reconcile that
 runs between "we created pod X" and "the informer saw pod X" would think X is missing and act
 again — for a dynamic job that is worse than a harmless 409: it would count a phantom failover.
-So the executor records every create (by object name) and delete (by uid) it issues, the
-informer handlers mark them observed, and a job is only decided on while nothing is pending.
-Entries expire (5 minutes, as in kube-controller-manager) so a lost watch event cannot wedge a
-job forever. Keyed by job key (``namespace/name``); single-threaded (event loop) by design.
+So the executor records every create (by object name) and delete (by uid) it issues, and a job is
+only decided on while nothing is pending. Keyed by job key (``namespace/name``); single-threaded
+(event loop) by design.
+
+An expectation must never outlive reality, or the job freezes (issue 9: five minutes without a
+reaction after a relist). It is settled by whichever comes first:
+
+- **the cache shows the write**: the informer handlers report an object of that name present (added,
+  or replaced under the same name by a new uid) or the deleted uid terminating, gone, or replaced;
+- **a list that began after the server acknowledged the write** (:meth:`relisted`). A watch can miss
+  an object's whole life — created and force-deleted while the watch was stalled — and then no event
+  will ever name it. But a list is a consistent read: once one begun after the acknowledgement has
+  replaced the cache, the cache reflects the write, whatever became of the object since. Only
+  acknowledged entries qualify: a list racing a create still in flight may not contain it, and the
+  watch that follows that list delivers it. The executor marks acknowledgements with
+  :meth:`create_acknowledged` / :meth:`delete_acknowledged`, stamping the informer's list generation
+  (``generation(kind, namespace)``) at that moment;
+- **the write failed** (nothing will ever be observed): the executor lowers the expectation at once;
+- **expiry** (5 minutes, as in kube-controller-manager): the last resort for a watch that loses an event
+  without ever relisting, which a correct apiserver does not do.
 """
 
 from __future__ import annotations
@@ -16,26 +32,60 @@ from dataclasses import dataclass, field
 
 EXPECTATIONS_TIMEOUT = 300.0
 
+Generation = Callable[[str, str], int]
+"""``generation(kind, namespace)``: how many lists the informer of ``kind`` has begun for ``namespace``."""
+
+
+@dataclass
+class _Entry:
+    kind: str
+    expiry: float  # monotonic seconds
+    listed_after: int | None = None  # the list generation at acknowledgement; None until acknowledged
+
 
 @dataclass
 class _Pending:
-    creates: dict[str, float] = field(default_factory=dict)  # "kind/name" -> expiry (monotonic seconds)
-    deletes: dict[str, float] = field(default_factory=dict)  # uid -> expiry
+    creates: dict[str, _Entry] = field(default_factory=dict)  # "kind/name" -> entry
+    deletes: dict[str, _Entry] = field(default_factory=dict)  # uid -> entry
+
+
+def _namespace(job_key: str) -> str:
+    return job_key.partition("/")[0]
 
 
 class Expectations:
-    """Pending creates and deletes per job. ``clock`` returns monotonic seconds."""
+    """Pending creates and deletes per job. ``clock`` returns monotonic seconds; ``generation`` reports the
+    informers' list generations (without it, only observations, failures and expiry settle entries)."""
 
-    def __init__(self, clock: Callable[[], float], timeout: float = EXPECTATIONS_TIMEOUT) -> None:
+    def __init__(
+        self, clock: Callable[[], float], timeout: float = EXPECTATIONS_TIMEOUT, generation: Generation | None = None
+    ) -> None:
         self._clock = clock
         self._timeout = timeout
+        self._generation = generation
         self._jobs: dict[str, _Pending] = {}
 
     def expect_create(self, job_key: str, kind: str, name: str) -> None:
-        self._jobs.setdefault(job_key, _Pending()).creates[f"{kind}/{name}"] = self._clock() + self._timeout
+        entry = _Entry(kind, self._clock() + self._timeout)
+        self._jobs.setdefault(job_key, _Pending()).creates[f"{kind}/{name}"] = entry
 
-    def expect_delete(self, job_key: str, uid: str) -> None:
-        self._jobs.setdefault(job_key, _Pending()).deletes[uid] = self._clock() + self._timeout
+    def expect_delete(self, job_key: str, uid: str, kind: str) -> None:
+        entry = _Entry(kind, self._clock() + self._timeout)
+        self._jobs.setdefault(job_key, _Pending()).deletes[uid] = entry
+
+    def create_acknowledged(self, job_key: str, kind: str, name: str) -> None:
+        """The server stored the object: from the next list on, the cache reflects it."""
+        pending = self._jobs.get(job_key)
+        entry = pending.creates.get(f"{kind}/{name}") if pending is not None else None
+        if entry is not None:
+            entry.listed_after = self._current_generation(kind, job_key)
+
+    def delete_acknowledged(self, job_key: str, uid: str) -> None:
+        """The server accepted the deletion: from the next list on, the cache reflects it."""
+        pending = self._jobs.get(job_key)
+        entry = pending.deletes.get(uid) if pending is not None else None
+        if entry is not None:
+            entry.listed_after = self._current_generation(entry.kind, job_key)
 
     def creation_observed(self, job_key: str, kind: str, name: str) -> None:
         """The informer saw the object (or the create failed: nothing will ever be observed)."""
@@ -51,6 +101,29 @@ class Expectations:
             pending.deletes.pop(uid, None)
             self._drop_if_empty(job_key, pending)
 
+    def relisted(self, kind: str, namespace: str | None, generation: int) -> list[str]:
+        """A list of ``kind`` numbered ``generation`` replaced the cache of ``namespace`` (None: all).
+
+        Settles every acknowledged entry of that kind it reflects; returns the keys of the jobs that had
+        any, so the caller can requeue them (their pending reconcile was waiting for an event)."""
+        settled: list[str] = []
+        for job_key, pending in list(self._jobs.items()):
+            if namespace is not None and _namespace(job_key) != namespace:
+                continue
+            found = False
+            for table in (pending.creates, pending.deletes):
+                for key in [
+                    k
+                    for k, entry in table.items()
+                    if entry.kind == kind and entry.listed_after is not None and entry.listed_after < generation
+                ]:
+                    del table[key]
+                    found = True
+            if found:
+                self._drop_if_empty(job_key, pending)
+                settled.append(job_key)
+        return settled
+
     def pending_until(self, job_key: str) -> float | None:
         """None when the job may be decided on; else the monotonic time the earliest entry expires."""
         pending = self._jobs.get(job_key)
@@ -58,15 +131,20 @@ class Expectations:
             return None
         now = self._clock()
         for table in (pending.creates, pending.deletes):
-            for key in [k for k, expiry in table.items() if expiry <= now]:
+            for key in [k for k, entry in table.items() if entry.expiry <= now]:
                 del table[key]
         if self._drop_if_empty(job_key, pending):
             return None
-        return min([*pending.creates.values(), *pending.deletes.values()])
+        return min(entry.expiry for table in (pending.creates, pending.deletes) for entry in table.values())
 
     def forget(self, job_key: str) -> None:
         """The job is gone: nothing it expected matters any more."""
         self._jobs.pop(job_key, None)
+
+    def _current_generation(self, kind: str, job_key: str) -> int | None:
+        if self._generation is None:
+            return None
+        return self._generation(kind, _namespace(job_key))
 
     def _drop_if_empty(self, job_key: str, pending: _Pending) -> bool:
         if not pending.creates and not pending.deletes:

@@ -352,6 +352,41 @@ async def test_410_after_compaction_relists_and_delivers_missed_deletes_as_tombs
     assert lists(sim_cluster, mark) == 2  # initial + exactly one relist
 
 
+async def test_relist_handlers_follow_the_object_handlers_with_the_lists_generation(sim_cluster):
+    """A write acknowledged before list_generation() returned g is in the cache once a relist handler gets
+    a generation > g: here a config map created and deleted while the watch was down (no event names it)."""
+    sim_cluster.store.create("configmaps", NS, cm("kept"))
+    async with running(sim_cluster) as (informer, mirror, _):
+        relists: list[tuple[str | None, int, dict[str, str]]] = []
+        informer.add_relist_handler(lambda ns, generation: relists.append((ns, generation, dict(mirror.state))))
+        rule = sim_cluster.faults.fail("watch", "configmaps", 500)
+        sim_cluster.faults.close_watches("configmaps")
+        await wait_until(lambda: rule.hits >= 1, 5)
+        sim_cluster.store.create("configmaps", NS, cm("ephemeral"))
+        acknowledged_at = informer.list_generation(NS)
+        assert acknowledged_at == 1
+        sim_cluster.store.delete("configmaps", NS, "ephemeral")
+        bump(sim_cluster, "kept", "changed")
+        sim_cluster.faults.compact()
+        sim_cluster.faults.remove(rule)
+        await wait_until(lambda: relists, what="a relist handler call")
+        namespace, generation, seen = relists[0]
+        assert (namespace, generation) == (NS, 2) and generation > acknowledged_at
+        # The per-object handlers ran first: the update of "kept" was delivered before the relist call.
+        assert seen == server_state(sim_cluster) and "default/ephemeral" not in mirror.adds
+        assert informer.list_generation(NS) == 2
+
+
+async def test_list_generation_is_per_namespace(sim_cluster):
+    for ns in ("team-a", "team-b"):
+        sim_cluster.store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": ns}})
+    async with running(sim_cluster, namespace=None, namespaces=["team-a", "team-b"]) as (informer, _, _):
+        assert informer.list_generation("team-a") == informer.list_generation("team-b") == 1
+        with pytest.raises(ValueError, match="does not watch namespace 'team-c'"):
+            informer.list_generation("team-c")
+
+
 async def test_410_on_continue_restarts_the_list(sim_cluster):
     for i in range(30):
         sim_cluster.store.create("configmaps", NS, cm(f"c{i:02d}"))

@@ -1,0 +1,65 @@
+"""The controller's informer handlers keep expectations in step with what the caches show.
+
+No API server is involved: the handlers are driven through the informers' own dispatch, as a
+watch event or a relist would drive them, and the reconcile is never run (the client is unused).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.cache import DeletedFinalStateUnknown
+from controller.tfjob.controller import TFJobController
+
+KEY = "ns/job"
+
+
+def child(name: str, uid: str, **meta: Any) -> dict[str, Any]:
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job", "uid": "job-uid", "controller": True}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": uid,
+                         "ownerReferences": [owner], **meta}}
+
+
+def controller() -> TFJobController:
+    return TFJobController(object(), registry=CollectorRegistry())  # type: ignore[arg-type]
+
+
+def test_a_name_seen_under_a_new_uid_settles_both_the_delete_of_the_old_and_the_create_of_the_new() -> None:
+    ctl = controller()
+    ctl.expectations.expect_delete(KEY, "uid-old", "Pod")
+    ctl.expectations.expect_create(KEY, "Pod", "job-worker-0")
+    # A relist shows the name re-created: an update (old -> new), no tombstone for the old uid.
+    ctl.pods._dispatch_update(child("job-worker-0", "uid-old"), child("job-worker-0", "uid-new"))
+    assert ctl.expectations.pending_until(KEY) is None
+
+
+def test_an_ordinary_update_settles_nothing_but_a_terminating_object() -> None:
+    ctl = controller()
+    ctl.expectations.expect_create(KEY, "Pod", "job-worker-1")
+    ctl.expectations.expect_delete(KEY, "uid-0", "Pod")
+    ctl.pods._dispatch_update(child("job-worker-0", "uid-0"), {**child("job-worker-0", "uid-0")})
+    assert ctl.expectations.pending_until(KEY) is not None
+    ctl.pods._dispatch_update(child("job-worker-0", "uid-0"), child("job-worker-0", "uid-0", deletionTimestamp="t"))
+    ctl.pods._dispatch_add(child("job-worker-1", "uid-1"))
+    assert ctl.expectations.pending_until(KEY) is None
+
+
+def test_a_relist_settles_an_acknowledged_create_the_watch_never_showed_and_requeues_the_job() -> None:
+    ctl = controller()
+    ctl.expectations.expect_create(KEY, "Service", "job-worker-2")
+    ctl.expectations.create_acknowledged(KEY, "Service", "job-worker-2")  # generation 0: before any list
+    ctl.pods._dispatch_relisted(None, 1)
+    assert ctl.expectations.pending_until(KEY) is not None, "a pods list says nothing about services"
+    assert len(ctl.controller.queue) == 0
+    ctl.services._dispatch_relisted(None, 1)
+    assert ctl.expectations.pending_until(KEY) is None
+    assert len(ctl.controller.queue) == 1  # the job was waiting for an event that will never come
+
+
+def test_a_tombstone_settles_the_delete() -> None:
+    ctl = controller()
+    ctl.expectations.expect_delete(KEY, "uid-0", "Service")
+    ctl.services._dispatch_delete(DeletedFinalStateUnknown("ns/job-worker-0", child("job-worker-0", "uid-0")))
+    assert ctl.expectations.pending_until(KEY) is None
