@@ -39,6 +39,8 @@ class RunOptions:
     health_addr: tuple[str, int] = ("0.0.0.0", 8081)
     leader_elect: bool = True
     leader_election_namespace: str | None = None
+    # The Lease's name. Shards of a cluster split by --namespace each hold their own (docs/scaling.md).
+    leader_election_id: str = LEASE_NAME
     cluster_domain: str = ""
     max_pods_per_job: int = DecideConfig.max_pods_per_job
     # (base, cap) seconds of the dynamic-worker failover back-off
@@ -106,7 +108,7 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
     if options.leader_elect:
         namespace = options.leader_election_namespace or _in_cluster_namespace() or "default"
         identity = f"{socket.gethostname()}_{uuid.uuid4()}"
-        elector = LeaderElector(client, namespace, LEASE_NAME, identity, registry=registry)
+        elector = LeaderElector(client, namespace, options.leader_election_id, identity, registry=registry)
 
     def readiness() -> tuple[bool, str]:
         waiting = [i.name for i in informers if not i.has_synced()]

@@ -8,6 +8,7 @@ on stderr and a non-zero exit code, never a traceback; argparse's own errors exi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,17 @@ def _port(text: str) -> int:
     return value
 
 
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _object_name(text: str) -> str:
+    if len(text) > 253 or not _DNS_SUBDOMAIN.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid object name (lower-case letters, digits, '-' and '.', at most 253)"
+        )
+    return text
+
+
 def _scale(text: str) -> float:
     try:
         value = float(text)
@@ -72,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="hold a Lease so only one replica acts (default on)")
     run.add_argument("--leader-election-namespace", metavar="NS",
                      help="namespace of the Lease (default: the pod's namespace, else 'default')")
+    run.add_argument("--leader-election-id", type=_object_name, default="tfjob-controller", metavar="NAME",
+                     help="name of the Lease (default tfjob-controller); give each shard of a split cluster its own")
     run.add_argument("--max-pods-per-job", type=_positive_int, default=DecideConfig.max_pods_per_job, metavar="N",
                      help="a job asking for more pods (all replica types together) fails validation "
                           f"(default {DecideConfig.max_pods_per_job})")
@@ -115,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 health_addr=args.health_addr,
                 leader_elect=args.leader_elect,
                 leader_election_namespace=args.leader_election_namespace,
+                leader_election_id=args.leader_election_id,
                 cluster_domain=cluster_domain_from_env(),
                 max_pods_per_job=args.max_pods_per_job,
                 failover_backoff=tuple(args.failover_backoff),

@@ -60,6 +60,8 @@ async def test_bad_arguments_get_one_line_and_exit_2():
     assert rc == 2 and "--failover-backoff: BASE must not exceed CAP" in err
     rc, _, err = await run_cli("run", "--max-pods-per-job", "0")
     assert rc == 2 and "argument --max-pods-per-job: must be at least 1, got 0" in err
+    rc, _, err = await run_cli("run", "--leader-election-id", "Shard_A")
+    assert rc == 2 and "argument --leader-election-id: 'Shard_A' is not a valid object name" in err
 
 
 async def test_run_with_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path):
