@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from prometheus_client import CollectorRegistry, GCCollector, Gauge, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    Gauge,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
 from controller.ops.http import HealthChecks, serve_health, serve_metrics
 from controller.runtime.client import ApiClient
@@ -89,6 +96,9 @@ async def make_client(options: RunOptions, registry: CollectorRegistry) -> ApiCl
 
 async def run(options: RunOptions, registry: CollectorRegistry | None = None) -> int:
     log = structlog.get_logger("controller.app")
+    # No `*_created` series: they double the series count and no client-go controller exports them, so
+    # dashboards and rules written for those do not expect them.
+    disable_created_metrics()
     registry = registry or new_registry()
     client = await make_client(options, registry)
     tfjobs = TFJobController(

@@ -25,6 +25,9 @@ from controller.runtime.client import EVENTS, ApiClient
 from controller.runtime.errors import ApiError, NotFound, TransportError
 
 _CACHE_SIZE = 4096
+DROP_REASONS = (
+    "TooManyRequests", "ServerError", "ServerTimeout", "ServiceUnavailable", "TransportError", "Forbidden", "Invalid",
+)  # fmt: skip
 
 
 def _now() -> str:
@@ -52,6 +55,11 @@ class EventRecorder:
             if registry is not None
             else None
         )
+        if self._dropped is not None:
+            # At 0 up front, so rate() sees the first drop: the causes an overloaded or unreachable API server
+            # and a tightened RBAC or admission give (other error classes appear with their first drop).
+            for reason in DROP_REASONS:
+                self._dropped.labels(reason=reason)
         self.log = structlog.get_logger("controller.runtime.events")
 
     async def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:

@@ -100,7 +100,7 @@ class TFJobController:
         self.expectations = Expectations(
             monotonic, generation=lambda kind, namespace: children[kind].list_generation(namespace)
         )
-        self.metrics = TFJobMetrics(registry)
+        self.metrics = TFJobMetrics(registry, pinned_namespaces=namespaces or ())
         # Registered before the work-queue handlers, so a namespace's series exist before its first reconcile.
         self.observer = JobObserver(self.jobs, self.pods, self.metrics)
         registry.register(self.observer)

@@ -11,7 +11,10 @@ Why series are created before their first increment: Prometheus' ``rate()``/``in
 samples of a series, so a labelled counter that springs into existence at 1 is invisible for the very
 step in which it happened, and for a rare event (a failover) that step is all there is. So every series of
 a namespace exists at 0 as soon as the controller first sees a job there (:meth:`TFJobMetrics.namespace_seen`),
-with every label value known up front (the failover reasons are a fixed vocabulary). Label cardinality stays
+with every label value known up front (the failover reasons are a fixed vocabulary), and from the start for the
+namespaces a scoped controller watches (``--namespace``). The one event this cannot cover: a controller watching
+all namespaces learns of a new namespace from its first job, so that job's ``created`` increment lands in a series
+born at 1, which ``increase()`` misses; every later event in the namespace is seen. Label cardinality stays
 bounded: no job or pod names, and a namespace's series are removed once its last job has been gone for
 ``namespace_linger`` seconds (long enough for any sane scrape interval to see the final increments, e.g. the
 TTL deletion of that last job).
@@ -20,7 +23,7 @@ TTL deletion of that last job).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -86,6 +89,7 @@ class TFJobMetrics:
         *,
         namespace_linger: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
+        pinned_namespaces: Iterable[str] = (),
     ) -> None:
         self._counters: dict[str, Counter] = {
             name: Counter(name.removesuffix("_total"), _HELP[name], labels, registry=registry)
@@ -110,6 +114,11 @@ class TFJobMetrics:
         self._monotonic = monotonic
         self._namespaces: set[str] = set()
         self._emptied_at: dict[str, float] = {}
+        # The namespaces a scoped controller watches: their series exist from the start and are never pruned,
+        # so even the first job created there is seen by increase().
+        self._pinned = frozenset(pinned_namespaces)
+        for namespace in sorted(self._pinned):
+            self.namespace_seen(namespace)
 
     # -- namespaces: series exist at 0 from the first job, and go after the last --------------------------
 
@@ -140,7 +149,7 @@ class TFJobMetrics:
         now = self._monotonic()
         gone = []
         for namespace in sorted(self._namespaces):
-            if namespace in namespaces_with_jobs:
+            if namespace in namespaces_with_jobs or namespace in self._pinned:
                 self._emptied_at.pop(namespace, None)
             elif now - self._emptied_at.setdefault(namespace, now) >= self.namespace_linger:
                 gone.append(namespace)

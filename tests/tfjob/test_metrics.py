@@ -82,3 +82,15 @@ def test_failover_reasons_are_a_closed_vocabulary():
         metrics.inc(MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", "ns"), ("reason", "pod-7f9c"))))
     with pytest.raises(ValueError, match="is not one of"):
         metrics.observe_failover("ns", "pod-7f9c", 3.0)
+
+
+def test_watched_namespaces_have_their_series_from_the_start_and_keep_them():
+    clock = [0.0]
+    registry = CollectorRegistry()
+    metrics = TFJobMetrics(registry, namespace_linger=1.0, monotonic=lambda: clock[0], pinned_namespaces=["team-a"])
+    labels = {"job_namespace": "team-a", "framework": "tensorflow"}
+    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 0
+    metrics.prune(set())
+    clock[0] = 10.0
+    assert metrics.prune(set()) == []
+    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 0

@@ -1,0 +1,198 @@
+"""Observability tells the truth: a real Prometheus scrapes ``tfjob-controller run`` (and a foreign component
+exporting the same metric names) while a scenario plays on the simulated cluster; then every dashboard query,
+with its template variables substituted, and every alert are evaluated through Prometheus' HTTP API.
+
+Each query must return data, the numbers must be the scenario's (failovers by reason, pods removed by the
+scale-down, jobs in each state, throttled writes), the foreign component's series must never leak in, no alert
+may fire on a healthy controller, and stopping the controller must fire TFJobControllerDown and
+TFJobControllerNoLeader although the foreign component still reports a leader. The live scrape must pass
+``promtool check metrics`` and export exactly the catalogue (plus the documented uncharted families).
+
+Waiting is always for a condition (query until the expected value appears) with a deadline, never a sleep.
+``increase()`` extrapolates to the end of its range by at most one scrape interval, so counts are compared
+with a tolerance well below one event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shutil
+import time
+from typing import Any, Callable
+
+import pytest
+
+from controller.ops.catalogue import BY_NAME, UNCHARTED
+from controller.ops.monitoring import ALERTS, DASHBOARDS, Panel
+from controller.runtime.client import ApiClient
+from controller.sim.cluster import SimCluster
+from tests.prometheus_harness import (
+    FOREIGN_JOB,
+    SCRAPE_JOB,
+    ControllerProcess,
+    ForeignExporter,
+    Prometheus,
+    play_scenario,
+    scrape_targets,
+    substitute,
+)
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(300)
+
+PANELS: dict[str, Panel] = {panel.title: panel for dashboard in DASHBOARDS for panel in dashboard.panels()}
+ALL_REASONS = ("Deleted", "Evicted", "Preempted", "NodeLost", "Disrupted", "OOMKilled", "Error")
+ALL_STATES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+def values(result: list[dict[str, Any]], label: str) -> dict[str, float]:
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
+
+
+def close(value: float, expected: float) -> bool:
+    """An increase() over a range: exact up to the extrapolation of one scrape interval at its end."""
+    return abs(value - expected) <= 0.15 * max(expected, 1.0)
+
+
+def families(exposition: str) -> set[str]:
+    names = set()
+    for line in exposition.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            names.add(f"{name}_total" if kind == "counter" and not name.endswith("_total") else name)
+    return names
+
+
+@pytest.fixture
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is required (Debian package 'prometheus'; .ci/run installs it)", pytrace=False)
+    return found
+
+
+async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_cluster: SimCluster, promtool: str) -> None:
+    assert sim_cluster.kubeconfig_path
+    foreign = ForeignExporter()
+    controller = ControllerProcess(sim_cluster.kubeconfig_path)
+    await controller.start()
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    try:
+        async with Prometheus(scrape_targets(controller, foreign)) as prom:
+            started = time.time()
+
+            async def until(expr: str, check: Callable[[list[dict[str, Any]]], bool], what: str,
+                            timeout: float = 30) -> list[dict[str, Any]]:
+                last: list[list[dict[str, Any]]] = [[]]
+
+                async def ok() -> bool:
+                    last[0] = await prom.query(expr)
+                    return check(last[0])
+
+                await eventually(ok, timeout, interval=0.25, what=f"{what}: {expr} (last result {last[0]})")
+                return last[0]
+
+            await prom.wait_for_targets()
+            expected = await play_scenario(sim_cluster, client)
+
+            # --- the live scrape: promtool's conventions, and exactly the catalogue ------------------------
+            exposition = await controller.scrape()
+            check = await asyncio.create_subprocess_exec(
+                promtool, "check", "metrics", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT)
+            out, _ = await check.communicate(exposition.encode())
+            assert check.returncode == 0, out.decode()
+            exported = families(exposition)
+            assert exported - set(BY_NAME) - UNCHARTED == set(), "exported but not in the catalogue"
+            assert set(BY_NAME) - exported == set(), "catalogued (so charted) but not exported"
+
+            # --- wait until Prometheus has scraped the end state, then evaluate over the whole run ---------
+            jobs_query = f'sum by (job_namespace, state) (tfjob_jobs{{job="{SCRAPE_JOB}"}}) > 0'
+            await until(jobs_query, lambda r: {(x["metric"]["job_namespace"], x["metric"]["state"]): float(x["value"][1])
+                                              for x in r} == {k: float(v) for k, v in expected.jobs_by_state.items()},
+                        "jobs by state scraped")
+            await until(f'sum(tfjob_worker_scaled_down_total{{job="{SCRAPE_JOB}"}})',
+                        lambda r: bool(r) and float(r[0]["value"][1]) == expected.scaled_down, "scale-down scraped")
+            window = f"{math.ceil(time.time() - started) + 5}s"
+
+            results: dict[str, list[list[dict[str, Any]]]] = {}
+            for title, panel in PANELS.items():
+                results[title] = []
+                for query in panel.queries:
+                    result = await prom.query(substitute(query.expr, window, window))
+                    assert result, f"panel {title!r} has no data: {substitute(query.expr, window, window)}"
+                    for series in result:
+                        assert series["metric"].get("job") != FOREIGN_JOB, (title, series)
+                        assert series["metric"].get("namespace") != "kube-system", (title, series)
+                    results[title].append(result)
+
+            def panel(title: str, target: int = 0) -> list[dict[str, Any]]:
+                return results[title][target]
+
+            # Training jobs: the scenario's numbers, untouched by the foreign component's 77s and 100/s.
+            assert values(panel("Jobs by state"), "state") == {
+                state: float(sum(n for (_, s), n in expected.jobs_by_state.items() if s == state)) for state in ALL_STATES
+            }
+            failovers = values(panel("Failovers by reason in range"), "reason")
+            assert set(failovers) == set(ALL_REASONS)
+            for reason in ALL_REASONS:
+                assert close(failovers[reason], expected.failovers.get(reason, 0)), (reason, failovers)
+            [scaled] = panel("Workers removed by scale-down in range")
+            assert close(float(scaled["value"][1]), expected.scaled_down), scaled
+            lifecycle = dict(zip(("created", "successful", "failed", "restarted", "deleted"),
+                                 (float(r[0]["value"][1]) for r in results["Jobs created, succeeded, failed in range"])))
+            for kind, count in (("created", expected.created), ("successful", expected.succeeded),
+                                ("failed", expected.failed), ("restarted", 0), ("deleted", 0)):
+                assert close(lifecycle[kind], count), (kind, lifecycle)
+            p50 = float(panel("Failover latency", 0)[0]["value"][1])
+            assert p50 >= 1.0, "a replacement cannot run before the 1 s back-off has passed"
+            assert float(panel("Time to Running", 1)[0]["value"][1]) > 0
+            assert values(panel("Degraded jobs"), "job_namespace") == {"default": 0.0, "team-b": 0.0}
+            assert values(panel("Oldest job not yet Running"), "job_namespace") == {"default": 0.0, "team-b": 0.0}
+            observed = await prom.query(
+                f'sum by (job_namespace) (tfjob_job_time_to_running_seconds_count{{job="{SCRAPE_JOB}"}})')
+            assert values(observed, "job_namespace") == {"default": 1.0, "team-b": 2.0}
+            latencies = await prom.query(
+                f'sum by (reason) (tfjob_worker_failover_seconds_count{{job="{SCRAPE_JOB}"}})')
+            assert values(latencies, "reason") == {r: float(expected.failovers.get(r, 0)) for r in ALL_REASONS}
+
+            # Controller health: one leader, a small queue, the two throttled writes and their retries.
+            assert values(panel("Leader"), "instance") == {f"127.0.0.1:{controller.metrics_port}": 1.0}
+            assert all(v < 100 for v in values(panel("Queue depth"), "instance").values())
+            seconds = float(window.rstrip("s"))
+            throttled = {(r["metric"]["method"], r["metric"]["code"]): float(r["value"][1]) * seconds
+                         for r in panel("Throttled and failed requests / s")}
+            assert close(throttled.pop(("PUT", "429")), expected.throttled_writes), throttled
+            assert all(v == 0 for v in throttled.values()), throttled
+            retries = {(r["metric"]["verb"], r["metric"]["code"]): float(r["value"][1]) * seconds
+                       for r in panel("Retries / s")}
+            assert close(retries.pop(("PUT", "429")), expected.throttled_writes), retries
+            assert all(v == 0 for v in retries.values()), retries
+            assert set(values(panel("Seconds since the last watch event"), "resource")) == {
+                "pods", "services", "tfjobs.kubeflow.org"}
+
+            # --- alerts: every rule evaluates, every signal has data, nothing fires on a healthy controller --
+            rules = await prom.rule_states()
+            assert {r["name"] for r in rules} == {a.name for a in ALERTS}
+            assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
+            for alert in ALERTS:
+                assert await prom.query(alert.signal), f"{alert.name}: its signal has no data: {alert.signal}"
+                assert await prom.query(alert.expr) == [], f"{alert.name} fires on a healthy controller"
+            storm = [a for a in ALERTS if a.name == "TFJobWorkerFailoverStorm"][0]
+            by_namespace = values(await prom.query(storm.signal), "job_namespace")
+            assert close(by_namespace["default"], 3) and close(by_namespace["team-b"], 0), by_namespace
+            assert await prom.query('ALERTS{alertstate="firing"}') == []
+
+            # --- the controller goes away; the foreign component (still "leading") must not hide it -----------
+            rc, stderr = await controller.stop()
+            assert rc == 0, stderr[-3000:]
+            for name in ("TFJobControllerDown", "TFJobControllerNoLeader"):
+                [alert] = [a for a in ALERTS if a.name == name]
+                await until(alert.expr, bool, f"{name} condition true once the controller is gone")
+    finally:
+        await client.close()
+        if controller.proc is not None and controller.proc.returncode is None:
+            _, stderr = await controller.stop()
+            print("controller log (tail):\n" + stderr[-6000:])  # shown by pytest when the test failed
+        foreign.stop()
