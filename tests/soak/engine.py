@@ -414,7 +414,7 @@ class Soak:
             "api-error": 4, "latency": 2, "dropped-connections": 1, "watch-close": 2, "watch-stall": 2,
             "watch-delay": 1, "compaction": 1, "apiserver-restart": 1, "kubelet-pause": 1, "gc-pause": 1,
             "node-not-ready": 1, "worker-delete": 3, "eviction": 2, "oom": 2, "error-exit": 2,
-            "scale-spec": 3, "scale-subresource": 2, "job-delete": 1,
+            "scale-spec": 3, "scale-subresource": 2, "job-delete": 1, "lost-create-relist": 1,
         }
         kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
         code = 200  # cluster-level faults either succeed or raise
@@ -504,6 +504,9 @@ class Soak:
             else:
                 code, _ = await api.call("PATCH", f"{TFJOBS}/{name}/scale", {"spec": {"replicas": replicas}},
                                          content_type="application/merge-patch+json")
+        elif kind == "lost-create-relist":
+            if not await self.lose_a_create():
+                return
         elif kind == "job-delete":
             jobs = [j for j in self.jobs() if not j["metadata"].get("deletionTimestamp")]
             if not jobs:
@@ -515,6 +518,43 @@ class Soak:
         if code >= 300:
             return  # the target went away between the LIST and the action: nothing was done
         self.count(kind)
+
+    async def lose_a_create(self) -> bool:
+        """Issue 9's frozen job: while the pods watch is stalled, a job scales up, its new worker is
+        force-deleted before any watch event of it was sent, history is compacted, the watch resumes
+        with 410 and a relist. A controller whose create expectation outlives that relist freezes."""
+        assert self.api is not None
+        api = self.api
+        jobs = [j for j in self.jobs() if is_dynamic(j) and not finished(j) and not j["metadata"].get("deletionTimestamp")]
+        if not jobs:
+            return False
+        job = self.rng.choice(jobs)
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        replicas = (job["spec"]["tfReplicaSpecs"].get("Worker") or {}).get("replicas", 1)
+        if not isinstance(replicas, int) or replicas >= self.config.max_worker_replicas:
+            return False
+        await api.sim("/watches/stall", {"resource": "pods", "includeNew": True})
+        try:
+            body = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas + 1}}}}
+            code, _ = await api.call("PATCH", f"{TFJOBS}/{name}", body, content_type="application/merge-patch+json")
+            if code >= 300:
+                return False
+            pod = None
+            with anyio.move_on_after(10):  # the controller may be throttled or mid-failover: then skip
+                while pod is None:
+                    for candidate in await api.items(PODS):
+                        if live(candidate) and slot(candidate) == ("Worker", replicas) and any(
+                                r.get("uid") == uid for r in candidate["metadata"].get("ownerReferences") or []):
+                            pod = candidate
+                    await anyio.sleep(0.1)
+            if pod is None:
+                return False
+            await api.call("DELETE", f"{PODS}/{pod['metadata']['name']}",
+                           {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+            await api.sim("/compact")
+            return True
+        finally:
+            await api.sim("/watches/unstall")
 
     async def kill_leader(self) -> bool:
         leader = await self.leader()
