@@ -133,9 +133,15 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
 
 
 batches = st.tuples(*[hostile_job(i) for i in range(BATCH)])
-statuses = st.lists(st.one_of(json_values.filter(lambda v: isinstance(v, dict)), st.fixed_dictionaries({
-    "conditions": json_values, "replicaStatuses": json_values, "startTime": json_values,
-    "dynamicWorkers": json_values})), min_size=BATCH, max_size=BATCH)
+HUGE_STATUS = {  # thousands of conditions of someone else's making, and a long-winded replica status
+    "conditions": [{"type": f"Foreign{i}", "status": "True", "message": "m" * 64} for i in range(3000)],
+    "replicaStatuses": {"Worker": {"active": 10**6, "labelSelector": {"matchLabels": {"x": "y" * 1000}}}},
+}
+statuses = st.lists(st.one_of(
+    json_values.filter(lambda v: isinstance(v, dict)),
+    st.fixed_dictionaries({"conditions": json_values, "replicaStatuses": json_values, "startTime": json_values,
+                           "dynamicWorkers": json_values}),
+), min_size=BATCH - 1, max_size=BATCH - 1).map(lambda garbage: [HUGE_STATUS, *garbage])
 
 
 def expected_invalid(stored: dict[str, Any]) -> bool:
