@@ -143,9 +143,10 @@ CONTROLLER_HEALTH = Dashboard(
             Panel("Targets up", "Scrape targets of this job that answer (1) or not (0). All 0 or none: the "
                   "controller is down (alert TFJobControllerDown).",
                   (_q(f"up{{{INSTANCE}}}", "{{instance}}"),), kind="stat", width=6),
-            Panel("Leader", "1 for the replica holding the tfjob-controller Lease, 0 for standbys. Exactly one "
-                  "replica should show 1 (alert TFJobControllerNoLeader).",
-                  (_q(f'leader_election_master_status{{{INSTANCE}, name="{CONTROLLER}"}}', "{{instance}}"),),
+            Panel("Leader", "1 for the replica holding the Lease (tfjob-controller unless --leader-election-id "
+                  "says otherwise), 0 for standbys. Exactly one replica per Lease should show 1 (alert "
+                  "TFJobControllerNoLeader).",
+                  (_q(f"leader_election_master_status{{{INSTANCE}}}", "{{instance}} {{name}}"),),
                   kind="stat", width=6),
             Panel("Version", "The tfjob-controller version each replica runs (tfjob_controller_build_info).",
                   (_q(f"tfjob_controller_build_info{{{INSTANCE}}}", "{{instance}} {{version}}"),),
@@ -469,14 +470,16 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         "TFJobControllerNoLeader",
-        signal=f'sum(leader_election_master_status{{{_R}, name="{CONTROLLER}"}})',
+        signal=f"sum by (name) (leader_election_master_status{{{_R}}})",
         condition="",
-        expr_override=f'(sum(leader_election_master_status{{{_R}, name="{CONTROLLER}"}}) or vector(0)) < 1',
+        # Per Lease (shards of one install elect separately, --leader-election-id); vector(0) when no replica
+        # reports at all.
+        expr_override=f"(sum by (name) (leader_election_master_status{{{_R}}}) or on() vector(0)) < 1",
         for_="5m",
         severity="critical",
-        summary="No tfjob-controller replica holds the leader Lease.",
-        description="For 5 minutes no replica of job tfjob-controller has led (or none is scraped): TFJobs are "
-        "not reconciled.",
+        summary="No tfjob-controller replica holds the leader Lease{{ if $labels.name }} {{ $labels.name }}{{ end }}.",
+        description="For 5 minutes no replica of job tfjob-controller has led (or none is scraped): the TFJobs it "
+        "manages are not reconciled.",
     ),
     Alert(
         "TFJobControllerReconcileErrors",

@@ -107,6 +107,7 @@ class RestClientMetrics:
         )
 
         for method in HTTP_METHODS:
+            self._duration.labels(verb=method, host=host)
             for code in FAILURE_CODES:
                 self._requests.labels(code=code, method=method, host=host)
                 self._retries.labels(code=code, verb=method, host=host)
