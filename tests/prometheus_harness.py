@@ -248,6 +248,21 @@ class ControllerProcess:
             async with http.get(f"http://127.0.0.1:{self.metrics_port}/metrics") as response:
                 return await response.text()
 
+    async def while_running(self, work: Any) -> Any:
+        """Await ``work``, failing at once with the controller's log if the controller exits meanwhile."""
+        assert self.proc is not None
+        task = asyncio.ensure_future(work)
+        exited = asyncio.ensure_future(self.proc.wait())
+        try:
+            await asyncio.wait({task, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exited.cancel()
+        if not task.done():
+            task.cancel()
+            rc, stderr = await self.stop()
+            raise AssertionError(f"tfjob-controller exited ({rc}) during the scenario:\n{stderr[-6000:]}")
+        return task.result()
+
     async def stop(self) -> tuple[int, str]:
         assert self.proc is not None
         if self.proc.returncode is None:

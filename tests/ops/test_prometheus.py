@@ -94,7 +94,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                 return last[0]
 
             await prom.wait_for_targets()
-            expected = await play_scenario(sim_cluster, client)
+            expected = await controller.while_running(play_scenario(sim_cluster, client))
 
             # --- the live scrape: promtool's conventions, and exactly the catalogue ------------------------
             exposition = await controller.scrape()
@@ -192,7 +192,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                 await until(alert.expr, bool, f"{name} condition true once the controller is gone")
     finally:
         await client.close()
-        if controller.proc is not None and controller.proc.returncode is None:
-            _, stderr = await controller.stop()
-            print("controller log (tail):\n" + stderr[-6000:])  # shown by pytest when the test failed
+        if controller.proc is not None and controller.proc.stderr is not None and not controller.proc.stderr.at_eof():
+            rc, stderr = await controller.stop()
+            print(f"controller exit {rc}, log (tail):\n" + stderr[-6000:])  # shown by pytest when the test failed
         foreign.stop()
