@@ -72,6 +72,9 @@ CATALOGUE: tuple[Metric, ...] = (
            "Reconciles by result: success, error, requeue, requeue_after.", _RUNTIME),
     Metric("controller_runtime_reconcile_errors_total", "counter", ("controller",),
            "Reconciles that raised an error.", _RUNTIME),
+    Metric("controller_runtime_reconcile_errors_by_reason_total", "counter", ("controller", "reason"),
+           "Reconciles that raised an error, by kind: throttled, server_error, transport, conflict, not_found "
+           "(routine); forbidden, invalid, api_error, unexpected (need a human).", _RUNTIME),
     Metric("controller_runtime_reconcile_time_seconds", "histogram", ("controller",),
            "Duration of each reconcile.", _RUNTIME),
     Metric("controller_runtime_active_workers", "gauge", ("controller",),

@@ -160,10 +160,14 @@ CONTROLLER_HEALTH = Dashboard(
                   "error (retried with back-off), requeue, requeue_after (a timed transition).",
                   (_q(f"sum by (result) (rate(controller_runtime_reconcile_total{{{_CTRL}}}[$__rate_interval]))",
                       "{{result}}"),), unit="ops"),
-            Panel("Reconcile errors / s", "Reconciles that raised; the controller log has the job key and error. "
-                  "A sustained ratio over 10% fires TFJobControllerReconcileErrors.",
+            Panel("Reconcile errors / s", "Reconciles that raised, in total and by kind; the controller log has "
+                  "the job key and error. throttled, server_error, transport, conflict and not_found are routine "
+                  "under load (one warning line each); forbidden, invalid, api_error and unexpected (a traceback "
+                  "in the log) need a human. A sustained ratio over 10% fires TFJobControllerReconcileErrors.",
                   (_q(f"sum(rate(controller_runtime_reconcile_errors_total{{{_CTRL}}}[$__rate_interval]))",
-                      "errors"),), unit="ops"),
+                      "errors"),
+                   _q(f"sum by (reason) (rate(controller_runtime_reconcile_errors_by_reason_total{{{_CTRL}}}"
+                      "[$__rate_interval]))", "{{reason}}")), unit="ops"),
             Panel("Reconcile duration", "p50 and p99 of one reconcile (decision plus API writes). Seconds-long "
                   "p99s mean a slow API server.",
                   _quantiles("controller_runtime_reconcile_time_seconds", _CTRL), unit="s"),

@@ -48,6 +48,9 @@ __all__ = [
     "error_from_response",
     "error_from_status",
     "is_too_large_resource_version",
+    "ERROR_REASONS",
+    "EXPECTED_ERROR_REASONS",
+    "error_reason",
 ]
 
 
@@ -294,3 +297,45 @@ def is_too_large_resource_version(err: BaseException) -> bool:
     return any(c.get("type") == "ResourceVersionTooLarge" for c in err.causes if isinstance(c, dict)) or (
         "Too large resource version" in err.message
     )
+
+
+# -- failure kinds, for logs and metrics ----------------------------------------------------------------------
+
+ERROR_REASONS: tuple[str, ...] = (
+    "throttled",  # 429: API Priority and Fairness (or a PDB) asks us to slow down
+    "server_error",  # 5xx: the apiserver (or etcd, or a webhook) is unavailable or timed out
+    "transport",  # no complete response: connection refused/reset, timeout, a body that is not JSON
+    "conflict",  # 409: a stale resourceVersion or a name taken meanwhile
+    "not_found",  # 404: the object was deleted meanwhile (e.g. a status write after the job was deleted)
+    "forbidden",  # 401/403: credentials or RBAC
+    "invalid",  # 400/422: the server rejected what we sent
+    "api_error",  # any other status
+    "unexpected",  # not an API or transport error: a bug
+)
+"""Every value :func:`error_reason` returns: a bounded set, safe as a metric label."""
+
+EXPECTED_ERROR_REASONS: frozenset[str] = frozenset({"throttled", "server_error", "transport", "conflict", "not_found"})
+"""Failures a healthy controller meets routinely under load, restarts and concurrent writers: retried with
+backoff and worth one warning line, never a traceback. The others need a human (credentials, RBAC, a
+request the server rejects, a bug)."""
+
+
+def error_reason(exc: BaseException) -> str:
+    """The kind of failure ``exc`` is, one of :data:`ERROR_REASONS`."""
+    if isinstance(exc, TooManyRequests):
+        return "throttled"
+    if isinstance(exc, ServerError):
+        return "server_error"
+    if isinstance(exc, (TransportError, ResponseDecodeError)):
+        return "transport"
+    if isinstance(exc, (Conflict, AlreadyExists)):
+        return "conflict"
+    if isinstance(exc, NotFound):
+        return "not_found"
+    if isinstance(exc, (Unauthorized, Forbidden)):
+        return "forbidden"
+    if isinstance(exc, (BadRequest, Invalid)):
+        return "invalid"
+    if isinstance(exc, ApiError):
+        return "server_error" if exc.status >= 500 else "api_error"
+    return "unexpected"

@@ -16,6 +16,11 @@ Contract:
 - Work-queue label values: ``name`` and ``controller`` both carry the queue's name, as controller-runtime does;
   ``workqueue_depth`` also has the ``priority`` label, always ``""`` (we run the classic queue, not c-r's
   priority queue).
+- ``controller_runtime_reconcile_errors_by_reason_total{controller, reason}`` is ours, not controller-runtime's
+  (which has no such split): the reconciles counted in ``controller_runtime_reconcile_errors_total``, by kind of
+  failure. ``reason`` is one of ``controller.runtime.errors.ERROR_REASONS`` (throttled, server_error, transport,
+  conflict, not_found, forbidden, invalid, api_error, unexpected), every series exported from 0. The first five
+  are routine under load and concurrent writers; an alert belongs on the others, ``unexpected`` above all.
 - ``controller_runtime_reconcile_panics_total`` and ``controller_runtime_terminal_reconcile_errors_total`` are
   deliberately not exported: Python has no panics (every exception is counted as an error, which is where c-r
   also counts a recovered panic) and the runner has no terminal-error concept, so both series could only ever
@@ -31,6 +36,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controller.runtime.errors import ERROR_REASONS
 
 __all__ = [
     "WORKQUEUE_DURATION_BUCKETS",
@@ -73,6 +80,7 @@ class _QueueFamilies:
 class _ReconcileFamilies:
     total: Counter
     errors: Counter
+    errors_by_reason: Counter
     time: Histogram
     active_workers: Gauge
     max_concurrent: Gauge
@@ -152,6 +160,13 @@ def _reconcile_families_for(registry: CollectorRegistry) -> _ReconcileFamilies:
                 "controller_runtime_reconcile_errors_total",
                 "Reconciles that raised an exception, per controller.",
                 ("controller",),
+                registry=registry,
+            ),
+            errors_by_reason=Counter(
+                "controller_runtime_reconcile_errors_by_reason_total",
+                "Reconciles that raised an exception, per controller and kind of failure (throttled, server_error,"
+                " transport, conflict, not_found: routine; forbidden, invalid, api_error, unexpected: need a human).",
+                ("controller", "reason"),
                 registry=registry,
             ),
             time=Histogram(
@@ -248,6 +263,9 @@ class ReconcileMetrics:
         # Pre-create every result series so they are exported at 0 before the first reconcile, like c-r.
         self._total = {result: families.total.labels(controller=controller, result=result) for result in RECONCILE_RESULTS}
         self._errors = families.errors.labels(controller=controller)
+        self._errors_by_reason = {
+            reason: families.errors_by_reason.labels(controller=controller, reason=reason) for reason in ERROR_REASONS
+        }
         self._time = families.time.labels(controller=controller)
         self._active_workers = families.active_workers.labels(controller=controller)
         self._max_concurrent = families.max_concurrent.labels(controller=controller)
@@ -265,14 +283,18 @@ class ReconcileMetrics:
         finally:
             self._active_workers.dec()
 
-    def observe(self, outcome: ReconcileOutcome, seconds: float) -> None:
-        """Record one finished reconcile: its result label and its duration."""
+    def observe(self, outcome: ReconcileOutcome, seconds: float, error_reason: str = "unexpected") -> None:
+        """Record one finished reconcile: its result label and its duration (and, for an error, its kind: one
+        of ``ERROR_REASONS``)."""
         counter = self._total.get(outcome)
         if counter is None:
             raise ValueError(f"unknown reconcile outcome {outcome!r}; expected one of {RECONCILE_RESULTS}")
+        if outcome == "error" and error_reason not in self._errors_by_reason:
+            raise ValueError(f"unknown error reason {error_reason!r}; expected one of {ERROR_REASONS}")
         counter.inc()
         if outcome == "error":
             self._errors.inc()
+            self._errors_by_reason[error_reason].inc()
         self._time.observe(max(0.0, seconds))
 
     def __repr__(self) -> str:

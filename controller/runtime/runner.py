@@ -28,8 +28,12 @@ Contract:
   ``requeue_after`` takes precedence over ``requeue``. A return value that is neither ``None`` nor a
   :class:`Result` is a programming error and is handled (and logged) as an error. ``done(key)`` always follows,
   in a ``finally``. An exception never ends a worker; cancellation is never swallowed.
-- Errors are logged with structlog (``exc_info`` attached) with ``controller`` and ``key`` on the line; both are
-  also bound into structlog's contextvars for the duration of the reconcile, so every line the reconciler logs
+- Errors are logged by kind (``controller.runtime.errors.error_reason``), with ``controller``, ``key``,
+  ``reason``, ``error`` and ``retry_in`` (seconds) on the line: the routine API failures (429, 5xx, transport,
+  409, 404 of an object deleted meanwhile) as one warning line; other API errors (401/403, 400/422, ...) as one
+  error line (the server's message says what is wrong; a stack would not); anything else, a bug, as an error
+  with its traceback. A 429's ``Retry-After`` lengthens the backoff delay when it is longer. ``controller`` and
+  ``key`` are also bound into structlog's contextvars for the duration of the reconcile, so every line the reconciler logs
   through a structlog configuration with ``merge_contextvars`` (structlog's default) carries them too.
 - Stopping: cancel the task running :meth:`Controller.run` (in-flight reconciles are cancelled; their keys are
   still marked done) or shut the queue down (workers finish the queued keys, then ``run`` returns). Either way
@@ -48,6 +52,7 @@ import anyio
 import structlog
 import structlog.contextvars
 
+from controller.runtime.errors import EXPECTED_ERROR_REASONS, ApiError, error_reason
 from controller.runtime.metrics import QueueMetrics, ReconcileMetrics, ReconcileOutcome
 from controller.runtime.workqueue import RateLimitingQueue
 
@@ -187,6 +192,7 @@ class Controller:
         queue = self.queue
         started = queue.clock.now()
         outcome: ReconcileOutcome
+        reason = "unexpected"  # the kind of failure, when there is one
         with structlog.contextvars.bound_contextvars(controller=self.name, key=key):
             try:
                 result = await self.reconcile(key)
@@ -194,16 +200,13 @@ class Controller:
                     raise TypeError(
                         f"reconcile returned {type(result).__name__}; expected controller.runtime.runner.Result or None"
                     )
-            except Exception:
+            except Exception as exc:
                 # Narrowly Exception: cancellation (BaseException) must propagate to the task group.
-                self.log.error(
-                    "reconcile failed; retrying with backoff",
-                    controller=self.name,
-                    key=key,
-                    requeues=queue.num_requeues(key),
-                    exc_info=True,
-                )
-                queue.add_rate_limited(key)
+                reason = error_reason(exc)
+                retry_after = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else 0.0
+                requeues = queue.num_requeues(key)
+                delay = queue.add_rate_limited(key, at_least=retry_after)
+                self._log_failure(key, exc, reason, delay, requeues)
                 outcome = "error"
             else:
                 if result is not None and result.requeue_after:
@@ -217,7 +220,24 @@ class Controller:
                     queue.forget(key)
                     outcome = "success"
         if self.metrics is not None:
-            self.metrics.observe(outcome, queue.clock.now() - started)
+            self.metrics.observe(outcome, queue.clock.now() - started, reason)
+
+    def _log_failure(self, key: str, exc: Exception, reason: str, delay: float, requeues: int) -> None:
+        fields = {
+            "controller": self.name,
+            "key": key,
+            "reason": reason,
+            "error": str(exc),
+            "error_type": type(exc).__name__,
+            "retry_in": round(delay, 3),
+            "requeues": requeues,
+        }
+        if reason in EXPECTED_ERROR_REASONS:
+            self.log.warning("reconcile failed; retrying with backoff", **fields)
+        elif reason != "unexpected":
+            self.log.error("reconcile failed; retrying with backoff", **fields)
+        else:
+            self.log.error("reconcile failed; retrying with backoff", **fields, exc_info=True)
 
     def __repr__(self) -> str:
         return f"Controller(name={self.name!r}, workers={self.workers})"

@@ -323,10 +323,14 @@ class RateLimitingQueue(Generic[T]):
 
     # -------------------------------------------------------------------------------------- rate limiting
 
-    def add_rate_limited(self, item: T) -> None:
+    def add_rate_limited(self, item: T, at_least: float = 0.0) -> float:
+        """Re-add ``item`` after the rate limiter's delay (one more failure recorded), or after ``at_least``
+        seconds if that is longer (a server's Retry-After). Returns the delay; 0 when shutting down."""
         if self._shutting_down:
-            return  # do not record a failure for an add that would be dropped
-        self.add_after(item, self.rate_limiter.when(item))
+            return 0.0  # do not record a failure for an add that would be dropped
+        delay = max(self.rate_limiter.when(item), at_least)
+        self.add_after(item, delay)
+        return delay
 
     def forget(self, item: T) -> None:
         self.rate_limiter.forget(item)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 import structlog
 import structlog.contextvars
@@ -14,6 +16,17 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from controller.runtime.clock import FakeClock
+from controller.runtime.errors import (
+    ERROR_REASONS,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServerTimeout,
+    ServiceUnavailable,
+    TooManyRequests,
+    TransportError,
+)
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.ratelimit import ItemExponentialFailureRateLimiter
 from controller.runtime.runner import CacheSyncTimeoutError, Controller, Result
@@ -393,3 +406,65 @@ async def test_a_controller_runs_once() -> None:
     await controller.run()
     with pytest.raises(RuntimeError, match="already been run"):
         await controller.run()
+
+
+# -- logging by kind of failure (issue 9, item 3) ---------------------------------------------------------------
+
+FAILURE_CASES = {
+    # exception: (level, reason, retry_in (backoff 1 s * 2**0, or a longer Retry-After), traceback?)
+    "429 honours Retry-After": (TooManyRequests(429, "TooManyRequests", "slow down", retry_after=7.0),
+                                "warning", "throttled", 7.0, False),
+    "503": (ServiceUnavailable(503, "ServiceUnavailable", "apiserver is shutting down"),
+            "warning", "server_error", 1.0, False),
+    "504": (ServerTimeout(504, "Timeout", "request did not complete"), "warning", "server_error", 1.0, False),
+    "connection reset": (TransportError("connection reset by peer"), "warning", "transport", 1.0, False),
+    "409 stale resourceVersion": (Conflict(409, "Conflict", "the object has been modified"),
+                                  "warning", "conflict", 1.0, False),
+    "404 of a job deleted meanwhile": (NotFound(404, "NotFound", 'tfjobs "a" not found'),
+                                       "warning", "not_found", 1.0, False),
+    "403 needs a human": (Forbidden(403, "Forbidden", "cannot create pods"), "error", "forbidden", 1.0, False),
+    "422 needs a human": (Invalid(422, "Invalid", "metadata.name: too long"), "error", "invalid", 1.0, False),
+    "a bug": (Boom("broken"), "error", "unexpected", 1.0, True),
+}
+
+
+@pytest.mark.parametrize(("exc", "level", "reason", "retry_in", "traceback"), list(FAILURE_CASES.values()),
+                         ids=list(FAILURE_CASES))
+async def test_failures_are_logged_by_kind_with_a_traceback_only_for_a_bug(
+    exc: Exception, level: str, reason: str, retry_in: float, traceback: bool,
+    fake_clock: FakeClock, registry: CollectorRegistry, metric_value: Callable[..., float], eventually: Eventually,
+) -> None:
+    def raise_it() -> None:
+        raise exc
+
+    async def reconcile(key: str) -> None:
+        raise_it()
+
+    out = io.StringIO()
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(out),
+        processors=[structlog.processors.add_log_level, structlog.processors.format_exc_info,
+                    structlog.processors.JSONRenderer()],
+    )
+    queue = make_queue(fake_clock)
+    controller = Controller("c", reconcile, queue=queue, metrics=ReconcileMetrics("c", registry), logger=logger)
+    queue.add("ns/a")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(controller.run)
+        await eventually(lambda: queue.num_waiting == 1)
+        tg.cancel_scope.cancel()
+    failures = [line for line in out.getvalue().splitlines() if "reconcile failed" in line]
+    assert len(failures) == 1, out.getvalue()
+    line = orjson.loads(failures[0])
+    assert line["level"] == level and line["reason"] == reason and line["key"] == "ns/a"
+    assert line["error"] == str(exc) and line["retry_in"] == retry_in
+    assert ("exception" in line) is traceback
+    assert ("Traceback" in out.getvalue()) is traceback
+    assert metric_value("controller_runtime_reconcile_errors_by_reason_total", controller="c", reason=reason) == 1
+    assert metric_value("controller_runtime_reconcile_errors_total", controller="c") == 1
+    # Every reason's series exists from the start, at 0.
+    for other in ERROR_REASONS:
+        value = registry.get_sample_value(
+            "controller_runtime_reconcile_errors_by_reason_total", {"controller": "c", "reason": other}
+        )
+        assert value == (1.0 if other == reason else 0.0)
