@@ -60,6 +60,7 @@ import anyio
 import structlog
 
 from controller.sim.errors import ApiError, not_found
+from controller.sim.events import EventRecorder, node_reference, object_reference
 from controller.sim.resources import qos_class, set_condition, with_transition
 
 log = structlog.get_logger(__name__)
@@ -102,6 +103,8 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 
 NODE_NOT_POSTING = "Kubelet stopped posting node status."
+KUBELET = "kubelet"
+NODE_CONTROLLER = "node-controller"
 SIM_KUBELET_VERSION = "v1.31.0"
 
 
@@ -223,6 +226,21 @@ def go_duration(seconds: float) -> str:
         return f"{minutes}m{secs}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes}m{secs}s"
+
+
+def go_duration_precise(seconds: float) -> str:
+    """time.Duration.String() to the millisecond: 0s, 523ms, 1.2s, 1m30.5s."""
+    millis = int(round(seconds * 1000))
+    if millis == 0:
+        return "0s"
+    if millis < 1000:
+        return f"{millis}ms"
+    minutes, rest = divmod(millis, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if not minutes:
+        return secs
+    hours, minutes = divmod(minutes, 60)
+    return (f"{hours}h" if hours else "") + f"{minutes}m{secs}"
 
 
 def _sha256(text: str) -> str:
@@ -465,6 +483,9 @@ class _PodRecord:
     gc_done: bool = False
     timer_due: float | None = None
     timer_token: int = 0
+    creating_since: float | None = None  # admitted: images are being pulled
+    pulling: str | None = None  # fieldPath of the container whose image is being pulled
+    scheduling_attempted: bool = False  # FailedScheduling reported for the present attempt
     bad_annotations: set[str] | None = None  # "key=value" already warned about
 
 
@@ -521,6 +542,8 @@ class Kubelet:
         self._timers: list[tuple[float, int, str, int]] = []
         self._timer_seq = 0
         self._ips = _IPAllocator()
+        self._images: dict[str, set[str]] = {}  # node -> images present on it
+        self.events = EventRecorder(store, self._scale)
         self._paused = False
         self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
         self._started = False
@@ -578,6 +601,11 @@ class Kubelet:
             conditions.append(cond)
         known = {c[0] for c in _NODE_CONDITIONS}
         conditions += [c for t, c in old_conditions.items() if t not in known]
+        was_ready = (old_conditions.get("Ready") or {}).get("status") == "True"
+        if was_ready != ready:
+            status_text = "NodeReady" if ready else "NodeNotReady"
+            self.events.record(node_reference(name), "Normal", status_text, f"Node {name} status is now: {status_text}",
+                               component=NODE_CONTROLLER)
         self._store.patch("nodes", None, name, "merge", {"status": {"conditions": conditions}},
                           subresource="status", field_manager="kubelet")
 
@@ -827,6 +855,9 @@ class Kubelet:
                     self._retry_unschedulable = False
                     for uid in self._unschedulable:
                         self._dirty[uid] = None
+                        rec = self._pods.get(uid)
+                        if rec is not None:
+                            rec.scheduling_attempted = False  # a new attempt: reported again
                 if self._dirty:
                     batch, self._dirty = self._dirty, {}
                     for count, uid in enumerate(batch, 1):
@@ -968,9 +999,17 @@ class Kubelet:
         return failed
 
     def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str) -> None:
+        """A failed scheduling attempt: the condition, and one FailedScheduling event per attempt (the
+        pod's own updates re-run the filters here but are not new attempts of the scheduling queue)."""
         self._unschedulable[rec.uid] = None
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         conditions = set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
+        old = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                    if isinstance(c, dict) and c.get("type") == "PodScheduled"), None)
+        if not rec.scheduling_attempted or (old or {}).get("message") != message:
+            rec.scheduling_attempted = True
+            self.events.record_series(object_reference(pod), "Warning", "FailedScheduling", "Scheduling", message,
+                                      controller=DEFAULT_SCHEDULER, instance=self.events.scheduler_instance)
         self._write_status(pod, {"conditions": conditions})
         return None
 
@@ -978,6 +1017,9 @@ class Kubelet:
         """The binding subresource: spec.nodeName and PodScheduled=True in one write, like kube-scheduler."""
         meta = pod["metadata"]
         self._store.bind(meta.get("namespace"), meta["name"], {"target": {"kind": "Node", "name": node_name}})
+        self.events.record_series(object_reference(pod), "Normal", "Scheduled", "Binding",
+                                  f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node_name}",
+                                  controller=DEFAULT_SCHEDULER, instance=self.events.scheduler_instance)
 
     # --- pod GC and node lifecycle
 
@@ -1016,6 +1058,8 @@ class Kubelet:
                           for c in conditions]
                 pod = self._write_status(pod, {"conditions": marked})
                 status = pod.get("status") or {}
+                self.events.record(object_reference(pod), "Warning", "NodeNotReady", "Node is not ready",
+                                   component=NODE_CONTROLLER)
         if meta.get("deletionTimestamp") or rec.taint_evicted:
             return None  # terminating: only a kubelet can confirm it
         taint = next((t for t in node.taints if t.get("effect") == "NoExecute"
@@ -1059,6 +1103,8 @@ class Kubelet:
                 return rec.run_due
             rec.life = CREATING
             rec.admitted_at = now_timestamp()
+            rec.creating_since = now
+            self._pull_images(pod, rec)
             rec.start_seen = annotations.get(START_SECONDS)
             start = self._annotation_seconds(pod, rec, START_SECONDS)
             rec.start_due = now + (self.config.default_start_seconds if start is None else start) * self._scale
@@ -1146,6 +1192,7 @@ class Kubelet:
         return 0 if code is None else code
 
     def _start_instance(self, pod: dict, rec: _PodRecord, annotations: dict, now: float, restart: bool) -> None:
+        self._container_start_events(pod, rec, restart)
         if restart:
             rec.previous = rec.current
             rec.restart_count += 1
@@ -1178,10 +1225,21 @@ class Kubelet:
             return
         rec.life = BACKOFF
         rec.restart_due = now + (rec.backoff or BACKOFF_INITIAL_SECONDS) * self._scale
+        meta = pod.get("metadata") or {}
+        for path, container in _containers(pod, init=False):
+            self._container_event(pod, rec, path, "Warning", "BackOff",
+                                  f"Back-off restarting failed container {container.get('name', '')} in pod "
+                                  f"{meta.get('name')}_{meta.get('namespace')}({rec.uid})")
 
     def _evict(self, pod: dict, rec: _PodRecord) -> None:
         """Node-pressure eviction. The kubelet kills the containers and removes them, so their final
         state is the status manager's "could not be located" default (exit 137)."""
+        spec = pod.get("spec") or {}
+        self.events.record(object_reference(pod), "Warning", "Evicted",
+                           self._eviction_message([c for c in spec.get("containers") or [] if isinstance(c, dict)]),
+                           component=KUBELET, host=rec.node or "")
+        if rec.life == RUNNING:
+            self._killing_events(pod, rec)
         if rec.life == BACKOFF and rec.current is not None:
             rec.previous = rec.current
         rec.life = EVICTED
@@ -1206,6 +1264,7 @@ class Kubelet:
             spec = pod.get("spec") or {}
             if rec.stop_started is None:
                 rec.stop_started = now
+                self._killing_events(pod, rec)
                 rec.sigterm_due = now + min(prestop_sleep_seconds(spec), grace) * self._scale
                 if annotations.get(IGNORE_SIGTERM) != "true":
                     delay = self._annotation_seconds(pod, rec, SIGTERM_SECONDS)
@@ -1262,6 +1321,59 @@ class Kubelet:
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or replaced by a new pod of the same name
                 raise
+
+    # --- events (the kubelet's recorder)
+
+    def _container_event(self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str,
+                         message: str) -> None:
+        self.events.record(object_reference(pod, field_path), type_, reason, message, component=KUBELET,
+                           host=rec.node or "")
+
+    def _needs_pull(self, node: str | None, container: dict) -> bool:
+        policy = container.get("imagePullPolicy") or "IfNotPresent"
+        if policy == "Never":
+            return False
+        return policy == "Always" or container.get("image", "") not in self._images.get(node or "", ())
+
+    def _pull_images(self, pod: dict, rec: _PodRecord) -> None:
+        """Admission: the kubelet pulls the first container's image if the node lacks it (or always,
+        under imagePullPolicy Always); the pull lasts the start delay."""
+        first = next(iter(_containers(pod, init=True)), None)
+        rec.pulling = None
+        if first is not None and self._needs_pull(rec.node, first[1]):
+            rec.pulling = first[0]
+            self._container_event(pod, rec, first[0], "Normal", "Pulling", f'Pulling image "{first[1].get("image", "")}"')
+
+    def _container_start_events(self, pod: dict, rec: _PodRecord, restart: bool) -> None:
+        """What the kubelet reports for each container it starts now, in start order (init containers
+        first, only on the first start): the image (pulled or present), Created, Started. Only the
+        first container's pull takes time (the start delay); later pulls are instant."""
+        waited = 0.0
+        if not restart and rec.creating_since is not None and rec.start_due is not None:
+            waited = max(0.0, rec.start_due - rec.creating_since) / self._scale
+        images = self._images.setdefault(rec.node or "", set())
+        for path, container in _containers(pod, init=not restart):
+            image = container.get("image", "")
+            name = container.get("name", "")
+            took = go_duration_precise(waited if path == rec.pulling else 0.0)
+            if path != rec.pulling and self._needs_pull(rec.node, container):
+                self._container_event(pod, rec, path, "Normal", "Pulling", f'Pulling image "{image}"')
+                rec.pulling = path
+            if path == rec.pulling:
+                self._container_event(pod, rec, path, "Normal", "Pulled",
+                                      f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
+                                      f"Image size: {image_size(image)} bytes.")
+                images.add(image)
+            else:
+                self._container_event(pod, rec, path, "Normal", "Pulled",
+                                      f'Container image "{image}" already present on machine')
+            self._container_event(pod, rec, path, "Normal", "Created", f"Created container: {name}")
+            self._container_event(pod, rec, path, "Normal", "Started", f"Started container {name}")
+        rec.pulling = None
+
+    def _killing_events(self, pod: dict, rec: _PodRecord) -> None:
+        for path, container in _containers(pod, init=False):
+            self._container_event(pod, rec, path, "Normal", "Killing", f"Stopping container {container.get('name', '')}")
 
     # --- annotation parsing (bad values are logged once per value and ignored)
 
@@ -1442,6 +1554,22 @@ _NODE_CONDITIONS = (
     ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
     ("Ready", "KubeletReady", "kubelet is posting ready status"),
 )
+
+
+def _containers(pod: dict, init: bool) -> list[tuple[str, dict]]:
+    """(event fieldPath, container) of the pod's containers, init containers first if ``init``."""
+    spec = pod.get("spec") or {}
+    out = []
+    if init:
+        out += [(f"spec.initContainers{{{c.get('name', '')}}}", c) for c in spec.get("initContainers") or []
+                if isinstance(c, dict)]
+    out += [(f"spec.containers{{{c.get('name', '')}}}", c) for c in spec.get("containers") or [] if isinstance(c, dict)]
+    return out
+
+
+def image_size(image: str) -> int:
+    """A stable, plausible compressed image size (tens of MB) for the Pulled message."""
+    return 10_000_000 + int(_sha256(image)[:6], 16) * 4
 
 
 def _unknown_termination(instance: int) -> _Termination:

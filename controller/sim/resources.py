@@ -163,7 +163,8 @@ def _event_fields(event: dict) -> dict[str, str]:
               ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}
     values["reason"] = event.get("reason", "") or ""
     values["reportingComponent"] = event.get("reportingComponent", "") or ""
-    values["source"] = ((event.get("source") or {}).get("component", "")) or ""
+    # The registry's "source" field: source.component, else reportingController (events.k8s.io writers).
+    values["source"] = ((event.get("source") or {}).get("component", "")) or event.get("reportingComponent", "") or ""
     values["type"] = event.get("type", "") or ""
     return values
 

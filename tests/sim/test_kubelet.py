@@ -28,6 +28,7 @@ from controller.sim.kubelet import (
     UNSCHEDULABLE,
     Kubelet,
     KubeletConfig,
+    image_size,
     go_duration,
     parse_quantity,
 )
@@ -738,3 +739,69 @@ def test_qos_class_is_one_rule_for_the_api_server_and_the_kubelet() -> None:
     assert qos_class(spec({"requests": {"cpu": "1"}})) == "Burstable"
     assert qos_class(spec({"requests": {"cpu": "500m"}, "limits": both})) == "Burstable"
     assert qos_class(spec({"limits": both}, {})) == "Burstable"
+
+
+# ------------------------------------------------------------------------------------------- events
+
+
+def pod_events(store: Store, name: str) -> list[tuple[str, str, str, str, str, int]]:
+    """(type, reason, source component, fieldPath, message, count) of the events of pod ``name``."""
+    items, _ = store.list("events", NS, field_selector=f"involvedObject.name={name}")
+    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [(e["type"], e["reason"], e["source"].get("component") or e["reportingComponent"],
+             e["involvedObject"].get("fieldPath", ""), e["message"], e.get("count", 1)) for e in items]
+
+
+async def test_events_of_init_and_regular_containers_in_order() -> None:
+    async with cluster(nodes=1) as (store, _k, rec):
+        body = make_pod("multi", {START_SECONDS: "2"}, containers=("main", "side"))
+        body["spec"]["containers"][1]["image"] = "envoy:latest"  # imagePullPolicy Always
+        body["spec"]["initContainers"] = [{"name": "setup", "image": "busybox:1.36"}]
+        store.create("pods", NS, body)
+        await rec.until(lambda: running(store, "multi"))
+        init, main, side = "spec.initContainers{setup}", "spec.containers{main}", "spec.containers{side}"
+        pulled = 'Successfully pulled image "{}" in {} ({} including waiting). Image size: {} bytes.'
+        present = 'Container image "busybox:1.36" already present on machine'
+        assert pod_events(store, "multi") == [
+            ("Normal", "Scheduled", "default-scheduler", "", "Successfully assigned default/multi to sim-node-0", 1),
+            ("Normal", "Pulling", "kubelet", init, 'Pulling image "busybox:1.36"', 1),
+            # One container after the other: the first pull took the start delay, the same image is
+            # then present, another one is pulled at once.
+            ("Normal", "Pulled", "kubelet", init, pulled.format("busybox:1.36", "2s", "2s", image_size("busybox:1.36")), 1),
+            ("Normal", "Created", "kubelet", init, "Created container: setup", 1),
+            ("Normal", "Started", "kubelet", init, "Started container setup", 1),
+            ("Normal", "Pulled", "kubelet", main, present, 1),
+            ("Normal", "Created", "kubelet", main, "Created container: main", 1),
+            ("Normal", "Started", "kubelet", main, "Started container main", 1),
+            ("Normal", "Pulling", "kubelet", side, 'Pulling image "envoy:latest"', 1),
+            ("Normal", "Pulled", "kubelet", side, pulled.format("envoy:latest", "0s", "0s", image_size("envoy:latest")), 1),
+            ("Normal", "Created", "kubelet", side, "Created container: side", 1),
+            ("Normal", "Started", "kubelet", side, "Started container side", 1),
+        ]
+        # The node has the images now: IfNotPresent does not pull again, Always does.
+        store.create("pods", NS, make_pod("again", containers=("main",)))
+        await rec.until(lambda: running(store, "again"))
+        assert ("Normal", "Pulled", "kubelet", main, present, 1) in pod_events(store, "again")
+
+
+async def test_eviction_and_unreachable_node_events() -> None:
+    async with cluster(nodes=1) as (store, kubelet, rec):
+        store.create("pods", NS, make_pod("victim"))
+        store.create("pods", NS, make_pod("stranded"))
+        await rec.until(lambda: running(store, "victim") and running(store, "stranded"))
+        annotate(store, "victim", **{EVICT: "true"})
+        await rec.until(lambda: phase(store, "victim") == "Failed")
+        message = get_pod(store, "victim")["status"]["message"]
+        assert pod_events(store, "victim")[-2:] == [
+            ("Warning", "Evicted", "kubelet", "", message, 1),
+            ("Normal", "Killing", "kubelet", "spec.containers{main}", "Stopping container main", 1)]
+
+        kubelet.set_node_ready("sim-node-0", False)
+        await rec.until(lambda: condition(get_pod(store, "stranded"), "Ready")["status"] == "False")
+        assert pod_events(store, "stranded")[-1] == ("Warning", "NodeNotReady", "node-controller", "",
+                                                     "Node is not ready", 1)
+        kubelet.set_node_ready("sim-node-0", False)  # no change, no event
+        kubelet.set_node_ready("sim-node-0", True)
+        assert [(e[0], e[1], e[2], e[4]) for e in pod_events(store, "sim-node-0")] == [
+            ("Normal", "NodeNotReady", "node-controller", "Node sim-node-0 status is now: NodeNotReady"),
+            ("Normal", "NodeReady", "node-controller", "Node sim-node-0 status is now: NodeReady")]
