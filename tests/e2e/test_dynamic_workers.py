@@ -46,7 +46,9 @@ async def test_deleted_worker_pod_comes_back_and_the_job_stays_running(operator:
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("mnist")}
     assert after["mnist-worker-0"] == before["mnist-worker-0"]
     assert after["mnist-worker-2"] == before["mnist-worker-2"]
-    assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 1
+    await eventually(lambda: operator.metric("tfjob_worker_failovers_total",
+                                             {"job_namespace": "default", "reason": "Deleted"}) == 1,
+                     what="one failover counted")
     events = await operator.events("mnist")
     assert any(e["reason"] == "WorkerFailover" and "mnist-worker-1" in e["message"] for e in events), events
 
@@ -68,7 +70,9 @@ async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(oper
     job = await operator.job("online")
     assert is_true(job, "Running") and not is_true(job, "Failed")
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online")} == kept
-    assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2
+    # The executor counts after its writes, and pods that exit on SIGTERM can be gone before that.
+    await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+                     what="two scale-downs counted")
     assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
 
 
