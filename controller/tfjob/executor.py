@@ -73,9 +73,16 @@ class Executor:
 
         written = None
         if decision.status != (job.get("status") or {}):
-            written = await self.client.replace(
-                TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
-            )
+            try:
+                written = await self.client.replace(
+                    TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
+                )
+            except Conflict:
+                # The caller retries on a fresher job. A scale-down is recorded by its deletions alone
+                # (the retry never removes a terminating or vanished pod again, so it cannot report it):
+                # report it now. Everything else is decided and reported again by the retry.
+                await self._emit(job, _scale_down_report(decision))
+                raise
         await self._emit(job, decision)
         return written
 
@@ -153,3 +160,14 @@ class Executor:
         self.log.info("deleted job", job=f"{namespace}/{meta['name']}", reason=reason)
         await self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_JOB, f"Deleted job: {meta['name']}")
         return True
+
+
+def _scale_down_report(decision: Decision) -> Decision:
+    """The part of ``decision`` that reports worker scale-downs (its event and metric increments)."""
+    return Decision(
+        actions=(),
+        events=tuple(e for e in decision.events if e.reason == api.EV_WORKER_SCALED_DOWN),
+        metrics=tuple(m for m in decision.metrics if m.name == api.METRIC_WORKER_SCALED_DOWN),
+        status=decision.status,
+        requeue_after=None,
+    )

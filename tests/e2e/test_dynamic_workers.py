@@ -93,3 +93,23 @@ async def test_status_writes_read_their_own_writes_instead_of_earning_conflicts(
     ]
     assert updates, "the controller wrote status"
     assert [r.code for r in updates if r.code == 409] == [], [(r.seq, r.code) for r in updates]
+
+
+async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operator: Operator) -> None:
+    await start_job(operator, tfjob("busy", workers=3), running_workers=3)
+    # The status write of the scale-down loses a race with another writer: the deletions are done,
+    # the retry finds the pods terminating or gone and has nothing left to remove or to report.
+    operator.cluster.faults.fail_next("update", "tfjobs.kubeflow.org/status", 409)
+    await operator.client.patch(
+        TFJOBS, "busy", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
+    )
+
+    async def scaled() -> bool:
+        return [p["metadata"]["name"] for p in await operator.pods("busy")] == ["busy-worker-0"]
+
+    await eventually(scaled, what="workers 1 and 2 removed")
+    await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+                     what="both scale-downs counted despite the conflict")
+    events = [e for e in await operator.events("busy") if e["reason"] == "WorkerScaledDown"]
+    assert len(events) == 1 and "removed busy-worker-2, busy-worker-1" in events[0]["message"], events
+    assert operator.cluster.faults.rules == []  # the injected conflict was used
