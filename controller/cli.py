@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import anyio
 
 from controller.ops.http import parse_addr
+from controller.sim import MissingExtra, require_extra
 from controller.tfjob.decide import DecideConfig
 
 
@@ -135,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failover_backoff=tuple(args.failover_backoff),
             )
             return anyio.run(run, options)
+        if args.command in ("sim", "demo"):
+            require_extra()
         if args.command == "sim":
             from controller.ops.simcmd import serve_sim
 
@@ -150,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     except KeyboardInterrupt:
         return 130
+    except MissingExtra as exc:
+        print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:
         # Expected operational failures: a missing kubeconfig, a port in use, a bad configuration value.
         print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)

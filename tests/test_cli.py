@@ -161,3 +161,21 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
         assert lease["spec"].get("holderIdentity", "") == "", "the lease is released on shutdown"
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("module", ["re2", "celpy"])
+async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path, module: str):
+    # The extra's module made unimportable, as in an install without [sim].
+    code = (f"import sys; sys.modules[{module!r}] = None; from controller.cli import main; "
+            f"sys.exit(main(['sim', '--kubeconfig', {str(tmp_path / 'kc')!r}]))")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    with anyio.fail_after(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 1 and out == b""
+    lines = err.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tfjob-controller sim: the simulated cluster needs the [sim] extra (cannot import ")
+    assert module in lines[0]
+    assert lines[0].endswith("install it with: pip install 'tfjob-controller[sim]'")
+    assert not (tmp_path / "kc").exists()  # it never started

@@ -6,3 +6,24 @@ storage and real resourceVersion/watch/list/write semantics, a KWOK-style schedu
 driven by pod annotations, a garbage collector, and fault injection. Its fidelity caps the trust
 in every other test, so where a choice exists it behaves like kube-apiserver, not like a mock.
 """
+
+import importlib
+
+# What the ``[sim]`` extra installs: a CEL engine (cel-python, module ``celpy``) for CRD
+# x-kubernetes-validations, and RE2 (google-re2, module ``re2``) for schema patterns and CEL matches().
+EXTRA_MODULES = ("re2", "celpy")
+
+
+class MissingExtra(RuntimeError):
+    """The simulator's optional dependencies are not installed."""
+
+
+def require_extra() -> None:
+    """Fail at once, in one line, when the ``[sim]`` extra is missing, instead of at the first CRD
+    write with a 500."""
+    for name in EXTRA_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise MissingExtra(f"the simulated cluster needs the [sim] extra (cannot import {name}: {exc}); "
+                               "install it with: pip install 'tfjob-controller[sim]'") from None
