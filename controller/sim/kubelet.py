@@ -51,6 +51,7 @@ import hashlib
 import heapq
 import math
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
@@ -61,6 +62,7 @@ import structlog
 
 from controller.sim.errors import ApiError, not_found
 from controller.sim.events import EventRecorder, node_reference, object_reference
+from controller.sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
 from controller.sim.resources import qos_class, set_condition, with_transition
 
 log = structlog.get_logger(__name__)
@@ -485,6 +487,7 @@ class _PodRecord:
     timer_token: int = 0
     creating_since: float | None = None  # admitted: images are being pulled
     pulling: str | None = None  # fieldPath of the container whose image is being pulled
+    logs: dict[str, LogSource] | None = None  # containerID -> output of the current and previous instances
     scheduling_attempted: bool = False  # FailedScheduling reported for the present attempt
     bad_annotations: set[str] | None = None  # "key=value" already warned about
 
@@ -730,6 +733,7 @@ class Kubelet:
             self._dirty.pop(uid, None)
             self._unschedulable.pop(uid, None)
             if rec is not None:
+                self._end_logs(rec, anyio.current_time())
                 self._account(rec, None)
                 self._set_node_membership(rec, None)
                 if rec.pod_ip and rec.ip_owned:
@@ -1200,6 +1204,7 @@ class Kubelet:
         rec.restart_due = None
         rec.life = RUNNING
         rec.instance_started_at = now_timestamp()
+        self._open_logs(pod, rec, restart, now)
         rec.run_seen = annotations.get(RUN_SECONDS)
         run = self._annotation_seconds(pod, rec, RUN_SECONDS)
         rec.run_due = None if run is None else now + run * self._scale
@@ -1210,6 +1215,7 @@ class Kubelet:
         reason = annotations.get(REASON) or default_reason(code)
         rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
                                    finished_at=now_timestamp(), instance=rec.restart_count)
+        self._end_logs(rec, rec.run_due if rec.run_due is not None and rec.run_due <= now else now)
         rec.run_due = None
         policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
         if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
@@ -1243,6 +1249,7 @@ class Kubelet:
         if rec.life == BACKOFF and rec.current is not None:
             rec.previous = rec.current
         rec.life = EVICTED
+        self._end_logs(rec, anyio.current_time())
         rec.run_due = rec.restart_due = rec.start_due = None
         rec.current = _unknown_termination(rec.restart_count)
 
@@ -1289,10 +1296,11 @@ class Kubelet:
             if not exits:
                 self._write_status(pod, self._render(pod, rec, node))
                 return min(due for due in (rec.kill_due, rec.run_due, rec.sigterm_exit_due) if due is not None)
-            _when, code, reason = min(exits, key=lambda e: e[0])
+            when, code, reason = min(exits, key=lambda e: e[0])
             rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
                                        finished_at=now_timestamp(), instance=rec.restart_count)
             rec.life = KILLED
+            self._end_logs(rec, when)
         elif rec.life in (BOUND, CREATING, BACKOFF):
             if rec.current is None:
                 rec.current = _unknown_termination(rec.restart_count)
@@ -1321,6 +1329,58 @@ class Kubelet:
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or replaced by a new pod of the same name
                 raise
+
+    # --- container logs
+
+    def log_source(self, uid: str, container_id: str) -> LogSource | None:
+        """The output of a container instance this kubelet still keeps (current or previous), or None."""
+        rec = self._pods.get(uid)
+        if rec is None or rec.logs is None:
+            return None
+        return rec.logs.get(container_id)
+
+    def _open_logs(self, pod: dict, rec: _PodRecord, restart: bool, started: float) -> None:
+        """A new instance starts printing; keep the previous instance's output, forget older ones
+        (and a finished init container's, which the kubelet keeps while the pod exists)."""
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name", "")
+        interval = (self._annotation_seconds(pod, rec, LOG_INTERVAL_SECONDS) or 0.0) * self._scale
+        now = _wall(started)
+        old = rec.logs or {}
+        logs: dict[str, LogSource] = {}
+        spec = pod.get("spec") or {}
+        for c in spec.get("initContainers") or []:
+            if not isinstance(c, dict):
+                continue
+            cid = self._container_id(rec, "init-" + c.get("name", ""), 0)
+            source = old.get(cid)
+            if source is None:
+                source = LogSource(cid, render_lines(annotations, namespace, name, c.get("name", ""), 0), now, 0.0)
+                source.end(now)
+            logs[cid] = source
+        for c in spec.get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            cname = c.get("name", "")
+            if rec.previous is not None:
+                previous = old.get(self._container_id(rec, cname, rec.previous.instance))
+                if previous is not None:
+                    logs[previous.container_id] = previous
+            cid = self._container_id(rec, cname, rec.restart_count)
+            logs[cid] = LogSource(cid, render_lines(annotations, namespace, name, cname, rec.restart_count), now,
+                                  interval)
+        rec.logs = logs
+
+    def _end_logs(self, rec: _PodRecord, stopped: float) -> None:
+        """The current instance stopped printing (exit, kill, eviction, or the pod is gone) at the
+        (simulated, monotonic) moment ``stopped``, however late this worker got to it."""
+        if not rec.logs:
+            return
+        when = _wall(stopped)
+        for source in rec.logs.values():
+            if source.finished is None:
+                source.end(when)
 
     # --- events (the kubelet's recorder)
 
@@ -1554,6 +1614,11 @@ _NODE_CONDITIONS = (
     ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
     ("Ready", "KubeletReady", "kubelet is posting ready status"),
 )
+
+
+def _wall(monotonic: float) -> float:
+    """Wall-clock time of a moment on the event loop's (monotonic) clock."""
+    return time.time() - (anyio.current_time() - monotonic)
 
 
 def _containers(pod: dict, init: bool) -> list[tuple[str, dict]]:

@@ -197,7 +197,7 @@ def builtin_types() -> list[ResourceType]:
                      status_subresource=True, top_level_fields=_CORE_TOP, extra_fields=_node_fields,
                      extra_field_names=frozenset({"spec.unschedulable"})),
         ResourceType("", "v1", "pods", "pod", "Pod", True, ("po",), ("all",),
-                     subresources=("status", "eviction", "binding"), status_subresource=True,
+                     subresources=("status", "eviction", "binding", "log"), status_subresource=True,
                      return_deleted_object=True, tracks_generation=True, top_level_fields=_CORE_TOP,
                      extra_fields=selectors.pod_fields, extra_field_names=selectors.POD_FIELDS),
         ResourceType("", "v1", "services", "service", "Service", True, ("svc",), ("all",),

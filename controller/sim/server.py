@@ -29,7 +29,10 @@ from controller.sim import errors
 from controller.sim.discovery import Discovery
 from controller.sim.errors import ApiError
 from controller.sim.faults import Faults
+from controller.sim.logs import serve_pod_log
 from controller.sim.openapi import OpenAPI
+from controller.sim.query import int_param as _int_param
+from controller.sim.query import parse_bool
 from controller.sim.resources import ResourceType
 from controller.sim.store import Store, WriteOptions, WriteResult, parse_rv, rv_too_large
 from controller.sim.table import to_table
@@ -51,24 +54,6 @@ _PATCH_TYPES = {
 _HEALTH = {"/healthz", "/livez", "/readyz"}
 _NOT_ACCEPTABLE = ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
                                                  "application/yaml, application/vnd.kubernetes.protobuf")
-
-
-def parse_bool(value: str | None) -> bool:
-    """apimachinery's lenient boolean: absent/"0"/"false" (any case) are false, anything else true."""
-    if value is None:
-        return False
-    return not (value == "0" or value.lower() == "false")
-
-
-def _int_param(query: Any, name: str) -> int | None:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.bad_request(f'invalid value for {name}: strconv.ParseInt: parsing "{raw}": invalid syntax') \
-            from None
 
 
 class Route:
@@ -397,6 +382,12 @@ class SimServer:
             raise errors.method_not_allowed(request.method, rt.plural)
         if route.subresource is None and verb not in rt.verbs:
             raise errors.method_not_allowed(verb, rt.plural)
+        if route.subresource == "log":
+            if verb != "get":
+                raise errors.method_not_allowed(verb, route.key)
+            assert route.namespace is not None and route.name is not None
+            kubelet = self.cluster.kubelet if self.cluster is not None else None
+            return await serve_pod_log(request, self.store, kubelet, route.namespace, route.name)
         if verb in ("get", "list", "watch"):
             neg = negotiate(request.headers.get("Accept"))
             if verb == "watch":

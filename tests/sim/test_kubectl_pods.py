@@ -1,5 +1,6 @@
 """What a user's kubectl shows about simulated pods (issue #10): the scheduler's and kubelet's events
-in ``kubectl describe pod`` and ``kubectl get events``."""
+in ``kubectl describe pod`` and ``kubectl get events``, and ``kubectl logs`` (plain, -c, --previous,
+-f, the waiting-to-start error)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import yaml
 
 from controller.sim.cluster import SimCluster
-from controller.sim.kubelet import EXIT_CODE, RUN_SECONDS, UNSCHEDULABLE
+from controller.sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
+from controller.sim.logs import LOG, LOG_INTERVAL_SECONDS
 from tests.conftest import Kubectl
 from tests.waiting import eventually
 
@@ -137,3 +139,60 @@ async def test_get_events_by_involved_object_shows_sources_and_killing(
     assert len(table.splitlines()) == 2 and "pod/web" in table and "Stopping container main" in table
     scheduler = await run(kubectl, "get", "events", "--field-selector", "source=default-scheduler", "-o", "name")
     assert scheduler.strip() == f"event/{scheduled['metadata']['name']}"
+
+
+# ------------------------------------------------------------------------------------------- logs
+
+
+def running(cluster: SimCluster, name: str) -> bool:
+    obj = cluster.store.get("pods", "default", name)
+    return bool(obj and obj.get("status", {}).get("phase") == "Running" and
+                all("running" in s["state"] for s in obj["status"]["containerStatuses"]))
+
+
+async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    body = yaml.safe_load(pod("trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}",
+                                          f"{LOG}.sidecar": "sidecar ready"}))
+    body["spec"]["containers"].append({"name": "sidecar", "image": "envoy:1.31"})
+    await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(body))
+    await eventually(lambda: running(sim_cluster, "trainer"), timeout=30, what="trainer running")
+    rc, out, err = await kubectl("logs", "trainer")
+    assert (rc, out) == (0, "step 1 of instance 0\nstep 2 of main\n"), err
+    assert err.strip() == 'Defaulted container "main" out of: main, sidecar'
+    assert await run(kubectl, "logs", "trainer", "-c", "sidecar") == "sidecar ready\n"
+    assert await run(kubectl, "logs", "trainer", "--tail=1", "-c", "main") == "step 2 of main\n"
+    rc, _out, err = await kubectl("logs", "trainer", "-c", "main", "--previous")
+    assert rc == 1 and err.strip() == \
+        'Error from server (BadRequest): previous terminated container "main" in pod "trainer" not found'
+    # The process fails once; the first restart is immediate: instance 1 runs, instance 0 is --previous.
+    sim_cluster.store.patch("pods", "default", "trainer", "merge", {"metadata": {"annotations": {EXIT_CODE: "1"}}})
+    await eventually(lambda: restarts(sim_cluster, "trainer") == 1 and running(sim_cluster, "trainer"), timeout=30,
+                     what="one restart")
+    assert await run(kubectl, "logs", "trainer", "-c", "main") == "step 1 of instance 1\nstep 2 of main\n"
+    assert await run(kubectl, "logs", "trainer", "-c", "main", "--previous") == \
+        "step 1 of instance 0\nstep 2 of main\n"
+    stamped = await run(kubectl, "logs", "trainer", "-c", "main", "-p", "--timestamps", "--tail=1")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z step 2 of main\n", stamped), stamped
+
+
+async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    # A line every simulated 30 s (0.3 s here); the container runs 100 s (1 s here) and exits.
+    await run(kubectl, "apply", "-f", "-", input=pod("epochs", {
+        LOG: "\n".join(f"epoch {i}" for i in range(1, 100)), LOG_INTERVAL_SECONDS: "30", RUN_SECONDS: "100"},
+        restartPolicy="Never"))
+    await eventually(lambda: running(sim_cluster, "epochs"), timeout=30, what="epochs running")
+    rc, out, err = await kubectl("logs", "-f", "epochs", timeout=60)
+    assert rc == 0, err
+    # Lines at 0, 30, 60 and 90 s: the follower got each as it was printed and stopped at the exit.
+    assert out == "epoch 1\nepoch 2\nepoch 3\nepoch 4\n"
+    assert sim_cluster.store.get("pods", "default", "epochs")["status"]["phase"] == "Succeeded"
+
+
+async def test_logs_of_a_container_waiting_to_start(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    await run(kubectl, "apply", "-f", "-", input=pod("slow", {START_SECONDS: "100000"}))
+    await eventually(lambda: (sim_cluster.store.get("pods", "default", "slow").get("status") or {})
+                     .get("containerStatuses"), timeout=30, what="slow admitted")
+    rc, out, err = await kubectl("logs", "slow")
+    assert (rc, out) == (1, "")
+    assert err.strip() == \
+        'Error from server (BadRequest): container "main" in pod "slow" is waiting to start: ContainerCreating'
