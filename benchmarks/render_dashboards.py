@@ -38,6 +38,7 @@ from tests.prometheus_harness import (  # noqa: E402
     SCRAPE_JOB,
     ControllerProcess,
     ForeignExporter,
+    install,
     Prometheus,
     play_scenario,
     scrape_targets,
@@ -134,10 +135,11 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = SimCluster(SimConfig(nodes=3, time_scale=0.01, kubeconfig_path=str(Path(tmp) / "kubeconfig")))
         await cluster.start()
+        client = await ApiClient.from_kubeconfig(str(Path(tmp) / "kubeconfig"))
+        await install(client)
         foreign = ForeignExporter()
         controller = ControllerProcess(str(Path(tmp) / "kubeconfig"))
         await controller.start()
-        client = await ApiClient.from_kubeconfig(str(Path(tmp) / "kubeconfig"))
         try:
             async with Prometheus(scrape_targets(controller, foreign)) as prom:
                 start = time.time()

@@ -32,6 +32,7 @@ from tests.prometheus_harness import (
     SCRAPE_JOB,
     ControllerProcess,
     ForeignExporter,
+    install,
     Prometheus,
     play_scenario,
     scrape_targets,
@@ -74,10 +75,11 @@ def promtool() -> str:
 
 async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_cluster: SimCluster, promtool: str) -> None:
     assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    await install(client)
     foreign = ForeignExporter()
     controller = ControllerProcess(sim_cluster.kubeconfig_path)
     await controller.start()
-    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
     try:
         async with Prometheus(scrape_targets(controller, foreign)) as prom:
             started = time.time()
