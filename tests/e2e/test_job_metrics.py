@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller.runtime.client import ApiClient
+from controller.runtime.client import PODS, ApiClient
 from controller.tfjob.controller import TFJobController
+from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, annotate_pod, create_and_wait_running, eventually, tfjob
 
 EXIT_CODE = "sim.tfjob.dev/exit-code"
@@ -51,3 +52,26 @@ async def test_a_standby_replica_reports_no_job_gauges(operator: Operator) -> No
         await client.close()
     assert "tfjob_jobs{" not in exposition and "tfjob_jobs_degraded{" not in exposition
     assert jobs_in(operator, "Running") == 1
+
+
+async def test_degraded_and_not_running_gauges_follow_the_cluster(operator: Operator) -> None:
+    value = operator.registry.get_sample_value
+    labels = {"job_namespace": "default"}
+    await create_and_wait_running(operator, tfjob("hurt", workers=2), running=2)
+    # Workers whose pods can never be scheduled: the job is created but never Running.
+    await operator.client.create(
+        TFJOBS, tfjob("stuck", workers=1, annotations={"sim.tfjob.dev/unschedulable": "true"}), namespace="default"
+    )
+    await eventually(lambda: jobs_in(operator, "Created") == 1, what="stuck job Created")
+    await eventually(lambda: value("tfjob_jobs_not_running_longest_seconds", labels) >= 1.0,
+                     what="the stuck job's age reported")
+
+    operator.cluster.faults.pause_kubelet()  # the replacement cannot start: the job runs below its workers
+    await operator.client.delete(PODS, "hurt-worker-1", namespace="default")
+    await eventually(lambda: value("tfjob_jobs_degraded", labels) == 1, what="hurt degraded")
+    first = value("tfjob_jobs_degraded_longest_seconds", labels)
+    await eventually(lambda: value("tfjob_jobs_degraded_longest_seconds", labels) > first, what="degraded time grows")
+    operator.cluster.faults.resume_kubelet()
+    await eventually(lambda: value("tfjob_jobs_degraded", labels) == 0, timeout=30, what="hurt whole again")
+    assert value("tfjob_jobs_degraded_longest_seconds", labels) == 0
+    assert jobs_in(operator, "Running") == 1 and jobs_in(operator, "Created") == 1
