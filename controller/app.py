@@ -36,6 +36,13 @@ from controller.tfjob.decide import DecideConfig
 
 LEASE_NAME = "tfjob-controller"
 
+# The client-side request limit (--kube-api-qps / --kube-api-burst). Chosen from measurements in
+# docs/benchmarks/profiles/README.md: high enough that it never bounds a burst of job creations on
+# its own, low enough to cap a runaway loop; the apiserver's API Priority and Fairness (429 +
+# Retry-After, which the client honours) is what protects the server.
+DEFAULT_KUBE_API_QPS = 500.0
+DEFAULT_KUBE_API_BURST = 1000
+
 
 @dataclass
 class RunOptions:
@@ -52,6 +59,8 @@ class RunOptions:
     max_pods_per_job: int = DecideConfig.max_pods_per_job
     # (base, cap) seconds of the dynamic-worker failover back-off
     failover_backoff: tuple[float, float] = (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap)
+    kube_api_qps: float = DEFAULT_KUBE_API_QPS
+    kube_api_burst: int = DEFAULT_KUBE_API_BURST
 
 
 def _in_cluster_namespace() -> str | None:
@@ -89,9 +98,10 @@ def new_registry() -> CollectorRegistry:
 
 
 async def make_client(options: RunOptions, registry: CollectorRegistry) -> ApiClient:
+    limits = {"qps": options.kube_api_qps, "burst": options.kube_api_burst}
     if options.kubeconfig:
-        return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry)
-    return await ApiClient.default(registry=registry)
+        return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry, **limits)
+    return await ApiClient.default(registry=registry, **limits)
 
 
 async def run(options: RunOptions, registry: CollectorRegistry | None = None) -> int:
@@ -146,6 +156,8 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
                 namespaces=options.namespaces or "all",
                 workers=options.workers,
                 leader_election=options.leader_elect,
+                kube_api_qps=options.kube_api_qps,
+                kube_api_burst=options.kube_api_burst,
             )
             if elector is None:
                 await tfjobs.run()

@@ -8,9 +8,11 @@ on stderr and a non-zero exit code, never a traceback; argparse's own errors exi
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
@@ -67,7 +69,37 @@ def _scale(text: str) -> float:
     return value
 
 
+def _qps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of requests per second, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 disables the limit), got {text!r}")
+    return value
+
+
+def _env_default(name: str, parse: Any, fallback: Any) -> Any:
+    """The value of environment variable ``name`` parsed like its flag, else ``fallback``.
+
+    A bad value is reported like a bad flag (one line, exit 2) rather than silently ignored."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return fallback
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        print(f"tfjob-controller: environment variable {name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+KUBE_API_QPS_ENV = "TFJOB_CONTROLLER_KUBE_API_QPS"
+KUBE_API_BURST_ENV = "TFJOB_CONTROLLER_KUBE_API_BURST"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+
     parser = argparse.ArgumentParser(prog="tfjob-controller", description=__doc__.split("\n\n")[0])
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", default=None, choices=["json", "console"],
@@ -81,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive_int, default=4, help="concurrent reconciles (default 4)")
     run.add_argument("--metrics-addr", type=_addr, default=("0.0.0.0", 8080), metavar="HOST:PORT")
     run.add_argument("--health-addr", type=_addr, default=("0.0.0.0", 8081), metavar="HOST:PORT")
+    run.add_argument("--kube-api-qps", type=_qps, metavar="QPS",
+                     default=_env_default(KUBE_API_QPS_ENV, _qps, DEFAULT_KUBE_API_QPS),
+                     help="client-side limit of API requests per second, watches included; 0 disables it "
+                          f"(env {KUBE_API_QPS_ENV}; default {DEFAULT_KUBE_API_QPS:g}: see docs/benchmarks/profiles)")
+    run.add_argument("--kube-api-burst", type=_positive_int, metavar="N",
+                     default=_env_default(KUBE_API_BURST_ENV, _positive_int, DEFAULT_KUBE_API_BURST),
+                     help=f"requests allowed at once above --kube-api-qps (env {KUBE_API_BURST_ENV}; "
+                          f"default {DEFAULT_KUBE_API_BURST})")
     run.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
                      help="hold a Lease so only one replica acts (default on)")
     run.add_argument("--leader-election-namespace", metavar="NS",
@@ -92,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(default {DecideConfig.max_pods_per_job})")
     run.add_argument("--failover-backoff", type=_scale, nargs=2, metavar=("BASE", "CAP"),
                      default=(DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
-                     help="seconds before a failed dynamic worker is replaced: BASE, doubling per failover up to "
-                          f"CAP (default {DecideConfig.failover_backoff_base:g} {DecideConfig.failover_backoff_cap:g})")
+                     help="back-off of repeat failovers of one dynamic worker index (the first is replaced as soon "
+                          "as its pod is gone): BASE seconds before the second, doubling per failover up to CAP "
+                          f"(default {DecideConfig.failover_backoff_base:g} {DecideConfig.failover_backoff_cap:g})")
 
     sim = sub.add_parser("sim", help="serve a simulated Kubernetes cluster until SIGINT/SIGTERM")
     sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
@@ -134,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster_domain=cluster_domain_from_env(),
                 max_pods_per_job=args.max_pods_per_job,
                 failover_backoff=tuple(args.failover_backoff),
+                kube_api_qps=args.kube_api_qps,
+                kube_api_burst=args.kube_api_burst,
             )
             return anyio.run(run, options)
         if args.command in ("sim", "demo"):

@@ -64,6 +64,23 @@ async def test_bad_arguments_get_one_line_and_exit_2():
     assert rc == 2 and "argument --leader-election-id: 'Shard_A' is not a valid object name" in err
 
 
+async def test_bad_api_limits_get_one_line_whether_flag_or_environment():
+    rc, _, err = await run_cli("run", "--kube-api-qps", "-5")
+    assert rc == 2 and "argument --kube-api-qps: must be a finite number >= 0" in err and "Traceback" not in err
+    rc, _, err = await run_cli("run", "--kube-api-burst", "0")
+    assert rc == 2 and "argument --kube-api-burst: must be at least 1" in err
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "run", env={**os.environ, "TFJOB_CONTROLLER_KUBE_API_QPS": "fast"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    with anyio.fail_after(60):
+        _, raw = await proc.communicate()
+    err = raw.decode()
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert err.strip() == ("tfjob-controller: environment variable TFJOB_CONTROLLER_KUBE_API_QPS: expected a number "
+                           "of requests per second, got 'fast'")
+
+
 async def test_run_with_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path):
     rc, _, err = await run_cli("run", "--kubeconfig", str(tmp_path / "nope"))
     assert rc == 1

@@ -17,6 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,6 +130,22 @@ def test_deployment_args_parse_with_the_real_cli() -> None:
     assert options.kubeconfig is None
     # One Deployment may run several replicas: only the Lease holder may act.
     assert options.leader_elect is True
+
+def test_deployment_env_sets_the_api_limits_the_cli_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+    from controller.cli import KUBE_API_BURST_ENV, KUBE_API_QPS_ENV, build_parser
+
+    env = {e["name"]: e["value"] for e in _controller_container()["env"]}
+    assert float(env[KUBE_API_QPS_ENV]) == DEFAULT_KUBE_API_QPS  # the manifest says what the default is
+    assert int(env[KUBE_API_BURST_ENV]) == DEFAULT_KUBE_API_BURST
+    monkeypatch.setenv(KUBE_API_QPS_ENV, "123.5")
+    monkeypatch.setenv(KUBE_API_BURST_ENV, "77")
+    options = build_parser().parse_args(_controller_container()["args"])
+    assert (options.kube_api_qps, options.kube_api_burst) == (123.5, 77)
+    # a flag overrides the environment
+    options = build_parser().parse_args([*_controller_container()["args"], "--kube-api-qps", "9"])
+    assert options.kube_api_qps == 9
+
 
 def test_ports_probes_and_service_agree_with_the_flags() -> None:
     container = _controller_container()

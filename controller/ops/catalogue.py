@@ -116,7 +116,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("leader_election_master_status", "gauge", ("name",),
            "1 while this replica holds the Lease `name`, 0 on a standby.", _CLIENT),
     Metric("events_dropped_total", "counter", ("reason",),
-           "Kubernetes Events the controller could not write (logged instead).", _EVENTS),
+           "Kubernetes Events the controller did not write: dropped by its recorder (QueueFull, SpamFilter, "
+           "Shutdown, Evicted) or refused by the API server (the error's class); logged instead.", _EVENTS),
     # --- the process ---------------------------------------------------------------------------------------
     Metric("tfjob_controller_build_info", "gauge", ("version", "python_version"),
            "Always 1; the labels say which version runs.", _APP),

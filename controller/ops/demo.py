@@ -81,7 +81,8 @@ async def _story(cluster: SimCluster) -> None:
     try:
         await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(CRD_FILE.read_text()))
         say("Installed the TFJob CRD (manifests/crd/kubeflow.org_tfjobs.yaml).")
-        # The real back-off before replacing a worker is 10 s doubling to 5 min; the demo shortens it.
+        # A worker's first failover is replaced at once; repeats of the same index back off 10 s doubling
+        # to 5 min (kubelet's crash-loop rule). The demo shortens the back-off to 1 s.
         controller = TFJobController(
             client, registry=registry, workers=2, decide_config=DecideConfig(failover_backoff_base=1.0)
         )
@@ -144,12 +145,15 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
     await _until("mnist-worker-1 replaced", lambda: replaced("mnist-worker-1", old))
     await _show(client)
 
-    say("\n3. Worker 2 is OOM-killed (exit 137): it is replaced, the job keeps running.")
-    old = (await _pods(client))["mnist-worker-2"]["metadata"]["uid"]
-    await client.patch(
-        PODS, "mnist-worker-2", {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137"}}}, namespace="default"
-    )
-    await _until("mnist-worker-2 replaced", lambda: replaced("mnist-worker-2", old))
+    say("\n3. Worker 2 is OOM-killed (exit 137): it is replaced at once, the job keeps running.")
+    for attempt in (1, 2):
+        if attempt == 2:
+            say("   ... and OOM-killed again: a repeat failover of one index backs off, as a crash loop does.")
+        old = (await _pods(client))["mnist-worker-2"]["metadata"]["uid"]
+        await client.patch(
+            PODS, "mnist-worker-2", {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137"}}}, namespace="default"
+        )
+        await _until("mnist-worker-2 replaced", lambda: replaced("mnist-worker-2", old))
     await _show(client)
 
     say("\n4. Off-peak: scale workers to 2 (kubectl scale tfjob/mnist --replicas=2 does the same).")
@@ -185,4 +189,4 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
             event["type"] == "Warning" or event["reason"] == "WorkerScaledDown"
         ):
             say(f"   {event['type']:<8} {event['reason']:<18} {event['message']}")
-    say("\nThe job survived two worker failures and two rescalings without ever leaving Running.")
+    say("\nThe job survived three worker failures and two rescalings without ever leaving Running.")

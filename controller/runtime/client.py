@@ -55,6 +55,7 @@ import aiohttp
 import orjson
 import structlog
 import yarl
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.client.rest import RESTClientObject
 from kubernetes_asyncio.config import kube_config
@@ -439,6 +440,8 @@ class ApiClient:
         self._bucket = TokenBucket(qps, burst, self._clock)
         self._metrics = RestClientMetrics.for_registry(registry, self.host)
         self._rest: RESTClientObject | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._env_proxy: tuple[yarl.URL, aiohttp.BasicAuth | None] | None = None
         self._closed = False
 
     # -- construction ---------------------------------------------------------------------------------
@@ -509,17 +512,39 @@ class ApiClient:
 
     async def close(self) -> None:
         self._closed = True
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         if self._rest is not None:
             await self._rest.close()
             self._rest = None
 
-    def _transport(self) -> RESTClientObject:
-        if self._rest is None:
+    def _transport(self) -> tuple[RESTClientObject, aiohttp.ClientSession]:
+        """kubernetes-asyncio's transport (TLS context, connection pool, proxy settings) and our session on
+        its connection pool.
+
+        Our own session because kubernetes-asyncio's trusts the environment (``trust_env=True``): aiohttp
+        then looks up ~/.netrc and the proxy variables in a worker thread on *every* request, two thread
+        hand-offs that cost more CPU than the request itself (measured: docs/benchmarks/profiles). The
+        environment's proxy (HTTPS_PROXY/NO_PROXY, as client-go honours them) is resolved once here
+        instead; netrc is not a Kubernetes credential source."""
+        if self._rest is None or self._session is None:
             if self._closed:
                 raise RuntimeError("ApiClient is closed")
             # Created lazily: aiohttp sessions must be created inside the running event loop.
             self._rest = RESTClientObject(self.configuration)
-        return self._rest
+            self._session = aiohttp.ClientSession(
+                connector=self._rest.pool_manager.connector,
+                connector_owner=False,
+                trust_env=False,
+                read_bufsize=2**21,  # as kubernetes-asyncio: one watch event can exceed aiohttp's default
+            )
+            if not self._rest.proxy:
+                try:
+                    self._env_proxy = get_env_proxy_for_url(yarl.URL(self.base_url))
+                except LookupError:
+                    self._env_proxy = None
+        return self._rest, self._session
 
     # -- verbs ----------------------------------------------------------------------------------------
 
@@ -817,6 +842,8 @@ class ApiClient:
         kwargs: dict[str, Any] = {}
         if rest.proxy:
             kwargs["proxy"] = rest.proxy
+        elif self._env_proxy is not None:
+            kwargs["proxy"], kwargs["proxy_auth"] = self._env_proxy
         if rest.proxy_headers:
             kwargs["proxy_headers"] = rest.proxy_headers
         if rest.server_hostname:
@@ -826,12 +853,12 @@ class ApiClient:
     async def _send(
         self, method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: aiohttp.ClientTimeout
     ) -> tuple[int, Mapping[str, str], bytes]:
-        rest = self._transport()
+        rest, session = self._transport()
         await self._auth_headers(headers)
         started = time.perf_counter()
         code = "<error>"
         try:
-            async with rest.pool_manager.request(
+            async with session.request(
                 method, yarl.URL(url, encoded=True), data=data, headers=headers, timeout=timeout,
                 **self._request_kwargs(rest),
             ) as response:
@@ -854,13 +881,13 @@ class ApiClient:
     ) -> aiohttp.ClientResponse:
         """Open a streaming GET; on a non-2xx answer read the body and raise the typed error."""
         await self._bucket.wait()
-        rest = self._transport()
+        rest, session = self._transport()
         headers = dict(headers)
         await self._auth_headers(headers)
         started = time.perf_counter()
         code = "<error>"
         try:
-            response = await rest.pool_manager.request(
+            response = await session.request(
                 "GET", yarl.URL(url, encoded=True), headers=headers, timeout=timeout, **self._request_kwargs(rest)
             )
             code = str(response.status)

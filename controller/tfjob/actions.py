@@ -5,9 +5,11 @@ these frozen dataclasses are the whole contract between them.
 
 Executor contract (what applying a :class:`Decision` means):
 
-* ``actions`` are applied in the order given (deletions before creations; scale-down deletions
-  highest index first). Each carries the object or name/uid it needs; a DeletePod/DeleteService
-  should use the uid as a precondition, and 404 means "already done". Outcome events
+* ``actions`` come in order: deletions before creations (scale-down deletions highest index
+  first). The executor completes every deletion before it sends a creation; within each group it
+  may send concurrently (in slow-start batches that begin with the first action alone). Each
+  carries the object or name/uid it needs; a DeletePod/DeleteService should use the uid as a
+  precondition, and 404 means "already done". Outcome events
   (``SuccessfulCreatePod``, ``FailedDeletePod``, ``SuccessfulDeleteJob``, ...) are the
   executor's, because only it knows the API's answer.
 * ``status`` is the complete new ``.status``; write it (a full update of the status subresource,

@@ -58,6 +58,7 @@ from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
 from controller.tfjob.metrics import TFJobMetrics
 from controller.tfjob.observe import JobObserver
+from controller.tfjob.trim import trim_pod, trim_service
 
 Obj = dict[str, Any]
 
@@ -92,10 +93,11 @@ class TFJobController:
         selector = f"{api.LABEL_OPERATOR_NAME}={api.CONTROLLER_NAME}"
         owned = {CONTROLLER_UID_INDEX: controller_owner_uid_index}
         self.jobs = Informer(client, TFJOBS, registry=registry, **scope, **options)
-        self.pods = Informer(client, PODS, label_selector=selector, indexers=owned, registry=registry, **scope, **options)
-        self.services = Informer(
-            client, SERVICES, label_selector=selector, indexers=owned, registry=registry, **scope, **options
-        )
+        # Pods and services are cached trimmed to the fields the controller reads (controller.tfjob.trim):
+        # at 10,000 jobs they are most of the process's memory.
+        child_options = {"indexers": owned, "registry": registry, **scope, **options}
+        self.pods = Informer(client, PODS, label_selector=selector, transform=trim_pod, **child_options)
+        self.services = Informer(client, SERVICES, label_selector=selector, transform=trim_service, **child_options)
         children = {POD_KIND: self.pods, SERVICE_KIND: self.services}
         self.expectations = Expectations(
             monotonic, generation=lambda kind, namespace: children[kind].list_generation(namespace)
@@ -104,9 +106,8 @@ class TFJobController:
         # Registered before the work-queue handlers, so a namespace's series exist before its first reconcile.
         self.observer = JobObserver(self.jobs, self.pods, self.metrics)
         registry.register(self.observer)
-        self.executor = Executor(
-            client, self.expectations, EventRecorder(client, api.CONTROLLER_NAME, registry), self.metrics
-        )
+        self.recorder = EventRecorder(client, api.CONTROLLER_NAME, registry)
+        self.executor = Executor(client, self.expectations, self.recorder, self.metrics)
         self.decide_config = decide_config or DecideConfig()
         # Read-your-writes for our own status writes: key -> (the resourceVersion our write replaced, the
         # job the server returned). Until the informer delivers that write, the cache still shows the
@@ -231,6 +232,7 @@ class TFJobController:
         async with anyio.create_task_group() as tg:
             for informer in (self.jobs, self.pods, self.services):
                 tg.start_soon(informer.run, name=f"informer {informer.name}")
+            tg.start_soon(self.recorder.run, name="event recorder")
             task_status.started()
             await self.controller.run()
             tg.cancel_scope.cancel()

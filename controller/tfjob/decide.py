@@ -59,10 +59,17 @@ class DecideConfig:
     """Process-wide settings of the decision.
 
     ``cluster_domain`` is upstream's ``CUSTOM_CLUSTER_DOMAIN`` (appended to service addresses in
-    TF_CONFIG); ``controller_name`` the value of the operator-name label. The failover timings are
-    the issue's (10 s doubling, 5 min cap, reset after 10 min of running); tests may shrink them.
-    ``max_pod_creations`` bounds one decision's pod creations (the rest follow on the next pass,
-    triggered by the creations' watch events), so a huge job cannot produce a huge decision.
+    TF_CONFIG); ``controller_name`` the value of the operator-name label. The failover timings:
+    a worker's first failover is replaced as soon as its old pod is gone; repeat failovers of the
+    same index back off 10 s doubling to a 5 min cap; the history resets after 10 min of running
+    (see :func:`failover_delay`); tests may shrink them.
+    ``max_creations`` bounds one decision's creations, pods and services together (the rest follow
+    on the next pass, triggered by the creations' watch events), so a huge job cannot produce a
+    huge decision: its status is written after every pass and keeps up while the job is built, and
+    a pass is short enough not to hold a worker that another job's failover needs.
+    ``first_pass_creations`` is the smaller bound of a job's first pass (no ``Created`` condition
+    yet), so even the largest job gets ``Created`` and its replica statuses after a handful of
+    creations; a job of up to that many pods and services is still created in one pass.
     ``max_pods_per_job`` caps the pods one job may ask for (replicas summed over types): a job over
     it fails validation with a condition and an event saying so, and gets no pods at all.
     """
@@ -72,7 +79,8 @@ class DecideConfig:
     failover_backoff_base: float = 10.0
     failover_backoff_cap: float = 300.0
     failover_reset_after: float = 600.0
-    max_pod_creations: int = 500
+    max_creations: int = 200
+    first_pass_creations: int = 20
     max_pods_per_job: int = 10_000
 
 
@@ -84,7 +92,8 @@ _WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WOR
 class WorkerRecord:
     """What we remember about one worker index (only indices with something to remember).
 
-    ``state``: Replacing (the pod is going or gone; the replacement is created at ``retry_after``),
+    ``state``: Replacing (the pod is going or gone; the replacement is created once it is gone, and
+    not before ``retry_after`` when a repeat failover backs off),
     Replaced (the replacement exists; the record lives on until it has run ``reset_after``),
     Failed (failed by its own exit, not retried; the failed pod is kept). ``pod_uid`` is the uid of
     the pod the record is about (the failed/disrupted one), so a stale cache never counts the same
@@ -155,8 +164,15 @@ def _dynamic_status(records: dict[int, WorkerRecord]) -> dict[str, Any]:
 
 
 def failover_delay(failovers: int, config: DecideConfig) -> float:
-    """Back-off before the ``failovers``-th consecutive replacement: base * 2^(n-1), capped."""
-    exponent = min(max(failovers - 1, 0), 40)
+    """Back-off before the replacement of the ``failovers``-th consecutive failover of one index.
+
+    The first is replaced as soon as its old pod is gone (0 s): a deleted, evicted or OOM-killed
+    worker is an incident, not a crash loop, and every second of delay is a second its job trains
+    short-handed. Repeats wait ``base * 2^(n-2)`` capped at ``cap`` (10 s, 20 s, ... 5 min), as
+    kubelet's crash-loop back-off does for a container that keeps failing."""
+    if failovers <= 1:
+        return 0.0
+    exponent = min(failovers - 2, 40)
     return min(config.failover_backoff_base * (2**exponent), config.failover_backoff_cap)
 
 
@@ -384,6 +400,7 @@ class _Pass:
         self.records = parse_worker_records(self.old_status) if self.dynamic else {}
         self._index_children()
 
+        self.first_pass = find(self.conditions, api.COND_CREATED) is None
         self._ensure_created()
         if is_finished(self.conditions):
             return self._finished()
@@ -561,7 +578,8 @@ class _Pass:
 
     # --- the normal pass -----------------------------------------------------------------------
     def _reconcile(self) -> Decision:
-        self.creations_left = max(self.config.max_pod_creations, 0)
+        budget = self.config.first_pass_creations if self.first_pass else self.config.max_creations
+        self.creations_left = max(budget, 1)
         self.tf_configs: tfconfig.TFConfigs | None = None
         self.new_records: dict[int, WorkerRecord] = {}
         self.pods_created: set[tuple[str, int]] = set()
@@ -641,10 +659,16 @@ class _Pass:
             )
 
     # --- pods of one replica type (upstream semantics) ---------------------------------------
-    def _create(self, replica_type: str, index: int, out: _Outputs) -> bool:
+    def _take_creation(self) -> bool:
+        """Spend one creation of this pass's budget; False when it is spent (the next pass goes on)."""
         if self.creations_left <= 0:
             return False
         self.creations_left -= 1
+        return True
+
+    def _create(self, replica_type: str, index: int, out: _Outputs) -> bool:
+        if not self._take_creation():
+            return False
         if self.tf_configs is None:
             self.tf_configs = tfconfig.TFConfigs(self.job, self.config.cluster_domain)
         pod = podlib.build_pod(
@@ -746,6 +770,8 @@ class _Pass:
         slots = self.service_slots[replica_type]
         for index in range(self._replicas(replica_type)):
             if not slots.get(index) and self._service_wanted(replica_type, index):
+                if not self._take_creation():
+                    return
                 service = podlib.build_service(self.job, replica_type, index, self.config.controller_name)
                 out.creations.append(CreateService(service, replica_type, index))
 
@@ -809,15 +835,19 @@ class _Pass:
                 failovers = 0  # it had run long enough: this is a fresh failure, not a crash loop
         failovers += 1
         delay = failover_delay(failovers, self.config)
-        retry_at = math.ceil(self.now_ts + delay)
-        self._timer(retry_at - self.now_ts)
+        retry_after: str | None = None
+        when = "as soon as it is gone"
+        if delay > 0:
+            retry_at = math.ceil(self.now_ts + delay)
+            self._timer(retry_at - self.now_ts)
+            retry_after = format_epoch(retry_at)
+            when = f"after a {delay:g}s back-off"
         pod_name = tfconfig.general_name(self.name, api.WORKER, index)
         out.events.append(
             Event(
                 api.EVENT_WARNING,
                 api.EV_WORKER_FAILOVER,
-                f"Worker {pod_name} (index {index}) {description} ({reason}): "
-                f"replacing it after a {delay:g}s back-off (failover {failovers})",
+                f"Worker {pod_name} (index {index}) {description} ({reason}): replacing it {when} (failover {failovers})",
             )
         )
         out.metrics.append(
@@ -828,7 +858,7 @@ class _Pass:
             failovers=failovers,
             last_failover_time=self.now_str,
             last_reason=reason,
-            retry_after=format_epoch(retry_at),
+            retry_after=retry_after,
             pod_uid=podlib.uid(pod) if pod is not None else None,
             exit_code=podlib.exit_code(pod) if pod is not None else None,
         )

@@ -3,25 +3,36 @@
 All judgement lives in :func:`controller.tfjob.decide.decide`; this module only knows how each
 action maps to an API call and what the API's answers mean:
 
+- deletions, then creations, are sent concurrently in slow-start batches of 1, 2, 4, ... up to
+  ``max_concurrent`` writes (the Job and ReplicaSet controllers' pattern): a job's pods do not
+  wait for each other one round trip at a time, yet a systematic failure (quota, admission, a
+  bad template) costs one request, not a hundred. The first batch with a failure is the last:
+  what it sent completes, what was not yet sent is left for the next pass;
 - every create and delete is recorded in :class:`~controller.tfjob.expectations.Expectations`
   *before* it is sent, so a reconcile that runs before the informers have seen the write does
   not act on a stale cache (the caller checks ``pending_until`` before deciding), and marked
   acknowledged when the server accepted it, so that a later relist can settle it even if no
-  watch event ever names the object;
+  watch event ever names the object; an action never sent is never recorded;
 - ``AlreadyExists`` on create and ``NotFound``/uid-``Conflict`` on delete mean "already done";
   any other failure lowers the expectation (nothing will be observed), emits the upstream
-  ``Failed*`` event, and aborts the pass by raising, so the runner retries with backoff;
+  ``Failed*`` event, and aborts the pass by raising (the first failure of the batch), so the
+  runner retries with backoff;
 - the status is written (PUT to the status subresource, carrying the cached resourceVersion:
   a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
   job costs zero writes;
 - the decision's events and metrics describe transitions, so they are emitted only after its
   status write succeeded; if the write fails the transition is decided (and emitted) again.
+  Events are handed to a non-blocking recorder (controller.runtime.events): no API call of
+  this pass waits for one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
+import anyio
 import structlog
 
 from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
@@ -37,39 +48,111 @@ SERVICE_KIND = "Service"
 
 
 class Recorder(Protocol):
-    async def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+    """Records an Event about ``obj`` without blocking (see controller.runtime.events)."""
+
+    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+DEFAULT_MAX_CONCURRENT_WRITES = 32
+
+Write = Callable[[], Awaitable[None]]
+
+
+async def slow_start(writes: Sequence[Write], max_concurrent: int) -> int:
+    """Run ``writes`` in concurrent batches of 1, 2, 4, ... capped at ``max_concurrent``.
+
+    A batch runs to completion even if one of its writes fails (cancelling a sent write would
+    leave its outcome unknown); then the first failure is raised and no further batch starts.
+    Returns the number of writes run. Exceptions other than ``Exception`` (cancellation)
+    propagate at once, as always."""
+    done = 0
+    size = 1
+    while done < len(writes):
+        batch = writes[done : done + size]
+        failures: list[Exception] = []
+        if len(batch) == 1:
+            try:
+                await batch[0]()
+            except Exception as exc:
+                failures.append(exc)
+        else:
+
+            async def run(write: Write) -> None:
+                try:
+                    await write()
+                except Exception as exc:
+                    failures.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for write in batch:
+                    tg.start_soon(run, write)
+        done += len(batch)
+        if failures:
+            raise failures[0]
+        size = min(size * 2, max_concurrent)
+    return done
 
 
 class Executor:
     def __init__(
-        self, client: ApiClient, expectations: Expectations, recorder: Recorder, metrics: TFJobMetrics
+        self,
+        client: ApiClient,
+        expectations: Expectations,
+        recorder: Recorder,
+        metrics: TFJobMetrics,
+        *,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT_WRITES,
     ) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.client = client
         self.expectations = expectations
         self.recorder = recorder
         self.metrics = metrics
+        self.max_concurrent = max_concurrent
         self.log = structlog.get_logger("controller.tfjob.executor")
 
     async def apply(self, job_key: str, job: dict[str, Any], decision: Decision) -> dict[str, Any] | None:
         """Apply ``decision``; returns the job as the server stored it when the status was written."""
         namespace = job["metadata"]["namespace"]
+        deletions: list[Write] = []
+        creations: list[Write] = []
         for action in decision.actions:
             if isinstance(action, CreatePod):
-                await self._create(job_key, job, PODS, POD_KIND, namespace, action.pod)
+                creations.append(partial(self._create, job_key, job, PODS, POD_KIND, namespace, action.pod))
             elif isinstance(action, CreateService):
-                await self._create(job_key, job, SERVICES, SERVICE_KIND, namespace, action.service)
+                creations.append(
+                    partial(self._create, job_key, job, SERVICES, SERVICE_KIND, namespace, action.service)
+                )
             elif isinstance(action, DeletePod):
-                await self._delete(job_key, job, PODS, POD_KIND, namespace, action.name, action.uid, action.reason)
+                deletions.append(
+                    partial(
+                        self._delete, job_key, job, PODS, POD_KIND, namespace, action.name, action.uid, action.reason
+                    )
+                )
             elif isinstance(action, DeleteService):
-                await self._delete(
-                    job_key, job, SERVICES, SERVICE_KIND, namespace, action.name, action.uid, action.reason
+                deletions.append(
+                    partial(
+                        self._delete,
+                        job_key,
+                        job,
+                        SERVICES,
+                        SERVICE_KIND,
+                        namespace,
+                        action.name,
+                        action.uid,
+                        action.reason,
+                    )
                 )
             elif isinstance(action, DeleteJob):
+                await slow_start(deletions, self.max_concurrent)  # decide never pairs them; stay exact anyway
                 if await self._delete_job(job, namespace, action.reason):
-                    await self._emit(job, decision)
+                    self._emit(job, decision)
                 return None  # the job is gone: writing its status would only 404
             else:  # pragma: no cover - the Action union is closed
                 raise TypeError(f"unknown action {action!r}")
+        await slow_start(deletions, self.max_concurrent)
+        await slow_start(creations, self.max_concurrent)
 
         written = None
         if decision.status != (job.get("status") or {}):
@@ -81,14 +164,14 @@ class Executor:
                 # The caller retries on a fresher job. A scale-down is recorded by its deletions alone
                 # (the retry never removes a terminating or vanished pod again, so it cannot report it):
                 # report it now. Everything else is decided and reported again by the retry.
-                await self._emit(job, _scale_down_report(decision))
+                self._emit(job, _scale_down_report(decision))
                 raise
-        await self._emit(job, decision)
+        self._emit(job, decision)
         return written
 
-    async def _emit(self, job: dict[str, Any], decision: Decision) -> None:
+    def _emit(self, job: dict[str, Any], decision: Decision) -> None:
         for event in decision.events:
-            await self.recorder.record(job, event.type, event.reason, event.message)
+            self.recorder.record(job, event.type, event.reason, event.message)
         for metric in decision.metrics:
             self.metrics.inc(metric)
 
@@ -106,11 +189,11 @@ class Executor:
             return
         except (ApiError, TransportError) as exc:
             self.expectations.creation_observed(job_key, kind, name)
-            await self.recorder.record(job, api.EVENT_WARNING, f"FailedCreate{kind}", f"Error creating: {exc}")
+            self.recorder.record(job, api.EVENT_WARNING, f"FailedCreate{kind}", f"Error creating: {exc}")
             raise
         self.expectations.create_acknowledged(job_key, kind, name)
         self.log.info(f"created {lower}", job=job_key, name=name)
-        await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulCreate{kind}", f"Created {lower}: {name}")
+        self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulCreate{kind}", f"Created {lower}: {name}")
 
     async def _delete(
         self,
@@ -135,11 +218,11 @@ class Executor:
             return
         except (ApiError, TransportError) as exc:
             self.expectations.deletion_observed(job_key, uid)
-            await self.recorder.record(job, api.EVENT_WARNING, f"FailedDelete{kind}", f"Error deleting: {exc}")
+            self.recorder.record(job, api.EVENT_WARNING, f"FailedDelete{kind}", f"Error deleting: {exc}")
             raise
         self.expectations.delete_acknowledged(job_key, uid)
         self.log.info(f"deleted {lower}", job=job_key, name=name, reason=reason)
-        await self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulDelete{kind}", f"Deleted {lower}: {name}")
+        self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulDelete{kind}", f"Deleted {lower}: {name}")
 
     async def _delete_job(self, job: dict[str, Any], namespace: str, reason: str) -> bool:
         """Delete the job itself (TTL). True when this call deleted it."""
@@ -155,10 +238,10 @@ class Executor:
         except (NotFound, Conflict):
             return False
         except (ApiError, TransportError) as exc:
-            await self.recorder.record(job, api.EVENT_WARNING, api.EV_FAILED_DELETE_JOB, f"Error deleting: {exc}")
+            self.recorder.record(job, api.EVENT_WARNING, api.EV_FAILED_DELETE_JOB, f"Error deleting: {exc}")
             raise
         self.log.info("deleted job", job=f"{namespace}/{meta['name']}", reason=reason)
-        await self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_JOB, f"Deleted job: {meta['name']}")
+        self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_JOB, f"Deleted job: {meta['name']}")
         return True
 
 

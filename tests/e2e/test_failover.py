@@ -229,8 +229,9 @@ async def test_lost_node_waits_for_the_terminating_pod_then_replaces_it(operator
 
 
 async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_end(sim_cluster) -> None:
-    """Every instance of the worker is OOM-killed shortly after it starts. Replacements must be
-    spaced by the per-index back-off (1 s, 2 s, then capped at 2 s), each replacement must come from
+    """Every instance of the worker is OOM-killed shortly after it starts. The first failover is
+    replaced as soon as the pod is gone; the repeats must be spaced by the per-index back-off (1 s,
+    2 s, then capped at 2 s), each backed-off replacement must come from
     the timed requeue at the back-off end (nothing else happens to the job meanwhile), and the
     controller must be idle in between (no polling, no repeated deletes)."""
     config = DecideConfig(failover_backoff_base=1.0, failover_backoff_cap=2.0, failover_reset_after=60.0)
@@ -246,20 +247,20 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
         async def pods_seen() -> bool:
             for pod in await operator.pods("crash"):
                 seen.setdefault(pod["metadata"]["uid"], time.monotonic())
-            return len(seen) >= 4
+            return len(seen) >= 5
 
-        await eventually(pods_seen, timeout=30, interval=0.01, what="three replacements of the crashing worker")
+        await eventually(pods_seen, timeout=30, interval=0.01, what="four replacements of the crashing worker")
         created = sorted(seen.values())
         gaps = [b - a for a, b in zip(created, created[1:])]
         # gap = run time (0.2 s) + deletion (prompt: the process has exited) + back-off, rounded up to
         # the next whole second.
-        for gap, backoff in zip(gaps, (1.0, 2.0, 2.0)):
-            assert backoff <= gap < backoff + 2.5, (gaps, "back-off 1 s, 2 s, capped at 2 s")
+        for gap, backoff in zip(gaps, (0.0, 1.0, 2.0, 2.0)):
+            assert backoff <= gap < backoff + 2.5, (gaps, "at once, then back-off 1 s, 2 s, capped at 2 s")
 
         job = await operator.job("crash")
         assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
         record = worker_record(job, 0)
-        assert record is not None and record["failovers"] >= 3 and record["lastReason"] == "OOMKilled", record
+        assert record is not None and record["failovers"] >= 4 and record["lastReason"] == "OOMKilled", record
         creates = faults.count("create", "pods", since=mark)
         deletes = faults.count("delete", "pods", since=mark)
         # Each pod was created once (one more may have been created since the last look).
@@ -271,11 +272,12 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
         assert writes <= 10 * len(seen), (f"{writes} writes for {len(seen)} failovers", faults.counts(mark))
         status_writes = faults.count("update", "tfjobs.kubeflow.org/status", since=mark)
         assert status_writes <= 4 * len(seen), (status_writes, faults.counts(mark))
-        assert failovers(operator, "OOMKilled") >= 3
+        assert failovers(operator, "OOMKilled") >= 4
         messages = [e["message"] for e in await operator.events("crash") if e["reason"] == "WorkerFailover"]
-        assert any("1s back-off (failover 1)" in m for m in messages), messages
-        assert any("2s back-off (failover 2)" in m for m in messages), messages
+        assert any("as soon as it is gone (failover 1)" in m for m in messages), messages
+        assert any("1s back-off (failover 2)" in m for m in messages), messages
         assert any("2s back-off (failover 3)" in m for m in messages), messages
+        assert any("2s back-off (failover 4)" in m for m in messages), messages
     finally:
         crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
         await operator.stop()

@@ -32,8 +32,9 @@ async def test_jobs_by_state_time_to_running_and_failover_latency(operator: Oper
     await annotate_pod(operator, "gauged-worker-1", {EXIT_CODE: "137"})
     labels = {"job_namespace": "default", "reason": "OOMKilled"}
     await eventually(lambda: value("tfjob_worker_failover_seconds_count", labels) == 1, what="failover latency")
-    # The back-off is 1 s here: the replacement cannot run sooner than that after the OOM kill was seen.
-    assert value("tfjob_worker_failover_seconds_sum", labels) >= 1.0
+    # A first failover is replaced as soon as the pod is gone (no back-off): the latency is the kill, the
+    # create and the start, plus up to 1 s because lastFailoverTime has whole seconds.
+    assert 0 < value("tfjob_worker_failover_seconds_sum", labels) < 10.0
     # A replacement that runs is one failover: the time to running of the job is not measured again.
     assert value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1
     assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0

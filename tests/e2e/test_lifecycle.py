@@ -397,24 +397,25 @@ async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff
     """Two timers at once (the failover back-off and the deadline): the earlier one, the deadline,
     fails the job on time, and the later back-off creates nothing on the finished job."""
     from controller.tfjob.decide import DecideConfig
-    from tests.e2e.conftest import start_operator, worker_record
+    from tests.e2e.conftest import fail_over_once, start_operator, worker_record
 
-    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=6.0,
-                                                                     failover_backoff_cap=6.0))
+    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=10.0,
+                                                                     failover_backoff_cap=10.0))
     faults = sim_cluster.faults
     try:
-        manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 3})
+        manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 6})
         job = await create_and_wait_running(operator, manifest, running=2)
         start = parse(job["status"]["startTime"])
+        await fail_over_once(operator, "both", 1)  # replaced at once; the next failover backs off
         await annotate_pod(operator, "both-worker-1", {EXIT_CODE: "137"})
 
         async def waiting() -> bool:
             record = worker_record(await operator.job("both"), 1)
             return bool(record and record["state"] == "Replacing")
 
-        await eventually(waiting, what="worker 1 waiting for its 6 s back-off")
-        job = await eventually(lambda: _failed(operator, "both"), timeout=10, what="the deadline failing the job")
-        assert time.time() < start + 3 + 2.0, "the deadline must not wait for the back-off"
+        await eventually(waiting, what="worker 1 waiting for its 10 s back-off")
+        job = await eventually(lambda: _failed(operator, "both"), timeout=15, what="the deadline failing the job")
+        assert time.time() < start + 6 + 2.0, "the deadline must not wait for the back-off"
         assert conditions(job)[-1][3] == "Job both has failed because it was active longer than specified deadline"
         await eventually(lambda: _no_pods(operator, "both"), what="every pod deleted")
         mark = faults.mark()

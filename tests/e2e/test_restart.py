@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     condition,
     create_and_wait_running,
     eventually,
+    fail_over_once,
     is_true,
     reconciled_once_more,
     running_pods,
@@ -58,6 +59,7 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
     first = await start_operator(sim_cluster, config=SLOW_FAILOVER)
     try:
         await create_and_wait_running(first, tfjob("resume", workers=3, restart_policy="ExitCode"), running=3)
+        await fail_over_once(first, "resume", 1)  # replaced at once; the next failover backs off
         before = uids(await first.pods("resume"))
         await annotate_pod(first, "resume-worker-1", {EXIT_CODE: "137"})
 
@@ -68,7 +70,7 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
             return record if gone and record and record["state"] == "Replacing" else None
 
         record = await eventually(waiting_for_backoff, what="worker 1 deleted and waiting for its back-off")
-        assert record["failovers"] == 1 and record["lastReason"] == "OOMKilled"
+        assert record["failovers"] == 2 and record["lastReason"] == "OOMKilled"
         retry_after = parse(record["retryAfter"])
         assert time.time() < retry_after, "the test needs the restart to land inside the back-off"
     finally:
@@ -91,7 +93,7 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
         job = await second.job("resume")
         assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
         record = worker_record(job, 1)
-        assert record["failovers"] == 1 and record["state"] == "Replaced", record
+        assert record["failovers"] == 2 and record["state"] == "Replaced", record
         assert second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 0, \
             "the restarted controller must not count the same failover again"
         assert second.metric("training_operator_jobs_created_total",
@@ -101,15 +103,15 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
         # The next failure of the same worker continues the crash-loop history: back-off doubles.
         await annotate_pod(second, "resume-worker-1", {EXIT_CODE: "137"})
 
-        async def second_failover() -> dict | None:
+        async def third_failover() -> dict | None:
             record = worker_record(await second.job("resume"), 1)
-            return record if record and record["failovers"] == 2 else None
+            return record if record and record["failovers"] == 3 else None
 
-        record = await eventually(second_failover, what="the second failover of worker 1")
+        record = await eventually(third_failover, what="the third failover of worker 1")
         delay = parse(record["retryAfter"]) - parse(record["lastFailoverTime"])
-        assert 6 <= delay <= 7, f"second back-off should be 6 s (3 s doubled), got {delay}"
+        assert 6 <= delay <= 7, f"third failover's back-off should be 6 s (3 s doubled), got {delay}"
         messages = [e["message"] for e in await second.events("resume") if e["reason"] == "WorkerFailover"]
-        assert any("6s back-off (failover 2)" in m for m in messages), messages
+        assert any("6s back-off (failover 3)" in m for m in messages), messages
     finally:
         await stop_cleanly(second)
 

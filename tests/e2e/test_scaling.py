@@ -238,19 +238,20 @@ async def test_no_out_of_range_pod_is_created_while_a_higher_index_terminates(op
 async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_the_replacement(
     sim_cluster,
 ) -> None:
-    """Worker 2 failed and waits for its back-off when the job is scaled to 2: its service and its
+    """Worker 2 failed again and waits for its back-off when the job is scaled to 2: its service and its
     failover record go, and when the back-off's timed requeue fires nothing is created."""
     import time
     from datetime import datetime, timezone
 
     from controller.tfjob.decide import DecideConfig
-    from tests.e2e.conftest import annotate_pod, start_operator, worker_record
+    from tests.e2e.conftest import annotate_pod, fail_over_once, start_operator, worker_record
 
     faults = sim_cluster.faults
     operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
                                                                      failover_backoff_cap=3.0))
     try:
         await create_and_wait_running(operator, tfjob("cancel", workers=3, restart_policy="ExitCode"), running=3)
+        await fail_over_once(operator, "cancel", 2)  # replaced at once; the next failover backs off
         await annotate_pod(operator, "cancel-worker-2", {"sim.tfjob.dev/exit-code": "137"})
 
         async def waiting() -> dict | None:

@@ -607,3 +607,24 @@ async def test_kubeconfig_exec_credentials_are_refreshed_when_expired(tmp_path, 
         await client.get("/version")
     tokens = [r[2].get("Authorization") for r in scripted.requests]
     assert len(set(tokens)) == 2 and all(t and t.startswith("Bearer tok-") for t in tokens)
+
+
+async def test_the_environments_proxy_is_honoured_and_no_proxy_excludes_hosts(scripted, monkeypatch):
+    # The session does not trust the environment per request (that costs two thread hops per request);
+    # the client resolves HTTP(S)_PROXY / NO_PROXY once, as client-go does, and passes the proxy itself.
+    with anyio.fail_after(10):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        dead = listener.extra(anyio.abc.SocketAttribute.local_port)
+        await listener.aclose()
+    scripted.respond(json_response({"gitVersion": "via-proxy"}))
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", scripted.url)
+    async with make_client(f"http://127.0.0.1:{dead}") as client:
+        assert (await client.get("/version"))["gitVersion"] == "via-proxy"
+    assert len(scripted.requests) == 1
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    async with make_client(f"http://127.0.0.1:{dead}", retry=RetryPolicy(max_attempts=1)) as client:
+        with pytest.raises(TransportError):
+            await client.get("/version")
+    assert len(scripted.requests) == 1

@@ -16,6 +16,7 @@ from typing import Any
 from controller.tfjob import api
 from controller.tfjob.actions import CreatePod, CreateService, Decision, DeleteJob, DeletePod, DeleteService
 from controller.tfjob.decide import DecideConfig, decide
+from controller.tfjob.trim import trim_pod, trim_service
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 JOB_UID = "job-uid-1"
@@ -242,7 +243,15 @@ class Cluster:
     job_deleted: bool = False
 
     def decide(self, now: datetime = NOW) -> Decision:
-        return decide(copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config)
+        """decide() on the stored objects -- and, every time, on the objects as the controller's
+        informers cache them (controller.tfjob.trim), which must give the very same decision."""
+        decision = decide(copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config)
+        trimmed = decide(
+            copy.deepcopy(self.job), [trim_pod(p) for p in self.pods], [trim_service(s) for s in self.services], now,
+            self.config,
+        )
+        assert trimmed == decision, "decide() differs on the trimmed (cached) pods and services"
+        return decision
 
     def apply(self, decision: Decision) -> None:
         for action in decision.actions:

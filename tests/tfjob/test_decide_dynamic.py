@@ -56,27 +56,38 @@ def failover_events(decision) -> list[Event]:
 
 
 # --- a worker that disappears ---------------------------------------------------------------------
-def test_deleted_worker_is_replaced_after_backoff():
+def test_deleted_worker_is_replaced_at_once_and_a_repeat_backs_off():
     cluster = running_cluster()
     cluster.remove_pod(W1)  # deleted by someone else, gone at once
     decision = cluster.step(at(100))
-    assert decision.actions == ()
+    assert created_pod_names(decision) == [W1]  # the first failover: no back-off
+    assert actions_of(decision, CreateService) == []  # the service stayed
     assert_still_running(decision.status)
     assert failover_events(decision) == [
         Event("Warning", "WorkerFailover",
-              f"Worker {W1} (index 1) was deleted (Deleted): replacing it after a 10s back-off (failover 1)")]
+              f"Worker {W1} (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 1)")]
     assert decision.metrics == (
         MetricInc("tfjob_worker_failovers_total", (("job_namespace", "default"), ("reason", "Deleted"))),)
-    assert decision.requeue_after == 10.0
-    assert workers_status(cluster) == {"1": {"state": "Replacing", "failovers": 1, "lastFailoverTime": ts(100),
-                                             "lastReason": "Deleted", "retryAfter": ts(110)}}
-    assert_converged(cluster, at(105)).requeue_after == 5.0  # a controller restart changes nothing
-    replaced = cluster.step(at(110))
+    assert decision.requeue_after is None
+    assert workers_status(cluster) == {"1": {"state": "Replaced", "failovers": 1, "lastFailoverTime": ts(100),
+                                             "lastReason": "Deleted"}}
+    assert_converged(cluster, at(101))
+
+    cluster.remove_pod(W1)  # the same index again, before it ran 10 minutes: now it backs off
+    again = cluster.step(at(200))
+    assert again.actions == ()
+    assert failover_events(again) == [
+        Event("Warning", "WorkerFailover",
+              f"Worker {W1} (index 1) was deleted (Deleted): replacing it after a 10s back-off (failover 2)")]
+    assert again.requeue_after == 10.0
+    assert workers_status(cluster) == {"1": {"state": "Replacing", "failovers": 2, "lastFailoverTime": ts(200),
+                                             "lastReason": "Deleted", "retryAfter": ts(210)}}
+    assert_converged(cluster, at(205)).requeue_after == 5.0  # a controller restart changes nothing
+    replaced = cluster.step(at(210))
     assert created_pod_names(replaced) == [W1]
-    assert actions_of(replaced, CreateService) == []  # the service stayed
     assert workers_status(cluster)["1"]["state"] == "Replaced"
     assert replaced.events == () and replaced.metrics == ()
-    assert_converged(cluster, at(111))
+    assert_converged(cluster, at(211))
 
 
 def test_gracefully_deleted_worker_waits_for_its_name():
@@ -89,9 +100,9 @@ def test_gracefully_deleted_worker_waits_for_its_name():
         "active": 2, "selector": "training.kubeflow.org/job-name=test-tfjob,"
         "training.kubeflow.org/operator-name=tfjob-controller,training.kubeflow.org/replica-type=worker"}
     assert_still_running(decision.status)
-    assert_converged(cluster, at(70))  # back-off over, but the old pod still holds the name
+    assert_converged(cluster, at(70))  # no back-off, but the old pod still holds the name
     cluster.remove_pod(W1)
-    assert created_pod_names(cluster.step(at(71))) == [W1]
+    assert created_pod_names(cluster.step(at(70.5))) == [W1]  # replaced as soon as it is gone
 
 
 @pytest.mark.parametrize("restart_policy", ["Never", "OnFailure", "Always", "ExitCode"])
@@ -103,8 +114,9 @@ def test_evicted_worker_is_replaced_whatever_the_restart_policy(restart_policy):
     assert "(Evicted)" in failover_events(decision)[0].message
     assert_still_running(decision.status)  # and backoffLimit 0 is not consumed by disruptions
     assert "failed" not in decision.status["replicaStatuses"]["Worker"]
-    assert_converged(cluster, at(31))  # the Failed pod is gone at once
-    assert created_pod_names(cluster.step(at(40))) == [W1]
+    # The Failed pod is removed at once; the pass that sees it gone replaces it (the first failover
+    # of the index: no back-off).
+    assert created_pod_names(cluster.step(at(30.5))) == [W1]
 
 
 @pytest.mark.parametrize(
@@ -153,9 +165,9 @@ def test_oom_killed_worker(restart_policy, replaced):
     if replaced:
         assert actions_of(decision, DeletePod) == [DeletePod(W1, pod["metadata"]["uid"], "Failover")]
         assert failover_events(decision)[0].message == (
-            f"Worker {W1} (index 1) was OOM-killed (exit code 137) (OOMKilled): replacing it after a 10s back-off "
+            f"Worker {W1} (index 1) was OOM-killed (exit code 137) (OOMKilled): replacing it as soon as it is gone "
             "(failover 1)")
-        assert created_pod_names(cluster.step(at(30))) == [W1]
+        assert created_pod_names(cluster.step(at(20.5))) == [W1]  # the Failed pod was removed at once
     else:
         assert decision.actions == ()
         assert [e for e in decision.events if e.reason == "WorkerFailed"] == [
@@ -194,7 +206,7 @@ def test_user_deleting_a_permanently_failed_worker_retries_it():
     cluster.remove_pod(W1)
     decision = cluster.step(at(25))
     assert "was deleted (Deleted)" in failover_events(decision)[0].message
-    assert created_pod_names(cluster.step(at(35))) == [W1]
+    assert created_pod_names(decision) == [W1]
 
 
 # --- crash loops back off per index -----------------------------------------------------------------
@@ -204,15 +216,17 @@ def test_crash_loop_backoff_sequence_and_reset():
     delays = []
     for _ in range(8):
         cluster.set_phase(W1, "Failed", exit_code=143, started_at=ts(now - 5), finished_at=ts(now))
-        decision = cluster.step(at(now))
-        delays.append(decision.requeue_after)
+        decision = cluster.step(at(now))  # deletes the Failed pod (gone at once)
+        delay = decision.requeue_after or 0.0
+        delays.append(delay)
         assert_still_running(decision.status)
-        # no replacement before the back-off ends
-        assert_converged(cluster, at(now + decision.requeue_after - 1))
-        now += decision.requeue_after
+        if delay:
+            assert_converged(cluster, at(now + delay - 1))  # no replacement before the back-off ends
+        now += delay
         assert created_pod_names(cluster.step(at(now))) == [W1]
         cluster.set_phase(W1, "Running", started_at=ts(now))
-    assert delays == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+    # The first failover is replaced at once; repeats back off as kubelet's crash loop does.
+    assert delays == [0.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
     assert workers_status(cluster)["1"]["failovers"] == 8
 
     # running: the history is reset exactly when the pod has run for 10 minutes
@@ -222,7 +236,9 @@ def test_crash_loop_backoff_sequence_and_reset():
     assert workers_status(cluster) == {}
     assert reset.actions == () and reset.events == ()
     cluster.set_phase(W1, "Failed", exit_code=143, started_at=ts(now), finished_at=ts(now + 700))
-    assert cluster.step(at(now + 700)).requeue_after == 10.0
+    fresh = cluster.step(at(now + 700))
+    assert "(failover 1)" in failover_events(fresh)[0].message and fresh.requeue_after is None
+    assert created_pod_names(cluster.step(at(now + 700))) == [W1]
 
 
 def test_failure_after_a_long_run_starts_the_backoff_afresh_even_without_the_reset_pass():
@@ -231,7 +247,7 @@ def test_failure_after_a_long_run_starts_the_backoff_afresh_even_without_the_res
         "state": "Replaced", "failovers": 5, "lastFailoverTime": ts(-2000), "lastReason": "Error"}
     cluster.set_phase(W1, "Failed", exit_code=143, started_at=ts(0), finished_at=ts(900))
     decision = cluster.step(at(900))
-    assert decision.requeue_after == 10.0
+    assert decision.requeue_after is None  # a first failover: no back-off
     assert workers_status(cluster)["1"]["failovers"] == 1
 
 
@@ -239,23 +255,25 @@ def test_backoff_is_per_index():
     cluster = running_cluster(restart_policy="ExitCode")
     cluster.set_phase(W1, "Failed", exit_code=143)
     cluster.step(at(10))
-    cluster.step(at(20))
+    assert created_pod_names(cluster.step(at(11))) == [W1]
     cluster.set_phase(W1, "Failed", exit_code=143)
-    assert cluster.step(at(21)).requeue_after == 20.0  # worker 1: second failover
+    assert cluster.step(at(21)).requeue_after == 10.0  # worker 1: second failover, replaced at 31
     cluster.set_phase("test-tfjob-worker-2", "Failed", exit_code=143)
     decision = cluster.step(at(22))
     assert "(failover 1)" in failover_events(decision)[0].message  # worker 2: first
-    assert decision.requeue_after == 10.0  # the earliest timer: worker 2 at 32 (worker 1 at 41)
+    assert decision.requeue_after == 9.0  # worker 1's timer; worker 2 has none
+    assert created_pod_names(cluster.step(at(23))) == ["test-tfjob-worker-2"]  # worker 1 still waits
+    assert created_pod_names(cluster.step(at(31))) == [W1]
 
 
-@pytest.mark.parametrize(("n", "delay"), [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (10**6, 300)])
+@pytest.mark.parametrize(("n", "delay"), [(0, 0), (1, 0), (2, 10), (3, 20), (4, 40), (6, 160), (7, 300), (10**6, 300)])
 def test_failover_delay(n, delay):
     assert failover_delay(n, DecideConfig()) == delay
 
 
 def test_backoff_timings_are_configurable():
     config = DecideConfig(failover_backoff_base=0.5, failover_backoff_cap=2.0)
-    assert [failover_delay(n, config) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 2.0]
+    assert [failover_delay(n, config) for n in (1, 2, 3, 4, 5)] == [0.0, 0.5, 1.0, 2.0, 2.0]
 
 
 # --- scaling ---------------------------------------------------------------------------------------------
@@ -448,13 +466,17 @@ def test_ps_restart_in_a_dynamic_job_uses_restarting_as_upstream():
 def test_state_lives_only_in_the_status():
     cluster = running_cluster()
     cluster.remove_pod(W1)
-    cluster.step(at(100))
+    cluster.step(at(100))  # first failover: replaced at once
+    cluster.remove_pod(W1)
+    cluster.step(at(150))  # second: backs off until 160
     # a new controller process: only the stored job (JSON round trip), no memory
     stored = json.loads(json.dumps(cluster.job))
-    restarted = decide(stored, cluster.pods, cluster.services, at(104))
+    restarted = decide(stored, cluster.pods, cluster.services, at(154))
     assert restarted.actions == () and restarted.events == ()
     assert restarted.requeue_after == 6.0
-    assert created_pod_names(decide(stored, cluster.pods, cluster.services, at(110))) == [W1]
+    assert created_pod_names(decide(stored, cluster.pods, cluster.services, at(160))) == [W1]
+    # and the first failover's record survives a restart too: the next one is the third
+    assert stored["status"]["dynamicWorkers"]["workers"]["1"]["failovers"] == 2
 
 
 @pytest.mark.parametrize("garbage", [None, 5, "x", {"workers": 3}, {"workers": {"1": 5, "x": {"state": "Failed"},
@@ -503,14 +525,17 @@ def test_service_deleted_by_someone_is_recreated():
     assert decision.events == ()
 
 
-def test_pod_creation_cap_does_not_look_like_vanished_workers():
-    cluster = Cluster(make_job(worker=5, dynamic=True), config=DecideConfig(max_pod_creations=2))
+def test_creation_cap_does_not_look_like_vanished_workers():
+    config = DecideConfig(max_creations=4, first_pass_creations=4)
+    cluster = Cluster(make_job(worker=5, dynamic=True), config=config)
     first = cluster.step()
-    assert len(actions_of(first, CreatePod)) == 2 and len(actions_of(first, CreateService)) == 2
-    second = cluster.step(at(1))
-    assert len(actions_of(second, CreatePod)) == 2 and second.events == ()
+    assert len(actions_of(first, CreatePod)) == 4 and len(actions_of(first, CreateService)) == 0
+    second = cluster.step(at(1))  # pods come first within a type, then the services of the pods that exist
+    assert created_pod_names(second) == ["test-tfjob-worker-4"] and second.events == ()
+    assert [a.index for a in actions_of(second, CreateService)] == [0, 1, 2]
     third = cluster.step(at(2))
-    assert created_pod_names(third) == ["test-tfjob-worker-4"] and third.events == ()
+    assert [a.index for a in actions_of(third, CreateService)] == [3, 4] and third.events == ()
+    assert third.status["replicaStatuses"]["Worker"].get("failed", 0) == 0
     assert_converged(cluster, at(3))
 
 
@@ -528,8 +553,10 @@ def test_duplicate_pods_for_one_index_are_left_alone():
 def test_failover_history_of_removed_indices_is_dropped():
     cluster = running_cluster(workers=3)
     cluster.remove_pod("test-tfjob-worker-2")
-    cluster.step(at(10))
-    assert "2" in workers_status(cluster)
+    cluster.step(at(10))  # replaced at once
+    cluster.remove_pod("test-tfjob-worker-2")
+    cluster.step(at(10.5))  # again: waits for its back-off
+    assert workers_status(cluster)["2"]["state"] == "Replacing"
     cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
     decision = cluster.step(at(11))
     assert workers_status(cluster) == {}

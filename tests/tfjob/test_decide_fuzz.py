@@ -25,7 +25,8 @@ from .builders import NOW, at, make_job, make_pod, make_service, replica
 FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 CAP = 12
-CONFIG = DecideConfig(max_pods_per_job=CAP, max_pod_creations=CAP)
+# A pass's creation budget counts pods and services: 2 * CAP lets one pass create a whole job at the cap.
+CONFIG = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP)
 
 # Any JSON value, biased towards the shapes a TFJob has, with unicode and big numbers.
 scalars = st.one_of(

@@ -14,7 +14,7 @@ import pytest
 
 from controller.tfjob import api
 from controller.tfjob.actions import CreatePod, CreateService, Decision, DeleteJob, DeletePod, DeleteService
-from controller.tfjob.decide import decide
+from controller.tfjob.decide import DecideConfig, decide
 
 from .builders import (
     NOW,
@@ -471,3 +471,36 @@ def test_mutated_jobs_and_children_never_raise(seed):
 def test_garbage_job_never_raises(garbage):
     decision = decide(garbage, [garbage], [garbage], NOW)
     assert isinstance(decision, Decision)
+
+
+# --- a large job gets its status early and keeps it up to date while it is built -------------------
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_large_job_is_created_and_has_replica_statuses_after_a_small_first_pass(dynamic):
+    config = DecideConfig()
+    cluster = Cluster(make_job(worker=600, ps=2, dynamic=dynamic), config=config)
+    first = cluster.step(NOW)
+    # A handful of creations, then the status: Created and a replicaStatuses entry per type.
+    assert len(first.actions) == config.first_pass_creations
+    assert condition_types(first.status) == [("Created", "True")]
+    assert set(first.status["replicaStatuses"]) == {"PS", "Worker"}
+    assert "startTime" in first.status
+    passes, statuses = 1, [first.status]
+    while True:
+        created = sum(isinstance(a, (CreatePod, CreateService)) for a in cluster.step(at(passes)).actions)
+        if created == 0:
+            break
+        assert created <= config.max_creations  # every pass is bounded and ends with its status
+        cluster.run_all(started_at=ts(passes))  # the kubelet starts what was created
+        statuses.append(cluster.job["status"])
+        passes += 1
+    assert len(cluster.pods) == 602 and len(cluster.services) == 602
+    actives = [s["replicaStatuses"]["Worker"].get("active", 0) for s in statuses]
+    assert actives == sorted(actives) and 0 < actives[2] < actives[-1]  # the status grows with the job
+    assert passes == 1 + -(-(1204 - config.first_pass_creations) // config.max_creations)
+    assert_converged(cluster, at(passes + 1))
+
+
+def test_a_small_job_is_still_created_in_one_pass():
+    cluster = Cluster(make_job(worker=4, ps=1, dynamic=True))
+    first = cluster.step(NOW)
+    assert len(actions_of(first, CreatePod)) == 5 and len(actions_of(first, CreateService)) == 5

@@ -1,0 +1,160 @@
+"""The executor's write pattern: deletions then creations in concurrent slow-start batches that stop at
+the first failure, with the expectations contract (recorded before sending, lowered on failure, never
+recorded for what was not sent) and events that never hold up a write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.errors import ServerError
+from controller.tfjob.actions import CreatePod, CreateService, Decision, DeletePod
+from controller.tfjob.decide import decide
+from controller.tfjob.executor import Executor, slow_start
+from controller.tfjob.expectations import Expectations
+from controller.tfjob.metrics import TFJobMetrics
+
+from .builders import NOW, make_job
+
+
+class Log:
+    """Writes that log their start and end and yield in between: since a batch starts all its writes
+    before any of them resumes, the runs of consecutive starts in the log are the batches."""
+
+    def __init__(self, fail: set[str] = frozenset()) -> None:
+        self.log: list[tuple[str, str]] = []
+        self.fail = set(fail)
+
+    def write(self, name: str):
+        async def run() -> None:
+            self.log.append(("start", name))
+            await anyio.sleep(0)
+            await anyio.sleep(0)
+            self.log.append(("end", name))
+            if name in self.fail:
+                raise ServerError(500, "InternalError", f"{name} failed")
+
+        return run
+
+    def batches(self) -> list[int]:
+        sizes: list[int] = []
+        previous = "end"
+        for what, _ in self.log:
+            if what == "start":
+                if previous == "end":
+                    sizes.append(0)
+                sizes[-1] += 1
+            previous = what
+        return sizes
+
+    def started(self) -> list[str]:
+        return [name for what, name in self.log if what == "start"]
+
+
+@pytest.mark.parametrize(("total", "cap", "sizes"), [
+    (1, 32, [1]), (10, 32, [1, 2, 4, 3]), (100, 16, [1, 2, 4, 8, 16, 16, 16, 16, 16, 5]),
+])
+async def test_slow_start_doubles_up_to_the_cap(total, cap, sizes):
+    log = Log()
+    assert await slow_start([log.write(f"w{i}") for i in range(total)], cap) == total
+    assert log.batches() == sizes
+    assert log.started() == [f"w{i}" for i in range(total)]  # in the order given
+
+
+async def test_slow_start_finishes_the_failing_batch_and_sends_nothing_more():
+    log = Log(fail={"w4"})  # in the third batch (w3..w6)
+    with pytest.raises(ServerError, match="w4 failed"):
+        await slow_start([log.write(f"w{i}") for i in range(20)], 32)
+    assert log.batches() == [1, 2, 4]
+    assert log.started() == [f"w{i}" for i in range(7)]  # w7.. never sent
+    assert [name for what, name in log.log if what == "end"][-4:] == ["w3", "w4", "w5", "w6"]  # the batch completed
+
+
+class FakeClient:
+    def __init__(self, fail: set[str] = frozenset()) -> None:
+        self.fail = set(fail)
+        self.sent: list[tuple[str, str]] = []
+        self.concurrent = 0
+        self.max_concurrent = 0
+
+    async def _call(self, verb: str, name: str) -> dict[str, Any]:
+        self.sent.append((verb, name))
+        self.concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        try:
+            await anyio.sleep(0.005)
+        finally:
+            self.concurrent -= 1
+        if name in self.fail:
+            raise ServerError(500, "InternalError", f"cannot {verb} {name}")
+        return {}
+
+    async def create(self, resource: Any, body: dict[str, Any], *, namespace: str) -> dict[str, Any]:
+        return await self._call("create", f"{resource.plural}/{body['metadata']['name']}")
+
+    async def delete(self, resource: Any, name: str, **kwargs: Any) -> dict[str, Any]:
+        return await self._call("delete", f"{resource.plural}/{name}")
+
+    async def replace(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.sent.append(("status", body["metadata"]["name"]))
+        return body
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
+
+def executor(client: FakeClient, expectations: Expectations, recorder: Recorded) -> Executor:
+    return Executor(client, expectations, recorder, TFJobMetrics(CollectorRegistry()), max_concurrent=8)  # type: ignore[arg-type]
+
+
+async def test_a_job_is_built_concurrently_deletions_first_status_last():
+    job = make_job(worker=8, ps=1, dynamic=True)  # 18 objects: within the first pass
+    job["metadata"]["resourceVersion"] = "1"
+    decision = decide(job, [], [], NOW)
+    stale = DeletePod("old-pod", "old-uid", "Cleanup")  # not something decide pairs; tests the phase order
+    decision = Decision((stale, *decision.actions), decision.events, decision.metrics, decision.status, None)
+    client = FakeClient()
+    recorder = Recorded()
+    expectations = Expectations(lambda: 0.0)
+    await executor(client, expectations, recorder).apply("default/test-tfjob", job, decision)
+    assert client.sent[0] == ("delete", "pods/old-pod")
+    assert client.sent[-1] == ("status", "test-tfjob")
+    assert len(client.sent) == 2 + 9 + 9
+    assert client.max_concurrent == 8
+    created = sorted(name for verb, name in client.sent if verb == "create")
+    assert created == sorted([f"pods/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)]
+                             + [f"services/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)])
+    assert sum(reason == "SuccessfulCreatePod" for reason, _ in recorder.events) == 9
+    # every create is expected until the informer sees it
+    assert expectations.pending_until("default/test-tfjob") is not None
+
+
+async def test_a_failed_batch_lowers_its_expectation_and_sends_nothing_more():
+    job = make_job(worker=8, ps=1, dynamic=True)
+    job["metadata"]["resourceVersion"] = "1"
+    decision = decide(job, [], [], NOW)
+    creates = [a for a in decision.actions if isinstance(a, (CreatePod, CreateService))]
+    failing = creates[2]  # in the second batch (1 + 2)
+    name = (failing.pod if isinstance(failing, CreatePod) else failing.service)["metadata"]["name"]
+    plural = "pods" if isinstance(failing, CreatePod) else "services"
+    client = FakeClient(fail={f"{plural}/{name}"})
+    recorder = Recorded()
+    clock = [0.0]
+    expectations = Expectations(lambda: clock[0])
+    with pytest.raises(ServerError):
+        await executor(client, expectations, recorder).apply("default/test-tfjob", job, decision)
+    assert len(client.sent) == 3  # the batches of 1 and 2; no status write, nothing more sent
+    assert ("FailedCreatePod" if plural == "pods" else "FailedCreateService") in [r for r, _ in recorder.events]
+    # the two that succeeded are still expected; the failed one and the unsent ones never will be
+    for observed in client.sent[:2]:
+        kind = "Pod" if observed[1].startswith("pods/") else "Service"
+        expectations.creation_observed("default/test-tfjob", kind, observed[1].split("/", 1)[1])
+    assert expectations.pending_until("default/test-tfjob") is None
