@@ -47,7 +47,7 @@ def manifest(name: str) -> dict[str, Any]:
         return {"replicas": count, "restartPolicy": "ExitCode", "template": {"spec": {
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0",
-                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}}}
+                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]}}}
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name, "namespace": "default"},
             "spec": {"enableDynamicWorker": True, "tfReplicaSpecs": {"PS": replica(1), "Worker": replica(4)}}}
 
@@ -55,7 +55,7 @@ def manifest(name: str) -> dict[str, Any]:
 async def sample_objects(jobs: int) -> dict[str, list[bytes]]:
     """Raw JSON of every pod, service and job of ``jobs`` running jobs, as a LIST returns them."""
     with tempfile.TemporaryDirectory() as tmp:
-        config = SimConfig(nodes=max(2, jobs // 20), time_scale=0.01, kubeconfig_path=f"{tmp}/kc")
+        config = SimConfig(nodes=max(2, jobs), time_scale=0.01, kubeconfig_path=f"{tmp}/kc")
         async with SimCluster(config) as cluster, await ApiClient.from_kubeconfig(cluster.kubeconfig_path) as client:
             await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(CRD.read_text()))
             for i in range(jobs):
@@ -133,7 +133,7 @@ def main() -> int:
         lines.append(f"| {kind} | {wire:,.0f} B | {received:,.0f} B | {default:,.0f} B | {ours:,.0f} B ({transform}) |")
     lines += [
         "",
-        f"Per job (5 pods + 5 services + the TFJob; the cold-start target counts 6 + 6): default "
+        f"Per job of the cold-start shape (6 pods + 6 services + the TFJob): default "
         f"{total_default / 1024:,.1f} KiB, trimmed {total_ours / 1024:,.1f} KiB; "
         f"10,000 jobs with 6 pods and 6 services each: default {10_000 * total_default / 2**20:,.0f} MiB, "
         f"trimmed {10_000 * total_ours / 2**20:,.0f} MiB of cached objects (plus the process baseline, indices "

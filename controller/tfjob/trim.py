@@ -14,10 +14,10 @@ controlling-owner index):
 
 - ``apiVersion``, ``kind``;
 - ``metadata``: ``name``, ``namespace``, ``uid``, ``resourceVersion``, ``creationTimestamp``
-  (controller.tfjob.observe), ``deletionTimestamp``, the ``training.kubeflow.org/*`` labels, and the
-  controlling ownerReference (apiVersion, kind, name, uid, controller);
-- pods' ``status``: ``phase``, ``reason``, ``startTime``; each condition's ``type``, ``status``
-  and ``reason``; of container statuses the ``restartCount`` of every container and, of the
+  (controller.tfjob.observe), ``deletionTimestamp``, the replica-type and replica-index labels, and
+  the controlling ownerReference (apiVersion, kind, name, uid, controller);
+- pods' ``status``: ``phase``, ``reason``, ``startTime``; the ``type``, ``status`` and ``reason``
+  of the ``DisruptionTarget`` and ``Ready`` conditions; of container statuses the ``restartCount`` of every container and, of the
   ``tensorflow`` container, ``name`` and ``state.running.startedAt`` /
   ``state.terminated.{exitCode, reason, startedAt, finishedAt}``.
 
@@ -33,7 +33,8 @@ from typing import Any
 from . import api
 
 _intern = sys.intern
-_LABEL_PREFIX = "training.kubeflow.org/"
+_LABELS = (api.LABEL_REPLICA_TYPE, api.LABEL_REPLICA_INDEX)
+_CONDITIONS = (api.POD_CONDITION_DISRUPTION_TARGET, api.POD_CONDITION_READY)
 _META_SCALARS = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 _OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")
 _TERMINATED_FIELDS = ("exitCode", "reason", "startedAt", "finishedAt")
@@ -52,11 +53,7 @@ def _metadata(meta: Any) -> dict[str, Any]:
         out["namespace"] = _intern(namespace)
     labels = meta.get("labels")
     if isinstance(labels, dict):
-        kept = {
-            _intern(k): _intern(v) if isinstance(v, str) else v
-            for k, v in labels.items()
-            if isinstance(k, str) and k.startswith(_LABEL_PREFIX)
-        }
+        kept = {k: _intern(v) if isinstance(v, str) else v for k in _LABELS if (v := labels.get(k)) is not None}
         if kept:
             out["labels"] = kept
     refs = meta.get("ownerReferences")
@@ -125,7 +122,7 @@ def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
             kept["conditions"] = [
                 {k: _intern(v) if isinstance(v, str) else v for k, v in c.items() if k in ("type", "status", "reason")}
                 for c in conditions
-                if isinstance(c, dict)
+                if isinstance(c, dict) and c.get("type") in _CONDITIONS
             ]
         for key in ("initContainerStatuses", "containerStatuses"):
             statuses = status.get(key)

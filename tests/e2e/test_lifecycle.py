@@ -355,12 +355,13 @@ async def _only(operator: Operator, job: str, expected: list[str]) -> bool:
 
 async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(sim_cluster) -> None:
     from controller.tfjob.decide import DecideConfig
-    from tests.e2e.conftest import start_operator, worker_record
+    from tests.e2e.conftest import fail_over_once, start_operator, worker_record
 
     operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
                                                                      failover_backoff_cap=3.0))
     try:
         await create_and_wait_running(operator, tfjob("pause", workers=2, restart_policy="ExitCode"), running=2)
+        await fail_over_once(operator, "pause", 1)  # replaced at once; the next failover backs off
         await annotate_pod(operator, "pause-worker-1", {EXIT_CODE: "137"})
 
         async def waiting() -> bool:
@@ -386,7 +387,7 @@ async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(s
         await eventually(resumed, what="both workers back after resume")
         job = await operator.job("pause")
         assert condition(job, "Failed") is None and condition(job, "Restarting") is None
-        assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 1
+        assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 2
     finally:
         crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
         await operator.stop()

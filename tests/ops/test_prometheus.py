@@ -148,7 +148,9 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                                 ("failed", expected.failed), ("restarted", 0), ("deleted", 0)):
                 assert close(lifecycle[kind], count), (kind, lifecycle)
             p50 = float(panel("Failover latency", 0)[0]["value"][1])
-            assert p50 >= 1.0, "a replacement cannot run before the 1 s back-off has passed"
+            # First failovers are replaced as soon as the pod is gone (no back-off): the latency is measured,
+            # from lastFailoverTime (whole seconds) to the replacement running.
+            assert p50 > 0, "the failover latency histogram must have observations"
             assert float(panel("Time to Running", 1)[0]["value"][1]) > 0
             assert values(panel("Degraded jobs"), "job_namespace") == {"default": 0.0, "team-b": 0.0}
             assert values(panel("Oldest job not yet Running"), "job_namespace") == {"default": 0.0, "team-b": 0.0}

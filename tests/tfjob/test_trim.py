@@ -101,7 +101,8 @@ def test_trimmed_objects_are_small_fresh_and_idempotent() -> None:
     assert set(trimmed) == {"apiVersion", "kind", "metadata", "status"}
     assert set(trimmed["metadata"]) <= {"name", "namespace", "uid", "resourceVersion", "creationTimestamp",
                                         "deletionTimestamp", "labels", "ownerReferences"}
-    assert "team" not in trimmed["metadata"]["labels"]
+    assert set(trimmed["metadata"]["labels"]) == {"training.kubeflow.org/replica-type",
+                                                  "training.kubeflow.org/replica-index"}
     assert trimmed["status"]["reason"] == "Evicted"
     assert trimmed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     assert len(json.dumps(trimmed)) < len(json.dumps(pod)) / 3
