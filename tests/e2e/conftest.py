@@ -83,6 +83,12 @@ class Operator:
         return sorted(items, key=lambda s: s["metadata"]["name"])
 
     async def events(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+        """The Events about ``name``, once those already recorded are written: events are written in the
+        background (controller.runtime.events), after the status write a test may have waited for, so
+        wait for no reconcile in progress and an empty event queue first."""
+        queue = self.controller.controller.queue
+        await eventually(lambda: queue.num_processing == 0 and self.controller.recorder.queued == 0,
+                         what="the controller's events to be written")
         items = (await self.client.list(EVENTS, namespace=namespace))["items"]
         return [e for e in items if e.get("involvedObject", {}).get("name") == name]
 

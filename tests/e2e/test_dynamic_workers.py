@@ -110,6 +110,10 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
     await eventually(scaled, what="workers 1 and 2 removed")
     await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
                      what="both scale-downs counted despite the conflict")
-    events = [e for e in await operator.events("busy") if e["reason"] == "WorkerScaledDown"]
+
+    async def reported() -> list:  # events are written in the background, after the metric
+        return [e for e in await operator.events("busy") if e["reason"] == "WorkerScaledDown"]
+
+    events = await eventually(reported, what="the WorkerScaledDown event written")
     assert len(events) == 1 and "removed busy-worker-2, busy-worker-1" in events[0]["message"], events
     assert operator.cluster.faults.rules == []  # the injected conflict was used
