@@ -12,7 +12,29 @@ from pathlib import Path
 import pytest
 
 from tests.soak.engine import SoakConfig, run_soak
-from tests.soak.invariants import Bounds
+from tests.soak.invariants import INVARIANTS, Bounds
+
+CI_SEED = 20261203
+EVERY_KIND = {
+    "api-error", "latency", "dropped-connections", "watch-close", "watch-stall", "watch-delay", "compaction",
+    "apiserver-restart", "kubelet-pause", "gc-pause", "node-not-ready", "worker-delete", "eviction", "oom",
+    "error-exit", "scale-spec", "scale-subresource", "job-delete", "lost-create-relist", "job-create",
+}
+
+
+@pytest.mark.timeout(420)
+async def test_soak_with_a_fixed_seed(tmp_path: Path) -> None:
+    config = SoakConfig(seed=CI_SEED, fault_seconds=120, workdir=tmp_path, jobs=8, leader_kills=1,
+                        bounds=Bounds(), progress=print)
+    result = await run_soak(config)
+    assert result.passed, result.summary()
+    # The run did what it claims: every kind of trouble happened and every invariant was checked.
+    assert result.faults["leader-sigkill"] == 1
+    assert EVERY_KIND <= set(result.faults), EVERY_KIND - set(result.faults)
+    assert all(result.checks[name] > 0 for name in INVARIANTS), result.checks
+    assert result.converged_after is not None
+
+
 
 @pytest.mark.timeout(240)
 async def test_a_controller_that_writes_on_every_reconcile_fails_the_soak(tmp_path: Path) -> None:
