@@ -607,9 +607,13 @@ class Soak:
         lifted = self.now()
         reasons: list[str] = ["not observed yet"]
         streak = 0
+        next_report = lifted + 10.0
         while self.now() - lifted < bounds.converge_seconds:
             reasons = self.checker.unconverged(*await self.list_all())
             streak = streak + 1 if not reasons else 0
+            if reasons and self.now() >= next_report:
+                self.say(f"not converged yet: {reasons[:4]}")
+                next_report = self.now() + 10.0
             if streak >= 3:  # three consecutive snapshots agree: not a between-LISTs coincidence
                 break
             await anyio.sleep(self.config.observe_interval)
