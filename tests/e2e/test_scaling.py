@@ -70,9 +70,14 @@ async def test_scale_up_adds_pods_and_services_and_leaves_existing_ones_alone(op
     assert {n: after[n] for n in before} == before, "existing workers must not be restarted"
     services = uids(await operator.services("grow"))
     assert {n: services[n] for n in services_before} == services_before
-    job = await operator.job("grow")
+    # The status counts the new workers once the controller has seen them run, a moment after they do.
+
+    async def counted() -> dict:
+        job = await operator.job("grow")
+        return job if job["status"]["replicaStatuses"]["Worker"].get("active") == 4 else None
+
+    job = await eventually(counted, what="status counting 4 active workers")
     assert_healthy(job)
-    assert job["status"]["replicaStatuses"]["Worker"]["active"] == 4
     # Sparse TF_CONFIG: each new worker knows its own address under its own type.
     pod = next(p for p in await operator.pods("grow") if p["metadata"]["name"] == "grow-worker-3")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
