@@ -590,7 +590,9 @@ def prometheus_rule() -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "tfjob-controller", "namespace": "tfjob-controller", "labels": _labels()},
+        # prometheus/role: what older kube-prometheus releases' ruleSelector asks for (newer ones select all).
+        "metadata": {"name": "tfjob-controller", "namespace": "tfjob-controller",
+                     "labels": {**_labels(), "prometheus": "k8s", "role": "alert-rules"}},
         "spec": rules_document(),
     }
 
@@ -622,6 +624,28 @@ def service_monitor() -> dict[str, Any]:
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
         },
     }
+
+
+def prometheus_rbac() -> list[dict[str, Any]]:
+    """kube-prometheus' Prometheus (service account prometheus-k8s in namespace monitoring) discovers targets only
+    in namespaces where a Role lets it; this grants it the controller's namespace. A binding to a service account
+    that does not exist (other Prometheus distributions, which bring cluster-wide RBAC) is harmless."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "prometheus-k8s", "namespace": "tfjob-controller", "labels": _labels()},
+        "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                   "verbs": ["get", "list", "watch"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "prometheus-k8s", "namespace": "tfjob-controller", "labels": _labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "prometheus-k8s"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}],
+    }
+    return [role, binding]
 
 
 def _usage() -> dict[str, list[str]]:
@@ -676,19 +700,21 @@ def generated_files() -> dict[Path, str]:
     monitoring = Path("manifests/monitoring")
     files[monitoring / "prometheusrule.yaml"] = MONITORING_HEADER + _yaml(prometheus_rule())
     files[monitoring / "servicemonitor.yaml"] = MONITORING_HEADER + _yaml(service_monitor())
+    files[monitoring / "prometheus_rbac.yaml"] = MONITORING_HEADER + "---\n".join(_yaml(o) for o in prometheus_rbac())
     files[monitoring / "dashboards.yaml"] = MONITORING_HEADER + "".join(
         ("---\n" if i else "") + _yaml(dashboard_config_map(d)) for i, d in enumerate(DASHBOARDS)
     )
     files[monitoring / "kustomization.yaml"] = (
         "# kube-prometheus integration: `kubectl apply -k manifests/monitoring/` on a cluster that runs the\n"
-        "# Prometheus Operator (ServiceMonitor, PrometheusRule) and Grafana's dashboard sidecar (ConfigMaps\n"
-        "# labelled grafana_dashboard=\"1\"). Not part of manifests/kustomization.yaml, so the base install works\n"
-        "# where those CRDs are absent.\n"
+        "# Prometheus Operator (ServiceMonitor, PrometheusRule), Grafana's dashboard sidecar (ConfigMaps\n"
+        "# labelled grafana_dashboard=\"1\") and kube-prometheus' prometheus-k8s (a Role lets it discover the\n"
+        "# controller). Not part of manifests/kustomization.yaml, so the base install works where those CRDs\n"
+        "# are absent.\n"
         + MONITORING_HEADER
         + _yaml({
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            "resources": ["servicemonitor.yaml", "prometheusrule.yaml", "dashboards.yaml"],
+            "resources": ["servicemonitor.yaml", "prometheus_rbac.yaml", "prometheusrule.yaml", "dashboards.yaml"],
         })
     )
     files[Path("docs/metrics.md")] = metrics_doc()

@@ -179,7 +179,11 @@ def test_kube_prometheus_manifests_render_and_match_the_sources() -> None:
     by_kind: dict[str, list[dict]] = {}
     for obj in objects:
         by_kind.setdefault(obj["kind"], []).append(obj)
-    assert sorted(by_kind) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
+    assert sorted(by_kind) == ["ConfigMap", "PrometheusRule", "Role", "RoleBinding", "ServiceMonitor"]
+    assert all(obj["metadata"]["namespace"] == "tfjob-controller" for obj in objects)
+    [role], [binding] = by_kind["Role"], by_kind["RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert {"services", "endpoints", "pods"} <= {r for rule in role["rules"] for r in rule["resources"]}
     [rule] = by_kind["PrometheusRule"]
     assert rule["spec"] == yaml.safe_load((GRAFANA / "alerts.yaml").read_text())
     dashboards = {}
