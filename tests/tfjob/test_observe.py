@@ -1,0 +1,154 @@
+"""JobObserver's rules, on hand-made cache contents: what is measured, once, and what is never measured.
+
+(tests/e2e/test_job_metrics.py and tests/ops/test_prometheus.py prove the wiring end to end.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.runtime.cache import CONTROLLER_UID_INDEX
+from controller.tfjob.metrics import TFJobMetrics
+from controller.tfjob.observe import JobObserver, job_state
+
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+def stamp(seconds: float) -> str:
+    from controller.tfjob.conditions import format_epoch
+
+    return format_epoch(seconds)
+
+
+class FakeInformer:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.handlers: list[tuple[Any, Any, Any]] = []
+        self.synced = True
+
+    def add_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> None:
+        self.handlers.append((on_add, on_update, on_delete))
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.objects.get(key)
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.objects.values())
+
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+        assert name == CONTROLLER_UID_INDEX
+        return [o for o in self.objects.values() if o["metadata"]["ownerReferences"][0]["uid"] == value]
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.objects[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        for on_add, _, _ in self.handlers:
+            if on_add:
+                on_add(obj)
+
+    def update(self, new: dict[str, Any]) -> None:
+        key = f"{new['metadata']['namespace']}/{new['metadata']['name']}"
+        old = self.objects[key]
+        self.objects[key] = new
+        for _, on_update, _ in self.handlers:
+            if on_update:
+                on_update(old, new)
+
+
+def job(conditions: list[str] = (), workers: int = 2, records: dict[str, Any] | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": c, "status": "True"} for c in conditions]}
+    if records:
+        status["dynamicWorkers"] = {"workers": records}
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid", "creationTimestamp": stamp(T0)},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": workers}}, "enableDynamicWorker": True},
+        "status": status,
+    }
+
+
+def pod(index: int, phase: str, created: float, uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"j-worker-{index}", "namespace": "ns", "uid": uid, "creationTimestamp": stamp(created),
+            "labels": {"training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": str(index)},
+            "ownerReferences": [{"kind": "TFJob", "name": "j", "uid": "job-uid", "controller": True}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def observer(now: float) -> tuple[JobObserver, FakeInformer, FakeInformer, CollectorRegistry]:
+    registry = CollectorRegistry()
+    jobs, pods = FakeInformer(), FakeInformer()
+    clock = [now]
+    watcher = JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: clock[0], monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    return watcher, jobs, pods, registry
+
+
+def test_failover_latency_is_measured_once_per_failover_and_only_for_the_replacement() -> None:
+    _, jobs, pods, registry = observer(now=T0 + 100)
+    record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "Evicted"}
+    jobs.add(job(["Created", "Running"], records={"1": record}))
+    pods.add(pod(0, "Running", T0, "p0"))
+    pods.add(pod(1, "Pending", T0 + 95, "p1-new"))
+    pods.update(pod(1, "Running", T0 + 95, "p1-new"))
+    count = {"job_namespace": "ns", "reason": "Evicted"}
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 10.0
+    # The same record again (a relist delivering another Pending -> Running view): not a second failover.
+    pods.update(pod(1, "Pending", T0 + 95, "p1-new"))
+    pods.update(pod(1, "Running", T0 + 95, "p1-new"))
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+
+
+def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
+    _, jobs, pods, registry = observer(now=T0 + 100)
+    record = {"state": "Replacing", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "Deleted"}
+    jobs.add(job(["Created", "Running"], records={"0": record}))
+    pods.add(pod(0, "Pending", T0 + 1, "stale"))
+    pods.update(pod(0, "Running", T0 + 1, "stale"))
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Deleted"}) == 0
+
+
+def test_time_to_running_counts_jobs_first_seen_before_running_once_all_replicas_run() -> None:
+    _, jobs, pods, registry = observer(now=T0 + 30)
+    jobs.add(job(["Created"]))
+    pods.add(pod(0, "Pending", T0 + 1, "p0"))
+    pods.add(pod(1, "Pending", T0 + 1, "p1"))
+    pods.update(pod(0, "Running", T0 + 1, "p0"))
+    count = {"job_namespace": "ns"}
+    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", count) == 0  # one of two runs
+    pods.update(pod(1, "Running", T0 + 1, "p1"))
+    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", count) == 1
+    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_sum", count) == 30.0
+
+
+def test_a_job_already_running_when_the_controller_starts_is_not_measured() -> None:
+    _, jobs, pods, registry = observer(now=T0 + 3600)
+    jobs.add(job(["Created", "Running"]))  # a restart: the job ran long before this process
+    pods.add(pod(0, "Running", T0, "p0"))
+    pods.add(pod(1, "Pending", T0 + 3500, "p1"))
+    pods.update(pod(1, "Running", T0 + 3500, "p1"))
+    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "ns"}) == 0
+
+
+def test_job_state_is_the_most_advanced_true_condition() -> None:
+    assert job_state(job([])) == "Pending"
+    assert job_state(job(["Created"])) == "Created"
+    assert job_state(job(["Created", "Running"])) == "Running"
+    assert job_state(job(["Created", "Running", "Succeeded"])) == "Succeeded"
+    assert job_state(job(["Created", "Restarting"])) == "Restarting"
+    assert job_state(job(["Created", "Suspended"])) == "Suspended"
+
+
+def test_a_standby_reports_no_job_gauges() -> None:
+    watcher, jobs, _, _ = observer(now=T0)
+    jobs.synced = False
+    jobs.add(job(["Created"]))
+    assert list(watcher.collect()) == []
+    jobs.synced = True
+    [by_state, *_] = list(watcher.collect())
+    assert {s.labels["state"]: s.value for s in by_state.samples}["Created"] == 1
