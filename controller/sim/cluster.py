@@ -9,8 +9,8 @@ Contract:
   which may be called from different tasks, as pytest fixtures do).
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
-  ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled).
-- Background work (kubelet, GC, server restarts) runs in one anyio task group owned by a single
+  ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
+- Background work (kubelet, GC, event TTL, server restarts) runs in one anyio task group owned by a single
   owner task; ``stop()`` cancels it and re-raises the first background failure, so a crashing
   kubelet fails the test instead of going unnoticed.
 """
@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import yaml
 
+from controller.sim.events import EventTTL
 from controller.sim.faults import Faults
 from controller.sim.server import SimServer
 from controller.sim.store import Store, StoreConfig
@@ -55,6 +56,8 @@ class SimConfig:
     # How long a read with a future resourceVersion waits before 504 ResourceVersionTooLarge.
     rv_wait_timeout: float = 3.0
     fault_seed: int | None = None
+    # kube-apiserver --event-ttl (simulated seconds): Events not written again within it are deleted.
+    event_ttl_seconds: float = 3600.0
 
 
 def kubeconfig_document(url: str, name: str = "sim") -> dict:
@@ -98,6 +101,7 @@ class SimCluster:
             from controller.sim.workloads import WorkloadConfig, WorkloadControllers
 
             self.workloads = WorkloadControllers(self.store, WorkloadConfig(time_scale=self.config.time_scale))
+        self.event_ttl = EventTTL(self.store, self.config.event_ttl_seconds, self.config.time_scale)
         self.kubeconfig_path: str | None = self.config.kubeconfig_path
         self._owner: asyncio.Task | None = None
         self._stop = asyncio.Event()
@@ -152,6 +156,7 @@ class SimCluster:
                     tg.start_soon(self.gc.run, name="sim-gc")
                 if self.workloads is not None:
                     tg.start_soon(self.workloads.run, name="sim-workload-controllers")
+                tg.start_soon(self.event_ttl.run, name="sim-event-ttl")
                 self._started.set()
                 await self._stop.wait()
                 tg.cancel_scope.cancel()

@@ -29,10 +29,15 @@ events of the same shape reuse that ownership record with a new time and are com
 :meth:`~controller.sim.store.Store.put_internal`, which stores what the API write would have
 stored. Durations of the recorders (600 s, 300 s, 30 min, 6 min) are simulated seconds, multiplied
 by ``time_scale`` like every other simulated duration; timestamps are wall clock.
+
+:class:`EventTTL` is the apiserver's ``--event-ttl`` (1 h): an Event not written again within it is
+deleted, whoever wrote it, which also bounds the memory events take in long simulations.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import socket
 import time
 from collections import OrderedDict
@@ -56,6 +61,7 @@ SERIES_END_SECONDS = 6 * 60.0
 NOTE_LENGTH_LIMIT = 1024
 
 EVENTS = "events"
+EVENT_RESOURCES = frozenset({EVENTS, "events.events.k8s.io"})
 
 
 def object_reference(obj: dict, field_path: str | None = None) -> dict:
@@ -291,3 +297,64 @@ class EventRecorder:
                 raise
             return
         self.written += 1
+
+
+class EventTTL:
+    """kube-apiserver's ``--event-ttl``: every write of an Event (core/v1 or events.k8s.io/v1, by any
+    writer) gives it a fresh lease; when the lease runs out without a newer write the Event is
+    deleted (watchers see DELETED, as when etcd expires a key).
+
+    A store listener notes each write (cheap: a heap push); :meth:`run` sleeps until the next expiry.
+    ``ttl`` is simulated seconds (scaled by ``time_scale``); the default is the apiserver's 1 h.
+    """
+
+    def __init__(self, store: Any, ttl: float = 3600.0, time_scale: float = 1.0) -> None:
+        if not ttl > 0:
+            raise ValueError(f"event TTL must be > 0, got {ttl}")
+        self._store = store
+        self._ttl = ttl * time_scale
+        self._heap: list[tuple[float, str, str, str, str]] = []  # (due, resource, namespace, name, rv)
+        self._wake: asyncio.Event | None = None
+        self.expired = 0
+
+    def _on_change(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
+        if resource not in EVENT_RESOURCES or new is None:
+            return
+        meta = new["metadata"]
+        due = time.monotonic() + self._ttl
+        heapq.heappush(self._heap, (due, resource, meta.get("namespace", ""), meta["name"],
+                                    meta.get("resourceVersion", "")))
+        if len(self._heap) == 1 and self._wake is not None:
+            self._wake.set()
+
+    def expire(self, now: float) -> None:
+        """Delete every Event whose lease ran out by ``now`` (those rewritten since keep theirs)."""
+        while self._heap and self._heap[0][0] <= now:
+            _due, resource, namespace, name, rv = heapq.heappop(self._heap)
+            current = self._store.get(resource, namespace, name)
+            if current is None or current["metadata"].get("resourceVersion") != rv:
+                continue  # gone already, or written again (a newer lease)
+            try:
+                self._store.delete(resource, namespace, name,
+                                   {"preconditions": {"resourceVersion": rv}})
+            except ApiError as exc:
+                if exc.code not in (404, 409):
+                    raise
+                continue
+            self.expired += 1
+
+    async def run(self) -> None:
+        """Expire Events until cancelled."""
+        self._wake = asyncio.Event()
+        unsubscribe = self._store.add_listener(self._on_change)
+        try:
+            while True:
+                self.expire(time.monotonic())
+                timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass  # the next lease ran out
+        finally:
+            unsubscribe()

@@ -3,9 +3,12 @@ spam filter and series, and the fast write path storing what the API write would
 
 from __future__ import annotations
 
+import anyio
+
 from controller.sim.events import (
     COMBINED_PREFIX,
     EventRecorder,
+    EventTTL,
     node_reference,
     object_reference,
     truncate_note,
@@ -163,3 +166,38 @@ def test_events_for_a_terminating_namespace_are_dropped() -> None:
     store.delete("namespaces", None, "gone")
     kubelet_event(recorder, held, "Killing", "Stopping container app")  # refused with 403: dropped, no error
     assert store.list("events", "gone")[0] == []
+
+
+async def test_events_expire_after_the_ttl_unless_written_again() -> None:
+    store = Store()
+    ttl = EventTTL(store, ttl=30, time_scale=0.01)  # 0.3 s
+    recorder = EventRecorder(store)
+    pod = store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+                                    "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    deleted: list[str] = []
+    store.add_listener(lambda t, r, old, new: deleted.append(old["metadata"]["name"])
+                       if t == "DELETED" and r in ("events", "events.events.k8s.io") else None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ttl.run)
+        await anyio.wait_all_tasks_blocked()
+        kubelet_event(recorder, pod, "Pulled", "present")  # written once
+        kubelet_event(recorder, pod, "Started", "started")  # written, then written again below
+        other = store.create("events.events.k8s.io", NS, {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "api-written"},
+            "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "someone",
+            "reportingInstance": "someone-1", "action": "Doing", "reason": "Done", "type": "Normal",
+            "regarding": {"kind": "Pod", "namespace": NS, "name": "web"}})
+        started = next(e for e in events(store) if e["reason"] == "Started")["metadata"]["name"]
+        pulled = next(e for e in events(store) if e["reason"] == "Pulled")["metadata"]["name"]
+        with anyio.fail_after(10):
+            while True:  # keep the Started event fresh while the others expire
+                kubelet_event(recorder, pod, "Started", "started")
+                if pulled in deleted and other["metadata"]["name"] in deleted:
+                    break
+                await anyio.sleep(0.05)  # the rhythm of the repeats, not synchronisation
+        assert started not in deleted and store.get("events", NS, started)["count"] > 2
+        assert ttl.expired == 2
+        with anyio.fail_after(10):
+            while started not in deleted:  # no more writes: it expires too
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
