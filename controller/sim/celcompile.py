@@ -8,7 +8,7 @@ apiserver at ~10 creates/s. The closures do the same operations -- the same cel-
 Contract, and why it is safe:
 
 - :func:`compile_tree` returns a callable ``run(activation) -> value`` or None when the rule uses a
-  construct it does not compile (index access, map literals, type names, ``dyn``, messages,
+  construct it does not compile (map literals, type names, ``dyn``, messages,
   ``reduce``/``min``...); those rules keep the interpreter.
 - The closures only claim the *successful* evaluations they are sure of. Whenever the interpreter
   could produce an error value or do something subtler (a function raising, a non-boolean operand
@@ -305,6 +305,23 @@ class _Compiler:
             raise _CelError()  # the interpreter: "... does not support field selection"
 
         return member_dot
+
+    def c_member_index(self, tree: lark.Tree, names: frozenset[str]) -> Run:
+        """``m[key]`` on a plain map with a string key it has, ``l[i]`` on a list with an int index in range;
+        anything else (a missing key, a bad index, another type) is left to the interpreter."""
+        member_tree, index_tree = tree.children
+        member = self.expr(member_tree, names)
+        index = self.expr(index_tree, names)
+
+        def member_index(env: dict[str, Any]) -> Any:
+            value, key = member(env), index(env)
+            if isinstance(value, ct.MapType) and isinstance(key, ct.StringType) and key in value:
+                return value[key]
+            if isinstance(value, ct.ListType) and type(key) is ct.IntType and 0 <= key < len(value):
+                return value[key]
+            raise Fallback()
+
+        return member_index
 
     def _call(self, func: Callable[..., Any], args: list[Run]) -> Run:
         def call(env: dict[str, Any]) -> Any:

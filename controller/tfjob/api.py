@@ -91,6 +91,8 @@ RETRYABLE_EXIT_CODE_MIN: Final = 128
 # TF_CONFIG lists every replica in every pod's environment (Linux caps one env string at 128 KiB,
 # about 3000 addresses), so far larger values cannot work and would only make a decision huge.
 MAX_REPLICAS: Final = 10000
+# Pod and service names are <job>-<replica type>-<index>; a Service name is a DNS-1035 label.
+MAX_GENERATED_NAME_LENGTH: Final = 63
 
 # --- conditions ------------------------------------------------------------------------------------
 COND_CREATED: Final = "Created"

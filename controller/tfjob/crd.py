@@ -24,6 +24,8 @@ Contract:
 Decisions beyond upstream's schema (all additive, recorded here because the YAML has no
 descriptions):
 
+- ``metadata.name``: short enough that every generated pod and service name fits in 63 characters (see
+  :func:`_generated_names_rule`); upstream accepted such jobs and then failed on every Service create.
 - ``runPolicy.activeDeadlineSeconds``: ``minimum: 0``. Upstream has no minimum; a negative deadline
   has no meaning (the job would fail at once), 0 stays accepted as upstream accepts it.
 - ``runPolicy.managedBy``: the two values upstream v1.9's webhook allows, immutable once set
@@ -428,8 +430,35 @@ def _open_api_schema() -> dict[str, Any]:
                 f"size(self.metadata.name) <= 63 && self.metadata.name.matches('{_DNS1035_LABEL}')",
                 "metadata.name must be a DNS-1035 label: at most 63 lower-case letters, digits or '-',"
                 " starting with a letter and ending with a letter or digit",
-            )
+            ),
+            _generated_names_rule(),
         ],
+    }
+
+
+def _generated_names_rule() -> dict[str, str]:
+    """Every pod and service name the controller will generate, ``<job>-<replica type>-<index>`` for the
+    largest index of each type, is a DNS-1035 label (a Service's name must be one): at most 63 characters.
+
+    Without it a name of ~55 characters passed and every reconcile then met a 422 from the Service API.
+    Re-evaluated on every update (``kubectl scale`` included), so a scale-up that would make the names too
+    long is refused too. The message says how long this job's name may be."""
+    limit = api.MAX_GENERATED_NAME_LENGTH
+    replicas = "self.spec.tfReplicaSpecs[k].replicas"
+    # Characters after the job name: '-', the type in lower case (same length), '-', the largest index
+    # (replicas unset means 1, so index 0).
+    suffix = f"size(k) + 2 + size(string(has({replicas}) ? {replicas} - 1 : 0))"
+    has_pods = f"!(has({replicas}) && {replicas} <= 0)"
+    longest_suffix = f"self.spec.tfReplicaSpecs.filter(k, {has_pods}).map(k, {suffix}).max()"
+    return {
+        # A name already longer than a label is reported by the DNS-1035 rule alone.
+        "rule": f"size(self.metadata.name) > {limit} ||"
+        f" self.spec.tfReplicaSpecs.all(k, !({has_pods}) || size(self.metadata.name) + {suffix} <= {limit})",
+        "messageExpression": f"'metadata.name must be at most ' + string({limit} - {longest_suffix}) + ' characters"
+        f" for this job: the name of each of its pods and services, <name>-<replica type>-<index>, must be a"
+        f" DNS-1035 label of at most {limit} characters'",
+        "message": f"metadata.name is too long for this job: the name of each of its pods and services,"
+        f" <name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters",
     }
 
 

@@ -10,6 +10,10 @@ Rules = upstream's webhook (reference §1.5) plus the CRD's schema constraints, 
 (undefaulted) object:
 
 * ``metadata.name`` is a DNS-1035 label; namespace and uid are present (the API always sets them);
+* every name the controller will generate, ``<name>-<replica type>-<index>`` for each type's largest
+  index (its pods and services; a Service name is a DNS-1035 label), is at most 63 characters; the
+  message says how long the job's name may be. The label values the controller sets are the job's
+  name (a DNS-1035 label already), the lower-case type and the index, so they fit as well;
 * ``spec.tfReplicaSpecs`` is a non-empty map whose keys are known replica types
   (case-insensitive, each at most once), with at most one of Chief/Master;
 * each replica spec is an object with ``replicas`` an integer in [0, MAX_REPLICAS], a known
@@ -33,6 +37,7 @@ from typing import Any
 
 from . import api
 from .defaults import canonical_replica_type
+from .tfconfig import general_name
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_MAX = 63
@@ -132,6 +137,8 @@ def validate(job: Any) -> list[FieldError]:
         errors.append(FieldError(REQUIRED, "spec", "must be an object"))
         return errors
     _validate_replica_specs(spec.get("tfReplicaSpecs"), errors)
+    if not errors:
+        _validate_generated_names(job["metadata"]["name"], spec["tfReplicaSpecs"], errors)
     _validate_run_policy(spec.get("runPolicy"), errors)
     success_policy = spec.get("successPolicy")
     if success_policy is not None and success_policy not in api.SUCCESS_POLICIES:
@@ -168,6 +175,28 @@ def _validate_metadata(metadata: Any, errors: list[FieldError]) -> None:
     uid = metadata.get("uid")
     if not isinstance(uid, str) or not uid:
         errors.append(FieldError(REQUIRED, "metadata.uid", "needed for the ownerReferences of pods"))
+
+
+def _validate_generated_names(name: str, replica_specs: dict[str, Any], errors: list[FieldError]) -> None:
+    """Call only on a valid name and valid replica specs."""
+    limit = api.MAX_GENERATED_NAME_LENGTH
+    longest = ""
+    for key, replica_spec in replica_specs.items():
+        replicas = replica_spec.get("replicas")
+        count = api.DEFAULT_REPLICAS if replicas is None else replicas
+        if count > 0:
+            generated = general_name(name, key, count - 1)
+            if len(generated) > len(longest):
+                longest = generated
+    if len(longest) > limit:
+        allowed = limit - (len(longest) - len(name))
+        errors.append(FieldError(
+            INVALID, "metadata.name",
+            f"must be no more than {allowed} characters for this job: the name of each of its pods and services, "
+            f"<name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters, and "
+            f"{json.dumps(longest)} has {len(longest)}",
+            name,
+        ))
 
 
 def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> None:

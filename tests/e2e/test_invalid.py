@@ -72,6 +72,16 @@ def bad_name(name: str = "bad.name") -> dict[str, Any]:
     return tfjob(name, workers=1)
 
 
+LONG = "a" * 55  # a valid name, but <name>-worker-0 has 64 characters: too long for a Service
+
+
+def long_name(name: str = LONG) -> dict[str, Any]:
+    return tfjob(name, workers=1)
+
+
+GENERATED_NAMES = ("the name of each of its pods and services, <name>-<replica type>-<index>, must be a DNS-1035 "
+                   "label of at most 63 characters")
+
 DNS1035 = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, digits or '-', starting with "
            "a letter and ending with a letter or digit")
 
@@ -87,6 +97,8 @@ REJECTED = [
     (negative_replicas, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs.Worker.replicas: Invalid value: -1: '
                         "spec.tfReplicaSpecs.Worker.replicas in body should be greater than or equal to 0"),
     (bad_name, f'The TFJob "bad.name" is invalid: <nil>: Invalid value: "object": {DNS1035}'),
+    (long_name, f'The TFJob "{LONG}" is invalid: <nil>: Invalid value: "object": metadata.name must be at most 54 '
+                f"characters for this job: {GENERATED_NAMES}"),
 ]
 
 
@@ -153,6 +165,8 @@ PAST_THE_RULES = [
                            "of lower case alphanumeric characters or '-', start with an alphabetic character, and "
                            "end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
                            "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"),
+    (long_name, LONG, f'metadata.name: Invalid value: "{LONG}": must be no more than 54 characters for this job: '
+                      f'{GENERATED_NAMES}, and "{LONG}-worker-0" has 64'),
 ]
 
 

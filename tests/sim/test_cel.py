@@ -257,6 +257,9 @@ def test_every_tfjob_crd_rule_runs_compiled() -> None:
     ("self.s.lowerAscii() == 'abc'", {"s": "ABC"}, True),
     ("'b' in self.m", {"m": {"b": 1}}, True),
     ("self.n / 2 == 1 && self.n % 2 == 0", {"n": 2}, True),
+    ("self.m.all(k, !has(self.m[k].r) || self.m[k].r > 0)", {"m": {"a": {"r": 1}, "b": {}}}, True),
+    ("self.m.all(k, has(self.m[k].r))", {"m": {"a": {"r": 1}, "b": {}}}, False),
+    ("self.l[1] == 'y' && size(string(self.n - 1)) == 2", {"l": ["x", "y"], "n": 11}, True),
 ])
 def test_compiled_rules_agree_with_the_interpreter(rule: str, value: dict, expected: bool) -> None:
     compiled = CelRule(rule)
@@ -269,6 +272,8 @@ def test_compiled_rules_agree_with_the_interpreter(rule: str, value: dict, expec
     ("self.n / 0 == 1", {"n": 1}, "division by zero"),
     ("self.s > 1", {"s": "a"}, "no such overload"),
     ("self.l.all(x, x.missing > 0)", {"l": [{"a": 1}]}, "no such key: missing"),
+    ("self.m['absent'] == 1", {"m": {}}, "absent"),
+    ("self.l[2] == 1", {"l": [1]}, "index"),
 ])
 def test_compiled_rules_leave_errors_to_the_interpreter(rule: str, value: dict, message: str) -> None:
     with pytest.raises(CelEvalError, match=message):

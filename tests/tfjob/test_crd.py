@@ -164,7 +164,8 @@ VALID_TFJOBS = {
     "mnist with summaries (probes, quantities, int64s)": MNIST_WITH_SUMMARIES,
     "dynamic worker, full runPolicy": DYNAMIC_FULL_RUN_POLICY,
     "success policy empty string": {**tfjob("sp"), "spec": {**tfjob("sp")["spec"], "successPolicy": ""}},
-    "63-character name": tfjob("a" * 63),
+    "63-character name without pods": tfjob("a" * 63, Worker=_replica(0)),
+    "name as long as its pod names allow": tfjob("a" * 54, PS=_replica(2), Worker=_replica(10)),
 }
 
 
@@ -285,6 +286,15 @@ INVALID_TFJOBS = {
     "name with upper case": (tfjob("Mnist"), _BAD_NAME),
     "name ending with a dash": (tfjob("mnist-"), _BAD_NAME),
     "64-character name": (tfjob("a" * 64), _BAD_NAME),
+    "name too long for its pod names": (
+        tfjob("a" * 55, Worker=_replica(1)),
+        '<nil>: Invalid value: "object": metadata.name must be at most 54 characters for this job: the name of each'
+        " of its pods and services, <name>-<replica type>-<index>, must be a DNS-1035 label of at most 63 characters",
+    ),
+    "name too long for the largest index": (
+        tfjob("a" * 53, PS=_replica(1), Worker=_replica(10000)),
+        '<nil>: Invalid value: "object": metadata.name must be at most 51 characters for this job',
+    ),
     "quantity that is not a quantity": (
         _with(tfjob(), f"{_W_CONTAINERS}.0.resources", {"limits": {"cpu": "two"}}),
         'spec.tfReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu: Invalid value: "two":'
@@ -317,6 +327,14 @@ def test_each_invalid_job_reports_only_its_own_problem() -> None:
     for name, (job, _expected) in INVALID_TFJOBS.items():
         errors = [error for error in validate(job) if not error.startswith(_NOT_CHECKED)]
         assert len(errors) == 1, (name, errors)
+
+
+def test_a_scale_up_that_would_make_a_generated_name_too_long_is_refused() -> None:
+    old = tfjob("a" * 54, Worker=_replica(10))
+    assert validate(_with(old, f"{_W}.replicas", 11), old)[0].endswith("must be at most 53 characters for this job"
+                                                                        ": the name of each of its pods and services,"
+                                                                        " <name>-<replica type>-<index>, must be a"
+                                                                        " DNS-1035 label of at most 63 characters")
 
 
 def test_queue_is_immutable_but_other_fields_may_change() -> None:
@@ -354,9 +372,11 @@ def test_every_rule_compiles_against_its_schema_node() -> None:
     for path, node in _walk(_schema()):
         for rule in node.get("x-kubernetes-validations", []):
             CelRule(rule["rule"], node, is_root=not path)
-            assert set(rule) == {"rule", "message"} and rule["message"], (path, rule)
+            if "messageExpression" in rule:
+                CelRule(rule["messageExpression"], node, is_root=not path)
+            assert set(rule) - {"messageExpression"} == {"rule", "message"} and rule["message"], (path, rule)
             rules += 1
-    assert rules == 8
+    assert rules == 9
 
 
 # --------------------------------------------------------------------------------------------

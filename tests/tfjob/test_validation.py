@@ -169,3 +169,41 @@ def test_required_message_without_value():
     assert str(FieldError(REQUIRED, "spec.tfReplicaSpecs", "must be required")) == (
         "spec.tfReplicaSpecs: Required value: must be required"
     )
+
+
+# --- every generated name fits a DNS-1035 label (issue 9, item 2) ----------------------------------------------
+
+GENERATED_NAMES = {
+    # case: (name length, replica specs, longest generated name length or None when valid, allowed length)
+    "worker-0 exactly 63": (54, {"Worker": replica(1)}, None, None),
+    "worker-0 one too long": (55, {"Worker": replica(1)}, 64, 54),
+    "replicas unset means index 0": (55, {"Worker": replica(None)}, 64, 54),
+    "the largest index counts: worker-10": (54, {"Worker": replica(11)}, 64, 53),
+    "worker-9 still fits": (54, {"Worker": replica(10)}, None, None),
+    "no replicas, no names": (60, {"Worker": replica(0), "Chief": replica(1)}, 68, 55),
+    "evaluator is the longest type": (52, {"Worker": replica(2), "Evaluator": replica(1)}, 64, 51),
+    "lower-case keys name the same pods": (55, {"worker": replica(1)}, 64, 54),
+    "the 10000-replica maximum": (48, {"Worker": replica(10000)}, None, None),
+}
+
+
+@pytest.mark.parametrize(("length", "specs", "longest", "allowed"), list(GENERATED_NAMES.values()),
+                         ids=list(GENERATED_NAMES))
+def test_every_generated_name_must_fit_a_dns_1035_label(length, specs, longest, allowed):
+    job = valid_job()
+    job["metadata"]["name"] = name = "a" * length
+    job["spec"]["tfReplicaSpecs"] = specs
+    errors = validate(job)
+    if longest is None:
+        assert errors == []
+        return
+    assert kinds(job) == [(INVALID, "metadata.name")]
+    message = str(errors[0])
+    assert message.startswith(f'metadata.name: Invalid value: "{name}": must be no more than {allowed} characters')
+    assert "must be a DNS-1035 label of at most 63 characters" in message
+    assert message.endswith(f"has {longest}")
+
+
+def test_a_name_invalid_in_itself_is_reported_once():
+    job = make_job(name="a" * 70, worker=replica(3))
+    assert kinds(job) == [(INVALID, "metadata.name")]
