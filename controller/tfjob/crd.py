@@ -436,27 +436,46 @@ def _open_api_schema() -> dict[str, Any]:
     }
 
 
-def _generated_names_rule() -> dict[str, str]:
+def _generated_names_rule() -> dict[str, Any]:
     """Every pod and service name the controller will generate, ``<job>-<replica type>-<index>`` for the
     largest index of each type, is a DNS-1035 label (a Service's name must be one): at most 63 characters.
 
     Without it a name of ~55 characters passed and every reconcile then met a 422 from the Service API.
     Re-evaluated on every update (``kubectl scale`` included), so a scale-up that would make the names too
-    long is refused too. The message says how long this job's name may be."""
+    long is refused too. The message says how long this job's name may be.
+
+    A rule at the root is never ratcheted (the root value changes with every write, a status write too),
+    so a job stored before this rule existed could then not get even its ``TFJobFailedValidation``
+    status. Hence a transition rule with ``optionalOldSelf``: on update it tolerates a job that already
+    broke the limit as long as its longest generated name does not grow."""
     limit = api.MAX_GENERATED_NAME_LENGTH
-    replicas = "self.spec.tfReplicaSpecs[k].replicas"
-    # Characters after the job name: '-', the type in lower case (same length), '-', the largest index
-    # (replicas unset means 1, so index 0).
-    suffix = f"size(k) + 2 + size(string(has({replicas}) ? {replicas} - 1 : 0))"
-    has_pods = f"!(has({replicas}) && {replicas} <= 0)"
-    longest_suffix = f"self.spec.tfReplicaSpecs.filter(k, {has_pods}).map(k, {suffix}).max()"
+
+    def suffix(obj: str) -> str:
+        # Characters after the job name: '-', the type in lower case (same length), '-', the largest index
+        # (replicas unset means 1, so index 0).
+        replicas = f"{obj}.spec.tfReplicaSpecs[k].replicas"
+        return f"size(k) + 2 + size(string(has({replicas}) ? {replicas} - 1 : 0))"
+
+    def has_pods(obj: str) -> str:
+        replicas = f"{obj}.spec.tfReplicaSpecs[k].replicas"
+        return f"!(has({replicas}) && {replicas} <= 0)"
+
+    def fits(obj: str) -> str:
+        return f"{obj}.spec.tfReplicaSpecs.all(k, !({has_pods(obj)}) || size({obj}.metadata.name) + {suffix(obj)} <= {limit})"
+
+    def longest_name(obj: str) -> str:
+        longest_suffix = f"{obj}.spec.tfReplicaSpecs.filter(k, {has_pods(obj)}).map(k, {suffix(obj)}).max()"
+        return f"(size({obj}.metadata.name) + {longest_suffix})"
+
+    old = "oldSelf.value()"
     return {
         # A name already longer than a label is reported by the DNS-1035 rule alone.
-        "rule": f"size(self.metadata.name) > {limit} ||"
-        f" self.spec.tfReplicaSpecs.all(k, !({has_pods}) || size(self.metadata.name) + {suffix} <= {limit})",
-        "messageExpression": f"'metadata.name must be at most ' + string({limit} - {longest_suffix}) + ' characters"
-        f" for this job: the name of each of its pods and services, <name>-<replica type>-<index>, must be a"
-        f" DNS-1035 label of at most {limit} characters'",
+        "rule": f"size(self.metadata.name) > {limit} || {fits('self')} || (oldSelf.hasValue() && !{fits(old)}"
+        f" && {longest_name('self')} <= {longest_name(old)})",
+        "optionalOldSelf": True,
+        "messageExpression": f"'metadata.name must be at most ' + string({limit} + size(self.metadata.name) -"
+        f" {longest_name('self')}) + ' characters for this job: the name of each of its pods and services,"
+        f" <name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters'",
         "message": f"metadata.name is too long for this job: the name of each of its pods and services,"
         f" <name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters",
     }

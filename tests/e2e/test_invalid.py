@@ -241,3 +241,36 @@ async def test_an_invalid_job_with_a_ttl_is_deleted_after_it(lax_operator: Opera
 
     await eventually(gone, what="the invalid job deleted by its TTL")
     assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0
+
+
+async def test_a_job_stored_before_the_crd_was_tightened_still_gets_its_condition(sim_cluster: SimCluster) -> None:
+    """Ratcheting (issue 9, item 5): a job that an older CRD let in is failed by the controller once the CRD
+    is upgraded; its status write must be accepted although the job breaks the new rules."""
+    from controller.runtime.client import ApiClient
+
+    assert sim_cluster.kubeconfig_path
+    installer = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    try:
+        await installer.create(CRDS, loosened_crd())
+        await installer.create(TFJOBS, long_name(), namespace="default")
+        await installer.create(TFJOBS, negative_replicas("old-bad"), namespace="default")
+        tight = yaml.safe_load(CRD_PATH.read_text())
+        current = await installer.get(CRDS, tight["metadata"]["name"])
+        tight["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await installer.replace(CRDS, tight)
+    finally:
+        await installer.close()
+    operator = await start_operator(sim_cluster, install_crd=False)
+    try:
+        for name in (LONG, "old-bad"):
+            async def failed() -> dict | None:
+                job = await operator.job(name)
+                return job if is_true(job, "Failed") else None
+
+            job = await eventually(failed, what=f"{name} Failed by the controller's validation")
+            assert conditions(job)[-1][2] == "TFJobFailedValidation"
+            await reconciled_once_more(operator, name)
+        assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0
+        assert await operator.pods(LONG) == [] and await operator.pods("old-bad") == []
+    finally:
+        await operator.stop()

@@ -337,6 +337,17 @@ def test_a_scale_up_that_would_make_a_generated_name_too_long_is_refused() -> No
                                                                         " DNS-1035 label of at most 63 characters")
 
 
+def test_a_job_stored_before_the_generated_names_rule_may_change_as_long_as_its_names_do_not_grow() -> None:
+    # A root rule is never ratcheted; without its tolerance such a job could not even get a status.
+    old = tfjob("a" * 56, Worker=_replica(3))
+    assert validate(old)  # rejected on create
+    assert validate({**old, "status": {"conditions": []}}, old) == []
+    assert validate(_with(old, f"{_W}.replicas", 1), old) == []  # scaling down
+    assert validate(_with(old, f"{_W}.replicas", 10), old) == []  # worker-9: no longer than worker-2
+    assert validate(_with(old, f"{_W}.replicas", 11), old)  # worker-10: longer, refused
+    assert validate(_with(old, "spec.tfReplicaSpecs.Evaluator", _replica(1)), old)  # a longer type: refused
+
+
 def test_queue_is_immutable_but_other_fields_may_change() -> None:
     old = DYNAMIC_FULL_RUN_POLICY
     new_queue = _with(old, "spec.runPolicy.schedulingPolicy.queue", "production")
@@ -374,7 +385,8 @@ def test_every_rule_compiles_against_its_schema_node() -> None:
             CelRule(rule["rule"], node, is_root=not path)
             if "messageExpression" in rule:
                 CelRule(rule["messageExpression"], node, is_root=not path)
-            assert set(rule) - {"messageExpression"} == {"rule", "message"} and rule["message"], (path, rule)
+            assert set(rule) - {"messageExpression", "optionalOldSelf"} == {"rule", "message"} and rule["message"], (
+                path, rule)
             rules += 1
     assert rules == 9
 
