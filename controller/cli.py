@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--nodes", type=_positive_int, default=3, help="Ready nodes (default 3)")
     sim.add_argument("--time-scale", type=_scale, default=1.0,
                      help="multiplier of simulated durations (pod start, grace periods); default 1")
+    sim.add_argument("--secure", action="store_true",
+                     help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
+                          "ServiceAccount tokens via 'kubectl create token') and RBAC authorization")
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
@@ -184,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sim":
             from controller.ops.simcmd import serve_sim
 
-            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale)
+            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure)
         if args.command == "demo":
             from controller.ops.demo import demo
 

@@ -14,8 +14,8 @@ import anyio
 from controller.sim.cluster import SimCluster, SimConfig
 
 
-async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float) -> int:
-    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig)
+async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False) -> int:
+    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig, secure=secure)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with SimCluster(config) as cluster:
             print(f"simulated cluster serving at {cluster.url} (kubeconfig: {cluster.kubeconfig_path})", flush=True)

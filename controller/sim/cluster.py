@@ -18,8 +18,11 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,15 +61,23 @@ class SimConfig:
     fault_seed: int | None = None
     # kube-apiserver --event-ttl (simulated seconds): Events not written again within it are deleted.
     event_ttl_seconds: float = 3600.0
+    # HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py); the kubeconfig's
+    # user is the cluster admin (a client certificate in group system:masters).
+    secure: bool = False
 
 
-def kubeconfig_document(url: str, name: str = "sim") -> dict:
-    """A kubeconfig whose current context points at ``url`` with no authentication."""
+def kubeconfig_document(url: str, name: str = "sim", *, ca_cert: bytes | None = None,
+                        user: dict | None = None) -> dict:
+    """A kubeconfig whose current context points at ``url``: no authentication, or (secure mode) the
+    CA that signed the server's certificate and the given user credentials."""
+    cluster: dict[str, Any] = {"server": url}
+    if ca_cert is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_cert).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {}}],
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": dict(user or {})}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
         "current-context": name,
         "preferences": {},
@@ -102,12 +113,33 @@ class SimCluster:
 
             self.workloads = WorkloadControllers(self.store, WorkloadConfig(time_scale=self.config.time_scale))
         self.event_ttl = EventTTL(self.store, self.config.event_ttl_seconds, self.config.time_scale)
+        self.secure: Any = None  # controller.sim.auth.SecureMaterial in secure mode
+        self._cert_dir: str | None = None
+        if self.config.secure:
+            self._make_secure()
+        from controller.sim.rbac import ClusterRoleAggregator
+
+        self.aggregator = ClusterRoleAggregator(self.store)
         self.kubeconfig_path: str | None = self.config.kubeconfig_path
         self._owner: asyncio.Task | None = None
         self._stop = asyncio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = asyncio.Event()
         self._restart_lock = asyncio.Lock()
+
+    def _make_secure(self) -> None:
+        from controller.sim import rbac
+        from controller.sim.auth import AuthLayer, SecureMaterial
+        from controller.sim.resources import secure_types
+
+        self.secure = SecureMaterial.generate(self.config.host)
+        self._cert_dir = tempfile.mkdtemp(prefix="sim-pki-")
+        self.server.ssl_context = self.secure.server_ssl_context(self._cert_dir)
+        self.server.auth = AuthLayer(self.store, self.secure)
+        for rt in secure_types():
+            self.store.registry.add(rt)
+        for resource, obj in rbac.bootstrap_objects():
+            self.store.create(resource, None, obj, field_manager="kube-apiserver")
 
     @property
     def url(self) -> str:
@@ -157,6 +189,7 @@ class SimCluster:
                 if self.workloads is not None:
                     tg.start_soon(self.workloads.run, name="sim-workload-controllers")
                 tg.start_soon(self.event_ttl.run, name="sim-event-ttl")
+                tg.start_soon(self.aggregator.run, name="sim-clusterrole-aggregation")
                 self._started.set()
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
@@ -172,6 +205,9 @@ class SimCluster:
                 await self.server.stop()
         finally:
             self.hub.shutdown()
+            if self._cert_dir is not None:
+                shutil.rmtree(self._cert_dir, ignore_errors=True)
+                self._cert_dir = None
             if self._owner is not None:
                 owner, self._owner = self._owner, None
                 await owner
@@ -199,9 +235,35 @@ class SimCluster:
 
     def write_kubeconfig(self, path: str | os.PathLike) -> str:
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(kubeconfig_document(self.url), sort_keys=False))
-        tmp.replace(target)
+        if self.secure is not None:
+            from controller.sim.auth import admin_kubeconfig_user
+
+            document = kubeconfig_document(self.url, ca_cert=self.secure.ca_cert,
+                                           user=admin_kubeconfig_user(self.secure))
+        else:
+            document = kubeconfig_document(self.url)
+        _write_private(target, yaml.safe_dump(document, sort_keys=False))
         self.kubeconfig_path = str(target)
         return self.kubeconfig_path
+
+    def service_account_kubeconfig(self, path: str | os.PathLike, namespace: str, name: str,
+                                   expiration_seconds: int = 24 * 3600) -> str:
+        """Secure mode: a kubeconfig for ServiceAccount ``namespace/name`` (which must exist), with a
+        token from the TokenRequest API and the cluster's CA, as a pod's projected token would be used."""
+        if self.secure is None or self.server.auth is None:
+            raise RuntimeError("service account kubeconfigs need a secure cluster (SimConfig.secure=True)")
+        token = self.server.auth.token_for(namespace, name, expiration_seconds)
+        document = kubeconfig_document(self.url, ca_cert=self.secure.ca_cert, user={"token": token})
+        target = Path(path)
+        _write_private(target, yaml.safe_dump(document, sort_keys=False))
+        return str(target)
+
+
+def _write_private(target: Path, text: str) -> None:
+    """Write a kubeconfig atomically, readable by its owner only (it may hold credentials)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(target)

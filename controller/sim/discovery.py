@@ -40,7 +40,7 @@ _GROUP_ORDER = ["apps", "events.k8s.io", "authentication.k8s.io", "authorization
                 "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io"]
 
 _SUB_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"], "eviction": ["create"],
-              "binding": ["create"]}
+              "binding": ["create"], "token": ["create"]}
 
 
 def storage_version_hash(group: str, version: str, kind: str) -> str:

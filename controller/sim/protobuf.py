@@ -1,7 +1,8 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
 Why: kubectl (1.33+) encodes the objects its ``create <generator>`` subcommands build (``create
-configmap``, ``create secret``, ``create namespace``, ``create serviceaccount``, ``create role``...) as
+configmap``, ``create secret``, ``create namespace``, ``create serviceaccount``, ``create role``...),
+and those of ``auth can-i`` / ``auth whoami`` / ``create token``, as
 ``application/vnd.kubernetes.protobuf``. A real apiserver accepts that, so the simulator must too.
 Only request bodies are decoded (responses are always JSON, which every such client also accepts).
 
@@ -50,6 +51,18 @@ _SUBJECT: Schema = {1: ("kind", "str", None, False), 2: ("apiGroup", "str", None
 _ROLE_REF: Schema = {1: ("apiGroup", "str", None, False), 2: ("kind", "str", None, False),
                      3: ("name", "str", None, False)}
 _META = (("metadata", "msg", _OBJECT_META, False))
+# authorization.k8s.io/v1 and authentication.k8s.io/v1 (kubectl auth can-i / whoami, create token).
+_RESOURCE_ATTRIBUTES: Schema = {1: ("namespace", "str", None, False), 2: ("verb", "str", None, False),
+                                3: ("group", "str", None, False), 4: ("version", "str", None, False),
+                                5: ("resource", "str", None, False), 6: ("subresource", "str", None, False),
+                                7: ("name", "str", None, False)}
+_NON_RESOURCE_ATTRIBUTES: Schema = {1: ("path", "str", None, False), 2: ("verb", "str", None, False)}
+_ACCESS_REVIEW_SPEC: Schema = {1: ("resourceAttributes", "msg", _RESOURCE_ATTRIBUTES, False),
+                               2: ("nonResourceAttributes", "msg", _NON_RESOURCE_ATTRIBUTES, False)}
+_BOUND_OBJECT_REF: Schema = {1: ("kind", "str", None, False), 2: ("apiVersion", "str", None, False),
+                             3: ("name", "str", None, False), 4: ("uid", "str", None, False)}
+_TOKEN_REQUEST_SPEC: Schema = {1: ("audiences", "str", None, True), 3: ("boundObjectRef", "msg", _BOUND_OBJECT_REF, False),
+                               4: ("expirationSeconds", "int", None, False)}
 
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "ConfigMap"): {1: _META, 2: ("data", "map_str", None, False), 3: ("binaryData", "map_bytes", None, False),
@@ -66,6 +79,16 @@ KINDS: dict[tuple[str, str], Schema] = {
                                                       3: ("roleRef", "msg", _ROLE_REF, False)},
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): {1: _META, 2: ("subjects", "msg", _SUBJECT, True),
                                                              3: ("roleRef", "msg", _ROLE_REF, False)},
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {1: _META, 2: ("spec", "msg", _ACCESS_REVIEW_SPEC, False)},
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): {
+        1: _META, 2: ("spec", "msg", {1: ("namespace", "str", None, False)}, False)},
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): {1: _META, 2: ("spec", "msg", {
+        **_ACCESS_REVIEW_SPEC, 3: ("user", "str", None, False), 4: ("groups", "str", None, True),
+        6: ("uid", "str", None, False)}, False)},
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: _META},
+    ("authentication.k8s.io/v1", "TokenReview"): {1: _META, 2: ("spec", "msg", {
+        1: ("token", "str", None, False), 2: ("audiences", "str", None, True)}, False)},
+    ("authentication.k8s.io/v1", "TokenRequest"): {1: _META, 2: ("spec", "msg", _TOKEN_REQUEST_SPEC, False)},
 }
 
 

@@ -249,11 +249,29 @@ def builtin_types() -> list[ResourceType]:
     ]
 
 
+def secure_types() -> list[ResourceType]:
+    """What secure mode serves in addition (controller/sim/auth.py answers them; nothing is stored):
+    ServiceAccounts with the TokenRequest subresource, and the create-only review APIs."""
+    sa = next(rt for rt in builtin_types() if rt.plural == "serviceaccounts")
+    sa.subresources = ("token",)
+
+    def review(group: str, plural: str, kind: str) -> ResourceType:
+        return ResourceType(group, "v1", plural, plural[:-1], kind, False, verbs=("create",))
+
+    return [sa,
+            review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+            review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+            review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
+            review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
+            review("authentication.k8s.io", "tokenreviews", "TokenReview")]
+
+
 # Kinds of request bodies accepted by subresources, and their group/version.
 SUBRESOURCE_KINDS = {
     "eviction": ("policy", "v1", "Eviction"),
     "binding": ("", "v1", "Binding"),
     "scale": ("autoscaling", "v1", "Scale"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 
 

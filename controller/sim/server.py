@@ -52,6 +52,7 @@ _PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
 }
 _HEALTH = {"/healthz", "/livez", "/readyz"}
+USER: web.RequestKey[Any] = web.RequestKey("user", Any)  # secure mode: the authenticated UserInfo
 _NOT_ACCEPTABLE = ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
                                                  "application/yaml, application/vnd.kubernetes.protobuf")
 
@@ -123,10 +124,13 @@ class SimServer:
         self.rv_wait_timeout = 3.0
         self.shutting_down = False
         self.restarts = 0
+        # Secure mode (controller/sim/auth.py): TLS, and authentication + authorization of every request.
+        self.ssl_context: Any = None
+        self.auth: Any = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context is not None else 'http'}://{self.host}:{self.port}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,7 +147,7 @@ class SimServer:
                             access_log=None)
         runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+        site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024, ssl_context=self.ssl_context)
         await site.start()
         self._runner, self._site = runner, site
         sockets = getattr(site._server, "sockets", None) or []
@@ -266,9 +270,21 @@ class SimServer:
 
     # ------------------------------------------------------------------ the handler
 
+    def _admit(self, request: web.BaseRequest, path: str, route: Route | None, verb: str) -> None:
+        """Secure mode: authenticate and authorize, or raise the 401/403 Status; the user is kept on
+        the request for the APIs that answer about it (access reviews, whoami)."""
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        request[USER] = self.auth.admit(request.headers, peercert, request.method, path, route, verb)
+
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
         if path.startswith("/_sim/"):
+            if self.auth is not None:
+                try:
+                    self._admit(request, path, None, "")
+                except ApiError as err:
+                    return self._error(err)
             return await self._sim_api(request)
         route = self.route(path) if path.startswith("/api") else None
         verb = self.verb_of(request.method, route, request.query) if route is not None else ""
@@ -277,6 +293,8 @@ class SimServer:
                                           route.namespace if route else None, route.name if route else None,
                                           user_agent)
         try:
+            if self.auth is not None:
+                self._admit(request, path, route, verb)
             if route is not None:
                 decision = self.faults.check(verb, route.key, route.name, user_agent)
                 if decision.latency:
@@ -380,6 +398,12 @@ class SimServer:
         query = request.query
         if verb not in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"):
             raise errors.method_not_allowed(request.method, rt.plural)
+        if self.auth is not None and self.auth.serves(route):
+            # TokenRequest and the access reviews: create-only, answered, never stored.
+            if verb != "create":
+                raise errors.method_not_allowed(verb, route.key)
+            body = await self._body(request, "TokenRequest" if route.subresource == "token" else rt.kind)
+            return self._json(self.auth.serve(route, body, request[USER]), 201)
         if route.subresource is None and verb not in rt.verbs:
             raise errors.method_not_allowed(verb, rt.plural)
         if route.subresource == "log":

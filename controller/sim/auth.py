@@ -1,0 +1,447 @@
+"""Secure mode of the simulated cluster: TLS, authentication, authorization and the auth APIs.
+
+Why this module exists: ``tfjob-controller sim --secure`` must prove what plain HTTP cannot — that
+the controller works over TLS with CA verification and a ServiceAccount token, and that its RBAC is
+sufficient — with the same answers a kubeadm cluster gives (reference apiserver-logs-events-auth.md §4).
+
+Contract:
+- :class:`SecureMaterial` generates (with the ``cryptography`` package) a self-signed CA, a serving
+  certificate for the server's host (plus localhost / 127.0.0.1 / the kubernetes service names),
+  an admin client certificate (CN ``kubernetes-admin``, O ``system:masters``: the superuser that a
+  kubeadm ``super-admin.conf`` holds, so no RBAC object can lock the operator of the simulator
+  out) and the ES256 key that signs ServiceAccount tokens.
+- :class:`AuthLayer` authenticates every request: a client certificate verified against the CA
+  (user = CN, groups = O), or ``Authorization: Bearer <token>`` with a token the TokenRequest API
+  issued (a JWT with the real claims; it stays valid while it has not expired and its
+  ServiceAccount — and bound object, if any — still exists with the same uid). Anonymous requests
+  are refused like ``--anonymous-auth=false``: every request without valid credentials gets the
+  401 Status. Authenticated users also get ``system:authenticated``; ServiceAccounts get
+  ``system:serviceaccounts`` and ``system:serviceaccounts:<ns>``.
+- Authorization is :class:`~controller.sim.rbac.RBACAuthorizer`; resource requests are described
+  like kube-apiserver's RequestInfo (a request for a namespace object has that namespace as its
+  namespace); other paths, ``/_sim/`` included, are non-resource URLs (cluster-admin has ``*``).
+- :meth:`AuthLayer.serve` answers the create-only APIs: TokenRequest
+  (``serviceaccounts/{name}/token``), SelfSubjectAccessReview, SelfSubjectRulesReview,
+  SubjectAccessReview, SelfSubjectReview (``kubectl auth whoami``) and TokenReview.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import ipaddress
+import ssl
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from controller.sim import errors
+from controller.sim.errors import ApiError
+from controller.sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
+
+try:
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+    from cryptography.x509.oid import NameOID
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the CLI's one-line message
+    raise ModuleNotFoundError(
+        "the simulator's secure mode needs the 'cryptography' package: pip install 'tfjob-controller[sim]'",
+        name=exc.name) from exc
+
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+AUDIENCE = ISSUER
+ADMIN_USER = "kubernetes-admin"
+ADMIN_GROUP = "system:masters"
+DEFAULT_EXPIRATION = 3600
+MIN_EXPIRATION = 600
+UNAUTHORIZED = ApiError(401, "Unauthorized", "Unauthorized")
+SERVICE_ACCOUNTS = "serviceaccounts"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _pem(cert: "x509.Certificate") -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: Any) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+@dataclass
+class SecureMaterial:
+    """PEM bytes of the CA, the serving pair, the admin client pair, and the token signing key."""
+
+    ca_cert: bytes
+    server_cert: bytes
+    server_key: bytes
+    admin_cert: bytes
+    admin_key: bytes
+    signing_key: Any  # ec.EllipticCurvePrivateKey
+
+    @classmethod
+    def generate(cls, host: str) -> "SecureMaterial":
+        now = _dt.datetime.now(_dt.timezone.utc)
+        not_before, not_after = now - _dt.timedelta(minutes=5), now + _dt.timedelta(days=365)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
+              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+              .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, key_cert_sign=True,
+                                           crl_sign=False, content_commitment=False, data_encipherment=False,
+                                           key_agreement=False, encipher_only=False, decipher_only=False),
+                             critical=True)
+              .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+
+        def leaf(subject: x509.Name, server: bool) -> tuple[bytes, bytes]:
+            key = ec.generate_private_key(ec.SECP256R1())
+            builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
+                       .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                       .not_valid_before(not_before).not_valid_after(not_after)
+                       .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                       .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server
+                                                             else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+                                      critical=False)
+                       .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                      critical=False))
+            if server:
+                names: list[x509.GeneralName] = [x509.DNSName(n) for n in (
+                    "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local")]
+                ips = {"127.0.0.1"}
+                try:
+                    ips.add(str(ipaddress.ip_address(host)))
+                except ValueError:
+                    if host not in ("localhost",):
+                        names.append(x509.DNSName(host))
+                names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(ips)]
+                builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+            cert = builder.sign(ca_key, hashes.SHA256())
+            return _pem(cert), _key_pem(key)
+
+        server_cert, server_key = leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]), True)
+        admin_cert, admin_key = leaf(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ADMIN_GROUP),
+                                                x509.NameAttribute(NameOID.COMMON_NAME, ADMIN_USER)]), False)
+        return cls(_pem(ca), server_cert, server_key, admin_cert, admin_key, ec.generate_private_key(ec.SECP256R1()))
+
+    def server_ssl_context(self, directory: str) -> ssl.SSLContext:
+        """TLS for the server; client certificates are optional (bearer tokens need none) but verified."""
+        import os
+
+        cert_path, key_path = os.path.join(directory, "apiserver.crt"), os.path.join(directory, "apiserver.key")
+        with open(cert_path, "wb") as f:
+            f.write(self.server_cert)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.server_key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert_path, key_path)
+        context.load_verify_locations(cadata=self.ca_cert.decode())
+        context.verify_mode = ssl.CERT_OPTIONAL
+        return context
+
+
+# ------------------------------------------------------------------------------------ tokens
+
+class TokenIssuer:
+    """ES256 JWTs with the claims kube-apiserver puts in a ServiceAccount token."""
+
+    def __init__(self, key: Any) -> None:
+        self._key = key
+        self._public = key.public_key()
+        digest = hashes.Hash(hashes.SHA256())
+        digest.update(self._public.public_bytes(serialization.Encoding.DER,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+        self._kid = _b64url(digest.finalize())
+
+    def issue(self, claims: dict) -> str:
+        header = _b64url(orjson.dumps({"alg": "ES256", "kid": self._kid}))
+        payload = _b64url(orjson.dumps(claims))
+        signing_input = f"{header}.{payload}".encode()
+        r, s = decode_dss_signature(self._key.sign(signing_input, ec.ECDSA(hashes.SHA256())))
+        return f"{header}.{payload}." + _b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+    def verify(self, token: str) -> dict | None:
+        """The claims of a token this issuer signed, or None (bad shape or signature)."""
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        try:
+            signature = _b64url_decode(parts[2])
+            if len(signature) != 64:
+                return None
+            der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+            self._public.verify(der, f"{parts[0]}.{parts[1]}".encode(), ec.ECDSA(hashes.SHA256()))
+            claims = orjson.loads(_b64url_decode(parts[1]))
+        except (InvalidSignature, ValueError, orjson.JSONDecodeError):
+            return None
+        return claims if isinstance(claims, dict) else None
+
+
+# ------------------------------------------------------------------------------------ the layer
+
+_REVIEW_KINDS = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): "SelfSubjectAccessReview",
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): "SelfSubjectRulesReview",
+    ("authorization.k8s.io", "subjectaccessreviews"): "SubjectAccessReview",
+    ("authentication.k8s.io", "selfsubjectreviews"): "SelfSubjectReview",
+    ("authentication.k8s.io", "tokenreviews"): "TokenReview",
+}
+
+
+class AuthLayer:
+    """Authentication + RBAC authorization + the auth APIs of one secure simulated cluster."""
+
+    def __init__(self, store: Any, material: SecureMaterial, clock: Any = time.time) -> None:
+        self.store = store
+        self.material = material
+        self.tokens = TokenIssuer(material.signing_key)
+        self.authorizer = RBACAuthorizer(store)
+        self.clock = clock
+        self._token_cache: dict[str, tuple[UserInfo, dict]] = {}
+
+    # -------------------------------------------------------------- authentication
+
+    def authenticate(self, headers: Any, peercert: dict | None) -> UserInfo | None:
+        # kube-apiserver's union authenticator tries the client certificate before bearer tokens.
+        if peercert:
+            user = self._cert_user(peercert)
+            if user is not None:
+                return user
+        header = headers.get("Authorization")
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return None
+            return self.authenticate_token(token.strip())
+        return None
+
+    @staticmethod
+    def _cert_user(peercert: dict) -> UserInfo | None:
+        name = ""
+        groups: list[str] = []
+        for rdn in peercert.get("subject") or ():
+            for key, value in rdn:
+                if key == "commonName":
+                    name = value
+                elif key == "organizationName":
+                    groups.append(value)
+        if not name:
+            return None
+        return UserInfo(name, groups=(*groups, AUTHENTICATED))
+
+    def authenticate_token(self, token: str) -> UserInfo | None:
+        cached = self._token_cache.get(token)
+        if cached is None:
+            claims = self.tokens.verify(token)
+            if claims is None or claims.get("iss") != ISSUER:
+                return None
+            info = claims.get("kubernetes.io") or {}
+            sa = info.get("serviceaccount") or {}
+            namespace, name, uid = info.get("namespace"), sa.get("name"), sa.get("uid")
+            if not (namespace and name and uid):
+                return None
+            extra: dict[str, list[str]] = {}
+            if claims.get("jti"):
+                extra["authentication.kubernetes.io/credential-id"] = [f"JTI={claims['jti']}"]
+            for kind in ("pod", "node"):
+                if info.get(kind):
+                    extra[f"authentication.kubernetes.io/{kind}-name"] = [info[kind]["name"]]
+                    extra[f"authentication.kubernetes.io/{kind}-uid"] = [info[kind]["uid"]]
+            user = UserInfo(f"system:serviceaccount:{namespace}:{name}", uid,
+                            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED), extra)
+            if len(self._token_cache) > 10_000:
+                self._token_cache.clear()
+            cached = self._token_cache[token] = (user, claims)
+        user, claims = cached
+        if claims.get("exp", 0) <= self.clock() or claims.get("nbf", 0) > self.clock() + 60:
+            return None
+        info = claims["kubernetes.io"]
+        sa = self.store.get(SERVICE_ACCOUNTS, info["namespace"], info["serviceaccount"]["name"])
+        if sa is None or sa["metadata"].get("uid") != info["serviceaccount"]["uid"]:
+            return None  # the ServiceAccount was deleted (and maybe recreated): its tokens die with it
+        for kind, resource in (("pod", "pods"), ("secret", "secrets")):
+            bound = info.get(kind)
+            if bound:
+                obj = self.store.get(resource, info["namespace"], bound["name"])
+                if obj is None or obj["metadata"].get("uid") != bound["uid"]:
+                    return None
+        return user
+
+    # -------------------------------------------------------------- authorization
+
+    def attributes(self, user: UserInfo, method: str, path: str, route: Any, verb: str) -> Attributes:
+        if route is None:
+            return Attributes(user, method.lower() if method != "HEAD" else "get", False, path=path)
+        rt = route.rt
+        namespace = route.namespace or ""
+        if rt.plural == "namespaces" and not rt.group and route.name:
+            namespace = route.name  # RequestInfo: a namespace object is in its own namespace
+        return Attributes(user, verb, True, rt.group, rt.version, rt.plural, route.subresource or "",
+                          route.name or "", namespace)
+
+    def admit(self, headers: Any, peercert: dict | None, method: str, path: str, route: Any,
+              verb: str) -> UserInfo:
+        """The authenticated user of a request it may make; raises the 401 or 403 Status otherwise."""
+        user = self.authenticate(headers, peercert)
+        if user is None:
+            raise UNAUTHORIZED
+        attrs = self.attributes(user, method, path, route, verb)
+        allowed, reason = self.authorizer.authorize(attrs)
+        if not allowed:
+            raise forbidden(attrs, reason)
+        return user
+
+    # -------------------------------------------------------------- create-only APIs
+
+    def serves(self, route: Any) -> bool:
+        rt = route.rt
+        return route.subresource == "token" and rt.plural == SERVICE_ACCOUNTS and not rt.group or \
+            (rt.group, rt.plural) in _REVIEW_KINDS
+
+    def serve(self, route: Any, body: Any, user: UserInfo) -> dict:
+        """The 201 body of a TokenRequest or review ``body`` sent by ``user``."""
+        rt = route.rt
+        if route.subresource == "token":
+            return self._token_request(route.namespace, route.name, body)
+        kind = _REVIEW_KINDS[(rt.group, rt.plural)]
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind})")
+        if body.get("kind") not in (None, kind):
+            raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the expected kind "
+                                     f"({kind})")
+        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        out = {"kind": kind, "apiVersion": f"{rt.group}/v1",
+               "metadata": {"creationTimestamp": None, **{k: v for k, v in (body.get("metadata") or {}).items()
+                                                           if k in ("name", "namespace", "labels", "annotations")}}}
+        if kind == "SelfSubjectReview":
+            return {**out, "status": {"userInfo": user.to_api()}}
+        if kind == "TokenReview":
+            token = spec.get("token") or ""
+            reviewed = self.authenticate_token(token) if isinstance(token, str) and token else None
+            status: dict[str, Any] = {"authenticated": True, "user": reviewed.to_api(),
+                                      "audiences": [AUDIENCE]} if reviewed else {"user": {}}
+            return {**out, "spec": spec, "status": status}
+        if kind == "SelfSubjectRulesReview":
+            namespace = spec.get("namespace") or ""
+            if not namespace:
+                raise errors.bad_request("no namespace on request")
+            resource_rules, non_resource_rules, error = self.authorizer.rules_for(user, namespace)
+            status = {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
+                      "incomplete": bool(error)}
+            if error:
+                status["evaluationError"] = error
+            return {**out, "spec": spec, "status": status}
+        subject = user
+        if kind == "SubjectAccessReview":
+            if not spec.get("user") and not spec.get("groups"):
+                raise errors.invalid(kind, "", [{"reason": "FieldValueRequired", "field": "spec.user",
+                                                 "message": "Required value: at least one of user or group must "
+                                                            "be specified"}], rt.group)
+            subject = UserInfo(spec.get("user") or "", spec.get("uid") or "", tuple(spec.get("groups") or ()),
+                               spec.get("extra") or {})
+        resource = spec.get("resourceAttributes")
+        non_resource = spec.get("nonResourceAttributes")
+        if bool(resource) == bool(non_resource):
+            raise errors.invalid(kind, "", [{"reason": "FieldValueRequired", "field": "spec.resourceAttributes",
+                                             "message": "Required value: exactly one of nonResourceAttributes or "
+                                                        "resourceAttributes must be specified"}], rt.group)
+        if resource:
+            attrs = Attributes(subject, resource.get("verb", ""), True, resource.get("group", ""),
+                               resource.get("version", ""), resource.get("resource", ""),
+                               resource.get("subresource", ""), resource.get("name", ""),
+                               resource.get("namespace", ""))
+        else:
+            attrs = Attributes(subject, non_resource.get("verb", ""), False, path=non_resource.get("path", ""))
+        allowed, reason = self.authorizer.authorize(attrs)
+        status = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        return {**out, "spec": spec, "status": status}
+
+    def token_for(self, namespace: str, name: str, expiration_seconds: int = DEFAULT_EXPIRATION) -> str:
+        """A token for ServiceAccount ``namespace/name``, as the TokenRequest API issues it."""
+        request = {"kind": "TokenRequest", "spec": {"expirationSeconds": expiration_seconds}}
+        return self._token_request(namespace, name, request)["status"]["token"]
+
+    def _token_request(self, namespace: str, name: str, body: Any) -> dict:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the object provided is unrecognized (must be of type TokenRequest)")
+        if body.get("kind") not in (None, "TokenRequest"):
+            raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the expected kind "
+                                     "(TokenRequest)")
+        sa = self.store.get(SERVICE_ACCOUNTS, namespace, name)
+        if sa is None:
+            raise errors.not_found(SERVICE_ACCOUNTS, name)
+        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        expiration = spec.get("expirationSeconds")
+        if expiration is None:
+            expiration = DEFAULT_EXPIRATION
+        if not isinstance(expiration, int) or isinstance(expiration, bool):
+            raise errors.bad_request("spec.expirationSeconds must be an integer")
+        if expiration < MIN_EXPIRATION:
+            raise errors.invalid("TokenRequest", "", [{
+                "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
+                "message": f"Invalid value: {expiration}: may not specify a duration less than 10 minutes"}],
+                "authentication.k8s.io")
+        if expiration > 2 ** 32:
+            raise errors.invalid("TokenRequest", "", [{
+                "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
+                "message": f"Invalid value: {expiration}: may not specify a duration larger than 2^32 seconds"}],
+                "authentication.k8s.io")
+        audiences = spec.get("audiences") or [AUDIENCE]
+        now = int(self.clock())
+        info: dict[str, Any] = {"namespace": namespace,
+                                "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}
+        bound = spec.get("boundObjectRef")
+        if isinstance(bound, dict) and bound:
+            kind = bound.get("kind")
+            resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
+            if resource is None or bound.get("apiVersion", "v1") != "v1":
+                raise errors.bad_request(f"cannot bind token to object of type {bound.get('apiVersion', '')}, "
+                                         f"Kind={kind}")
+            obj = self.store.get(resource, None if kind == "Node" else namespace, bound.get("name", ""))
+            if obj is None:
+                raise errors.not_found(resource, bound.get("name", ""))
+            if bound.get("uid") and bound["uid"] != obj["metadata"]["uid"]:
+                raise ApiError(409, "Conflict",
+                               f"Operation cannot be fulfilled on {resource} \"{bound.get('name')}\": the UID in the "
+                               f"bound object reference ({bound['uid']}) does not match the UID in record. The "
+                               "object might have been deleted and then recreated")
+            if kind == "Pod" and (obj.get("spec") or {}).get("serviceAccountName") != name:
+                raise errors.bad_request(f'cannot bind token for serviceaccount "{name}" to pod running with '
+                                         "different serviceaccount name.")
+            info[kind.lower()] = {"name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
+        claims = {"aud": audiences, "exp": now + expiration, "iat": now, "iss": ISSUER, "jti": str(uuid.uuid4()),
+                  "kubernetes.io": info, "nbf": now, "sub": f"system:serviceaccount:{namespace}:{name}"}
+        token = self.tokens.issue(claims)
+        expires = _dt.datetime.fromtimestamp(now + expiration, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = {"name": name, "namespace": namespace,
+                "creationTimestamp": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "metadata": meta,
+                "spec": {"audiences": audiences, "expirationSeconds": expiration,
+                         "boundObjectRef": bound if isinstance(bound, dict) and bound else None},
+                "status": {"token": token, "expirationTimestamp": expires}}
+
+
+def admin_kubeconfig_user(material: SecureMaterial) -> dict:
+    """The kubeconfig user entry of the cluster admin (client certificate, inline)."""
+    return {"client-certificate-data": base64.b64encode(material.admin_cert).decode(),
+            "client-key-data": base64.b64encode(material.admin_key).decode()}
+

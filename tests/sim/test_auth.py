@@ -1,0 +1,193 @@
+"""Secure mode through the real kubectl: TLS with the generated CA, the admin's client certificate,
+401 without credentials, ServiceAccount tokens from ``kubectl create token``, RBAC decisions and
+their exact 403 texts, aggregated ClusterRoles, and ``kubectl auth can-i`` / ``whoami``."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from controller.sim.cluster import SimCluster, SimConfig
+from controller.sim.rbac import Attributes, UserInfo, rule_allows
+from tests.conftest import Kubectl
+from tests.waiting import eventually
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=2, time_scale=0.01, secure=True)
+
+
+class TokenKubectl(Kubectl):
+    """kubectl with ``--token``, on a kubeconfig holding only the cluster (its CA) and no credentials."""
+
+    def __init__(self, admin: Kubectl, token: str) -> None:
+        config = yaml.safe_load(Path(admin.kubeconfig).read_text())
+        config["users"] = [{"name": "nobody", "user": {}}]
+        config["contexts"][0]["context"]["user"] = "nobody"
+        path = Path(admin.kubeconfig).with_name(f"kubeconfig-token-{len(token)}-{token[-8:]}")
+        path.write_text(yaml.safe_dump(config))
+        super().__init__(admin.binary, str(path), admin.cache_dir)
+        self.token = token
+
+    def argv(self, *args: str) -> list[str]:
+        return super().argv("--token", self.token, *args)
+
+
+def as_token(kubectl: Kubectl, token: str) -> Kubectl:
+    return TokenKubectl(kubectl, token)
+
+
+async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
+    rc, out, err = await kubectl(*args, input=input)
+    assert rc == 0, f"kubectl {' '.join(args)} failed: {err}"
+    return out
+
+
+async def new_token(kubectl: Kubectl, sa: str, namespace: str = "default") -> str:
+    await ok(kubectl, "-n", namespace, "create", "serviceaccount", sa)
+    return (await ok(kubectl, "-n", namespace, "create", "token", sa)).strip()
+
+
+def test_rule_matching_follows_the_rbac_authorizer() -> None:
+    user = UserInfo("jane")
+
+    def allows(rule: dict, **attrs: str) -> bool:
+        return rule_allows(Attributes(user, attrs.pop("verb", "get"), "path" not in attrs, **attrs), rule)
+
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}
+    assert allows(pods, resource="pods", name="web")
+    assert not allows(pods, resource="pods", subresource="log", name="web")  # pods does not cover pods/log
+    assert not allows({**pods, "resources": ["pods/*"]}, resource="pods", subresource="log")
+    assert allows({**pods, "resources": ["*/log"]}, resource="pods", subresource="log")
+    assert allows({**pods, "resources": ["*"]}, resource="pods", subresource="log")
+    assert not allows(pods, resource="pods", api_group="apps")
+    assert not allows(pods, verb="list", resource="pods")
+    named = {**pods, "resourceNames": ["web"]}
+    assert allows(named, resource="pods", name="web") and not allows(named, resource="pods", name="db")
+    assert not allows({**named, "verbs": ["list"]}, verb="list", resource="pods")  # no name: never matches
+    urls = {"nonResourceURLs": ["/healthz/*", "/version"], "verbs": ["get"]}
+    assert allows(urls, path="/healthz/etcd") and allows(urls, path="/version")
+    assert not allows(urls, path="/versions") and not allows(urls, verb="post", path="/version")
+
+
+async def test_tls_with_ca_verification_admin_certificate_and_401(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    assert sim_cluster.url.startswith("https://127.0.0.1:")
+    config = yaml.safe_load(Path(kubectl.kubeconfig).read_text())
+    assert config["clusters"][0]["cluster"]["certificate-authority-data"]
+    assert "insecure-skip-tls-verify" not in config["clusters"][0]["cluster"]
+    whoami = await ok(kubectl, "auth", "whoami", "-o", "json")
+    assert json.loads(whoami)["status"]["userInfo"] == {
+        "username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+    assert (await ok(kubectl, "get", "nodes", "-o", "name")).split() == ["node/sim-node-0", "node/sim-node-1"]
+
+    # No credentials: 401 with the real Status, over a connection that verified the server against the CA.
+    context = ssl.create_default_context(cadata=sim_cluster.secure.ca_cert.decode())
+    async with aiohttp.ClientSession() as http:
+        for path in ("/api/v1/pods", "/version", "/_sim/requests", "/api/v1/watch/pods"):
+            async with http.get(sim_cluster.url + path, ssl=context) as response:
+                assert response.status == 401, path
+                assert await response.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                  "status": "Failure", "message": "Unauthorized",
+                                                  "reason": "Unauthorized", "code": 401}
+        async with http.get(sim_cluster.url + "/api/v1/pods", ssl=context,
+                            headers={"Authorization": "Bearer not-a-token"}) as response:
+            assert response.status == 401
+    rc, _out, err = await as_token(kubectl, "not-a-token")("get", "pods")
+    assert rc == 1 and "error: You must be logged in to the server (Unauthorized)" in err
+
+
+async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    token = await new_token(kubectl, "bot")
+    bot = as_token(kubectl, token)
+    user = "system:serviceaccount:default:bot"
+    # Discovery and the auth APIs work for any authenticated user (system:discovery, system:basic-user).
+    whoami = json.loads(await ok(bot, "auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    assert whoami["username"] == user and whoami["uid"] == sim_cluster.store.get(
+        "serviceaccounts", "default", "bot")["metadata"]["uid"]
+    assert whoami["groups"] == ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"]
+
+    rc, _out, err = await bot("run", "web", "--image=nginx:1.27")
+    assert rc == 1
+    assert err.strip() == (f'Error from server (Forbidden): pods is forbidden: User "{user}" cannot create resource '
+                           '"pods" in API group "" in the namespace "default"')
+    rc, _out, err = await bot("get", "deployments", "-n", "kube-system")
+    assert f'deployments.apps is forbidden: User "{user}" cannot list resource "deployments" in API group "apps" ' \
+           'in the namespace "kube-system"' in err
+    rc, _out, err = await bot("get", "nodes")
+    assert f'nodes is forbidden: User "{user}" cannot list resource "nodes" in API group "" at the cluster scope' in err
+    rc, _out, err = await bot("get", "--raw", "/_sim/requests")
+    assert f'forbidden: User "{user}" cannot get path "/_sim/requests"' in err
+    rc, out, _err = await bot("auth", "can-i", "list", "pods")
+    assert (rc, out.strip()) == (1, "no")
+
+    # view is aggregated from system:aggregate-to-view: binding it lets the bot read pods and logs.
+    await ok(kubectl, "create", "rolebinding", "bot-view", "--clusterrole=view", "--serviceaccount=default:bot")
+    assert (await ok(bot, "auth", "can-i", "list", "pods")).strip() == "yes"
+    assert (await ok(bot, "auth", "can-i", "get", "pods", "--subresource=log")).strip() == "yes"
+    assert (await ok(bot, "auth", "can-i", "watch", "deployments.apps")).strip() == "yes"
+    rc, out, _err = await bot("auth", "can-i", "delete", "pods")
+    assert (rc, out.strip()) == (1, "no")
+    rc, out, _err = await bot("auth", "can-i", "list", "pods", "-n", "kube-system")
+    assert (rc, out.strip()) == (1, "no")
+    await ok(bot, "get", "pods")
+    await ok(kubectl, "run", "web", "--image=nginx:1.27")
+    watch = await bot.spawn("get", "pods", "-w", "-o", "name")
+    try:
+        assert watch.stdout is not None
+        line = await watch.stdout.readline()
+        assert line.decode().strip() == "pod/web"
+    finally:
+        watch.terminate()
+        await watch.wait()
+    listing = await ok(bot, "auth", "can-i", "--list")
+    assert "selfsubjectaccessreviews.authorization.k8s.io" in listing
+    assert any(row.split()[0] == "pods" and "[get list watch]" in row for row in listing.splitlines())
+
+    # A Role with resourceNames: exactly that object, and never a list.
+    await ok(kubectl, "create", "role", "one-secret", "--verb=get", "--resource=secrets", "--resource-name=a")
+    await ok(kubectl, "create", "rolebinding", "bot-one-secret", "--role=one-secret", "--serviceaccount=default:bot")
+    await ok(kubectl, "create", "secret", "generic", "a")
+    await ok(kubectl, "create", "secret", "generic", "b")
+    await ok(bot, "get", "secret", "a")
+    rc, _out, err = await bot("get", "secret", "b")
+    assert f'secrets "b" is forbidden: User "{user}" cannot get resource "secrets" in API group "" in the ' \
+           'namespace "default"' in err
+    # A binding to a role that does not exist explains itself.
+    await ok(kubectl, "create", "rolebinding", "bot-ghost", "--role=ghost", "--serviceaccount=default:bot")
+    rc, _out, err = await bot("get", "secrets")
+    assert err.strip().endswith(': RBAC: role.rbac.authorization.k8s.io "ghost" not found')
+
+    # The aggregation controller keeps aggregated roles filled, also for roles added later.
+    await ok(kubectl, "create", "clusterrole", "widgets-view", "--verb=get", "--resource=configmaps")
+    await ok(kubectl, "label", "clusterrole", "widgets-view", "rbac.authorization.k8s.io/aggregate-to-view=true")
+
+    def aggregated() -> bool:
+        view = sim_cluster.store.get("clusterroles.rbac.authorization.k8s.io", None, "view")
+        return {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]} in view["rules"]
+
+    await eventually(aggregated, timeout=20, what="view to aggregate widgets-view")
+    admin = sim_cluster.store.get("clusterroles.rbac.authorization.k8s.io", None, "admin")
+    assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]} in admin["rules"]
+
+    # Tokens die with their ServiceAccount.
+    await ok(kubectl, "delete", "serviceaccount", "bot")
+    rc, _out, err = await bot("get", "pods")
+    assert rc == 1 and "(Unauthorized)" in err
+
+
+async def test_token_request_validation(kubectl: Kubectl) -> None:
+    rc, _out, err = await kubectl("create", "token", "nope")
+    assert rc == 1 and 'serviceaccounts "nope" not found' in err
+    await ok(kubectl, "create", "serviceaccount", "bot")
+    rc, _out, err = await kubectl("create", "token", "bot", "--duration=1m")
+    assert rc == 1 and "spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 " \
+                       "minutes" in err
+    request = json.loads(await ok(kubectl, "create", "token", "bot", "--duration=2h", "-o", "json"))
+    assert request["kind"] == "TokenRequest" and request["spec"]["expirationSeconds"] == 7200
+    assert request["status"]["token"].count(".") == 2
