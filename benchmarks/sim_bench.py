@@ -12,9 +12,11 @@ template and for jobs whose replica specs all differ.
 
 Targets on a 2-core machine: >= 1,000 creates/s (pods and TFJobs), a 100,000-pod list in <= 3 s, >= 20,000 events/s to
 one watcher. The kubelet and GC are disabled: this measures the API server, not the simulated nodes.
+``--secure`` measures the same against the secure mode (HTTPS, the admin's bearer token, every
+request authenticated and authorized); the targets are the default (plain HTTP) mode's.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--runs 3] [--pods 10000] [--list-pods 100000]
-       [--events 100000] [--output docs/benchmarks/sim.md]
+       [--events 100000] [--secure] [--output docs/benchmarks/sim.md]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import datetime as _dt
 import multiprocessing as mp
 import os
 import platform
+import ssl
 import statistics
 import sys
 import time
@@ -44,23 +47,26 @@ POD_TEMPLATE = {"apiVersion": "v1", "kind": "Pod",
 
 # ------------------------------------------------------------------------------------ server side
 
-def _server_main(conn, buffer_limit: int) -> None:
-    asyncio.run(_serve(conn, buffer_limit))
+def _server_main(conn, buffer_limit: int, secure: bool) -> None:
+    asyncio.run(_serve(conn, buffer_limit, secure))
 
 
-async def _serve(conn, buffer_limit: int) -> None:
+async def _serve(conn, buffer_limit: int, secure: bool) -> None:
     from controller.sim.cluster import SimCluster, SimConfig
     from controller.sim.store import StoreConfig
     from controller.sim.watch import WatchConfig
 
     config = SimConfig(kubelet=False, gc=False, store=StoreConfig(history_max_events=200_000),
-                       watch=WatchConfig(buffer_limit=buffer_limit))
+                       watch=WatchConfig(buffer_limit=buffer_limit), secure=secure)
     cluster = SimCluster(config)
     await cluster.start()
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue = asyncio.Queue()
     loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
     conn.send(cluster.url)
+    if secure:
+        material = cluster.secure
+        conn.send((material.ca_cert, material.admin_token))
     store = cluster.store
     try:
         while True:
@@ -94,14 +100,29 @@ async def _serve(conn, buffer_limit: int) -> None:
 
 
 class Server:
-    """A SimCluster in a child process, driven through a pipe."""
+    """A SimCluster in a child process, driven through a pipe. :meth:`connector` / ``headers``: what
+    a client needs, plain HTTP, or (secure mode) TLS trusting the cluster's CA and the admin's token."""
+
+    secure = False  # set from --secure
 
     def __init__(self, buffer_limit: int = 1_000_000) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_server_main, args=(child, buffer_limit), daemon=True)
+        self.proc = ctx.Process(target=_server_main, args=(child, buffer_limit, self.secure), daemon=True)
         self.proc.start()
-        self.url: str = self._recv(timeout=30)
+        self.url: str = self._recv(timeout=60)
+        self.ssl: ssl.SSLContext | None = None
+        self.headers: dict[str, str] = {}
+        if self.secure:
+            ca, token = self._recv(timeout=30)
+            self.ssl = ssl.create_default_context(cadata=ca.decode())
+            self.headers = {"Authorization": f"Bearer {token}"}
+
+    def connector(self, limit: int = 100) -> aiohttp.TCPConnector:
+        return aiohttp.TCPConnector(limit=limit, ssl=self.ssl if self.ssl is not None else True)
+
+    def session(self, limit: int = 100) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=self.connector(limit), headers=self.headers)
 
     def _recv(self, timeout: float):
         if not self.conn.poll(timeout):
@@ -172,8 +193,7 @@ async def bench_creates(bodies: list[bytes], path: str, concurrency: int,
     """(creates/s, server CPU microseconds per create)."""
     server = Server()
     try:
-        connector = aiohttp.TCPConnector(limit=concurrency)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with server.session(concurrency) as session:
             if tfjobs:
                 await install_tfjob_crd(session, server.url)
             url = server.url + path
@@ -204,7 +224,7 @@ async def bench_list(pods: int) -> tuple[float, float, int]:
     server = Server()
     try:
         await server.call("populate", pods)
-        async with aiohttp.ClientSession() as session:
+        async with server.session() as session:
             started = time.perf_counter()
             async with session.get(server.url + "/api/v1/pods", headers={"Accept": "application/json"}) as resp:
                 body = await resp.read()
@@ -222,7 +242,7 @@ async def bench_watch(watchers: int, events: int) -> tuple[float, float]:
     """Returns (events/s per watcher, aggregate events/s across watchers)."""
     server = Server(buffer_limit=events + 10_000)
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=watchers + 2)) as session:
+        async with server.session(watchers + 2) as session:
             async with session.get(server.url + "/api/v1/namespaces/default/configmaps") as resp:
                 rv = (await resp.json())["metadata"]["resourceVersion"]
             responses = [await session.get(server.url + "/api/v1/namespaces/default/configmaps",
@@ -277,8 +297,11 @@ async def main() -> int:
     parser.add_argument("--tfjobs", type=int, default=5_000, help="TFJob creates (CRD schema + CEL validation)")
     parser.add_argument("--list-pods", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--secure", action="store_true",
+                        help="against the secure mode (HTTPS, bearer token, authentication and RBAC)")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "sim.md"))
     args = parser.parse_args()
+    Server.secure = args.secure
     if args.runs < 1 or args.pods < 1 or args.list_pods < 1 or args.events < 1:
         parser.error("counts must be >= 1")
 
@@ -326,9 +349,11 @@ async def main() -> int:
         "# Simulated apiserver benchmark",
         "",
         f"Measured {date} on {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, {info['platform']}.",
-        f"Medians of {args.runs} runs of `benchmarks/sim_bench.py`. The simulator runs in its own process "
-        "(kubelet and GC off); the client runs in the benchmark process. Watch rates count complete event lines "
-        "received (no per-event decoding: the ceiling of any reader).",
+        f"Medians of {args.runs} runs of `benchmarks/sim_bench.py{' --secure' if args.secure else ''}`. The "
+        "simulator runs in its own process (kubelet and GC off); the client runs in the benchmark process. Watch "
+        "rates count complete event lines received (no per-event decoding: the ceiling of any reader).",
+        *(["Secure mode: HTTPS (the cluster's CA verified), the admin's bearer token, every request authenticated "
+           "and authorized; the targets are the default plain-HTTP mode's."] if args.secure else []),
         "",
         "| Measurement | Workload | Result | Target | Met |",
         "|---|---|---|---|---|",

@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="multiplier of simulated durations (pod start, grace periods); default 1")
     sim.add_argument("--secure", action="store_true",
                      help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
-                          "ServiceAccount tokens via 'kubectl create token') and RBAC authorization")
+                          "ServiceAccount tokens via 'kubectl create token', used with 'kubectl --token') and "
+                          "RBAC authorization")
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")

@@ -7,16 +7,19 @@ sufficient — with the same answers a kubeadm cluster gives (reference apiserve
 Contract:
 - :class:`SecureMaterial` generates (with the ``cryptography`` package) a self-signed CA, a serving
   certificate for the server's host (plus localhost / 127.0.0.1 / the kubernetes service names),
-  an admin client certificate (CN ``kubernetes-admin``, O ``system:masters``: the superuser that a
-  kubeadm ``super-admin.conf`` holds, so no RBAC object can lock the operator of the simulator
-  out) and the ES256 key that signs ServiceAccount tokens.
-- :class:`AuthLayer` authenticates every request: a client certificate verified against the CA
-  (user = CN, groups = O), or ``Authorization: Bearer <token>`` with a token the TokenRequest API
-  issued (a JWT with the real claims; it stays valid while it has not expired and its
-  ServiceAccount — and bound object, if any — still exists with the same uid). Anonymous requests
-  are refused like ``--anonymous-auth=false``: every request without valid credentials gets the
-  401 Status. Authenticated users also get ``system:authenticated``; ServiceAccounts get
-  ``system:serviceaccounts`` and ``system:serviceaccounts:<ns>``.
+  the admin's bearer token and the ES256 key that signs ServiceAccount tokens.
+- :class:`AuthLayer` authenticates every request by ``Authorization: Bearer <token>``: the admin
+  token (a static token, as ``--token-auth-file`` gives: user ``kubernetes-admin`` in
+  ``system:masters``, the superuser of kubeadm's ``super-admin.conf``, so no RBAC object can lock
+  the operator of the simulator out), or a token the TokenRequest API issued (a JWT with the real
+  claims; valid while unexpired and while its ServiceAccount — and bound object, if any — exists
+  with the same uid). A token rather than a client certificate for the admin because kubectl's
+  ``--token`` then replaces it: ``kubectl --token "$(kubectl create token sa)"`` acts as the
+  ServiceAccount with the same kubeconfig (with a certificate kubectl would send both, and the
+  certificate would win). Anonymous requests are refused like ``--anonymous-auth=false``: every
+  request without valid credentials gets the 401 Status. Authenticated users also get
+  ``system:authenticated``; ServiceAccounts get ``system:serviceaccounts`` and
+  ``system:serviceaccounts:<ns>``.
 - Authorization is :class:`~controller.sim.rbac.RBACAuthorizer`; resource requests are described
   like kube-apiserver's RequestInfo (a request for a namespace object has that namespace as its
   namespace); other paths, ``/_sim/`` included, are non-resource URLs (cluster-admin has ``*``).
@@ -29,10 +32,13 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import hmac
 import ipaddress
+import secrets
 import ssl
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +67,7 @@ ADMIN_GROUP = "system:masters"
 DEFAULT_EXPIRATION = 3600
 MIN_EXPIRATION = 600
 UNAUTHORIZED = ApiError(401, "Unauthorized", "Unauthorized")
+ADMIN = UserInfo(ADMIN_USER, groups=(ADMIN_GROUP, AUTHENTICATED))
 SERVICE_ACCOUNTS = "serviceaccounts"
 
 
@@ -83,13 +90,12 @@ def _key_pem(key: Any) -> bytes:
 
 @dataclass
 class SecureMaterial:
-    """PEM bytes of the CA, the serving pair, the admin client pair, and the token signing key."""
+    """PEM bytes of the CA and the serving pair, the admin's token, and the token signing key."""
 
     ca_cert: bytes
     server_cert: bytes
     server_key: bytes
-    admin_cert: bytes
-    admin_key: bytes
+    admin_token: str
     signing_key: Any  # ec.EllipticCurvePrivateKey
 
     @classmethod
@@ -108,39 +114,32 @@ class SecureMaterial:
               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
               .sign(ca_key, hashes.SHA256()))
 
-        def leaf(subject: x509.Name, server: bool) -> tuple[bytes, bytes]:
-            key = ec.generate_private_key(ec.SECP256R1())
-            builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
-                       .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                       .not_valid_before(not_before).not_valid_after(not_after)
-                       .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                       .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                             else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
-                                      critical=False)
-                       .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                                      critical=False))
-            if server:
-                names: list[x509.GeneralName] = [x509.DNSName(n) for n in (
-                    "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local")]
-                ips = {"127.0.0.1"}
-                try:
-                    ips.add(str(ipaddress.ip_address(host)))
-                except ValueError:
-                    if host not in ("localhost",):
-                        names.append(x509.DNSName(host))
-                names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(ips)]
-                builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-            cert = builder.sign(ca_key, hashes.SHA256())
-            return _pem(cert), _key_pem(key)
-
-        server_cert, server_key = leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]), True)
-        admin_cert, admin_key = leaf(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ADMIN_GROUP),
-                                                x509.NameAttribute(NameOID.COMMON_NAME, ADMIN_USER)]), False)
-        return cls(_pem(ca), server_cert, server_key, admin_cert, admin_key, ec.generate_private_key(ec.SECP256R1()))
+        key = ec.generate_private_key(ec.SECP256R1())
+        names: list[x509.GeneralName] = [x509.DNSName(n) for n in (
+            "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local")]
+        ips = {"127.0.0.1"}
+        try:
+            ips.add(str(ipaddress.ip_address(host)))
+        except ValueError:
+            if host != "localhost":
+                names.append(x509.DNSName(host))
+        names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(ips)]
+        server = (x509.CertificateBuilder()
+                  .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+                  .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                  .not_valid_before(not_before).not_valid_after(not_after)
+                  .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                  .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                  .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                 critical=False)
+                  .add_extension(x509.SubjectAlternativeName(names), critical=False)
+                  .sign(ca_key, hashes.SHA256()))
+        return cls(_pem(ca), _pem(server), _key_pem(key), secrets.token_urlsafe(32),
+                   ec.generate_private_key(ec.SECP256R1()))
 
     def server_ssl_context(self, directory: str) -> ssl.SSLContext:
-        """TLS for the server; client certificates are optional (bearer tokens need none) but verified."""
+        """TLS for the server (the key is written to ``directory``, readable by its owner only)."""
         import os
 
         cert_path, key_path = os.path.join(directory, "apiserver.crt"), os.path.join(directory, "apiserver.key")
@@ -152,8 +151,6 @@ class SecureMaterial:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(cert_path, key_path)
-        context.load_verify_locations(cadata=self.ca_cert.decode())
-        context.verify_mode = ssl.CERT_OPTIONAL
         return context
 
 
@@ -215,36 +212,22 @@ class AuthLayer:
         self.authorizer = RBACAuthorizer(store)
         self.clock = clock
         self._token_cache: dict[str, tuple[UserInfo, dict]] = {}
+        # Every 403 this layer answered (the message), newest last, for tests that assert there was none.
+        self.forbidden_log: deque[str] = deque(maxlen=1000)
 
     # -------------------------------------------------------------- authentication
 
-    def authenticate(self, headers: Any, peercert: dict | None) -> UserInfo | None:
-        # kube-apiserver's union authenticator tries the client certificate before bearer tokens.
-        if peercert:
-            user = self._cert_user(peercert)
-            if user is not None:
-                return user
+    def authenticate(self, headers: Any) -> UserInfo | None:
         header = headers.get("Authorization")
-        if header is not None:
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                return None
-            return self.authenticate_token(token.strip())
-        return None
-
-    @staticmethod
-    def _cert_user(peercert: dict) -> UserInfo | None:
-        name = ""
-        groups: list[str] = []
-        for rdn in peercert.get("subject") or ():
-            for key, value in rdn:
-                if key == "commonName":
-                    name = value
-                elif key == "organizationName":
-                    groups.append(value)
-        if not name:
+        if header is None:
             return None
-        return UserInfo(name, groups=(*groups, AUTHENTICATED))
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        if hmac.compare_digest(token, self.material.admin_token):
+            return ADMIN
+        return self.authenticate_token(token)
 
     def authenticate_token(self, token: str) -> UserInfo | None:
         cached = self._token_cache.get(token)
@@ -296,16 +279,17 @@ class AuthLayer:
         return Attributes(user, verb, True, rt.group, rt.version, rt.plural, route.subresource or "",
                           route.name or "", namespace)
 
-    def admit(self, headers: Any, peercert: dict | None, method: str, path: str, route: Any,
-              verb: str) -> UserInfo:
+    def admit(self, headers: Any, method: str, path: str, route: Any, verb: str) -> UserInfo:
         """The authenticated user of a request it may make; raises the 401 or 403 Status otherwise."""
-        user = self.authenticate(headers, peercert)
+        user = self.authenticate(headers)
         if user is None:
             raise UNAUTHORIZED
         attrs = self.attributes(user, method, path, route, verb)
         allowed, reason = self.authorizer.authorize(attrs)
         if not allowed:
-            raise forbidden(attrs, reason)
+            err = forbidden(attrs, reason)
+            self.forbidden_log.append(err.message)
+            raise err
         return user
 
     # -------------------------------------------------------------- create-only APIs
@@ -441,7 +425,6 @@ class AuthLayer:
 
 
 def admin_kubeconfig_user(material: SecureMaterial) -> dict:
-    """The kubeconfig user entry of the cluster admin (client certificate, inline)."""
-    return {"client-certificate-data": base64.b64encode(material.admin_cert).decode(),
-            "client-key-data": base64.b64encode(material.admin_key).decode()}
+    """The kubeconfig user entry of the cluster admin."""
+    return {"token": material.admin_token}
 

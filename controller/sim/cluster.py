@@ -62,7 +62,7 @@ class SimConfig:
     # kube-apiserver --event-ttl (simulated seconds): Events not written again within it are deleted.
     event_ttl_seconds: float = 3600.0
     # HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py); the kubeconfig's
-    # user is the cluster admin (a client certificate in group system:masters).
+    # user is the cluster admin (a bearer token of a user in group system:masters).
     secure: bool = False
 
 

@@ -711,6 +711,13 @@ def validate_update(rt: ResourceType, new: dict, old: dict) -> list[dict[str, st
             old_spec = dict(old_spec, nodeName=new_spec["nodeName"])
         if _pod_spec_comparable(new_spec) != _pod_spec_comparable(old_spec):
             causes.append(forbidden("spec", _POD_MUTABLE_MSG))
+    elif rt.kind in ("RoleBinding", "ClusterRoleBinding") and rt.group == "rbac.authorization.k8s.io":
+        ref = new.get("roleRef")
+        if ref != old.get("roleRef"):
+            ref = ref if isinstance(ref, dict) else {}
+            shown = (f'rbac.RoleRef{{APIGroup:{_quote(str(ref.get("apiGroup", "")))}, '
+                     f'Kind:{_quote(str(ref.get("kind", "")))}, Name:{_quote(str(ref.get("name", "")))}}}')
+            causes.append(_cause("FieldValueInvalid", "roleRef", f"Invalid value: {shown}: cannot change roleRef"))
     elif rt.kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
         new_selector = (new.get("spec") or {}).get("selector")
         if new_selector != (old.get("spec") or {}).get("selector"):
@@ -736,6 +743,8 @@ def validate(rt: ResourceType, obj: dict) -> list[dict[str, str]]:
         causes += _validate_pod_spec(spec, "spec")
     elif kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
         causes += _validate_workload(kind, obj.get("spec"))
+    elif rt.group == "rbac.authorization.k8s.io":
+        causes += _validate_rbac(kind, obj)
     elif kind == "Service":
         spec = obj.get("spec") or {}
         ports = spec.get("ports") or []
@@ -855,4 +864,74 @@ def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
             causes.append(_cause("FieldValueNotSupported", "spec.strategy.type",
                                  f'Unsupported value: {_quote(strategy.get("type"))}: supported values: '
                                  '"Recreate", "RollingUpdate"'))
+    return causes
+
+
+def _validate_rbac(kind: str, obj: dict) -> list[dict[str, str]]:
+    """rbac.authorization.k8s.io/v1 validation (ValidatePolicyRule, ValidateRoleBinding...)."""
+    causes: list[dict[str, str]] = []
+    if kind in ("Role", "ClusterRole"):
+        rules = obj.get("rules")
+        if rules is not None and not isinstance(rules, list):
+            return [invalid_value("rules", rules, "must be a list")]
+        for i, rule in enumerate(rules or []):
+            path = f"rules[{i}]"
+            if not isinstance(rule, dict):
+                causes.append(invalid_value(path, rule, "must be an object"))
+                continue
+            if not rule.get("verbs"):
+                causes.append(required_value(f"{path}.verbs", "verbs must contain at least one value"))
+            urls = rule.get("nonResourceURLs")
+            if urls:
+                shown = "[]string{" + ", ".join(_quote(str(u)) for u in urls) + "}" if isinstance(urls, list) \
+                    else _quote(urls)
+                if kind == "Role":
+                    causes.append(_cause("FieldValueInvalid", f"{path}.nonResourceURLs", f"Invalid value: {shown}: "
+                                         "namespaced rules cannot apply to non-resource URLs"))
+                if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+                    causes.append(_cause("FieldValueInvalid", f"{path}.nonResourceURLs", f"Invalid value: {shown}: "
+                                         "rules cannot apply to both regular resources and non-resource URLs"))
+                continue
+            if not rule.get("apiGroups"):
+                causes.append(required_value(f"{path}.apiGroups",
+                                             "resource rules must supply at least one api group"))
+            if not rule.get("resources"):
+                causes.append(required_value(f"{path}.resources",
+                                             "resource rules must supply at least one resource"))
+        return causes
+    ref = obj.get("roleRef")
+    if not isinstance(ref, dict):
+        return [required_value("roleRef")]
+    if ref.get("apiGroup") != "rbac.authorization.k8s.io":
+        causes.append(_cause("FieldValueNotSupported", "roleRef.apiGroup",
+                             f'Unsupported value: {_quote(ref.get("apiGroup", ""))}: supported values: '
+                             '"rbac.authorization.k8s.io"'))
+    kinds = ("Role", "ClusterRole") if kind == "RoleBinding" else ("ClusterRole",)
+    if ref.get("kind") not in kinds:
+        causes.append(_cause("FieldValueNotSupported", "roleRef.kind",
+                             f'Unsupported value: {_quote(ref.get("kind", ""))}: supported values: '
+                             + ", ".join(f'"{k}"' for k in kinds)))
+    if not ref.get("name"):
+        causes.append(required_value("roleRef.name"))
+    subjects = obj.get("subjects")
+    for i, subject in enumerate(subjects if isinstance(subjects, list) else []):
+        path = f"subjects[{i}]"
+        if not isinstance(subject, dict):
+            causes.append(invalid_value(path, subject, "must be an object"))
+            continue
+        if not subject.get("name"):
+            causes.append(required_value(f"{path}.name"))
+        subject_kind = subject.get("kind")
+        if subject_kind == "ServiceAccount":
+            if kind == "ClusterRoleBinding" and not subject.get("namespace"):
+                causes.append(required_value(f"{path}.namespace"))
+        elif subject_kind in ("User", "Group"):
+            if subject.get("apiGroup") != "rbac.authorization.k8s.io":
+                causes.append(_cause("FieldValueNotSupported", f"{path}.apiGroup",
+                                     f'Unsupported value: {_quote(subject.get("apiGroup", ""))}: supported values: '
+                                     '"rbac.authorization.k8s.io"'))
+        else:
+            causes.append(_cause("FieldValueNotSupported", f"{path}.kind",
+                                 f'Unsupported value: {_quote(subject_kind or "")}: supported values: '
+                                 '"ServiceAccount", "User", "Group"'))
     return causes

@@ -273,9 +273,7 @@ class SimServer:
     def _admit(self, request: web.BaseRequest, path: str, route: Route | None, verb: str) -> None:
         """Secure mode: authenticate and authorize, or raise the 401/403 Status; the user is kept on
         the request for the APIs that answer about it (access reviews, whoami)."""
-        transport = request.transport
-        peercert = transport.get_extra_info("peercert") if transport is not None else None
-        request[USER] = self.auth.admit(request.headers, peercert, request.method, path, route, verb)
+        request[USER] = self.auth.admit(request.headers, request.method, path, route, verb)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path

@@ -24,15 +24,11 @@ def sim_config() -> SimConfig:
 
 
 class TokenKubectl(Kubectl):
-    """kubectl with ``--token``, on a kubeconfig holding only the cluster (its CA) and no credentials."""
+    """The admin's kubectl (same kubeconfig, so the server is verified against the cluster's CA) with
+    ``--token``, which replaces the kubeconfig's token."""
 
     def __init__(self, admin: Kubectl, token: str) -> None:
-        config = yaml.safe_load(Path(admin.kubeconfig).read_text())
-        config["users"] = [{"name": "nobody", "user": {}}]
-        config["contexts"][0]["context"]["user"] = "nobody"
-        path = Path(admin.kubeconfig).with_name(f"kubeconfig-token-{len(token)}-{token[-8:]}")
-        path.write_text(yaml.safe_dump(config))
-        super().__init__(admin.binary, str(path), admin.cache_dir)
+        super().__init__(admin.binary, admin.kubeconfig, admin.cache_dir)
         self.token = token
 
     def argv(self, *args: str) -> list[str]:
@@ -76,7 +72,7 @@ def test_rule_matching_follows_the_rbac_authorizer() -> None:
     assert not allows(urls, path="/versions") and not allows(urls, verb="post", path="/version")
 
 
-async def test_tls_with_ca_verification_admin_certificate_and_401(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+async def test_tls_with_ca_verification_admin_token_and_401(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     assert sim_cluster.url.startswith("https://127.0.0.1:")
     config = yaml.safe_load(Path(kubectl.kubeconfig).read_text())
     assert config["clusters"][0]["cluster"]["certificate-authority-data"]
@@ -191,3 +187,24 @@ async def test_token_request_validation(kubectl: Kubectl) -> None:
     request = json.loads(await ok(kubectl, "create", "token", "bot", "--duration=2h", "-o", "json"))
     assert request["kind"] == "TokenRequest" and request["spec"]["expirationSeconds"] == 7200
     assert request["status"]["token"].count(".") == 2
+
+
+async def test_rbac_objects_are_validated(kubectl: Kubectl) -> None:
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
+            "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}, {"resources": ["pods"], "verbs": []}]}
+    rc, _out, err = await kubectl("create", "-f", "-", input=json.dumps(role))
+    assert rc == 1
+    assert 'rules[0].nonResourceURLs: Invalid value: []string{"/healthz"}: namespaced rules cannot apply to ' \
+           "non-resource URLs" in err
+    assert "rules[1].verbs: Required value: verbs must contain at least one value" in err
+    assert "rules[1].apiGroups: Required value: resource rules must supply at least one api group" in err
+    await ok(kubectl, "create", "rolebinding", "b", "--clusterrole=view", "--user=jane")
+    rc, _out, err = await kubectl("patch", "rolebinding", "b", "--type=merge", "-p", '{"roleRef":{"name":"edit"}}')
+    assert rc == 1 and 'roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", ' \
+                       'Kind:"ClusterRole", Name:"edit"}: cannot change roleRef' in err
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "c"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+               "subjects": [{"kind": "ServiceAccount", "name": "bot"}]}
+    rc, _out, err = await kubectl("create", "-f", "-", input=json.dumps(binding))
+    assert rc == 1 and 'roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole"' in err
+    assert "subjects[0].namespace: Required value" in err
