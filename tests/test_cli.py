@@ -196,3 +196,45 @@ async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path,
     assert module in lines[0]
     assert lines[0].endswith("install it with: pip install 'tfjob-controller[sim]'")
     assert not (tmp_path / "kc").exists()  # it never started
+
+
+async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_path: Path):
+    """``tfjob-controller run`` as the shipped Deployment runs it: the ServiceAccount token and RBAC of
+    manifests/, the cluster's CA verified, leader election in the controller's own namespace."""
+    from controller.sim.cluster import SimConfig
+    from tests.e2e.conftest import CONTROLLER_NAMESPACE, controller_kubeconfig
+
+    config = SimConfig(nodes=2, time_scale=0.01, secure=True, kubeconfig_path=str(tmp_path / "admin"))
+    async with SimCluster(config) as cluster:
+        admin = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            await admin.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+            kubeconfig = await controller_kubeconfig(cluster, admin)
+            assert "token" in yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]
+            proc = await asyncio.create_subprocess_exec(
+                *CLI, "run", "--kubeconfig", kubeconfig, "--workers", "2",
+                "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-addr", f"127.0.0.1:{free_port()}",
+                "--leader-election-namespace", CONTROLLER_NAMESPACE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                await admin.create(TFJOBS, tfjob("secure", workers=2), namespace="default")
+
+                async def pods_running() -> bool:
+                    pods = (await admin.list(PODS, namespace="default",
+                                             label_selector="training.kubeflow.org/job-name=secure"))["items"]
+                    return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
+
+                await eventually(pods_running, timeout=60, what="the controller process to create the job's pods")
+                lease = await admin.get(LEASES, "tfjob-controller", namespace=CONTROLLER_NAMESPACE)
+                assert lease["spec"]["holderIdentity"]
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                with anyio.fail_after(30):
+                    _, stderr = await proc.communicate()
+            assert proc.returncode == 0, stderr.decode()[-3000:]
+            lease = await admin.get(LEASES, "tfjob-controller", namespace=CONTROLLER_NAMESPACE)
+            assert lease["spec"].get("holderIdentity", "") == "", "the lease is released on shutdown"
+            assert list(cluster.server.auth.forbidden_log) == []
+        finally:
+            await admin.close()

@@ -1,9 +1,18 @@
 """End-to-end harness: the TFJob controller running as in production against the simulated cluster.
 
-The controller gets nothing but a kubeconfig: it talks to the simulated API server over HTTP with
-the real kubernetes-asyncio transport, exactly as it would to a real cluster. Tests drive it only
-through the Kubernetes API, ``kubectl`` and the simulator's pod annotations, and read the outcome
-through the API as well (``Operator.get`` / ``Operator.list``).
+The controller gets nothing but a kubeconfig: it talks to the simulated API server with the real
+kubernetes-asyncio transport, exactly as it would to a real cluster. Tests drive it only through the
+Kubernetes API, ``kubectl`` and the simulator's pod annotations, and read the outcome through the API
+as well (``Operator.get`` / ``Operator.list``).
+
+Every test runs twice (the ``sim_config`` fixture is parametrized):
+- ``plain``: HTTP without authentication, the simulator's default;
+- ``secure``: HTTPS with the cluster's generated CA, and RBAC. The controller runs as the
+  ServiceAccount of ``manifests/`` (its ServiceAccount, ClusterRole, Role and bindings applied as
+  they ship) with a token from the TokenRequest API in a kubeconfig that verifies the server
+  against the CA — what ``tfjob-controller run`` in the shipped Deployment gets. Tests act as the
+  cluster admin (``Operator.client``). A test fails if any request was refused with 403, so the
+  suite proves the shipped RBAC sufficient for everything the controller does.
 
 The controller runs in its own asyncio task (``start``/``stop``) rather than in a task group
 spanning the fixture's ``yield``: pytest may run a fixture's setup and teardown in different tasks,
@@ -23,7 +32,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, NODES, PODS, SERVICES, ApiClient  # noqa: F401 (NODES: for tests)
+from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, NODES, PODS, SERVICES, ApiClient, Resource  # noqa: F401 (NODES: for tests)
 from controller.runtime.errors import AlreadyExists, NotFound
 from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
@@ -33,6 +42,12 @@ from tests.waiting import eventually as shared_eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+# What the shipped manifests give the controller's ServiceAccount, in dependency order.
+RBAC_MANIFESTS = [ROOT / "manifests" / p for p in (
+    "deployment/namespace.yaml", "rbac/service_account.yaml", "rbac/cluster_role.yaml",
+    "rbac/cluster_role_binding.yaml", "rbac/leader_election_role.yaml", "rbac/leader_election_role_binding.yaml")]
+CONTROLLER_NAMESPACE = "tfjob-controller"
+CONTROLLER_SERVICE_ACCOUNT = "tfjob-controller"
 CRDS = CUSTOM_RESOURCE_DEFINITIONS
 
 # Simulated time runs 100x faster (grace periods, pod start delays); the controller's own failover
@@ -51,7 +66,7 @@ async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: 
 @dataclass
 class Operator:
     cluster: SimCluster
-    client: ApiClient
+    client: ApiClient  # the tests' own client: the cluster admin
     registry: CollectorRegistry
     controller: TFJobController
     task: asyncio.Task[None] | None = None
@@ -96,19 +111,43 @@ class Operator:
         return self.registry.get_sample_value(name, labels or {}) or 0.0
 
 
+async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict[str, Any]) -> None:
+    try:
+        await client.create(resource, body, namespace=body["metadata"].get("namespace"))
+    except AlreadyExists:  # a controller restart in the same cluster
+        pass
+
+
+async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient) -> str:
+    """The kubeconfig the controller runs with: the cluster admin's on a plain cluster; on a secure one,
+    the manifests' ServiceAccount with its RBAC applied and a TokenRequest token."""
+    assert cluster.kubeconfig_path
+    if cluster.secure is None:
+        return cluster.kubeconfig_path
+    for path in RBAC_MANIFESTS:
+        body = yaml.safe_load(path.read_text())
+        group, _, version = body["apiVersion"].rpartition("/")
+        plural = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+                  "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings"}[
+            body["kind"]]
+        namespaced = body["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+        await _create_ignoring_existing(admin, Resource(group, version, plural, namespaced=namespaced), body)
+    return cluster.service_account_kubeconfig(
+        Path(cluster.kubeconfig_path).with_name("controller-kubeconfig"), CONTROLLER_NAMESPACE,
+        CONTROLLER_SERVICE_ACCOUNT)
+
+
 async def start_operator(
     cluster: SimCluster, *, workers: int = 2, config: DecideConfig = FAST_FAILOVER, install_crd: bool = True
 ) -> Operator:
     registry = CollectorRegistry()
     assert cluster.kubeconfig_path
-    client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, registry=registry)
+    client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
     if install_crd:
-        crd = yaml.safe_load(CRD_PATH.read_text())
-        try:
-            await client.create(CRDS, crd)
-        except AlreadyExists:  # a controller restart in the same cluster
-            pass
-    controller = TFJobController(client, registry=registry, workers=workers, decide_config=config)
+        await _create_ignoring_existing(client, CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    controller_client = await ApiClient.from_kubeconfig(await controller_kubeconfig(cluster, client),
+                                                        registry=registry)
+    controller = TFJobController(controller_client, registry=registry, workers=workers, decide_config=config)
     op = Operator(cluster, client, registry, controller)
 
     async def run() -> None:
@@ -116,6 +155,7 @@ async def start_operator(
             await controller.run()
         finally:
             with anyio.CancelScope(shield=True):
+                await controller_client.close()
                 await client.close()
 
     op.task = asyncio.create_task(run(), name="tfjob-controller")
@@ -128,9 +168,14 @@ async def start_operator(
     return op
 
 
-@pytest.fixture
-def sim_config() -> SimConfig:
-    return SimConfig(nodes=3, time_scale=0.01)
+@pytest.fixture(params=["plain", "secure"])
+def sim_config(request: pytest.FixtureRequest) -> SimConfig:
+    return SimConfig(nodes=3, time_scale=0.01, secure=request.param == "secure")
+
+
+def refused(cluster: SimCluster) -> list[str]:
+    """The 403 Forbidden answers of a secure cluster (none may happen to the controller)."""
+    return list(cluster.server.auth.forbidden_log) if cluster.server.auth is not None else []
 
 
 @pytest.fixture
@@ -143,6 +188,7 @@ async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
         await op.stop()
         if crashed:
             raise AssertionError("the controller task ended during the test")
+        assert not refused(sim_cluster), f"requests refused by RBAC: {refused(sim_cluster)}"
 
 
 def tfjob(
