@@ -10,8 +10,13 @@ Contract:
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
   ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
-- Background work (kubelet, GC, event TTL, server restarts) runs in one anyio task group owned by a single
-  owner task; ``stop()`` cancels it and re-raises the first background failure, so a crashing
+- ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py,
+  rbac.py); the bootstrap ClusterRoles and bindings are created then (a plain cluster has none, as
+  nothing is authorized there). ``.secure`` holds the CA and the admin token;
+  :meth:`service_account_kubeconfig` writes a ServiceAccount's kubeconfig with a TokenRequest token.
+- Background work (kubelet, GC, event TTL, deployment/replicaset controllers, clusterrole aggregation,
+  server restarts) runs in one anyio task group owned by a single owner task; ``stop()`` cancels it
+  and re-raises the first background failure, so a crashing
   kubelet fails the test instead of going unnoticed.
 """
 

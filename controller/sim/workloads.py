@@ -212,8 +212,11 @@ class WorkloadControllers:
             # the API refusing a write (terminating namespace, invalid template): retry later.
             log.info("workload sync failed; retrying", resource=resource, namespace=namespace, name=name,
                      code=err.code, message=err.message)
-            delay = self.config.retry_seconds * self.config.time_scale
-            heapq.heappush(self._retry, (time.monotonic() + delay, key))
+            self._retry_later(key)
+
+    def _retry_later(self, key: tuple[str, str, str]) -> None:
+        delay = self.config.retry_seconds * self.config.time_scale
+        heapq.heappush(self._retry, (time.monotonic() + delay, key))
 
     # ---------------------------------------------------------------- replicaset controller
 
@@ -252,7 +255,7 @@ class WorkloadControllers:
                     pods.remove(pod)
         self._write_rs_status(rs, pods, failure)
         if failure is not None:
-            raise ApiError(500, "InternalError", failure)  # retried after retry_seconds
+            self._retry_later((REPLICASETS, namespace, name))
 
     def _create_pod(self, rs: dict) -> dict:
         template = deep_copy((rs.get("spec") or {}).get("template") or {})
