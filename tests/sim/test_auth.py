@@ -12,7 +12,10 @@ import aiohttp
 import pytest
 import yaml
 
-from controller.sim.cluster import SimCluster, SimConfig
+from controller.runtime.client import PODS, ApiClient, RetryPolicy
+from controller.runtime.errors import Forbidden, TransportError
+from controller.sim.auth import SecureMaterial
+from controller.sim.cluster import SimCluster, SimConfig, kubeconfig_document
 from controller.sim.rbac import Attributes, UserInfo, rule_allows
 from tests.conftest import Kubectl
 from tests.waiting import eventually
@@ -208,3 +211,30 @@ async def test_rbac_objects_are_validated(kubectl: Kubectl) -> None:
     rc, _out, err = await kubectl("create", "-f", "-", input=json.dumps(binding))
     assert rc == 1 and 'roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole"' in err
     assert "subjects[0].namespace: Required value" in err
+
+
+async def test_the_controllers_client_verifies_the_server_against_the_kubeconfig_ca(
+        sim_cluster: SimCluster, tmp_path: Path) -> None:
+    """The controller's kubeconfig handling over TLS: the CA of the kubeconfig is what the server is
+    verified against (another CA fails the handshake), and a ServiceAccount kubeconfig works."""
+    stranger = SecureMaterial.generate("127.0.0.1")
+    path = tmp_path / "wrong-ca"
+    path.write_text(yaml.safe_dump(kubeconfig_document(sim_cluster.url, ca_cert=stranger.ca_cert,
+                                                       user={"token": sim_cluster.secure.admin_token})))
+    client = await ApiClient.from_kubeconfig(str(path), retry=RetryPolicy(max_attempts=1))
+    try:
+        with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.list(PODS, namespace="default")
+    finally:
+        await client.close()
+
+    sim_cluster.store.create("serviceaccounts", "default", {"metadata": {"name": "reader"}})
+    config = yaml.safe_load(Path(sim_cluster.service_account_kubeconfig(tmp_path / "sa", "default", "reader"))
+                            .read_text())
+    assert config["clusters"][0]["cluster"]["certificate-authority-data"] and config["users"][0]["user"]["token"]
+    client = await ApiClient.from_kubeconfig(str(tmp_path / "sa"), retry=RetryPolicy(max_attempts=1))
+    try:
+        with pytest.raises(Forbidden):
+            await client.list(PODS, namespace="default")
+    finally:
+        await client.close()
