@@ -214,9 +214,26 @@ def _replicaset_row(rs: dict, now: float) -> list:
             status.get("readyReplicas", 0), _age(rs, now), *_template_cells(rs)]
 
 
+def _binding_row(binding: dict, now: float) -> list:
+    ref = binding.get("roleRef") or {}
+    subjects = [s for s in binding.get("subjects") or () if isinstance(s, dict)]
+
+    def names(kind: str) -> str:
+        return ", ".join(f"{s.get('namespace', '')}/{s.get('name', '')}" if kind == "ServiceAccount"
+                         else str(s.get("name", "")) for s in subjects if s.get("kind") == kind)
+
+    return [binding["metadata"]["name"], f"{ref.get('kind', '')}/{ref.get('name', '')}", _age(binding, now),
+            names("User"), names("Group"), names("ServiceAccount")]
+
+
+_BINDING_COLUMNS = [_NAME_COL, _col("Role"), _col("Age", description=_AGE_DESCRIPTION), _col("Users", priority=1),
+                    _col("Groups", priority=1), _col("ServiceAccounts", priority=1)]
+
 _WORKLOAD_WIDE = [_col("Containers", priority=1), _col("Images", priority=1), _col("Selector", priority=1)]
 
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]]] = {
+    ("rbac.authorization.k8s.io", "RoleBinding"): (_BINDING_COLUMNS, _binding_row),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (_BINDING_COLUMNS, _binding_row),
     ("apps", "Deployment"): ([_NAME_COL, _col("Ready"), _col("Up-to-date", "integer"), _col("Available", "integer"),
                               _col("Age", description=_AGE_DESCRIPTION), *_WORKLOAD_WIDE], _deployment_row),
     ("apps", "ReplicaSet"): ([_NAME_COL, _col("Desired", "integer"), _col("Current", "integer"),
