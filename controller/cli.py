@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return anyio.run(run, options)
         if args.command in ("sim", "demo"):
-            require_extra()
+            require_extra(secure=getattr(args, "secure", False))
         if args.command == "sim":
             from controller.ops.simcmd import serve_sim
 

@@ -180,11 +180,12 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
         await client.close()
 
 
-@pytest.mark.parametrize("module", ["re2", "celpy"])
+@pytest.mark.parametrize("module", ["re2", "celpy", "cryptography"])
 async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path, module: str):
-    # The extra's module made unimportable, as in an install without [sim].
+    # The extra's module made unimportable, as in an install without [sim] (cryptography: secure mode).
+    secure = ", '--secure'" if module == "cryptography" else ""
     code = (f"import sys; sys.modules[{module!r}] = None; from controller.cli import main; "
-            f"sys.exit(main(['sim', '--kubeconfig', {str(tmp_path / 'kc')!r}]))")
+            f"sys.exit(main(['sim', '--kubeconfig', {str(tmp_path / 'kc')!r}{secure}]))")
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     with anyio.fail_after(60):

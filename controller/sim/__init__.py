@@ -12,16 +12,18 @@ import importlib
 # What the ``[sim]`` extra installs: a CEL engine (cel-python, module ``celpy``) for CRD
 # x-kubernetes-validations, and RE2 (google-re2, module ``re2``) for schema patterns and CEL matches().
 EXTRA_MODULES = ("re2", "celpy")
+# Also in the extra, needed by the secure mode only: X.509 and ECDSA (cryptography).
+SECURE_EXTRA_MODULES = ("cryptography",)
 
 
 class MissingExtra(RuntimeError):
     """The simulator's optional dependencies are not installed."""
 
 
-def require_extra() -> None:
+def require_extra(secure: bool = False) -> None:
     """Fail at once, in one line, when the ``[sim]`` extra is missing, instead of at the first CRD
-    write with a 500."""
-    for name in EXTRA_MODULES:
+    write with a 500 (``secure``: also what the secure mode needs)."""
+    for name in EXTRA_MODULES + (SECURE_EXTRA_MODULES if secure else ()):
         try:
             importlib.import_module(name)
         except ImportError as exc:

@@ -144,6 +144,17 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     finally:
         watch.terminate()
         await watch.wait()
+    # The log route is authorized as the pods/log subresource: view grants it; "get pods" alone does not.
+    await eventually(lambda: (sim_cluster.store.get("pods", "default", "web") or {}).get("status", {})
+                     .get("phase") == "Running", timeout=20, what="pod web running")
+    assert (await ok(bot, "logs", "web")).strip()
+    reader = as_token(kubectl, await new_token(kubectl, "reader"))
+    await ok(kubectl, "create", "role", "pod-reader", "--verb=get", "--resource=pods")
+    await ok(kubectl, "create", "rolebinding", "reader", "--role=pod-reader", "--serviceaccount=default:reader")
+    await ok(reader, "get", "pod", "web")
+    rc, _out, err = await reader("logs", "web")
+    assert rc == 1 and 'pods "web" is forbidden: User "system:serviceaccount:default:reader" cannot get resource ' \
+                       '"pods/log" in API group "" in the namespace "default"' in err
     listing = await ok(bot, "auth", "can-i", "--list")
     assert "selfsubjectaccessreviews.authorization.k8s.io" in listing
     assert any(row.split()[0] == "pods" and "[get list watch]" in row for row in listing.splitlines())
