@@ -446,8 +446,9 @@ def _generated_names_rule() -> dict[str, Any]:
 
     A rule at the root is never ratcheted (the root value changes with every write, a status write too),
     so a job stored before this rule existed could then not get even its ``TFJobFailedValidation``
-    status. Hence a transition rule with ``optionalOldSelf``: on update it tolerates a job that already
-    broke the limit as long as its longest generated name does not grow."""
+    status. Hence a transition rule with ``optionalOldSelf``: on update it tolerates a replica type whose
+    names already broke the limit as long as they do not grow (a status write, a scale-down pass; a
+    scale-up that lengthens them, or a new type with too long names, is refused)."""
     limit = api.MAX_GENERATED_NAME_LENGTH
 
     def suffix(obj: str) -> str:
@@ -460,18 +461,22 @@ def _generated_names_rule() -> dict[str, Any]:
         replicas = f"{obj}.spec.tfReplicaSpecs[k].replicas"
         return f"!(has({replicas}) && {replicas} <= 0)"
 
-    def fits(obj: str) -> str:
-        return f"{obj}.spec.tfReplicaSpecs.all(k, !({has_pods(obj)}) || size({obj}.metadata.name) + {suffix(obj)} <= {limit})"
-
     def longest_name(obj: str) -> str:
         longest_suffix = f"{obj}.spec.tfReplicaSpecs.filter(k, {has_pods(obj)}).map(k, {suffix(obj)}).max()"
         return f"(size({obj}.metadata.name) + {longest_suffix})"
 
-    old = "oldSelf.value()"
+    # Written with conditionals: && and || evaluate both sides (in the simulator; cel-go short-circuits), and
+    # this runs on every create. orValue, not value(): value() of an absent optional is an error.
+    old = "oldSelf.orValue(self)"
+    no_pods = f"(has(self.spec.tfReplicaSpecs[k].replicas) && self.spec.tfReplicaSpecs[k].replicas <= 0)"
+    fits = f"size(self.metadata.name) + {suffix('self')} <= {limit}"
+    # On update, a type whose names were already too long may keep (or shorten) them.
+    tolerated = (f"oldSelf.hasValue() ? (k in {old}.spec.tfReplicaSpecs ? ({has_pods(old)}"
+                 f" && {suffix(old)} >= {suffix('self')}) : false) : false")
     return {
         # A name already longer than a label is reported by the DNS-1035 rule alone.
-        "rule": f"size(self.metadata.name) > {limit} || {fits('self')} || (oldSelf.hasValue() && !{fits(old)}"
-        f" && {longest_name('self')} <= {longest_name(old)})",
+        "rule": f"size(self.metadata.name) > {limit} ? true :"
+        f" self.spec.tfReplicaSpecs.all(k, {no_pods} ? true : ({fits} ? true : ({tolerated})))",
         "optionalOldSelf": True,
         "messageExpression": f"'metadata.name must be at most ' + string({limit} + size(self.metadata.name) -"
         f" {longest_name('self')}) + ' characters for this job: the name of each of its pods and services,"

@@ -346,6 +346,8 @@ def test_a_job_stored_before_the_generated_names_rule_may_change_as_long_as_its_
     assert validate(_with(old, f"{_W}.replicas", 10), old) == []  # worker-9: no longer than worker-2
     assert validate(_with(old, f"{_W}.replicas", 11), old)  # worker-10: longer, refused
     assert validate(_with(old, "spec.tfReplicaSpecs.Evaluator", _replica(1)), old)  # a longer type: refused
+    scaled_to_zero = _with(old, f"{_W}.replicas", 0)
+    assert validate(_with(scaled_to_zero, f"{_W}.replicas", 1), scaled_to_zero)  # no names before: refused
 
 
 def test_queue_is_immutable_but_other_fields_may_change() -> None:
