@@ -48,7 +48,7 @@ DEFAULT_KUBE_API_BURST = 1000
 class RunOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)
-    workers: int = 4
+    workers: int = 16
     metrics_addr: tuple[str, int] = ("0.0.0.0", 8080)
     health_addr: tuple[str, int] = ("0.0.0.0", 8081)
     leader_elect: bool = True

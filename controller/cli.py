@@ -110,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
     run.add_argument("--namespace", action="append", default=[], metavar="NS",
                      help="watch only this namespace (repeatable; default: all namespaces)")
-    run.add_argument("--workers", type=_positive_int, default=4, help="concurrent reconciles (default 4)")
+    run.add_argument("--workers", type=_positive_int, default=16,
+                     help="concurrent reconciles (default 16: a reconcile mostly waits on the API server, and a "
+                          "failover must not queue behind other jobs' work; see docs/benchmarks/profiles)")
     run.add_argument("--metrics-addr", type=_addr, default=("0.0.0.0", 8080), metavar="HOST:PORT")
     run.add_argument("--health-addr", type=_addr, default=("0.0.0.0", 8081), metavar="HOST:PORT")
     run.add_argument("--kube-api-qps", type=_qps, metavar="QPS",
