@@ -1,7 +1,8 @@
 """Credentials never leak (issue 9, item 9): not in logs, not in events, not in metrics.
 
-The controller runs against the simulated cluster with a kubeconfig carrying a bearer token, or an exec
-credential plugin (whose token and whose environment are secrets), while the API fails in the ways that
+The controller runs against the simulated cluster in secure mode (HTTPS, authentication, RBAC), so the
+token is really checked, with a kubeconfig carrying the bearer token, or an exec credential plugin that
+prints it (the plugin's environment holds the token and another secret), while the API fails in the ways that
 produce the most text: 500s on creates (FailedCreatePod events, warning lines), a 409 on a status write,
 a 401, dropped connections, a stalled and compacted watch. Every log line (structlog's and the standard
 library's, at debug level), every event the controller recorded and the whole metrics exposition are
@@ -11,6 +12,7 @@ then searched for the secrets.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import secrets
@@ -24,45 +26,51 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from controller.runtime.client import EVENTS, PODS, ApiClient
-from controller.sim.cluster import SimCluster
+from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, FAST_FAILOVER, Operator, eventually, is_true, running_pods, tfjob
 
 
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=3, time_scale=0.01, secure=True)
+
+
 def kubeconfig(cluster: SimCluster, user: dict[str, Any], path: Path) -> str:
+    ca = base64.b64encode(cluster.secure.ca_cert).decode()
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": cluster.url}}],
+        "clusters": [{"name": "c", "cluster": {"server": cluster.url, "certificate-authority-data": ca}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "default"}}],
         "users": [{"name": "u", "user": user}],
     }))
     return str(path)
 
 
-def bearer_user(tmp_path: Path, secret: str) -> dict[str, Any]:
-    return {"token": secret}
+def bearer_user(tmp_path: Path, token: str, other_secret: str) -> dict[str, Any]:
+    return {"token": token}
 
 
-def exec_user(tmp_path: Path, secret: str) -> dict[str, Any]:
+def exec_user(tmp_path: Path, token: str, other_secret: str) -> dict[str, Any]:
     plugin = tmp_path / "credential-plugin.py"
     plugin.write_text(
         "import json, os\n"
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
-        " 'status': {'token': os.environ['PLUGIN_SECRET'] + '-token',"
-        " 'expirationTimestamp': '2999-01-01T00:00:00Z'}}))\n"
+        " 'status': {'token': os.environ['PLUGIN_TOKEN'], 'expirationTimestamp': '2999-01-01T00:00:00Z'}}))\n"
     )
     return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                     "args": [str(plugin)], "env": [{"name": "PLUGIN_SECRET", "value": secret}],
-                     "interactiveMode": "Never"}}
+                     "args": [str(plugin)], "interactiveMode": "Never",
+                     "env": [{"name": "PLUGIN_TOKEN", "value": token}, {"name": "API_KEY", "value": other_secret}]}}
 
 
 @pytest.mark.parametrize("make_user", [bearer_user, exec_user], ids=["bearer-token", "exec-plugin"])
 async def test_no_credential_appears_in_logs_events_or_metrics(
     sim_cluster: SimCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture, make_user: Any
 ) -> None:
-    secret = "s3cr3t" + secrets.token_hex(12)
-    path = kubeconfig(sim_cluster, make_user(tmp_path, secret), tmp_path / "kubeconfig")
+    token = sim_cluster.secure.admin_token
+    other_secret = "s3cr3t" + secrets.token_hex(12)
+    path = kubeconfig(sim_cluster, make_user(tmp_path, token, other_secret), tmp_path / "kubeconfig")
     registry = CollectorRegistry()
     faults = sim_cluster.faults
     caplog.set_level(logging.DEBUG)
@@ -109,4 +117,5 @@ async def test_no_credential_appears_in_logs_events_or_metrics(
     assert any(e.get("reason") == "FailedCreatePod" for e in events), "the failure paths were exercised"
     assert any(entry.get("event") == "reconcile failed; retrying with backoff" for entry in logs)
     for where, text in texts.items():
-        assert secret not in text, f"a credential leaked into the {where}"
+        for secret in (token, other_secret):
+            assert secret not in text, f"a credential leaked into the {where}"
