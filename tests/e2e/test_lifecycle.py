@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import pytest
 
 from controller.runtime.errors import NotFound
+from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
     Operator,
@@ -526,3 +527,26 @@ async def test_non_dynamic_on_failure_job_restarts_a_deleted_worker_instead_of_f
     await eventually(back, what="st-worker-1 recreated and the job Running again")
     job = await operator.job("st")
     assert [c[0] for c in conditions(job) if c[1] == "True"] == ["Created", "Running"]
+
+
+async def test_a_large_job_gets_its_status_first_and_keeps_it_up_while_it_is_built(operator: Operator) -> None:
+    """Issue 9 item 4: a 300-worker job has Created and its replica statuses after a handful of pod
+    creations, and its status is written again while the rest is created (one bounded pass at a time),
+    read from the simulator's commit history so the order is the server's, not the test's polling."""
+    store = operator.cluster.store
+    start = store.resource_version
+    await create_and_wait_running(operator, tfjob("big", workers=300, ps=1, restart_policy="ExitCode"), running=301)
+    job_events = store.history_since("tfjobs.kubeflow.org", start)
+    pod_events = store.history_since("pods", start)
+    assert job_events is not None and pod_events is not None, "the history must still hold the whole build"
+    pod_created = sorted(e.rv for e in pod_events if e.type == "ADDED")
+    assert len(pod_created) == 301
+    status_writes = [e.rv for e in job_events if e.type == "MODIFIED" and (e.new or {}).get("status")]
+    first_status = min(status_writes)
+    first = next(e for e in job_events if e.rv == first_status)
+    assert condition(first.new, "Created") is not None
+    assert set(first.new["status"]["replicaStatuses"]) == {"PS", "Worker"}
+    assert sum(rv < first_status for rv in pod_created) <= DecideConfig().first_pass_creations
+    # The status is written between passes while the pods are still being created, not only at the end.
+    during = [rv for rv in status_writes if pod_created[0] < rv < pod_created[-1]]
+    assert len(during) >= 2, (len(during), "status writes while the job was being built")
