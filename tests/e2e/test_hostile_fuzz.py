@@ -2,8 +2,8 @@
 
 The TFJob CRD is replaced by one whose spec and status schemas keep anything and whose CEL rules are
 gone (as an old, webhook-less CRD would store them), so hypothesis-built jobs reach the controller as
-written: broken specs, huge replica counts and annotations, deep templates, unicode, and garbage
-written to their status subresource. Each bad job must get a clear ``TFJobFailedValidation``
+written: broken specs, names too long for the pods and services they need, huge replica counts and
+annotations, deep templates, unicode, and garbage written to their status subresource. Each bad job must get a clear ``TFJobFailedValidation``
 condition and event (and no pods); no worker may be wedged; good jobs created after the batch must
 run as if nothing happened. The run is derandomized and bounded: the same batches every time.
 """
@@ -80,7 +80,7 @@ def nested(depth: int) -> dict[str, Any]:
 DAMAGES = [
     "replicas", "huge-replicas", "restart-policy", "no-tensorflow", "no-image", "deep-template", "unicode-env",
     "big-annotation", "unknown-type", "run-policy", "success-policy", "dynamic-garbage", "dotted-name",
-    "containers-garbage", "template-garbage", "no-template", "spec-garbage",
+    "long-name", "containers-garbage", "template-garbage", "no-template", "spec-garbage",
 ]
 
 
@@ -125,6 +125,9 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
             job["spec"]["enableDynamicWorker"] = draw(json_values)
         elif damage == "dotted-name":
             job["metadata"]["name"] = f"fuzz.{index}"
+        elif damage == "long-name":  # valid as a name, too long for "<name>-worker-<index>" services
+            prefix = f"fuzz-{index}-"
+            job["metadata"]["name"] = prefix + "n" * (draw(st.integers(48, 63)) - len(prefix))
         elif damage == "no-template":
             worker.pop("template", None)
         elif damage == "containers-garbage":
