@@ -204,7 +204,7 @@ class InvariantChecker:
         self._orphan_since: dict[str, float] = {}  # child uid -> first seen orphaned
         self._gc_paused = False
         self._gc_resumed_at = 0.0
-        self._beyond: dict[str, float] = {}  # object uid -> since when its index has been >= replicas
+        self._beyond: dict[str, tuple[float, str]] = {}  # object uid -> (since when index >= replicas, job uid)
         self.slowest_scale_down = 0.0  # seconds an object outlived its scale-down, at most (observed)
 
     # --- bookkeeping ------------------------------------------------------------------------------
@@ -299,13 +299,18 @@ class InvariantChecker:
                 r, since = seen
                 if where[1] >= r:
                     beyond.add(_uid(obj))
-                    self._beyond.setdefault(_uid(obj), since)
+                    self._beyond.setdefault(_uid(obj), (since, owner))
                 if where[1] >= r and t - since > self.bounds.scale_down_seconds:
                     self._violate("scale-down-bounded", t, _uid(obj),
                                   f"job {_name(job)}: {kind} {_name(obj)} ({where[0]} {where[1]}) still exists "
                                   f"{t - since:.0f}s after {where[0]} replicas became {r}")
-        for uid in set(self._beyond) - beyond:  # gone (or terminating): the scale-down is done
-            self.slowest_scale_down = max(self.slowest_scale_down, t - self._beyond.pop(uid))
+        remaining = {_uid(o) for o in (*pods, *services) if not _terminating(o)}
+        for uid in set(self._beyond) - beyond:
+            since, owner = self._beyond.pop(uid)
+            job = by_uid.get(owner)
+            if uid in remaining or job is None or finished(job) or suspended(job) or _terminating(job):
+                continue  # scaled back up, or its job finished or went: no scale-down to time
+            self.slowest_scale_down = max(self.slowest_scale_down, t - since)  # gone or terminating: done
 
     def _check_orphans(self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj],
                        services: Sequence[Obj]) -> None:

@@ -111,6 +111,15 @@ def test_scale_down_bounded_accepts_a_controller_that_scales_down_in_time() -> N
     checker.observe(5, [j2], going, services[:2])
     checker.observe(60, [j2], pods[:2], services[:2])
     assert checker.slowest_scale_down == 5 - 1, "worker-2's service went at t=5, 4 s after the scale-down"
+    # Objects whose job went away, or that a scale-up made wanted again, are not timed as scale-downs.
+    timing = InvariantChecker(BOUNDS)
+    timing.observe(0, [job(workers=3)], pods, services)
+    timing.observe(1, [j2], pods, services)
+    timing.observe(9, [], pods[:2], services[:2])
+    timing.observe(10, [job(workers=3)], pods, services)
+    timing.observe(11, [job(workers=2)], pods, services)
+    timing.observe(12, [job(workers=3)], pods, services)
+    assert timing.slowest_scale_down == 0 and timing.violations == []
     # A job scaled back up restarts the clock; a finished job is not scaled by anyone.
     checker.observe(61, [job(workers=3)], pods, services)
     done = job(workers=1, conditions=[("Succeeded", "True", "TFJobSucceeded", "")])
