@@ -59,11 +59,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from controller.tfjob.actions import CreatePod, CreateService  # noqa: E402
 from controller.tfjob.decide import decide  # noqa: E402
 
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
+PROFILES = ROOT / "docs" / "benchmarks" / "profiles"
 TFJOBS = "tfjobs.kubeflow.org"
 TFJOBS_PATH = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 PODS_PATH = "/api/v1/namespaces/{ns}/pods"
@@ -327,6 +329,41 @@ async def wait_idle(ctl: Controller, session: aiohttp.ClientSession, at_least: i
     return time.time() - started
 
 
+class Profiles:
+    """py-spy on the controller (or peer) and the simulator during a scenario's measured phase; text
+    summaries (benchmarks/fold_summary.py) go to docs/benchmarks/profiles/scale-<label>-<process>.txt."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._running: list[tuple[str, subprocess.Popen, Path]] = []
+
+    def start(self, label: str, processes: dict[str, int], tmp: Path) -> None:
+        if not self.enabled:
+            return
+        spy = Path(sys.executable).with_name("py-spy")
+        for name, pid in processes.items():
+            raw = tmp / f"{label}-{name}.raw"
+            proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--format", "raw", "-o", str(raw),
+                                     "--nonblocking", "--rate", "50"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            self._running.append((f"{label}-{name}", proc, raw))
+
+    def stop(self, description: str) -> None:
+        from fold_summary import summarize as fold
+
+        for name, proc, raw in self._running:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            if raw.exists():
+                out = PROFILES / f"scale-{name}.txt"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                header = (f"py-spy (50 Hz, nonblocking) of the {name.rsplit('-', 1)[1]} process during {description}; "
+                          f"git {git_commit()}, {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, load {loadavg()}.")
+                text = fold(raw.read_text(), 30).replace(str(ROOT) + "/", "")
+                out.write_text(header + "\n\n" + re.sub(r"\S*site-packages/", "", text))
+        self._running = []
+
+
 # ------------------------------------------------------------------------------------------ jobs
 
 
@@ -491,6 +528,11 @@ class Env:
     nodes: int
     controller: Controller | None = None
     peer: Child | None = None
+    profiles: Profiles = field(default_factory=lambda: Profiles(False))
+
+    def profile(self, label: str) -> None:
+        self.profiles.start(label, {"kopf" if self.peer else "controller": self.actor.pid,
+                                    "sim": self.sim_child.pid}, self.tmp)
 
     @property
     def actor(self) -> Child:
@@ -504,13 +546,13 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def environment(nodes: int):
+async def environment(nodes: int, profile: bool = False):
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmpdir:
         tmp = Path(tmpdir)
         sim_child, url, kubeconfig = await start_sim(tmp, nodes)
         connector = aiohttp.TCPConnector(limit=128)
         session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
-        env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes)
+        env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes, profiles=Profiles(profile))
         try:
             await env.sim.install_crd()
             yield env
@@ -567,13 +609,14 @@ async def actor_figures(env: Env, mark: int, cpu0: tuple[float, float], load_bef
 async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
-    async with environment(nodes_for(n * per_job)) as env:
+    async with environment(nodes_for(n * per_job), args.profile) as env:
         await start_actor(env, args, peer)
         load_before = loadavg()
         mark = await env.sim.mark()
         history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
         history.start()
         cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        env.profile("burst-peer" if peer else "burst")
         names = job_names("burst", n)
         sem = asyncio.Semaphore(64)
 
@@ -601,6 +644,7 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
             return len(running_at) >= n and len(pods_seen) >= n * per_job
 
         timed_out = await settle("all jobs Running", done, history, args.timeout)
+        env.profiles.stop(f"a burst of {n} TFJobs ({per_job} pods each) created at once, until all are Running")
         figures = await actor_figures(env, mark, cpu0, load_before)
         t0 = min(job_created.values())
         result = {
@@ -639,7 +683,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
     nodes = nodes_for(n * per_job)
-    async with environment(nodes) as env:
+    async with environment(nodes, args.profile) as env:
         names = job_names("fo", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -652,6 +696,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
         history.start()
         cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        env.profile("failover-peer" if peer else "failover")
         rng = random.Random(11)
         targets = rng.sample([(job, i) for job in names for i in range(workers)],
                              min(n * workers, int(args.rate * args.duration)))
@@ -694,6 +739,8 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
             return len(running) >= len(kinds)
 
         timed_out = await settle("every disrupted worker Running again", replaced, history, args.timeout)
+        env.profiles.stop(f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
+                          "every disrupted worker runs again")
         figures = await actor_figures(env, mark, cpu0, load_before)
         failed = set()
         for ev in history.events[TFJOBS]:
@@ -725,7 +772,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
 async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
     n, before, after = args.jobs, 8, 2
     nodes = nodes_for(n * (1 + before))
-    async with environment(nodes) as env:
+    async with environment(nodes, args.profile) as env:
         names = job_names("sd", n)
         await converge_directly(env.sim, names, before, nodes)
         await start_actor(env, args, False)
@@ -736,6 +783,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
         history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
         history.start()
         cpu0 = (env.actor.cpu(), env.sim_child.cpu())
+        env.profile("scaledown")
         excess = {f"{job}-worker-{i}" for job in names for i in range(after, before)}
         sem = asyncio.Semaphore(64)
         patch = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": after}}}}
@@ -760,6 +808,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
             return len(gone) >= len(excess)
 
         timed_out = await settle("all excess workers gone", converged, history, args.timeout)
+        env.profiles.stop(f"{n} jobs scaling Worker {before} -> {after} at once, until every excess pod is gone")
         idle = await wait_idle(env.controller, env.session, 0, args.timeout)
         figures = await actor_figures(env, mark, cpu0, load_before)
         t0 = min(scaled.values())
@@ -780,7 +829,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
 async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
     n, workers = args.cold_jobs, 5
     nodes = nodes_for(n * (1 + workers))
-    async with environment(nodes) as env:
+    async with environment(nodes, args.profile) as env:
         names = job_names("cold", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -788,9 +837,9 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
         load_before = loadavg()
         mark = await env.sim.mark()
         sim_cpu0 = env.sim_child.cpu()
-        await start_actor(env, args, False)
-        ctl = env.controller
-        assert ctl is not None
+        env.controller = ctl = start_controller(env.tmp, env.kubeconfig, args.controller_arg)
+        env.profile("coldstart")
+        await until("controller ready", lambda: ctl.ready(env.session), args.timeout, 0.05)
         ready_s = time.time() - ctl.child.started
         timed_out = False
         try:
@@ -798,6 +847,7 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
         except TimeoutError:
             timed_out = True
         reconciled_s = time.time() - ctl.child.started
+        env.profiles.stop(f"a cold start on {n} converged jobs ({n * (1 + workers)} pods), until all are reconciled")
         counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
         return {
             "scenario": "coldstart",
@@ -957,6 +1007,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a scenario may take to converge")
     parser.add_argument("--controller-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/")
     parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")
     args = parser.parse_args()
     results = asyncio.run(run_all(args))
