@@ -834,6 +834,11 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
         setup = time.time() - setup0
+        # The simulator holding N running pods with no client: what its kubelet loop and watch hub cost
+        # on their own (it must not be what slows the controller's figures).
+        idle0, idle_t0 = env.sim_child.cpu(), time.monotonic()
+        await asyncio.sleep(5)
+        sim_idle_cpu = (env.sim_child.cpu() - idle0) / (time.monotonic() - idle_t0)
         load_before = loadavg()
         mark = await env.sim.mark()
         sim_cpu0 = env.sim_child.cpu()
@@ -861,6 +866,8 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
             "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
             "controller_cpu_s": ctl.child.cpu(),
             "sim_cpu_s": env.sim_child.cpu() - sim_cpu0,
+            "sim_idle_cpu_pct": 100 * sim_idle_cpu,
+            "sim_rss_mib": memory_kib(env.sim_child.pid, "VmRSS") / 1024,
             "controller_peak_rss_mib": memory_kib(ctl.child.pid, "VmHWM") / 1024,
             "load": f"{load_before} -> {loadavg()}",
         }
@@ -907,7 +914,9 @@ def med(runs: list[dict], key: str) -> float | None:
 def summarize(name: str, runs: list[dict]) -> list[str]:
     """Markdown lines for one scenario: the median row(s) and the raw runs."""
     lines = []
-    if name.startswith("burst"):
+    if runs[0].get("skipped"):
+        lines.append(f"| {runs[0]['scenario']} | - | not measured: {runs[0]['skipped']} | - | - |")
+    elif name.startswith("burst"):
         lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods | "
                      f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
                      f"{med(runs, 'requests_per_job'):.1f} requests/job | all Running <= 30 s | "
@@ -933,12 +942,39 @@ def summarize(name: str, runs: list[dict]) -> list[str]:
     return lines
 
 
+ANALYSIS = "## Analysis"  # hand-written; kept when the report is regenerated
+RAW = "## Raw runs"
+
+
+def peer_rows(results: dict[str, list[dict]]) -> list[str]:
+    """Ours against the kopf peer, measured in the same run."""
+    rows = []
+    ours, peer = results.get("burst"), results.get("burst (kopf peer)")
+    if ours and peer:
+        a, b = med(ours, "all_running_s"), med(peer, "all_running_s")
+        if a and b:
+            rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
+                        f"({a:.1f} s vs {b:.1f} s to all Running) | >= 5x | {'yes' if b / a >= 5 else 'no'} |")
+        else:
+            rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | ours {fmt_s(a)}, peer {fmt_s(b)} to all "
+                        "Running | >= 5x | no |")
+    ours, peer = results.get("failover"), results.get("failover (kopf peer)")
+    if ours and peer:
+        a = ours[0]["latency"]["all"]["gone_to_create"]
+        b = peer[0]["latency"]["all"]["gone_to_create"]
+        lower = a["n"] and b["n"] and a["p99"] < b["p99"]
+        rows.append(f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {a['p99'] * 1000:.0f} ms "
+                    f"vs {b['p99'] * 1000:.0f} ms | lower p99 | {'yes' if lower else 'no'} |")
+    return rows
+
+
 def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) -> None:
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# Speed at scale (issue 11)",
         "",
-        "Reproduce everything below with one command (about 15 minutes on 2 cores):",
+        "Reproduce everything below with one command (its duration is the sum of the runs' `wall_s`; with",
+        "every target met it is about 15 minutes on 2 cores):",
         "",
         "```bash",
         ".venv/bin/python benchmarks/scale.py all",
@@ -955,7 +991,15 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) ->
     ]
     for name, runs in results.items():
         out.extend(summarize(name, runs))
-    out += ["", "## Raw runs", ""]
+    out.extend(peer_rows(results))
+    analysis = ""
+    if path.exists():
+        previous = path.read_text()
+        if ANALYSIS in previous:
+            analysis = previous[previous.index(ANALYSIS):previous.index(RAW) if RAW in previous else None]
+    if analysis:
+        out += ["", analysis.rstrip()]
+    out += ["", RAW, ""]
     for name, runs in results.items():
         out.append(f"### {name}")
         out.append("")
@@ -966,17 +1010,51 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) ->
     path.write_text("\n".join(out) + "\n")
 
 
-SCENARIOS = ("burst", "failover", "scaledown", "coldstart", "peer")
+SCENARIOS = ("burst", "burst-unlimited", "failover", "scaledown", "coldstart", "peer")
+UNLIMITED = ["--kube-api-qps=1000000", "--kube-api-burst=1000000"]
+
+
+def controller_supports(flag: str) -> bool:
+    out = subprocess.run(cli("run", "--help"), capture_output=True, text=True, check=False).stdout
+    return flag in out
+
+
+async def scenario_burst_unlimited(args: argparse.Namespace) -> dict[str, Any]:
+    """The burst with the controller's client-side rate limit out of the way: the next bound."""
+    if not controller_supports("--kube-api-qps"):
+        return {"scenario": "burst, client rate limit off", "skipped": "this build has no --kube-api-qps flag"}
+    unlimited = argparse.Namespace(**{**vars(args), "controller_arg": [*args.controller_arg, *UNLIMITED]})
+    result = await scenario_burst(unlimited)
+    result["scenario"] = "burst, client rate limit off"
+    return result
+
+
+def load_log(path: Path) -> dict[str, list[dict]]:
+    """Results printed by an earlier run (its stdout), to merge into one report."""
+    results: dict[str, list[dict]] = {}
+    label, buffer = None, []
+    for line in path.read_text().splitlines():
+        header = re.match(r"== (.*) run \d+/\d+ ", line)
+        if header:
+            label, buffer = header.group(1), []
+        elif label is not None:
+            buffer.append(line)
+            if line == "}":
+                results.setdefault(label, []).append(orjson.loads("\n".join(buffer)))
+                label = None
+    return results
 
 
 async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
-    chosen = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    chosen = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "report" else [args.scenario]
     results: dict[str, list[dict]] = {}
     for name in chosen:
-        runs_n = args.runs if name in ("burst", "scaledown") else 1
+        runs_n = args.runs if name in ("burst", "burst-unlimited", "scaledown") else 1
         jobs: list[tuple[str, Callable[[], Awaitable[dict]]]]
         if name == "burst":
             jobs = [("burst", lambda: scenario_burst(args))]
+        elif name == "burst-unlimited":
+            jobs = [("burst, client rate limit off", lambda: scenario_burst_unlimited(args))]
         elif name == "failover":
             jobs = [("failover", lambda: scenario_failover(args))]
         elif name == "scaledown":
@@ -989,7 +1067,11 @@ async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
         for label, fn in jobs:
             for i in range(runs_n):
                 print(f"== {label} run {i + 1}/{runs_n} (load {loadavg()})", flush=True)
+                started = time.time()
                 result = await fn()
+                result["at"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
+                result["git"] = git_commit()
+                result["wall_s"] = time.time() - started
                 print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
                 results.setdefault(label, []).append(result)
     return results
@@ -997,7 +1079,8 @@ async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=(*SCENARIOS, "all"))
+    parser.add_argument("scenario", choices=(*SCENARIOS, "all", "report"),
+                        help="'report' runs nothing: it rewrites the report from --merge-log files")
     parser.add_argument("--jobs", type=int, default=1000, help="jobs in burst/failover/scaledown (default 1000)")
     parser.add_argument("--workers", type=int, default=4, help="dynamic workers per job (default 4)")
     parser.add_argument("--cold-jobs", type=int, default=10_000, help="jobs in coldstart (default 10000)")
@@ -1010,9 +1093,15 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/")
     parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")
+    parser.add_argument("--merge-log", action="append", default=[], metavar="FILE",
+                        help="also report the results an earlier run printed (its stdout); newer results win")
     args = parser.parse_args()
-    results = asyncio.run(run_all(args))
-    output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario == "all" else None)
+    merged: dict[str, list[dict]] = {}
+    for log in args.merge_log:
+        merged.update(load_log(Path(log)))
+    results = {**merged, **asyncio.run(run_all(args))}
+    output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report")
+                             else None)
     if output:
         write_report(Path(output), results, sys.argv)
         print(f"wrote {output}")
