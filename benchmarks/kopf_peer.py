@@ -90,13 +90,10 @@ def services_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
     return {_owner(body): body}
 
 
-def _plain(obj: Any) -> Any:
-    """kopf bodies are read-only views; decide() wants plain dicts."""
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
+def _plain(body: Any) -> dict[str, Any]:
+    """kopf bodies are read-only mappings over the raw object; decide() wants a dict (their values
+    already are plain dicts and lists)."""
+    return dict(body)
 
 
 async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf.Index) -> None:
