@@ -572,7 +572,7 @@ async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
             watches = (await env.sim.call("GET", "/_sim/watches"))["watches"]
             return any(w["resource"] == TFJOBS for w in watches)
 
-        await until("kopf peer watching TFJobs", watching, 60)
+        await until("kopf peer watching TFJobs", watching, args.timeout)
     else:
         env.controller = start_controller(env.tmp, env.kubeconfig, args.controller_arg)
         await until("controller ready", lambda: env.controller.ready(env.session), 120, 0.05)
@@ -950,9 +950,10 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     ours, peer = results.get("burst"), results.get("burst (kopf peer)")
     if ours and peer:
         a, b = med(ours, "all_running_s"), med(peer, "all_running_s")
+        cpu = f"; controller CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s"
         if a and b:
             rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
-                        f"({a:.1f} s vs {b:.1f} s to all Running) | >= 5x | {'yes' if b / a >= 5 else 'no'} |")
+                        f"({a:.1f} s vs {b:.1f} s to all Running){cpu} | >= 5x | {'yes' if b / a >= 5 else 'no'} |")
         else:
             rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | ours {fmt_s(a)}, peer {fmt_s(b)} to all "
                         "Running | >= 5x | no |")
@@ -960,9 +961,12 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     if ours and peer:
         a = ours[0]["latency"]["all"]["gone_to_create"]
         b = peer[0]["latency"]["all"]["gone_to_create"]
-        lower = a["n"] and b["n"] and a["p99"] < b["p99"]
-        rows.append(f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {a['p99'] * 1000:.0f} ms "
-                    f"vs {b['p99'] * 1000:.0f} ms | lower p99 | {'yes' if lower else 'no'} |")
+        lower = bool(a["n"]) and (not b["n"] or a["p99"] < b["p99"])  # no replacement at all is the worst p99
+        def p99(d: dict) -> str:
+            return f"{d['p99'] * 1000:.0f} ms" if d["n"] else "no replacement at all"
+
+        rows.append(f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {p99(a)} vs the "
+                    f"peer's {p99(b)} | lower p99 | {'yes' if lower else 'no'} |")
     return rows
 
 
@@ -978,7 +982,8 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) ->
         ".venv/bin/python benchmarks/scale.py all",
         "```",
         "",
-        f"Measured {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
+        f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`; each run",
+        "below says when it was measured (`at`) and on which commit (`git`).",
         "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
         "separate processes on the same machine; times come from the simulator's clock (`/_sim/history`,",
         "`/_sim/requests`). The load average (1/5/15 min) before and after each run is given with it:",
