@@ -14,7 +14,10 @@ tolerates.
 
 - failover latency: from ``lastFailoverTime`` of the worker's record in ``status.dynamicWorkers`` (when the
   controller observed the failure or disruption; whole seconds, so values are up to 1 s long) until the
-  replacement pod of that index runs;
+  replacement pod of that index runs. The two facts travel on different watches: the replacement can be
+  seen Running before the job update that carries its record (a first failover is replaced at once, and the
+  status is written after the creates). So the time a worker pod is first seen Running is kept per
+  (job, index), and the latency is observed by whichever of the two events arrives second;
 - time to running: from the job's ``creationTimestamp`` until every replica of every type runs at once, for
   jobs first seen before they had a Running condition.
 """
@@ -122,6 +125,8 @@ class JobObserver(Collector):
         self._monotonic = monotonic
         self._awaiting_running: set[str] = set()  # job uids whose time to running is still to measure
         self._failovers_measured: dict[tuple[str, int], str] = {}  # (job uid, index) -> lastFailoverTime
+        # (job uid, worker index) -> (pod uid, its creationTimestamp, wall time it was first seen Running)
+        self._worker_running: dict[tuple[str, int], tuple[str, float | None, float]] = {}
         self._degraded_since: dict[str, float] = {}  # job uid -> monotonic time first seen degraded
         jobs.add_handler(self._job_added, self._job_updated, self._job_deleted)
         pods.add_handler(None, self._pod_updated, None)
@@ -136,8 +141,12 @@ class JobObserver(Collector):
             self._awaiting_running.add(meta.get("uid", ""))
 
     def _job_updated(self, _old: Obj, job: Obj) -> None:
+        uid = (job.get("metadata") or {}).get("uid", "")
         if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
-            self._awaiting_running.discard((job.get("metadata") or {}).get("uid", ""))
+            self._awaiting_running.discard(uid)
+        if any(key[0] == uid for key in self._worker_running):
+            for index in parse_worker_records(job.get("status")):
+                self._measure_failover(job, index)
 
     def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         job = DeletedFinalStateUnknown.unwrap(obj)
@@ -146,8 +155,9 @@ class JobObserver(Collector):
         uid = (job.get("metadata") or {}).get("uid", "")
         self._awaiting_running.discard(uid)
         self._degraded_since.pop(uid, None)
-        for key in [k for k in self._failovers_measured if k[0] == uid]:
-            del self._failovers_measured[key]
+        for table in (self._failovers_measured, self._worker_running):
+            for key in [k for k in table if k[0] == uid]:
+                del table[key]
 
     def _owner(self, pod: Obj) -> Obj | None:
         owner_uid = podlib.controller_uid(pod)
@@ -171,19 +181,9 @@ class JobObserver(Collector):
         uid = meta.get("uid", "")
         index = podlib.replica_index(pod)
         if podlib.replica_type_label(pod) == api.WORKER.lower() and index is not None:
-            record = parse_worker_records(job.get("status")).get(index)
-            since = parse_time(record.last_failover_time) if record is not None else None
             created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-            if (
-                record is not None
-                and since is not None
-                and record.last_reason is not None
-                and record.pod_uid != podlib.uid(pod)
-                and (created is None or created >= since)
-                and self._failovers_measured.get((uid, index)) != record.last_failover_time
-            ):
-                self._failovers_measured[(uid, index)] = record.last_failover_time or ""
-                self.metrics.observe_failover(namespace, record.last_reason, now - since)
+            self._worker_running[(uid, index)] = (podlib.uid(pod), created, now)
+            self._measure_failover(job, index)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
             if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), replicas) == replicas:
@@ -191,6 +191,26 @@ class JobObserver(Collector):
                 created = parse_time(meta.get("creationTimestamp"))
                 if created is not None:
                     self.metrics.observe_time_to_running(namespace, now - created)
+
+    def _measure_failover(self, job: Obj, index: int) -> None:
+        """Observe the failover of worker ``index`` once its record and its Running replacement are both known."""
+        meta = job.get("metadata") or {}
+        uid = meta.get("uid", "")
+        running = self._worker_running.get((uid, index))
+        record = parse_worker_records(job.get("status")).get(index)
+        if running is None or record is None or record.last_reason is None:
+            return
+        pod_uid, created, running_at = running
+        since = parse_time(record.last_failover_time)
+        if (
+            since is None
+            or record.pod_uid == pod_uid  # the record is about this very pod: it is not a replacement
+            or (created is not None and created < since)  # Running before this failover: not its replacement
+            or self._failovers_measured.get((uid, index)) == record.last_failover_time
+        ):
+            return
+        self._failovers_measured[(uid, index)] = record.last_failover_time or ""
+        self.metrics.observe_failover(meta.get("namespace", ""), record.last_reason, running_at - since)
 
     # -- the collector ----------------------------------------------------------------------------------------
 

@@ -104,6 +104,40 @@ def test_failover_latency_is_measured_once_per_failover_and_only_for_the_replace
     assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
 
 
+def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacement_runs() -> None:
+    # A first failover is replaced at once and the status is written after the creates, so the replacement's
+    # Running (pods watch) can reach the controller before the job update carrying the record (jobs watch).
+    watcher_clock = [T0 + 97]
+    registry = CollectorRegistry()
+    jobs, pods = FakeInformer(), FakeInformer()
+    JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: watcher_clock[0], monotonic=lambda: watcher_clock[0])  # type: ignore[arg-type]
+    jobs.add(job(["Created", "Running"]))
+    pods.add(pod(0, "Running", T0, "p0"))
+    pods.add(pod(1, "Pending", T0 + 95, "p1-new"))
+    pods.update(pod(1, "Running", T0 + 95, "p1-new"))  # seen Running at T0 + 97, before any record
+    count = {"job_namespace": "ns", "reason": "Deleted"}
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 0
+    watcher_clock[0] = T0 + 200  # the job update comes late; the latency still ends when the pod ran
+    record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 94), "lastReason": "Deleted",
+              "podUID": "p1-old"}
+    jobs.update(job(["Created", "Running"], records={"1": record}))
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 3.0
+    jobs.update(job(["Created", "Running"], records={"1": record}))  # the same record again: measured once
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+
+
+def test_a_record_about_the_running_pod_itself_is_not_a_replacement() -> None:
+    _, jobs, pods, registry = observer(now=T0 + 100)
+    jobs.add(job(["Created", "Running"]))
+    pods.add(pod(1, "Pending", T0 + 95, "p1"))
+    pods.update(pod(1, "Running", T0 + 95, "p1"))
+    record = {"state": "Replacing", "failovers": 1, "lastFailoverTime": stamp(T0 + 99), "lastReason": "Evicted",
+              "podUID": "p1"}
+    jobs.update(job(["Created", "Running"], records={"1": record}))
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Evicted"}) == 0
+
+
 def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
     _, jobs, pods, registry = observer(now=T0 + 100)
     record = {"state": "Replacing", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "Deleted"}
