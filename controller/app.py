@@ -5,12 +5,17 @@ alive and observable too), and runs the controller only while it holds the leade
 lease stops every worker before the lease can expire for the next leader; the process then exits
 non-zero so the Deployment restarts it as a fresh candidate (controller-runtime does the same).
 SIGINT/SIGTERM cancel everything, the lease is released, and the process exits 0.
+
+Start-up failures are one-line :class:`StartupError` exceptions (exit 1 from the CLI): a kubeconfig that cannot
+be loaded, an API server that cannot be reached within ``startup_timeout`` (a cluster that is briefly
+unavailable while the pod starts is waited for; one that stays unreachable is reported, not retried for
+ever), credentials it rejects. Every request carries the replica's leader-election identity in its
+User-Agent, so an apiserver's audit log tells the replicas apart.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import signal
 import socket
@@ -19,6 +24,8 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
+import yaml
+from kubernetes_asyncio.config.config_exception import ConfigException
 from prometheus_client import (
     CollectorRegistry,
     GCCollector,
@@ -29,12 +36,14 @@ from prometheus_client import (
 )
 
 from controller.ops.http import HealthChecks, serve_health, serve_metrics
-from controller.runtime.client import ApiClient
+from controller.runtime.client import USER_AGENT, ApiClient, RetryPolicy
+from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError, Unauthorized
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 
 LEASE_NAME = "tfjob-controller"
+ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 # The client-side request limit (--kube-api-qps / --kube-api-burst). Chosen from measurements in
 # docs/benchmarks/profiles/README.md: high enough that it never bounds a burst of job creations on
@@ -61,6 +70,11 @@ class RunOptions:
     failover_backoff: tuple[float, float] = (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap)
     kube_api_qps: float = DEFAULT_KUBE_API_QPS
     kube_api_burst: int = DEFAULT_KUBE_API_BURST
+    startup_timeout: float = 30.0
+
+
+class StartupError(ValueError):
+    """The controller cannot start; the message says why, in one line."""
 
 
 def _in_cluster_namespace() -> str | None:
@@ -97,11 +111,44 @@ def new_registry() -> CollectorRegistry:
     return registry
 
 
-async def make_client(options: RunOptions, registry: CollectorRegistry) -> ApiClient:
-    limits = {"qps": options.kube_api_qps, "burst": options.kube_api_burst}
-    if options.kubeconfig:
-        return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry, **limits)
-    return await ApiClient.default(registry=registry, **limits)
+async def make_client(options: RunOptions, registry: CollectorRegistry, user_agent: str = USER_AGENT) -> ApiClient:
+    settings = {"qps": options.kube_api_qps, "burst": options.kube_api_burst, "user_agent": user_agent}
+    try:
+        if options.kubeconfig:
+            return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry, **settings)
+        return await ApiClient.default(registry=registry, **settings)
+    except FileNotFoundError as exc:
+        raise StartupError(str(exc)) from None
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError, ConfigException) as exc:
+        # kubernetes-asyncio reports a malformed kubeconfig with whatever its parser tripped on.
+        where = options.kubeconfig or "the in-cluster configuration / default kubeconfig"
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+            detail = f"not valid YAML: {exc.problem} (line {exc.problem_mark.line + 1})"
+        else:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StartupError(f"cannot load {where}: {detail}") from None
+
+
+async def wait_for_api_server(client: ApiClient, timeout: float) -> None:
+    """Return once ``GET /version`` answers; raise :class:`StartupError` after ``timeout`` seconds of
+    failures, or at once when the server rejects our credentials (waiting cannot fix that)."""
+    log = structlog.get_logger("controller.app")
+    last: Exception | None = None
+    with anyio.move_on_after(timeout):
+        while True:
+            try:
+                # One attempt per round: this loop is the retry, and it must see every failure.
+                await client.request("GET", "/version", timeout=max(1.0, min(10.0, timeout / 3)), retry=ONE_ATTEMPT)
+                return
+            except Unauthorized as exc:
+                raise StartupError(f"the API server at {client.base_url} rejected the credentials: {exc}") from None
+            except (ApiError, TransportError, ResponseDecodeError) as exc:
+                if last is None:
+                    log.warning("API server not reachable yet; waiting", server=client.base_url, error=str(exc),
+                                timeout=timeout)
+                last = exc
+            await anyio.sleep(1.0)  # a retry period, not synchronisation
+    raise StartupError(f"cannot reach the API server at {client.base_url} within {timeout:g} s: {last}")
 
 
 async def run(options: RunOptions, registry: CollectorRegistry | None = None) -> int:
@@ -110,7 +157,14 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
     # dashboards and rules written for those do not expect them.
     disable_created_metrics()
     registry = registry or new_registry()
-    client = await make_client(options, registry)
+    identity = f"{socket.gethostname()}_{uuid.uuid4()}"
+    client = await make_client(options, registry, user_agent=f"{USER_AGENT} ({identity})")
+    try:
+        await wait_for_api_server(client, options.startup_timeout)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+        raise
     tfjobs = TFJobController(
         client,
         registry=registry,
@@ -127,13 +181,14 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
     elector: LeaderElector | None = None
     if options.leader_elect:
         namespace = options.leader_election_namespace or _in_cluster_namespace() or "default"
-        identity = f"{socket.gethostname()}_{uuid.uuid4()}"
         elector = LeaderElector(client, namespace, options.leader_election_id, identity, registry=registry)
 
     def readiness() -> tuple[bool, str]:
         waiting = [i.name for i in informers if not i.has_synced()]
         if elector is not None and not elector.is_leader:
             return True, "standby (not the leader)"
+        if tfjobs.waiting_for_crd:
+            return False, "waiting for the TFJob CRD to be installed"
         return (not waiting, "waiting for caches: " + ", ".join(waiting) if waiting else "")
 
     checks = HealthChecks(liveness={"ping": lambda: (True, "")}, readiness={"informers-synced": readiness})
@@ -172,8 +227,3 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
         with anyio.CancelScope(shield=True):
             await client.close()
     return exit_code
-
-
-def cluster_domain_from_env() -> str:
-    """Upstream reads the DNS suffix of service addresses in TF_CONFIG from this variable."""
-    return os.environ.get("CUSTOM_CLUSTER_DOMAIN", "")

@@ -1,8 +1,15 @@
 """The ``tfjob-controller`` command line: ``run`` (the controller), ``sim`` (a simulated cluster),
 ``demo`` (the controller on an embedded simulated cluster, narrated), ``crd`` (print the CRD).
 
-Bad arguments and expected failures (an unreadable kubeconfig, a port in use) end with one line
-on stderr and a non-zero exit code, never a traceback; argparse's own errors exit 2.
+Bad arguments and expected failures (an unreadable kubeconfig, an unreachable cluster, a port in use)
+end with one line on stderr and a non-zero exit code, never a traceback: 2 for a bad flag or
+environment variable, 1 for a failure at run time.
+
+Every flag of ``run`` (and the global ``--log-level``/``--log-format``) also has an environment-variable
+form, ``TFJOB_CONTROLLER_<FLAG>`` (``--metrics-addr`` -> ``TFJOB_CONTROLLER_METRICS_ADDR``), so a
+Deployment can be configured with ``env:`` or a ConfigMap. A flag on the command line wins over its
+variable, which wins over the default. Repeatable flags take a comma-separated list; switches take
+true/false. Upstream's ``CUSTOM_CLUSTER_DOMAIN`` is honoured after ``TFJOB_CONTROLLER_CLUSTER_DOMAIN``.
 """
 
 from __future__ import annotations
@@ -11,14 +18,25 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import anyio
 
+from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 from controller.ops.http import parse_addr
 from controller.sim import MissingExtra, require_extra
 from controller.tfjob.decide import DecideConfig
+
+ENV_PREFIX = "TFJOB_CONTROLLER_"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``PROG: error: MESSAGE (see PROG --help)``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _addr(text: str) -> tuple[str, int]:
@@ -59,14 +77,17 @@ def _object_name(text: str) -> str:
     return text
 
 
-def _scale(text: str) -> float:
+def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
+
+
+_scale = _positive_float  # --time-scale of sim and demo
 
 
 def _qps(text: str) -> float:
@@ -79,64 +100,159 @@ def _qps(text: str) -> float:
     return value
 
 
-def _env_default(name: str, parse: Any, fallback: Any) -> Any:
-    """The value of environment variable ``name`` parsed like its flag, else ``fallback``.
-
-    A bad value is reported like a bad flag (one line, exit 2) rather than silently ignored."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return fallback
-    try:
-        return parse(raw)
-    except argparse.ArgumentTypeError as exc:
-        print(f"tfjob-controller: environment variable {name}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+def _dns_suffix(text: str) -> str:
+    text = text.strip().strip(".")
+    labels = text.split(".") if text else []
+    for label in labels:
+        if not (0 < len(label) <= 63 and label.replace("-", "").isalnum() and label.isascii()
+                and label[0] != "-" and label[-1] != "-"):
+            raise argparse.ArgumentTypeError(f"not a DNS domain (e.g. cluster.local): {text!r}")
+    return text.lower()
 
 
-KUBE_API_QPS_ENV = "TFJOB_CONTROLLER_KUBE_API_QPS"
-KUBE_API_BURST_ENV = "TFJOB_CONTROLLER_KUBE_API_BURST"
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration option: a flag, its environment variable, its type and default.
+
+    ``kind`` is ``"value"`` (``--flag VALUE``), ``"list"`` (repeatable; the variable is comma-separated),
+    ``"pair"`` (``--flag A B``; the variable is ``A,B``) or ``"switch"`` (``--flag`` / ``--no-flag``; the
+    variable is true/false). ``fallback_env`` names further
+    variables read, in order, when the option's own is unset (upstream compatibility).
+    """
+
+    flag: str
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    kind: str = "value"
+    metavar: str | None = None
+    choices: Sequence[str] | None = None
+    fallback_env: tuple[str, ...] = ()
+    field: str = ""  # the RunOptions field, when not the flag's name
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        env = " or ".join((self.env, *self.fallback_env))
+        shown = self.default
+        if isinstance(shown, bool):
+            shown = "on" if shown else "off"
+        elif isinstance(shown, tuple) and self.kind == "pair":
+            shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in shown)
+        elif isinstance(shown, tuple):
+            shown = ":".join(map(str, shown))
+        default = f"; default {shown}" if shown not in (None, "", []) else ""
+        help_text = f"{self.help} [env {env}{default}]"
+        # default=None: "not on the command line", resolved later from the environment or the default.
+        if self.kind == "switch":
+            parser.add_argument(self.flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif self.kind == "list":
+            parser.add_argument(self.flag, action="append", default=None, type=self.type, metavar=self.metavar,
+                                help=help_text)
+        elif self.kind == "pair":
+            parser.add_argument(self.flag, nargs=2, default=None, type=self.type, metavar=self.metavar,
+                                help=help_text)
+        else:
+            parser.add_argument(self.flag, default=None, type=self.type, metavar=self.metavar, choices=self.choices,
+                                help=help_text)
+
+    def resolve(self, given: Any, environ: Mapping[str, str]) -> tuple[Any, str | None]:
+        """(value, error): the command line's value, else the environment's, else the default."""
+        if given is not None:
+            return (tuple(given) if self.kind == "pair" else given), None
+        for name in (self.env, *self.fallback_env):
+            raw = environ.get(name)
+            if raw is None or (raw.strip() == "" and name != self.env):
+                continue
+            try:
+                return self._convert(raw), None
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                return None, f"environment variable {name}: {exc}"
+        return (list(self.default) if self.kind == "list" else self.default), None
+
+    def _convert(self, raw: str) -> Any:
+        if self.kind == "switch":
+            return _switch(raw)
+        convert = self.type or str
+        if self.kind == "list":
+            return [convert(item.strip()) for item in raw.split(",") if item.strip()]
+        if self.kind == "pair":
+            items = raw.replace(",", " ").split()
+            if len(items) != 2:
+                raise argparse.ArgumentTypeError(f"expected two values (A,B), got {raw!r}")
+            return tuple(convert(item) for item in items)
+        value = convert(raw)
+        if self.choices is not None and value not in self.choices:
+            raise argparse.ArgumentTypeError(f"invalid choice {raw!r} (choose from {', '.join(self.choices)})")
+        return value
+
+
+GLOBAL_OPTIONS = (
+    Option("--log-level", "log level", "info", choices=("debug", "info", "warning", "error")),
+    Option("--log-format", "log format (default: console on a terminal, json otherwise)",
+           choices=("json", "console")),
+)
+
+# The flags of `run`. Each maps onto one field of controller.app.RunOptions (same name).
+RUN_OPTIONS = (
+    Option("--kubeconfig", "kubeconfig file (default: in-cluster configuration, then $KUBECONFIG, then "
+           "~/.kube/config)", metavar="PATH"),
+    Option("--namespace", "watch only this namespace (repeatable; default: all namespaces)", [], kind="list",
+           metavar="NS", field="namespaces"),
+    Option("--workers", "concurrent reconciles (a reconcile mostly waits on the API server, and a failover must not "
+           "queue behind other jobs' work; see docs/benchmarks/profiles)", 16, type=_positive_int, metavar="N"),
+    Option("--metrics-addr", "serve /metrics here", ("0.0.0.0", 8080), type=_addr, metavar="HOST:PORT"),
+    Option("--health-addr", "serve /healthz and /readyz here", ("0.0.0.0", 8081), type=_addr, metavar="HOST:PORT"),
+    Option("--kube-api-qps", "client-side limit of API requests per second, watches included; 0 disables it "
+           "(see docs/benchmarks/profiles)", DEFAULT_KUBE_API_QPS, type=_qps, metavar="QPS"),
+    Option("--kube-api-burst", "requests allowed at once above --kube-api-qps", DEFAULT_KUBE_API_BURST,
+           type=_positive_int, metavar="N"),
+    Option("--leader-elect", "hold a Lease so that only one replica acts", True, kind="switch"),
+    Option("--leader-election-namespace", "namespace of the Lease (default: the pod's namespace, else 'default')",
+           metavar="NS"),
+    Option("--leader-election-id", "name of the Lease; give each shard of a split cluster its own",
+           "tfjob-controller", type=_object_name, metavar="NAME"),
+    Option("--cluster-domain", "DNS suffix appended to the service addresses in TF_CONFIG (e.g. cluster.local)",
+           "", type=_dns_suffix, metavar="DOMAIN", fallback_env=("CUSTOM_CLUSTER_DOMAIN",)),
+    Option("--max-pods-per-job", "a job asking for more pods (all replica types together) fails validation",
+           DecideConfig.max_pods_per_job, type=_positive_int, metavar="N"),
+    Option("--failover-backoff", "back-off of repeat failovers of one dynamic worker index (the first is replaced "
+           "as soon as its pod is gone): BASE seconds before the second, doubling per failover up to CAP",
+           (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
+           type=_positive_float, kind="pair", metavar=("BASE", "CAP")),
+    Option("--startup-timeout", "give up (exit 1) when the API server cannot be reached for this many seconds "
+           "at start", 30.0, type=_positive_float, metavar="SECONDS"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
-
-    parser = argparse.ArgumentParser(prog="tfjob-controller", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", default=None, choices=["json", "console"],
-                        help="default: console on a terminal, json otherwise")
+    parser = OneLineParser(prog="tfjob-controller", description=__doc__.split("\n\n")[0])
+    for option in GLOBAL_OPTIONS:
+        option.add_to(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the TFJob controller against a cluster")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
-    run.add_argument("--namespace", action="append", default=[], metavar="NS",
-                     help="watch only this namespace (repeatable; default: all namespaces)")
-    run.add_argument("--workers", type=_positive_int, default=16,
-                     help="concurrent reconciles (default 16: a reconcile mostly waits on the API server, and a "
-                          "failover must not queue behind other jobs' work; see docs/benchmarks/profiles)")
-    run.add_argument("--metrics-addr", type=_addr, default=("0.0.0.0", 8080), metavar="HOST:PORT")
-    run.add_argument("--health-addr", type=_addr, default=("0.0.0.0", 8081), metavar="HOST:PORT")
-    run.add_argument("--kube-api-qps", type=_qps, metavar="QPS",
-                     default=_env_default(KUBE_API_QPS_ENV, _qps, DEFAULT_KUBE_API_QPS),
-                     help="client-side limit of API requests per second, watches included; 0 disables it "
-                          f"(env {KUBE_API_QPS_ENV}; default {DEFAULT_KUBE_API_QPS:g}: see docs/benchmarks/profiles)")
-    run.add_argument("--kube-api-burst", type=_positive_int, metavar="N",
-                     default=_env_default(KUBE_API_BURST_ENV, _positive_int, DEFAULT_KUBE_API_BURST),
-                     help=f"requests allowed at once above --kube-api-qps (env {KUBE_API_BURST_ENV}; "
-                          f"default {DEFAULT_KUBE_API_BURST})")
-    run.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                     help="hold a Lease so only one replica acts (default on)")
-    run.add_argument("--leader-election-namespace", metavar="NS",
-                     help="namespace of the Lease (default: the pod's namespace, else 'default')")
-    run.add_argument("--leader-election-id", type=_object_name, default="tfjob-controller", metavar="NAME",
-                     help="name of the Lease (default tfjob-controller); give each shard of a split cluster its own")
-    run.add_argument("--max-pods-per-job", type=_positive_int, default=DecideConfig.max_pods_per_job, metavar="N",
-                     help="a job asking for more pods (all replica types together) fails validation "
-                          f"(default {DecideConfig.max_pods_per_job})")
-    run.add_argument("--failover-backoff", type=_scale, nargs=2, metavar=("BASE", "CAP"),
-                     default=(DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
-                     help="back-off of repeat failovers of one dynamic worker index (the first is replaced as soon "
-                          "as its pod is gone): BASE seconds before the second, doubling per failover up to CAP "
-                          f"(default {DecideConfig.failover_backoff_base:g} {DecideConfig.failover_backoff_cap:g})")
+    run = sub.add_parser(
+        "run", help="run the TFJob controller against a cluster",
+        description="Run the TFJob controller. Every flag can also be set by the environment variable shown "
+                    "with it; the command line wins.",
+    )
+    for option in RUN_OPTIONS:
+        option.add_to(run)
 
     sim = sub.add_parser("sim", help="serve a simulated Kubernetes cluster until SIGINT/SIGTERM")
     sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
@@ -156,35 +272,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """Parse the command line, then fill every option not given there from the environment or its default."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    environ = os.environ if environ is None else environ
+    options = GLOBAL_OPTIONS + (RUN_OPTIONS if args.command == "run" else ())
+    for option in options:
+        value, error = option.resolve(getattr(args, option.dest), environ)
+        if error is not None:
+            prog = f"{parser.prog} {args.command}" if option in RUN_OPTIONS else parser.prog
+            parser.exit(2, f"{prog}: error: {error} (see {prog} --help)\n")
+        setattr(args, option.dest, value)
     if args.command == "run" and args.failover_backoff[0] > args.failover_backoff[1]:
-        parser.error("--failover-backoff: BASE must not exceed CAP")
+        prog = f"{parser.prog} run"
+        parser.exit(2, f"{prog}: error: --failover-backoff: BASE must not exceed CAP (see {prog} --help)\n")
+    return args
+
+
+def run_options(args: argparse.Namespace) -> Any:
+    from controller.app import RunOptions
+
+    return RunOptions(**{option.field or option.dest: getattr(args, option.dest) for option in RUN_OPTIONS})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     from controller.ops.logging import configure_logging
 
     fmt = args.log_format or ("console" if sys.stderr.isatty() else "json")
     configure_logging(args.log_level, fmt)
     try:
         if args.command == "run":
-            from controller.app import RunOptions, cluster_domain_from_env, run
+            from controller.app import run
 
-            options = RunOptions(
-                kubeconfig=args.kubeconfig,
-                namespaces=args.namespace,
-                workers=args.workers,
-                metrics_addr=args.metrics_addr,
-                health_addr=args.health_addr,
-                leader_elect=args.leader_elect,
-                leader_election_namespace=args.leader_election_namespace,
-                leader_election_id=args.leader_election_id,
-                cluster_domain=cluster_domain_from_env(),
-                max_pods_per_job=args.max_pods_per_job,
-                failover_backoff=tuple(args.failover_backoff),
-                kube_api_qps=args.kube_api_qps,
-                kube_api_burst=args.kube_api_burst,
-            )
-            return anyio.run(run, options)
+            return anyio.run(run, run_options(args))
         if args.command in ("sim", "demo"):
             require_extra(secure=getattr(args, "secure", False))
         if args.command == "sim":
@@ -206,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:
-        # Expected operational failures: a missing kubeconfig, a port in use, a bad configuration value.
+        # Expected operational failures: a missing kubeconfig, a port in use, a bad configuration value,
+        # an API server that cannot be reached (controller.app.StartupError).
         print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
         return 1
     raise AssertionError(f"unhandled command {args.command!r}")

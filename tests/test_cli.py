@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -18,12 +17,10 @@ import pytest
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
+from tests.controller_process import CLI, ControllerProcess, clean_env, free_port
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 
 import yaml
-
-CLI = [sys.executable, "-m", "controller"]
-
 
 @pytest.fixture
 def kubectl_binary() -> str:
@@ -33,15 +30,9 @@ def kubectl_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def run_cli(*args: str, timeout: float = 60.0) -> tuple[int, str, str]:
+async def run_cli(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env(env)
     )
     with anyio.fail_after(timeout):
         out, err = await proc.communicate()
@@ -49,43 +40,162 @@ async def run_cli(*args: str, timeout: float = 60.0) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+def only_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
+    return lines[0]
+
+
+def last_line(stderr: str) -> str:
+    """The CLI's own message: the last line (structured log lines may precede it)."""
+    assert "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    return path
+
+
 async def test_bad_arguments_get_one_line_and_exit_2():
     rc, out, err = await run_cli("run", "--workers", "zero")
     assert rc == 2
-    assert "argument --workers: expected a whole number, got 'zero'" in err
-    assert "Traceback" not in err
+    assert only_line(err) == (
+        "tfjob-controller run: error: argument --workers: expected a whole number, got 'zero' "
+        "(see tfjob-controller run --help)"
+    )
     rc, _, err = await run_cli("run", "--metrics-addr", "8080")
-    assert rc == 2 and "invalid address '8080'" in err
+    assert rc == 2 and "invalid address '8080'" in only_line(err)
+    rc, _, err = await run_cli("run", "--no-such-flag")
+    assert rc == 2
+    assert only_line(err) == "tfjob-controller: error: unrecognized arguments: --no-such-flag (see tfjob-controller --help)"
+    rc, _, err = await run_cli("run", "--cluster-domain", "not a domain")
+    assert rc == 2 and "argument --cluster-domain: not a DNS domain" in only_line(err)
     rc, _, err = await run_cli("run", "--failover-backoff", "30", "10")
-    assert rc == 2 and "--failover-backoff: BASE must not exceed CAP" in err
+    assert rc == 2 and only_line(err) == (
+        "tfjob-controller run: error: --failover-backoff: BASE must not exceed CAP (see tfjob-controller run --help)"
+    )
     rc, _, err = await run_cli("run", "--max-pods-per-job", "0")
-    assert rc == 2 and "argument --max-pods-per-job: must be at least 1, got 0" in err
+    assert rc == 2 and "argument --max-pods-per-job: must be at least 1, got 0" in only_line(err)
     rc, _, err = await run_cli("run", "--leader-election-id", "Shard_A")
-    assert rc == 2 and "argument --leader-election-id: 'Shard_A' is not a valid object name" in err
+    assert rc == 2 and "argument --leader-election-id: 'Shard_A' is not a valid object name" in only_line(err)
+
+
+async def test_a_bad_environment_variable_gets_one_line_naming_it_and_exit_2():
+    rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_WORKERS": "many"})
+    assert rc == 2
+    assert only_line(err) == (
+        "tfjob-controller run: error: environment variable TFJOB_CONTROLLER_WORKERS: expected a whole number, "
+        "got 'many' (see tfjob-controller run --help)"
+    )
+    rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_LEADER_ELECT": "maybe"})
+    assert rc == 2 and "TFJOB_CONTROLLER_LEADER_ELECT: expected true or false, got 'maybe'" in only_line(err)
+    rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_LOG_LEVEL": "loud"})
+    assert rc == 2 and only_line(err).startswith("tfjob-controller: error: environment variable TFJOB_CONTROLLER_LOG_LEVEL")
 
 
 async def test_bad_api_limits_get_one_line_whether_flag_or_environment():
     rc, _, err = await run_cli("run", "--kube-api-qps", "-5")
-    assert rc == 2 and "argument --kube-api-qps: must be a finite number >= 0" in err and "Traceback" not in err
+    assert rc == 2 and "argument --kube-api-qps: must be a finite number >= 0" in only_line(err)
     rc, _, err = await run_cli("run", "--kube-api-burst", "0")
-    assert rc == 2 and "argument --kube-api-burst: must be at least 1" in err
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, "run", env={**os.environ, "TFJOB_CONTROLLER_KUBE_API_QPS": "fast"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    assert rc == 2 and "argument --kube-api-burst: must be at least 1" in only_line(err)
+    rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_KUBE_API_QPS": "fast"})
+    assert rc == 2 and only_line(err) == (
+        "tfjob-controller run: error: environment variable TFJOB_CONTROLLER_KUBE_API_QPS: expected a number "
+        "of requests per second, got 'fast' (see tfjob-controller run --help)"
     )
-    with anyio.fail_after(60):
-        _, raw = await proc.communicate()
-    err = raw.decode()
-    assert proc.returncode == 2 and "Traceback" not in err
-    assert err.strip() == ("tfjob-controller: environment variable TFJOB_CONTROLLER_KUBE_API_QPS: expected a number "
-                           "of requests per second, got 'fast'")
 
 
 async def test_run_with_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path):
     rc, _, err = await run_cli("run", "--kubeconfig", str(tmp_path / "nope"))
     assert rc == 1
-    assert err.strip().splitlines()[-1].startswith("tfjob-controller run: kubeconfig not found:")
-    assert "Traceback" not in err
+    assert only_line(err) == f"tfjob-controller run: kubeconfig not found: {tmp_path / 'nope'}"
+
+
+async def test_run_with_an_unreadable_kubeconfig_fails_with_one_line(tmp_path: Path):
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [\n")
+    rc, _, err = await run_cli("run", "--kubeconfig", str(broken))
+    assert rc == 1
+    assert only_line(err).startswith(f"tfjob-controller run: cannot load {broken}: not valid YAML:")
+    incomplete = tmp_path / "incomplete"
+    incomplete.write_text("apiVersion: v1\nkind: Config\n")
+    rc, _, err = await run_cli("run", "--kubeconfig", str(incomplete))
+    assert rc == 1
+    assert only_line(err) == (
+        f"tfjob-controller run: cannot load {incomplete}: Invalid kube-config file. Expected key current-context in "
+        f"{incomplete}"
+    )
+
+
+async def test_an_unreachable_cluster_is_waited_for_then_reported_in_one_line(tmp_path: Path):
+    port = free_port()  # nothing listens there
+    kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
+    started = anyio.current_time()
+    rc, _, err = await run_cli(
+        "run", "--kubeconfig", str(kubeconfig), "--metrics-addr", f"127.0.0.1:{free_port()}",
+        "--health-addr", f"127.0.0.1:{free_port()}", env={"TFJOB_CONTROLLER_STARTUP_TIMEOUT": "2"},
+    )
+    assert rc == 1
+    assert last_line(err).startswith(
+        f"tfjob-controller run: cannot reach the API server at http://127.0.0.1:{port} within 2 s: "
+        f"GET http://127.0.0.1:{port}/version: cannot connect:"
+    )
+    # The wait is bounded by the timeout, not by the client's retries (generous: the machine is shared).
+    assert anyio.current_time() - started < 30
+
+
+def test_every_run_flag_has_an_environment_variable_documented_in_help_and_readme():
+    from controller.cli import GLOBAL_OPTIONS, RUN_OPTIONS, build_parser
+
+    run_parser = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    flags = {flag for action in run_parser._actions for flag in action.option_strings} - {"-h", "--help"}
+    assert flags - {f"--no-{o.flag[2:]}" for o in RUN_OPTIONS} == {o.flag for o in RUN_OPTIONS}
+    help_text = " ".join(run_parser.format_help().split())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for option in GLOBAL_OPTIONS + RUN_OPTIONS:
+        assert option.env == "TFJOB_CONTROLLER_" + option.flag[2:].upper().replace("-", "_")
+        assert option.env in readme, f"README does not document {option.env}"
+        if option in RUN_OPTIONS:
+            assert f"env {option.env}" in help_text.replace("- ", "-"), option.flag
+
+
+def test_the_environment_configures_run_and_the_command_line_wins():
+    from controller.cli import parse_args, run_options
+
+    environ = {
+        "TFJOB_CONTROLLER_NAMESPACE": "team-a, team-b",
+        "TFJOB_CONTROLLER_WORKERS": "8",
+        "TFJOB_CONTROLLER_METRICS_ADDR": "127.0.0.1:9090",
+        "TFJOB_CONTROLLER_LEADER_ELECT": "false",
+        "TFJOB_CONTROLLER_FAILOVER_BACKOFF": "2.5,60",
+        "TFJOB_CONTROLLER_LOG_LEVEL": "debug",
+    }
+    options = run_options(parse_args(["run"], environ))
+    assert options.namespaces == ["team-a", "team-b"]
+    assert options.workers == 8
+    assert options.metrics_addr == ("127.0.0.1", 9090)
+    assert options.leader_elect is False
+    assert options.failover_backoff == (2.5, 60.0)
+    assert parse_args(["run"], environ).log_level == "debug"
+    options = run_options(parse_args(["run", "--workers", "2", "--leader-elect", "--namespace", "x"], environ))
+    assert (options.workers, options.leader_elect, options.namespaces) == (2, True, ["x"])
+    defaults = run_options(parse_args(["run"], {}))
+    assert (defaults.workers, defaults.leader_elect, defaults.namespaces, defaults.cluster_domain) == (16, True, [], "")
+
+
+def test_upstreams_custom_cluster_domain_is_honoured_after_ours():
+    from controller.cli import parse_args, run_options
+
+    assert run_options(parse_args(["run"], {"CUSTOM_CLUSTER_DOMAIN": "cluster.local"})).cluster_domain == "cluster.local"
+    both = {"CUSTOM_CLUSTER_DOMAIN": "cluster.local", "TFJOB_CONTROLLER_CLUSTER_DOMAIN": "corp.example"}
+    assert run_options(parse_args(["run"], both)).cluster_domain == "corp.example"
+    assert run_options(parse_args(["run", "--cluster-domain", "x.y"], both)).cluster_domain == "x.y"
 
 
 async def test_demo_runs_the_story_to_the_end():
@@ -239,3 +349,37 @@ async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_pat
             assert list(cluster.server.auth.forbidden_log) == []
         finally:
             await admin.close()
+
+
+async def test_a_missing_crd_is_reported_once_with_the_fix_and_the_controller_starts_when_it_appears(
+    sim_cluster: SimCluster,
+):
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    try:
+        async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
+                                     "--leader-election-namespace", "default") as controller:
+            missing = "the TFJob CRD (tfjobs.kubeflow.org) is not installed"
+            await eventually(lambda: controller.logged(missing), timeout=60, what="the missing CRD to be reported")
+            [record] = controller.logged(missing)
+            assert record["level"] == "error"
+            assert "`kubectl apply -f manifests/crd/kubeflow.org_tfjobs.yaml`" in record["event"]
+            assert "`tfjob-controller crd | kubectl apply -f -`" in record["event"]
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{controller.health_port}/readyz?verbose=1") as response:
+                    assert response.status != 200  # the leader is not ready without its CRD
+
+            await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+            await client.create(TFJOBS, tfjob("late", workers=2), namespace="default")
+
+            async def pods_running() -> bool:
+                pods = (await client.list(PODS, namespace="default",
+                                          label_selector="training.kubeflow.org/job-name=late"))["items"]
+                return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
+
+            await eventually(pods_running, timeout=60, what="the controller to start once the CRD exists")
+            assert controller.logged("the TFJob CRD is installed; starting")
+        assert len(controller.logged(missing)) == 1, "reported once, not on every poll"
+        assert "404 page not found" not in controller.stderr
+    finally:
+        await client.close()

@@ -49,7 +49,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping, Sequence
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import aiohttp
 import orjson
@@ -70,6 +70,7 @@ from controller.runtime.client_metrics import RestClientMetrics
 from controller.runtime.clock import Clock, MonotonicClock
 from controller.runtime.errors import (
     ApiError,
+    Forbidden,
     ResponseDecodeError,
     ServerError,
     StreamStalled,
@@ -80,6 +81,7 @@ from controller.runtime.errors import (
 
 __all__ = [
     "Resource",
+    "RequestAttributes",
     "RetryPolicy",
     "TokenBucket",
     "ApiClient",
@@ -171,6 +173,62 @@ NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 CUSTOM_RESOURCE_DEFINITIONS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAttributes:
+    """What RBAC authorizes a resource request by (kube-apiserver's RequestInfo): verb, API group,
+    resource, subresource, namespace (``""`` when cluster-wide) and name (``""`` for collections)."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+    @classmethod
+    def of(cls, method: str, url: str) -> "RequestAttributes | None":
+        """Attributes of a request to ``url`` (absolute or a path); None for non-resource paths."""
+        parts = urlsplit(url)
+        segments = [unquote(s) for s in parts.path.strip("/").split("/") if s]
+        if segments[:1] == ["api"] and len(segments) >= 2:
+            group, rest = "", segments[2:]
+        elif segments[:1] == ["apis"] and len(segments) >= 3:
+            group, rest = segments[1], segments[3:]
+        else:
+            return None
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        elif len(rest) in (1, 2) and rest[0] == "namespaces":
+            namespace = rest[1] if len(rest) == 2 else ""
+        if not rest:
+            return None
+        resource, name, subresource = rest[0], rest[1] if len(rest) > 1 else "", "/".join(rest[2:])
+        method = method.upper()
+        if method == "GET" and not name:
+            verb = "watch" if parse_qs(parts.query).get("watch", [""])[0] in ("true", "1") else "list"
+        elif method == "DELETE" and not name:
+            verb = "deletecollection"
+        else:
+            verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete"}.get(method, method.lower())
+        return cls(verb, group, resource, subresource, namespace, name)
+
+    def describe(self) -> str:
+        """``create pods in API group "" in namespace "default"`` (the apiserver's own phrasing)."""
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f' in the namespace "{self.namespace}"' if self.namespace else " at the cluster scope"
+        return f'{self.verb} resource "{resource}" in API group "{self.group}"{where}'
+
+
+def _name_permission(error: ApiError, method: str, url: str) -> ApiError:
+    if isinstance(error, Forbidden):
+        attributes = RequestAttributes.of(method, url)
+        if attributes is not None:
+            error.permission = attributes.describe()
+    return error
 
 
 @dataclass(frozen=True)
@@ -753,10 +811,13 @@ class ApiClient:
         content_type: str | None = None,
         idempotent: bool | None = None,
         timeout: float | None = None,
+        retry: RetryPolicy | None = None,
     ) -> dict[str, Any]:
-        """Send one request (with retries), return the decoded JSON body (``{}`` when empty)."""
+        """Send one request (with retries: ``retry``, default the client's), return the decoded JSON body
+        (``{}`` when empty)."""
         _, raw = await self.request_raw(
-            method, path, params=params, body=body, content_type=content_type, idempotent=idempotent, timeout=timeout
+            method, path, params=params, body=body, content_type=content_type, idempotent=idempotent,
+            timeout=timeout, retry=retry,
         )
         if not raw:
             return {}
@@ -780,6 +841,7 @@ class ApiClient:
         content_type: str | None = None,
         idempotent: bool | None = None,
         timeout: float | None = None,
+        retry: RetryPolicy | None = None,
     ) -> tuple[int, bytes]:
         """Like :meth:`request` but returns ``(status, raw body bytes)`` of the 2xx response."""
         method = method.upper()
@@ -796,7 +858,7 @@ class ApiClient:
             total=timeout if timeout is not None else self.request_timeout,
             sock_connect=self.connect_timeout,
         )
-        policy = self.retry
+        policy = retry or self.retry
         attempt = 0
         while True:
             attempt += 1
@@ -814,7 +876,7 @@ class ApiClient:
                 continue
             if 200 <= status < 300:
                 return status, raw
-            error = error_from_response(status, raw, resp_headers)
+            error = _name_permission(error_from_response(status, raw, resp_headers), method, url)
             if attempt >= policy.max_attempts or not self._retryable(error, idempotent):
                 raise error
             delay = policy.delay(attempt, error.retry_after)
@@ -896,7 +958,7 @@ class ApiClient:
                     raw = await response.read()
                 finally:
                     response.release()
-                raise error_from_response(response.status, raw, response.headers)
+                raise _name_permission(error_from_response(response.status, raw, response.headers), "GET", url)
             return response
         except aiohttp.ClientConnectorError as exc:
             raise TransportError(f"watch {url}: cannot connect: {exc}", request_sent=False) from exc

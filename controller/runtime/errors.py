@@ -111,7 +111,18 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: RBAC (or admission) refused the request."""
+    """403: RBAC (or admission) refused the request.
+
+    ``permission`` (set by the client that sent the request; ``""`` otherwise) names what was refused the
+    way an RBAC rule grants it — verb, resource[/subresource], API group, namespace — so the message says
+    which rule is missing even when the server's own message does not.
+    """
+
+    permission: str = ""
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} (missing RBAC permission: {self.permission})" if self.permission else base
 
 
 class NotFound(ApiError):

@@ -82,6 +82,7 @@ from controller.runtime.clock import Clock, MonotonicClock
 from controller.runtime.errors import (
     ApiError,
     Expired,
+    Forbidden,
     ResponseDecodeError,
     ServerError,
     StreamStalled,
@@ -370,8 +371,10 @@ class _Reflector:
                 except (ApiError, TransportError, ResponseDecodeError) as exc:
                     list_reason = "expired" if self._is_expired(exc) else "error"
                     delay = await self._backoff.sleep()
-                    self._log.warning("list failed; retrying", error=str(exc), error_type=type(exc).__name__,
-                                      retry_in=round(delay, 3))
+                    # A 403 will not heal by itself: say so at error level (the message names the permission).
+                    report = self._log.error if isinstance(exc, Forbidden) else self._log.warning
+                    report("list failed; retrying", error=str(exc), error_type=type(exc).__name__,
+                           retry_in=round(delay, 3))
                     continue
                 need_list = False
             try:
@@ -387,7 +390,8 @@ class _Reflector:
                 else:
                     need_list, list_reason = True, "error"
                 delay = await self._backoff.sleep()
-                self._log.info(
+                report = self._log.error if isinstance(exc, Forbidden) else self._log.info
+                report(
                     "watch failed", error=str(exc), error_type=type(exc).__name__, relist=need_list,
                     resource_version=self.last_rv, retried_after=round(delay, 3),
                 )

@@ -37,7 +37,7 @@ import structlog
 from controller.runtime.client import LEASES, ApiClient
 from controller.runtime.client_metrics import LeaderElectionMetrics
 from controller.runtime.clock import Clock, MonotonicClock
-from controller.runtime.errors import AlreadyExists, Conflict, KubeClientError, NotFound
+from controller.runtime.errors import AlreadyExists, Conflict, Forbidden, KubeClientError, NotFound
 
 __all__ = ["LeaderElector", "LeadershipLost", "micro_time"]
 
@@ -181,7 +181,9 @@ class LeaderElector:
             self._log.info("lease request timed out")
             return False
         except KubeClientError as exc:
-            self._log.info("lease request failed", error=str(exc), error_type=type(exc).__name__)
+            # A 403 will not heal by itself: say so at error level (the message names the permission).
+            report = self._log.error if isinstance(exc, Forbidden) else self._log.info
+            report("lease request failed", error=str(exc), error_type=type(exc).__name__)
             return False
 
     async def _try_acquire_or_renew(self) -> bool:

@@ -52,6 +52,7 @@ from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.runner import Controller, Result
+from controller.runtime.served import wait_until_served
 from controller.tfjob import api
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
@@ -61,6 +62,12 @@ from controller.tfjob.observe import JobObserver
 from controller.tfjob.trim import trim_pod, trim_service
 
 Obj = dict[str, Any]
+
+# How to install what `wait_for_crd` waits for (README's "Running it"); the second needs no checkout.
+CRD_INSTALL_COMMANDS = (
+    "kubectl apply -f manifests/crd/kubeflow.org_tfjobs.yaml",
+    "tfjob-controller crd | kubectl apply -f -",
+)
 
 
 def owner_job_key(obj: Obj) -> str | None:
@@ -87,6 +94,7 @@ class TFJobController:
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         informer_options: dict[str, Any] | None = None,
+        crd_poll: float = 2.0,
     ) -> None:
         scope: dict[str, Any] = {"namespaces": list(namespaces)} if namespaces else {}
         options = dict(informer_options or {})
@@ -123,6 +131,9 @@ class TFJobController:
             metrics=ReconcileMetrics(api.CONTROLLER_NAME, registry),
         )
         self.log = structlog.get_logger("controller.tfjob")
+        self.client = client
+        self.crd_poll = crd_poll
+        self.waiting_for_crd = False
         self._wire_handlers()
 
     # -- event handlers: map every change to the key of the job it concerns -------------------------
@@ -228,7 +239,27 @@ class TFJobController:
             return Result(requeue_after=decision.requeue_after)
         return None
 
+    async def wait_for_crd(self) -> None:
+        """Return once the API server serves TFJobs; say once, with the fix, while it does not."""
+
+        def missing() -> None:
+            self.waiting_for_crd = True
+            self.log.error(
+                f"the TFJob CRD ({api.PLURAL}.{api.GROUP}) is not installed; install it with "
+                f"`{CRD_INSTALL_COMMANDS[0]}` or `{CRD_INSTALL_COMMANDS[1]}`; waiting for it",
+                crd=f"{api.PLURAL}.{api.GROUP}",
+            )
+
+        def found() -> None:
+            self.log.info("the TFJob CRD is installed; starting", crd=f"{api.PLURAL}.{api.GROUP}")
+
+        try:
+            await wait_until_served(self.client, TFJOBS, poll=self.crd_poll, on_missing=missing, on_found=found)
+        finally:
+            self.waiting_for_crd = False
+
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        await self.wait_for_crd()
         async with anyio.create_task_group() as tg:
             for informer in (self.jobs, self.pods, self.services):
                 tg.start_soon(informer.run, name=f"informer {informer.name}")

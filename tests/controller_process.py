@@ -1,0 +1,116 @@
+"""``tfjob-controller run`` as a separate process, as a Deployment runs it: start it, read its JSON log
+lines as they come, signal it, collect its exit code.
+
+Lines are read by a background task into ``lines`` (stderr, decoded JSON where possible), so a test
+waits for a log event with :func:`tests.waiting.eventually` instead of blocking on a pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import anyio
+
+CLI = [sys.executable, "-m", "controller"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test's environment without any TFJOB_CONTROLLER_* / CUSTOM_CLUSTER_DOMAIN of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFJOB_CONTROLLER_") and k != "CUSTOM_CLUSTER_DOMAIN"}
+    return {**env, **(extra or {})}
+
+
+class ControllerProcess:
+    """One ``tfjob-controller --log-format json run ...`` process."""
+
+    def __init__(self, *run_args: str, env: dict[str, str] | None = None) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.argv = [*CLI, "--log-format", "json", "run", "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+                     "--health-addr", f"127.0.0.1:{self.health_port}", *run_args]
+        self.env = clean_env(env)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> "ControllerProcess":
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env=self.env,
+        )
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log records so far (other lines skipped)."""
+        records = []
+        for line in self.lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def logged(self, text: str) -> list[dict[str, Any]]:
+        """Log records whose event contains ``text``."""
+        return [r for r in self.events() if text in str(r.get("event", ""))]
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signum)
+
+    async def wait(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        with anyio.fail_after(timeout):
+            rc = await self.proc.wait()
+            if self._reader is not None:
+                await self._reader
+        return rc
+
+    async def stop(self) -> int:
+        """SIGTERM and wait (SIGKILL if it does not end in time); returns the exit code."""
+        if self.proc is None:
+            return 0
+        self.signal(signal.SIGTERM)
+        try:
+            return await self.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError("the controller did not exit within 30 s of SIGTERM") from None
+
+    async def __aenter__(self) -> "ControllerProcess":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            await self.stop()
