@@ -1,0 +1,85 @@
+"""The example TFJobs of manifests/examples/ are accepted by the CRD and run to their expected end.
+
+Each example is applied with the real ``kubectl apply`` (so the simulated apiserver validates it
+against the CRD's schema and CEL rules, as a real one would); the only change made to it is the
+simulator's pod annotations (how long a container runs), added to the replica templates. What each
+example promises in its comments is what the test checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+RUN_SECONDS = "sim.tfjob.dev/run-seconds"  # x time_scale 0.01: 100 simulated seconds last 1 s
+
+
+def example(name: str, annotations: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The example as a user applies it, plus per-replica-type simulator annotations."""
+    job = copy.deepcopy(yaml.safe_load((EXAMPLES / name).read_text()))
+    for replica_type, values in (annotations or {}).items():
+        template = job["spec"]["tfReplicaSpecs"][replica_type]["template"]
+        template.setdefault("metadata", {}).setdefault("annotations", {}).update(values)
+    return job
+
+
+async def apply(kubectl: Any, job: dict[str, Any]) -> None:
+    rc, out, err = await kubectl("apply", "-n", "default", "-f", "-", input=json.dumps(job))
+    assert rc == 0, err
+    assert out.strip() == f"tfjob.kubeflow.org/{job['metadata']['name']} created"
+
+
+async def succeeded_and_cleaned(operator: Operator, name: str) -> None:
+    async def done() -> bool:
+        job = await operator.job(name)
+        return is_true(job, "Succeeded") and not running_pods(await operator.pods(name))
+
+    await eventually(done, timeout=60, what=f"{name} Succeeded with no pod left running (cleanPodPolicy Running)")
+
+
+def test_the_examples_kustomization_lists_every_example() -> None:
+    listed = yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+async def test_ps_worker_example_succeeds_when_worker_0_completes(operator: Operator, kubectl: Any) -> None:
+    # The PS runs until it is removed; the workers train for a while and exit 0.
+    await apply(kubectl, example("ps-worker.yaml", {"Worker": {RUN_SECONDS: "100"}}))
+    await succeeded_and_cleaned(operator, "mnist-ps")
+    job = await operator.job("mnist-ps")
+    assert not is_true(job, "Failed")
+
+
+async def test_chief_evaluator_example_succeeds_when_the_chief_completes(operator: Operator, kubectl: Any) -> None:
+    # Only the chief ends; the workers and the evaluator would run for ever.
+    await apply(kubectl, example("chief-evaluator.yaml", {"Chief": {RUN_SECONDS: "100"}}))
+    await succeeded_and_cleaned(operator, "mnist-chief-eval")
+    pods = await operator.pods("mnist-chief-eval")
+    assert {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"} == {"mnist-chief-eval-chief-0"}
+
+
+async def test_dynamic_workers_example_scales_with_kubectl_and_then_succeeds(operator: Operator, kubectl: Any) -> None:
+    name = "elastic-mnist"
+    await apply(kubectl, example("dynamic-workers.yaml"))
+
+    async def workers(count: int) -> bool:
+        pods = running_pods(await operator.pods(name, replica_type="Worker"))
+        return len(pods) == count and len(live(await operator.pods(name, replica_type="Worker"))) == count
+
+    await eventually(lambda: workers(2), what="two running workers")
+    for replicas in (4, 1):
+        rc, out, err = await kubectl("scale", f"tfjob/{name}", f"--replicas={replicas}", "-n", "default")
+        assert rc == 0, err
+        await eventually(lambda: workers(replicas), what=f"{replicas} running workers after kubectl scale")
+        assert is_true(await operator.job(name), "Running")
+    # The coordinator (chief) finishes training: the job succeeds whatever the workers do.
+    rc, _, err = await kubectl("annotate", "pod", f"{name}-chief-0", "-n", "default", "sim.tfjob.dev/exit-code=0")
+    assert rc == 0, err
+    await succeeded_and_cleaned(operator, name)

@@ -1,0 +1,132 @@
+"""Least privilege, proven from what the controller does.
+
+The ClusterRole and the leader-election Role in manifests/rbac/ must grant exactly the requests the
+controller issues. A representative run of ``tfjob-controller run`` (leader election on, as deployed)
+against the simulated cluster exercises every code path that talks to the API — start-up, informers,
+pod and service creation, a dynamic-worker failover (a repeated event), scale-down, a finished job's
+TTL deletion, the Lease's acquisition, renewal and release — and the simulator's request log records
+each request as RBAC sees it: (verb, API group, resource[/subresource]). The controller's requests are
+told from the test's own by their User-Agent (the controller's carries its leader-election identity).
+
+Used must be a subset of granted (else a 403 in production), and granted minus used must be only
+what no request of ours needs but the cluster still checks: ``update tfjobs/finalizers``, which the
+OwnerReferencesPermissionEnforcement admission plugin requires to create pods and services whose
+ownerReference sets blockOwnerDeletion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.runtime.client import PODS, SERVICES, ApiClient
+from controller.runtime.errors import NotFound
+from controller.sim.cluster import SimCluster
+from controller.tfjob.executor import TFJOBS
+from tests.controller_process import ControllerProcess
+from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
+
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
+Permission = tuple[str, str, str]  # (verb, API group, resource[/subresource])
+
+# Granted on purpose though no request of ours uses it (see the module docstring).
+ADMISSION_ONLY = {("update", "kubeflow.org", "tfjobs/finalizers")}
+# Non-resource paths the controller reads; every authenticated user may (system:discovery,
+# system:public-info-viewer), so they need no rule of ours.
+NON_RESOURCE_PATHS = {"/version", "/apis/kubeflow.org/v1"}
+
+
+def granted(*files: str) -> set[Permission]:
+    out: set[Permission] = set()
+    for name in files:
+        for role in yaml.safe_load_all((RBAC / name).read_text()):
+            for rule in role["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        for verb in rule["verbs"]:
+                            out.add((verb, group, resource))
+    return out
+
+
+def as_permission(verb: str, resource_key: str) -> Permission:
+    """The simulator's resource key (``pods``, ``tfjobs.kubeflow.org/status``) as an RBAC tuple."""
+    base, _, subresource = resource_key.partition("/")
+    plural, _, group = base.partition(".")
+    return verb, group, f"{plural}/{subresource}" if subresource else plural
+
+
+def controller_requests(cluster: SimCluster, since: int = 0) -> list[Any]:
+    return [r for r in cluster.faults.requests(since) if r.user_agent.startswith("tfjob-controller/")
+            and "(" in r.user_agent]
+
+
+async def test_the_controller_roles_grant_exactly_what_a_representative_run_uses(sim_cluster: SimCluster) -> None:
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
+    try:
+        await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
+                                     "--leader-election-namespace", "default",
+                                     env={"TFJOB_CONTROLLER_FAILOVER_BACKOFF": "0.2,2"}) as controller:
+            # A dynamic job: created, a worker deleted and replaced (the same event repeats: a patch),
+            # then scaled down (pod and service deletion).
+            await client.create(TFJOBS, tfjob("dyn", workers=2), namespace="default")
+
+            async def workers_running(count: int, not_uid: str = "") -> list[dict[str, Any]] | None:
+                pods = (await client.list(PODS, namespace="default",
+                                          label_selector="training.kubeflow.org/job-name=dyn"))["items"]
+                running = [p for p in pods if p["status"].get("phase") == "Running"
+                           and not p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] != not_uid]
+                return running if len(running) == count and len(pods) == count else None
+
+            [_, worker1] = await eventually(lambda: workers_running(2), timeout=60, what="dyn's two workers")
+            await client.delete(PODS, "dyn-worker-1", namespace="default", grace_period_seconds=0)
+            await eventually(lambda: workers_running(2, worker1["metadata"]["uid"]), timeout=60,
+                             what="the deleted worker replaced")
+            await client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
+                               namespace="default")
+            await eventually(lambda: workers_running(1), timeout=60, what="scale-down to one worker")
+
+            async def gone(resource: Any, name: str) -> bool:
+                try:
+                    await client.get(resource, name, namespace="default")
+                except NotFound:
+                    return True
+                return False
+
+            await eventually(lambda: gone(SERVICES, "dyn-worker-1"), timeout=60,
+                             what="the scaled-down worker's service deleted")
+            # A job that finishes and is deleted by its TTL.
+            done = tfjob("ttl", workers=1, dynamic=False, run_policy={"ttlSecondsAfterFinished": 0},
+                         annotations={"sim.tfjob.dev/run-seconds": "50"})
+            await client.create(TFJOBS, done, namespace="default")
+
+            await eventually(lambda: gone(TFJOBS, "ttl"), timeout=60, what="the finished job deleted after its TTL")
+            assert is_true(await client.get(TFJOBS, "dyn", namespace="default"), "Running")
+        assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-3000:]
+    finally:
+        await client.close()
+
+    requests = controller_requests(sim_cluster)
+    used = {as_permission(r.verb, r.resource) for r in requests if r.verb}
+    allowed = granted("cluster_role.yaml", "leader_election_role.yaml")
+    assert used <= allowed, f"requests the roles do not allow (a 403 in production): {sorted(used - allowed)}"
+    assert allowed - used == ADMISSION_ONLY, f"granted but never used: {sorted(allowed - used - ADMISSION_ONLY)}"
+    assert {r.path for r in requests if not r.verb} <= NON_RESOURCE_PATHS
+
+
+async def test_a_refused_request_names_the_missing_permission(operator: Operator) -> None:
+    # What RBAC would answer if the ClusterRole lacked `create pods` (the simulator's 403, as
+    # kube-apiserver words it when its message is generic).
+    operator.cluster.faults.fail("create", "pods", 403)
+    await operator.client.create(TFJOBS, tfjob("refused", workers=1), namespace="default")
+
+    async def failed_create() -> list[dict[str, Any]]:
+        return [e for e in await operator.events("refused") if e["reason"] == "FailedCreatePod"]
+
+    [event, *_] = await eventually(failed_create, timeout=30, what="a FailedCreatePod event")
+    assert 'missing RBAC permission: create resource "pods" in API group "" in the namespace "default"' in (
+        event["message"]
+    )
