@@ -26,6 +26,11 @@ descriptions):
 
 - ``metadata.name``: short enough that every generated pod and service name fits in 63 characters (see
   :func:`_generated_names_rule`); upstream accepted such jobs and then failed on every Service create.
+- ``runPolicy``: ``default: {}``. Upstream allows a TFJob without it, but the Kubeflow Training SDK's
+  model (``KubeflowOrgV1TFJobSpec``) requires ``run_policy``, so one such job made the SDK's
+  ``list_jobs`` fail for its whole namespace; the apiserver's defaulting now stores ``{}`` (which means
+  what an absent runPolicy means). Everything else the SDK's models require (``tfReplicaSpecs``,
+  a condition's ``type``/``status``) the schema already requires.
 - ``runPolicy.activeDeadlineSeconds``: ``minimum: 0``. Upstream has no minimum; a negative deadline
   has no meaning (the job would fail at once), 0 stays accepted as upstream accepts it.
 - ``runPolicy.managedBy``: the two values upstream v1.9's webhook allows, immutable once set
@@ -418,7 +423,8 @@ def _open_api_schema() -> dict[str, Any]:
                 "required": ["tfReplicaSpecs"],
                 "properties": {
                     "enableDynamicWorker": {"type": "boolean"},
-                    "runPolicy": _run_policy_schema(),
+                    # Defaulted: the Kubeflow Training SDK's KubeflowOrgV1TFJobSpec requires run_policy.
+                    "runPolicy": {**_run_policy_schema(), "default": {}},
                     "successPolicy": {"type": "string", "enum": list(api.SUCCESS_POLICIES)},
                     "tfReplicaSpecs": _tf_replica_specs_schema(),
                 },
