@@ -331,7 +331,7 @@ def test_user_roles_aggregate_into_edit_and_view() -> None:
 
 def test_leader_election_role_is_limited_to_leases() -> None:
     role = _one("Role", "tfjob-controller-leader-election")
-    assert _permissions(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    assert _permissions(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update", "watch"}}
 
 
 def test_crd_manifest_is_the_tfjob_crd() -> None:

@@ -8,7 +8,11 @@ path, no ``leaseTransitions``, local-time timestamps, no per-request timeout and
 Contract:
 
 - ``run(on_started_leading)``: acquire the lease (retrying every ``retry_period`` × [1, 2.2)), then run
-  the callback while renewing every ``retry_period``. Returns when the callback returns (the lease is
+  the callback while renewing every ``retry_period``. While waiting, a candidate also watches the Lease
+  (``watch_release``, on by default): a release by the holder wakes it at once, so a leader stopped
+  with SIGTERM is replaced in well under a retry period instead of after up to 2.2 of them. The watch
+  only shortens the wait; if it fails the candidate still polls, and every decision is still made by
+  tryAcquireOrRenew on a fresh GET. Returns when the callback returns (the lease is
   released). If no renewal succeeds within ``renew_deadline`` of the *start* of the last successful one,
   the callback is cancelled — all of its tasks have stopped when ``run`` raises :class:`LeadershipLost`.
   Because ``renew_deadline < lease_duration``, the old leader has stopped before any follower can consider
@@ -56,6 +60,20 @@ def micro_time(when: datetime | None = None) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class _Signal:
+    """A level that a waiter consumes: ``set()`` wakes the next (or the current) ``wait()`` once."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = anyio.Event()
+
+
 class LeaderElector:
     """One candidate for the lease ``namespace/name``. See the module docstring."""
 
@@ -73,6 +91,7 @@ class LeaderElector:
         registry: Any = None,
         request_timeout: float | None = None,
         release_on_cancel: bool = True,
+        watch_release: bool = True,
     ) -> None:
         if not identity:
             raise ValueError("leader election identity must not be empty")
@@ -90,6 +109,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.request_timeout = request_timeout if request_timeout is not None else max(renew_deadline / 2, 1.0)
         self.release_on_cancel = release_on_cancel
+        self.watch_release = watch_release
         self.clock = clock or MonotonicClock()
         self._metrics = LeaderElectionMetrics.for_registry(registry, name)
         self._lease: dict[str, Any] | None = None  # last lease object seen or written (with its RV)
@@ -141,13 +161,49 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         self._log.info("waiting to acquire lease")
+        if await self._attempt():
+            self._acquired()
+            return
+        changed = _Signal()
+        async with anyio.create_task_group() as tg:
+            if self.watch_release:
+                tg.start_soon(self._watch_lease, changed, name=f"lease watch {self.name}")
+            while True:
+                wait = self.retry_period * (1.0 + random.random() * JITTER_FACTOR)
+                with anyio.move_on_after(wait):  # a poll period, cut short when the Lease is released
+                    await changed.wait()
+                if await self._attempt():
+                    self._acquired()
+                    tg.cancel_scope.cancel()
+                    return
+
+    def _acquired(self) -> None:
+        self._set_leading(True)
+        self._log.info("acquired lease")
+
+    async def _watch_lease(self, changed: "_Signal") -> None:
+        """Wake the acquire loop when the holder releases the Lease (``holderIdentity`` empty)."""
+        selector = f"metadata.name={self.name}"
+        resource_version = (self._lease or {}).get("metadata", {}).get("resourceVersion")
         while True:
-            if await self._attempt():
-                self._set_leading(True)
-                self._log.info("acquired lease")
-                return
-            wait = self.retry_period * (1.0 + random.random() * JITTER_FACTOR)
-            await self.clock.sleep_until(self.clock.now() + wait)
+            try:
+                async with self.client.watch(
+                    LEASES, namespace=self.namespace, field_selector=selector, resource_version=resource_version,
+                    timeout_seconds=300, allow_watch_bookmarks=False,
+                ) as stream:
+                    async for event in stream:
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":  # e.g. 410 Expired: watch again from now
+                            resource_version = None
+                            break
+                        resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                        if event.get("type") == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity"):
+                            changed.set()
+            except KubeClientError as exc:
+                # Only an optimisation: polling goes on. A 403 says which permission is missing.
+                report = self._log.warning if isinstance(exc, Forbidden) else self._log.debug
+                report("lease watch failed; polling only until it is re-established", error=str(exc))
+            await self.clock.sleep_until(self.clock.now() + self.retry_period)
 
     async def _renew_until_lost(self) -> None:
         """Renew every retry_period; return once renewal has failed for renew_deadline."""

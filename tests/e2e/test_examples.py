@@ -15,6 +15,9 @@ from typing import Any
 
 import yaml
 
+from controller.runtime.client import PODS, ApiClient
+from controller.tfjob.executor import TFJOBS
+from tests.controller_process import ControllerProcess, manifest_run_args
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
@@ -83,3 +86,50 @@ async def test_dynamic_workers_example_scales_with_kubectl_and_then_succeeds(ope
     rc, _, err = await kubectl("annotate", "pod", f"{name}-chief-0", "-n", "default", "sim.tfjob.dev/exit-code=0")
     assert rc == 0, err
     await succeeded_and_cleaned(operator, name)
+
+
+async def test_kubectl_apply_k_installs_the_controller_and_the_examples_run_to_their_end(
+    sim_cluster: Any, kubectl: Any
+) -> None:
+    # The whole install as a user runs it, then the controller as the Deployment runs it (the
+    # simulated pods of the Deployment run no code, so the real process stands in for its leader).
+    rc, out, err = await kubectl("apply", "-k", str(EXAMPLES.parent), timeout=120)
+    assert rc == 0, err
+    for created in ("namespace/tfjob-controller", "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org",
+                    "deployment.apps/tfjob-controller", "poddisruptionbudget.policy/tfjob-controller",
+                    "clusterrole.rbac.authorization.k8s.io/tfjob-edit"):
+        assert f"{created} created" in out, out
+    rc, out, err = await kubectl("rollout", "status", "deployment/tfjob-controller", "-n", "tfjob-controller",
+                                 "--timeout=90s", timeout=120)
+    assert rc == 0 and "successfully rolled out" in out, out + err
+    rc, out, err = await kubectl("get", "pods", "-n", "tfjob-controller", "-o", "name")
+    assert rc == 0 and len(out.split()) == 2, out  # two replicas
+
+    async with ControllerProcess(*manifest_run_args(), "--kubeconfig", sim_cluster.kubeconfig_path,
+                                 "--leader-election-namespace", "tfjob-controller") as controller:
+        rc, out, err = await kubectl("apply", "-k", str(EXAMPLES), "-n", "default")
+        assert rc == 0, err
+        assert sorted(out.split("\n")[:3]) == sorted(
+            f"tfjob.kubeflow.org/{name} created" for name in ("mnist-ps", "elastic-mnist", "mnist-chief-eval"))
+        client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+        try:
+            # What ends each job, as its comments say: worker 0 of a PS job, the chief when there is one.
+            finishers = {"mnist-ps": "mnist-ps-worker-0", "mnist-chief-eval": "mnist-chief-eval-chief-0",
+                         "elastic-mnist": "elastic-mnist-chief-0"}
+
+            async def running(pod: str) -> bool:
+                return (await client.get(PODS, pod, namespace="default"))["status"].get("phase") == "Running"
+
+            for job, pod in finishers.items():
+                await eventually(lambda: running(pod), timeout=60, what=f"{pod} running")
+                rc, _, err = await kubectl("annotate", "pod", pod, "-n", "default", "sim.tfjob.dev/exit-code=0")
+                assert rc == 0, err
+            for job in finishers:
+
+                async def succeeded() -> bool:
+                    return is_true(await client.get(TFJOBS, job, namespace="default"), "Succeeded")
+
+                await eventually(succeeded, timeout=60, what=f"{job} Succeeded")
+        finally:
+            await client.close()
+    assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-2000:]

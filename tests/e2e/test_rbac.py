@@ -4,7 +4,7 @@ The ClusterRole and the leader-election Role in manifests/rbac/ must grant exact
 controller issues. A representative run of ``tfjob-controller run`` (leader election on, as deployed)
 against the simulated cluster exercises every code path that talks to the API — start-up, informers,
 pod and service creation, a dynamic-worker failover (a repeated event), scale-down, a finished job's
-TTL deletion, the Lease's acquisition, renewal and release — and the simulator's request log records
+TTL deletion, the Lease's acquisition, renewal and release, a second replica waiting for it — and the simulator's request log records
 each request as RBAC sees it: (verb, API group, resource[/subresource]). The controller's requests are
 told from the test's own by their User-Agent (the controller's carries its leader-election identity).
 
@@ -70,6 +70,14 @@ async def test_the_controller_roles_grant_exactly_what_a_representative_run_uses
         async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
                                      "--leader-election-namespace", "default",
                                      env={"TFJOB_CONTROLLER_FAILOVER_BACKOFF": "0.2,2"}) as controller:
+            # A second replica waits for the Lease (reads it, watches it for a release), then stops.
+            await eventually(lambda: controller.logged("acquired lease"), timeout=60, what="the first replica to lead")
+            async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
+                                         "--leader-election-namespace", "default") as standby:
+                await eventually(lambda: any(r.verb == "watch" and r.resource == "leases.coordination.k8s.io"
+                                             for r in controller_requests(sim_cluster)),
+                                 timeout=60, what="the standby to watch the Lease")
+            assert standby.proc is not None and standby.proc.returncode == 0 and not standby.logged("acquired lease")
             # A dynamic job: created, a worker deleted and replaced (the same event repeats: a patch),
             # then scaled down (pod and service deletion).
             await client.create(TFJOBS, tfjob("dyn", workers=2), namespace="default")

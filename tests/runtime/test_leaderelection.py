@@ -72,6 +72,19 @@ class Leader:
             self.stopped_wall = time.time()
 
 
+async def start_leading(tg: Any, elector: LeaderElector, leader: Leader) -> anyio.CancelScope:
+    """Run ``elector`` in ``tg`` until it leads; cancelling the returned scope stops (and releases) it."""
+    scope = anyio.CancelScope()
+
+    async def run() -> None:
+        with scope:
+            await elector.run(leader)
+
+    tg.start_soon(run)
+    await wait_until(lambda: leader.started_at is not None, 5, f"{elector.identity} leads")
+    return scope
+
+
 def lease_spec(cluster) -> dict[str, Any]:
     lease = cluster.store.get(LEASES, NS, LEASE)
     assert lease is not None, "lease not created"
@@ -139,14 +152,7 @@ async def test_two_candidates_one_leader_and_takeover_after_release(sim_cluster)
         b = LeaderElector(client_b, NS, LEASE, "b", **TIMING)
         leader_a, leader_b = Leader(), Leader()
         async with anyio.create_task_group() as tg:
-            a_scope = anyio.CancelScope()
-
-            async def run_a() -> None:
-                with a_scope:
-                    await a.run(leader_a)
-
-            tg.start_soon(run_a)
-            await wait_until(lambda: leader_a.started_at is not None, 5, "a leads")
+            a_scope = await start_leading(tg, a, leader_a)
             tg.start_soon(b.run, leader_b)
             # b keeps trying for longer than a lease duration, and never leads while a renews.
             await wait_until(lambda: b.observed_holder == "a", 5)
@@ -162,6 +168,34 @@ async def test_two_candidates_one_leader_and_takeover_after_release(sim_cluster)
             assert leader_b.started_at - released_at < TIMING["lease_duration"]  # no waiting out the lease
             spec = lease_spec(sim_cluster)
             assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("watch_release", [True, False])
+async def test_a_waiting_candidate_is_woken_by_the_release(sim_cluster, watch_release: bool):
+    # A retry period far longer than the test's deadline: only the watch can make b take over in time.
+    slow = dict(lease_duration=120.0, renew_deadline=90.0, retry_period=60.0)
+    async with await client_for(sim_cluster) as client_a, await client_for(sim_cluster) as client_b:
+        a = LeaderElector(client_a, NS, LEASE, "a", **slow)
+        b = LeaderElector(client_b, NS, LEASE, "b", watch_release=watch_release, **slow)
+        leader_a, leader_b = Leader(), Leader()
+        async with anyio.create_task_group() as tg:
+            a_scope = await start_leading(tg, a, leader_a)
+            mark = sim_cluster.faults.mark()
+            tg.start_soon(b.run, leader_b)
+            await wait_until(lambda: b.observed_holder == "a", 5)
+            if watch_release:
+                await wait_until(lambda: sim_cluster.faults.count("watch", LEASES, since=mark) == 1, 5, "b watches")
+            a_scope.cancel()
+            if watch_release:
+                await wait_until(lambda: leader_b.started_at is not None, 10, "b leads, woken by the release")
+                assert lease_spec(sim_cluster)["holderIdentity"] == "b"
+            else:
+                await wait_until(lambda: lease_spec(sim_cluster)["holderIdentity"] == "", 5, "a released")
+                # Without the watch b only polls: nothing within 2 s (its next attempt is >= 60 s away).
+                with anyio.move_on_after(2):
+                    await leader_b.started.wait()
+                assert leader_b.started_at is None and sim_cluster.faults.count("watch", LEASES, since=mark) == 0
             tg.cancel_scope.cancel()
 
 
