@@ -62,67 +62,75 @@ def controller_requests(cluster: SimCluster, since: int = 0) -> list[Any]:
             and "(" in r.user_agent]
 
 
-async def test_the_controller_roles_grant_exactly_what_a_representative_run_uses(sim_cluster: SimCluster) -> None:
-    assert sim_cluster.kubeconfig_path
-    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
-    try:
-        await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
-        async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
-                                     "--leader-election-namespace", "default",
-                                     env={"TFJOB_CONTROLLER_FAILOVER_BACKOFF": "0.2,2"}) as controller:
-            # A second replica waits for the Lease (reads it, watches it for a release), then stops.
-            await eventually(lambda: controller.logged("acquired lease"), timeout=60, what="the first replica to lead")
-            async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
-                                         "--leader-election-namespace", "default") as standby:
-                await eventually(lambda: any(r.verb == "watch" and r.resource == "leases.coordination.k8s.io"
-                                             for r in controller_requests(sim_cluster)),
-                                 timeout=60, what="the standby to watch the Lease")
-            assert standby.proc is not None and standby.proc.returncode == 0 and not standby.logged("acquired lease")
-            # A dynamic job: created, a worker deleted and replaced (the same event repeats: a patch),
-            # then scaled down (pod and service deletion).
-            await client.create(TFJOBS, tfjob("dyn", workers=2), namespace="default")
+async def representative_run(cluster: SimCluster, client: ApiClient, controller_kubeconfig: str,
+                             lease_namespace: str) -> None:
+    """Every code path that talks to the API, driven through ``client``, with ``tfjob-controller run``
+    using ``controller_kubeconfig``: two replicas, a dynamic job's failover and scale-down, a TTL deletion,
+    a SIGTERM (the Lease released). The CRD must be installed."""
+    args = ("--kubeconfig", controller_kubeconfig, "--leader-election-namespace", lease_namespace)
+    async with ControllerProcess(*args, env={"TFJOB_CONTROLLER_FAILOVER_BACKOFF": "0.2,2"}) as controller:
+        # A second replica waits for the Lease (reads it, watches it for a release), then stops.
+        await eventually(lambda: controller.logged("acquired lease"), timeout=60, what="the first replica to lead")
+        async with ControllerProcess(*args) as standby:
+            await eventually(lambda: any(r.verb == "watch" and r.resource == "leases.coordination.k8s.io"
+                                         for r in controller_requests(cluster)),
+                             timeout=60, what="the standby to watch the Lease")
+        assert standby.proc is not None and standby.proc.returncode == 0 and not standby.logged("acquired lease")
+        # A dynamic job: created, a worker deleted and replaced (the same event repeats: a patch),
+        # then scaled down (pod and service deletion).
+        await client.create(TFJOBS, tfjob("dyn", workers=2), namespace="default")
 
-            async def workers_running(count: int, not_uid: str = "") -> list[dict[str, Any]] | None:
-                pods = (await client.list(PODS, namespace="default",
-                                          label_selector="training.kubeflow.org/job-name=dyn"))["items"]
-                running = [p for p in pods if p["status"].get("phase") == "Running"
-                           and not p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] != not_uid]
-                return running if len(running) == count and len(pods) == count else None
+        async def workers_running(count: int, not_uid: str = "") -> list[dict[str, Any]] | None:
+            pods = (await client.list(PODS, namespace="default",
+                                      label_selector="training.kubeflow.org/job-name=dyn"))["items"]
+            running = [p for p in pods if p["status"].get("phase") == "Running"
+                       and not p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] != not_uid]
+            return running if len(running) == count and len(pods) == count else None
 
-            [_, worker1] = await eventually(lambda: workers_running(2), timeout=60, what="dyn's two workers")
-            await client.delete(PODS, "dyn-worker-1", namespace="default", grace_period_seconds=0)
-            await eventually(lambda: workers_running(2, worker1["metadata"]["uid"]), timeout=60,
-                             what="the deleted worker replaced")
-            await client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
-                               namespace="default")
-            await eventually(lambda: workers_running(1), timeout=60, what="scale-down to one worker")
+        [_, worker1] = await eventually(lambda: workers_running(2), timeout=60, what="dyn's two workers")
+        await client.delete(PODS, "dyn-worker-1", namespace="default", grace_period_seconds=0)
+        await eventually(lambda: workers_running(2, worker1["metadata"]["uid"]), timeout=60,
+                         what="the deleted worker replaced")
+        await client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
+                           namespace="default")
+        await eventually(lambda: workers_running(1), timeout=60, what="scale-down to one worker")
 
-            async def gone(resource: Any, name: str) -> bool:
-                try:
-                    await client.get(resource, name, namespace="default")
-                except NotFound:
-                    return True
-                return False
+        async def gone(resource: Any, name: str) -> bool:
+            try:
+                await client.get(resource, name, namespace="default")
+            except NotFound:
+                return True
+            return False
 
-            await eventually(lambda: gone(SERVICES, "dyn-worker-1"), timeout=60,
-                             what="the scaled-down worker's service deleted")
-            # A job that finishes and is deleted by its TTL.
-            done = tfjob("ttl", workers=1, dynamic=False, run_policy={"ttlSecondsAfterFinished": 0},
-                         annotations={"sim.tfjob.dev/run-seconds": "50"})
-            await client.create(TFJOBS, done, namespace="default")
+        await eventually(lambda: gone(SERVICES, "dyn-worker-1"), timeout=60,
+                         what="the scaled-down worker's service deleted")
+        # A job that finishes and is deleted by its TTL.
+        done = tfjob("ttl", workers=1, dynamic=False, run_policy={"ttlSecondsAfterFinished": 0},
+                     annotations={"sim.tfjob.dev/run-seconds": "50"})
+        await client.create(TFJOBS, done, namespace="default")
+        await eventually(lambda: gone(TFJOBS, "ttl"), timeout=60, what="the finished job deleted after its TTL")
+        assert is_true(await client.get(TFJOBS, "dyn", namespace="default"), "Running")
+    assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-3000:]
 
-            await eventually(lambda: gone(TFJOBS, "ttl"), timeout=60, what="the finished job deleted after its TTL")
-            assert is_true(await client.get(TFJOBS, "dyn", namespace="default"), "Running")
-        assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-3000:]
-    finally:
-        await client.close()
 
-    requests = controller_requests(sim_cluster)
+def assert_used_equals_granted(cluster: SimCluster) -> None:
+    requests = controller_requests(cluster)
     used = {as_permission(r.verb, r.resource) for r in requests if r.verb}
     allowed = granted("cluster_role.yaml", "leader_election_role.yaml")
     assert used <= allowed, f"requests the roles do not allow (a 403 in production): {sorted(used - allowed)}"
     assert allowed - used == ADMISSION_ONLY, f"granted but never used: {sorted(allowed - used - ADMISSION_ONLY)}"
     assert {r.path for r in requests if not r.verb} <= NON_RESOURCE_PATHS
+
+
+async def test_the_controller_roles_grant_exactly_what_a_representative_run_uses(sim_cluster: SimCluster) -> None:
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
+    try:
+        await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await representative_run(sim_cluster, client, sim_cluster.kubeconfig_path, "default")
+    finally:
+        await client.close()
+    assert_used_equals_granted(sim_cluster)
 
 
 async def test_a_refused_request_names_the_missing_permission(operator: Operator) -> None:
