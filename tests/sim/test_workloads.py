@@ -39,33 +39,35 @@ async def test_apply_k_manifests_then_rollout_status_and_scale(kubectl: Kubectl,
 
     deploy = await get_json(kubectl, "-n", NS, DEPLOY)
     spec = deploy["spec"]
-    # kube-apiserver's apps/v1 defaults.
-    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
+    # The manifest's rollout strategy (a standby always exists); the rest are kube-apiserver's apps/v1 defaults.
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert spec["revisionHistoryLimit"] == 10 and spec["progressDeadlineSeconds"] == 600
     assert spec["template"]["spec"]["dnsPolicy"] == "ClusterFirst"
     assert spec["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
     assert deploy["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
     status = deploy["status"]
     assert (status["replicas"], status["updatedReplicas"], status["readyReplicas"], status["availableReplicas"]) == \
-        (1, 1, 1, 1)
+        (2, 2, 2, 2)
     assert status["observedGeneration"] == deploy["metadata"]["generation"]
     assert {c["type"]: c["reason"] for c in status["conditions"]} == {
         "Available": "MinimumReplicasAvailable", "Progressing": "NewReplicaSetAvailable"}
 
-    # One ReplicaSet named after the template hash, owning a running pod that carries the hash label.
+    # One ReplicaSet named after the template hash, owning two running pods that carry the hash label.
     template_hash = pod_template_hash(spec["template"])
     rs = await get_json(kubectl, "-n", NS, f"rs/tfjob-controller-{template_hash}")
     assert rs["metadata"]["ownerReferences"][0]["uid"] == deploy["metadata"]["uid"]
     assert rs["spec"]["selector"]["matchLabels"]["pod-template-hash"] == template_hash
-    (pod,) = controller_pods(sim_cluster)
-    assert pod["metadata"]["name"].startswith(f"tfjob-controller-{template_hash}-")
-    assert pod["metadata"]["labels"]["pod-template-hash"] == template_hash
-    assert pod["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"]
-    assert pod["status"]["phase"] == "Running" and pod["spec"]["serviceAccountName"] == "tfjob-controller"
+    pods = controller_pods(sim_cluster)
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["metadata"]["name"].startswith(f"tfjob-controller-{template_hash}-")
+        assert pod["metadata"]["labels"]["pod-template-hash"] == template_hash
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"]
+        assert pod["status"]["phase"] == "Running" and pod["spec"]["serviceAccountName"] == "tfjob-controller"
 
     table = await ok(kubectl, "-n", NS, "get", "deploy")
     assert table.split("\n")[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
-    assert table.split("\n")[1].split()[:4] == ["tfjob-controller", "1/1", "1", "1"]
+    assert table.split("\n")[1].split()[:4] == ["tfjob-controller", "2/2", "2", "2"]
 
     # kubectl scale goes through the Scale subresource; the selector is the deployment's.
     await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=3")
@@ -170,10 +172,14 @@ async def test_client_side_to_server_side_apply_migration(kubectl: Kubectl) -> N
     await ok(kubectl, "apply", "--server-side", "-f", "-", input=SERVICE)
 
 
+# Namespace, CRD, ServiceAccount, 3 ClusterRoles, ClusterRoleBinding, Role, RoleBinding, Deployment, Service, PDB.
+INSTALL_OBJECTS = 12
+
+
 async def test_server_side_apply_of_every_manifest(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     manifests = str(ROOT / "manifests")
     out = await ok(kubectl, "apply", "--server-side", "-k", manifests)
-    assert out.count("serverside-applied") == 9
+    assert out.count("serverside-applied") == INSTALL_OBJECTS
     await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
     before = {rt: sim_cluster.store.list(rt)[0] for rt in ("deployments.apps", "replicasets.apps", "services")}
     # Re-applying the same configuration is a no-op; then the migration from client-side apply.
@@ -185,7 +191,7 @@ async def test_server_side_apply_of_every_manifest(kubectl: Kubectl, sim_cluster
                                            "tfjobs.kubeflow.org") is None, timeout=30, what="manifests deleted")
     await ok(kubectl, "apply", "-k", manifests)
     out = await ok(kubectl, "apply", "--server-side", "-k", manifests)
-    assert out.count("serverside-applied") == 9
+    assert out.count("serverside-applied") == INSTALL_OBJECTS
     await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
     # The migration changed no template: still the one ReplicaSet.
     assert len(sim_cluster.store.list("replicasets.apps", NS)[0]) == 1
