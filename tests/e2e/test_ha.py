@@ -22,11 +22,12 @@ import signal
 import time
 from typing import Any
 
+import pytest
 import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.runtime.leaderelection import LeaderElector
-from controller.sim.cluster import SimCluster
+from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess, manifest_run_args
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
@@ -35,6 +36,12 @@ LEASE_DURATION = 15.0  # LeaderElector's defaults, which `run` uses
 RETRY_PERIOD = 2.0
 RETRY_JITTER = 1.2
 SIGTERM_HANDOVER = 3.0
+
+
+# The handovers do not depend on authentication (tests/e2e/test_rbac_secure.py covers RBAC): plain only.
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=3, time_scale=0.01)
 
 
 class Replica(ControllerProcess):

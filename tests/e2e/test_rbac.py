@@ -19,17 +19,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from controller.runtime.client import PODS, SERVICES, ApiClient
 from controller.runtime.errors import NotFound
-from controller.sim.cluster import SimCluster
+from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
 Permission = tuple[str, str, str]  # (verb, API group, resource[/subresource])
+
+
+# Plain only: the request log is compared with the roles here; tests/e2e/test_rbac_secure.py runs
+# the same under real authorization.
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=3, time_scale=0.01)
+
 
 # Granted on purpose though no request of ours uses it (see the module docstring).
 ADMISSION_ONLY = {("update", "kubeflow.org", "tfjobs/finalizers")}
