@@ -185,7 +185,10 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                 assert await prom.query(alert.expr) == [], f"{alert.name} fires on a healthy controller"
             storm = [a for a in ALERTS if a.name == "TFJobWorkerFailoverStorm"][0]
             by_namespace = values(await prom.query(storm.signal), "job_namespace")
-            assert close(by_namespace["default"], 3) and close(by_namespace["team-b"], 0), by_namespace
+            # increase() extrapolates to the end of its range by up to half a scrape interval: the scenario's
+            # failovers are quick now (a first failover is not backed off), so the sampled span is short and
+            # that share larger than close() allows; the count is at least the 3 failovers and below 4.5.
+            assert 3 <= by_namespace["default"] < 4.5 and close(by_namespace["team-b"], 0), by_namespace
             assert await prom.query('ALERTS{alertstate="firing"}') == []
 
             # --- the controller goes away; the foreign component (still "leading") must not hide it -----------
