@@ -124,9 +124,10 @@ class JobObserver(Collector):
         self._wall = wall
         self._monotonic = monotonic
         self._awaiting_running: set[str] = set()  # job uids whose time to running is still to measure
-        self._failovers_measured: dict[tuple[str, int], str] = {}  # (job uid, index) -> lastFailoverTime
+        # Per job uid, so a job's update or deletion touches only its own entries (no scan over every job).
+        self._failovers_measured: dict[str, dict[int, str]] = {}  # job uid -> index -> lastFailoverTime
         # (job uid, worker index) -> (pod uid, its creationTimestamp, wall time it was first seen Running)
-        self._worker_running: dict[tuple[str, int], tuple[str, float | None, float]] = {}
+        self._worker_running: dict[str, dict[int, tuple[str, float | None, float]]] = {}
         self._degraded_since: dict[str, float] = {}  # job uid -> monotonic time first seen degraded
         jobs.add_handler(self._job_added, self._job_updated, self._job_deleted)
         pods.add_handler(None, self._pod_updated, None)
@@ -144,7 +145,7 @@ class JobObserver(Collector):
         uid = (job.get("metadata") or {}).get("uid", "")
         if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
             self._awaiting_running.discard(uid)
-        if any(key[0] == uid for key in self._worker_running):
+        if uid in self._worker_running:
             for index in parse_worker_records(job.get("status")):
                 self._measure_failover(job, index)
 
@@ -155,9 +156,8 @@ class JobObserver(Collector):
         uid = (job.get("metadata") or {}).get("uid", "")
         self._awaiting_running.discard(uid)
         self._degraded_since.pop(uid, None)
-        for table in (self._failovers_measured, self._worker_running):
-            for key in [k for k in table if k[0] == uid]:
-                del table[key]
+        self._failovers_measured.pop(uid, None)
+        self._worker_running.pop(uid, None)
 
     def _owner(self, pod: Obj) -> Obj | None:
         owner_uid = podlib.controller_uid(pod)
@@ -182,7 +182,7 @@ class JobObserver(Collector):
         index = podlib.replica_index(pod)
         if podlib.replica_type_label(pod) == api.WORKER.lower() and index is not None:
             created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-            self._worker_running[(uid, index)] = (podlib.uid(pod), created, now)
+            self._worker_running.setdefault(uid, {})[index] = (podlib.uid(pod), created, now)
             self._measure_failover(job, index)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
@@ -196,7 +196,7 @@ class JobObserver(Collector):
         """Observe the failover of worker ``index`` once its record and its Running replacement are both known."""
         meta = job.get("metadata") or {}
         uid = meta.get("uid", "")
-        running = self._worker_running.get((uid, index))
+        running = self._worker_running.get(uid, {}).get(index)
         record = parse_worker_records(job.get("status")).get(index)
         if running is None or record is None or record.last_reason is None:
             return
@@ -206,10 +206,10 @@ class JobObserver(Collector):
             since is None
             or record.pod_uid == pod_uid  # the record is about this very pod: it is not a replacement
             or (created is not None and created < since)  # Running before this failover: not its replacement
-            or self._failovers_measured.get((uid, index)) == record.last_failover_time
+            or self._failovers_measured.get(uid, {}).get(index) == record.last_failover_time
         ):
             return
-        self._failovers_measured[(uid, index)] = record.last_failover_time or ""
+        self._failovers_measured.setdefault(uid, {})[index] = record.last_failover_time or ""
         self.metrics.observe_failover(meta.get("namespace", ""), record.last_reason, running_at - since)
 
     # -- the collector ----------------------------------------------------------------------------------------
