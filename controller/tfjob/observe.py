@@ -130,7 +130,7 @@ class JobObserver(Collector):
         self._worker_running: dict[str, dict[int, tuple[str, float | None, float]]] = {}
         self._degraded_since: dict[str, float] = {}  # job uid -> monotonic time first seen degraded
         jobs.add_handler(self._job_added, self._job_updated, self._job_deleted)
-        pods.add_handler(None, self._pod_updated, None)
+        pods.add_handler(None, self._pod_updated, self._pod_deleted)
 
     # -- handlers -------------------------------------------------------------------------------------------
 
@@ -169,8 +169,27 @@ class JobObserver(Collector):
                     return job
         return None
 
+    def _forget_running(self, pod: Obj) -> None:
+        """A worker that stopped running can no longer be anyone's replacement.
+
+        Without this, a record written after the failed pod's creation second (whole-second timestamps)
+        would be matched against the failed pod's own Running time, and the failover measured as ~0 s."""
+        owner = podlib.controller_uid(pod)
+        index = podlib.replica_index(pod)
+        seen = self._worker_running.get(owner or "")
+        if seen is not None and index is not None and index in seen and seen[index][0] == podlib.uid(pod):
+            del seen[index]
+
+    def _pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        pod = DeletedFinalStateUnknown.unwrap(obj)
+        if pod is not None:
+            self._forget_running(pod)
+
     def _pod_updated(self, old: Obj, pod: Obj) -> None:
-        if podlib.phase(pod) != api.POD_RUNNING or podlib.phase(old) == api.POD_RUNNING or podlib.is_terminating(pod):
+        if podlib.phase(pod) != api.POD_RUNNING or podlib.is_terminating(pod):
+            self._forget_running(pod)
+            return
+        if podlib.phase(old) == api.POD_RUNNING:
             return
         job = self._owner(pod)
         if job is None:

@@ -147,6 +147,30 @@ def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
     assert registry.get_sample_value("tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Deleted"}) == 0
 
 
+def test_a_failed_pod_created_in_the_failover_second_is_not_its_own_replacement() -> None:
+    # Timestamps have whole seconds: a worker created, run and failed over within one second is as old as the
+    # record. Once it has stopped running it must not be taken for the replacement (that measured ~0 s).
+    clock = [T0 + 0.5]
+    registry = CollectorRegistry()
+    jobs, pods = FakeInformer(), FakeInformer()
+    JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: clock[0], monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    jobs.add(job(["Created", "Running"]))
+    pods.add(pod(1, "Pending", T0, "p1-old"))
+    pods.update(pod(1, "Running", T0, "p1-old"))  # seen Running at T0 + 0.5
+    clock[0] = T0 + 0.8
+    pods.update(pod(1, "Failed", T0, "p1-old"))
+    record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0), "lastReason": "OOMKilled"}
+    jobs.update(job(["Created", "Running"], records={"1": record}))
+    count = {"job_namespace": "ns", "reason": "OOMKilled"}
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 0
+    del pods.objects["ns/j-worker-1"]
+    pods.add(pod(1, "Pending", T0 + 1, "p1-new"))
+    clock[0] = T0 + 2.0
+    pods.update(pod(1, "Running", T0 + 1, "p1-new"))
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 2.0
+
+
 def test_time_to_running_counts_jobs_first_seen_before_running_once_all_replicas_run() -> None:
     _, jobs, pods, registry = observer(now=T0 + 30)
     jobs.add(job(["Created"]))
