@@ -90,6 +90,15 @@ def _positive_float(text: str) -> float:
 _scale = _positive_float  # --time-scale of sim and demo
 
 
+def _gang_schedulers(text: str) -> tuple[str, ...]:
+    from controller.sim.crds import parse_schedulers
+
+    try:
+        return parse_schedulers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _qps(text: str) -> float:
     try:
         value = float(text)
@@ -264,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
                           "ServiceAccount tokens via 'kubectl create token', used with 'kubectl --token') and "
                           "RBAC authorization")
+    sim.add_argument("--podgroup-crds", type=_gang_schedulers, default=(), metavar="SCHEDULERS",
+                     help="serve these gang schedulers' CRDs and schedule their pods: a comma-separated list of "
+                          "volcano (PodGroup and Queue of scheduling.volcano.sh) and scheduler-plugins (PodGroup of "
+                          "scheduling.x-k8s.io); default none, as on a cluster without a gang scheduler")
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
@@ -312,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sim":
             from controller.ops.simcmd import serve_sim
 
-            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure)
+            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure,
+                             args.podgroup_crds)
         if args.command == "demo":
             from controller.ops.demo import demo
 

@@ -14,8 +14,10 @@ import anyio
 from controller.sim.cluster import SimCluster, SimConfig
 
 
-async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False) -> int:
-    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig, secure=secure)
+async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False,
+                    podgroup_crds: tuple[str, ...] = ()) -> int:
+    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig, secure=secure,
+                       podgroup_crds=podgroup_crds)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with SimCluster(config) as cluster:
             print(f"simulated cluster serving at {cluster.url} (kubeconfig: {cluster.kubeconfig_path})", flush=True)

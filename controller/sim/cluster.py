@@ -10,6 +10,8 @@ Contract:
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
   ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
+- ``SimConfig.podgroup_crds``: the gang schedulers whose CRDs are served from the start
+  (controller/sim/crds); none by default.
 - ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py,
   rbac.py); the bootstrap ClusterRoles and bindings are created then (a plain cluster has none, as
   nothing is authorized there). ``.secure`` holds the CA and the admin token;
@@ -69,6 +71,16 @@ class SimConfig:
     # HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py); the kubeconfig's
     # user is the cluster admin (a bearer token of a user in group system:masters).
     secure: bool = False
+    # Gang schedulers whose CRDs are served from the start ("volcano": PodGroup and Queue of
+    # scheduling.volcano.sh; "scheduler-plugins": PodGroup of scheduling.x-k8s.io). None by default,
+    # as on a cluster where neither is installed; ``kubectl apply -f controller/sim/crds/<name>`` adds
+    # them later. A comma-separated string is accepted too.
+    podgroup_crds: tuple[str, ...] | str = ()
+
+    def __post_init__(self) -> None:
+        from controller.sim.crds import parse_schedulers
+
+        self.podgroup_crds = parse_schedulers(self.podgroup_crds)
 
 
 def kubeconfig_document(url: str, name: str = "sim", *, ca_cert: bytes | None = None,
@@ -122,6 +134,7 @@ class SimCluster:
         self._cert_dir: str | None = None
         if self.config.secure:
             self._make_secure()
+        self._install_podgroup_crds()
         from controller.sim.rbac import ClusterRoleAggregator
 
         self.aggregator = ClusterRoleAggregator(self.store)
@@ -145,6 +158,14 @@ class SimCluster:
             self.store.registry.add(rt)
         for resource, obj in rbac.bootstrap_objects():
             self.store.create(resource, None, obj, field_manager="kube-apiserver")
+
+    def _install_podgroup_crds(self) -> None:
+        from controller.sim.crds import crd_documents
+        from controller.sim.store import CRD_RESOURCE
+
+        for scheduler in self.config.podgroup_crds:
+            for crd in crd_documents(scheduler):
+                self.store.create(CRD_RESOURCE, None, crd, field_manager="kubectl-client-side-apply")
 
     @property
     def url(self) -> str:
