@@ -224,8 +224,7 @@ class ForeignExporter:
 
 class ControllerProcess:
     """``tfjob-controller run`` against the simulated cluster, with a 1 s failover back-off, watching the
-    scenario's namespaces (a scoped controller has their series from the start; see controller/tfjob/metrics.py
-    for the one increment a cluster-wide controller cannot show: the creation of a new namespace's first job)."""
+    scenario's namespaces (as a production install scoped to its namespaces would)."""
 
     def __init__(self, kubeconfig: str, namespaces: tuple[str, ...] = ("default", "team-b")) -> None:
         self.kubeconfig = kubeconfig

@@ -204,6 +204,8 @@ async def test_demo_runs_the_story_to_the_end():
     assert "was deleted (Deleted): replacing it" in out
     assert "OOM-killed (exit code 137)" in out
     assert "Scaled down to 2 worker(s): removed mnist-worker-3, mnist-worker-2" in out
+    assert "tfjob_worker_failovers_total{job_namespace=default,reason=OOMKilled} 2" in out
+    assert "tfjob_worker_scaled_down_total{job_namespace=default} 2" in out
     assert "without ever leaving Running" in out
 
 

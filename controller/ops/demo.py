@@ -176,6 +176,10 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
     await _show(client)
 
     say("\nWhat the dashboard shows (tfjob_worker_failovers_total, tfjob_worker_scaled_down_total):")
+    # Nothing scraped the demo's registry yet, and a namespace's counts wait for one scrape to have shown its
+    # series at 0 (controller/tfjob/metrics.py): this first collection is that scrape, the second reads.
+    for _ in registry.collect():
+        pass
     for metric in registry.collect():
         if metric.name in ("tfjob_worker_failovers", "tfjob_worker_scaled_down"):
             for sample in metric.samples:

@@ -12,20 +12,24 @@ samples of a series, so a labelled counter that springs into existence at 1 is i
 step in which it happened, and for a rare event (a failover) that step is all there is. So every series of
 a namespace exists at 0 as soon as the controller first sees a job there (:meth:`TFJobMetrics.namespace_seen`),
 with every label value known up front (the failover reasons are a fixed vocabulary), and from the start for the
-namespaces a scoped controller watches (``--namespace``). The one event this cannot cover: a controller watching
-all namespaces learns of a new namespace from its first job, so that job's ``created`` increment lands in a series
-born at 1, which ``increase()`` misses; every later event in the namespace is seen. Label cardinality stays
-bounded: no job or pod names, and a namespace's series are removed once its last job has been gone for
-``namespace_linger`` seconds (long enough for any sane scrape interval to see the final increments, e.g. the
-TTL deletion of that last job).
+namespaces a scoped controller watches (``--namespace``). Existing is not enough, though: a controller watching all
+namespaces learns of a new namespace from its first job, and reconciles that job (the ``created`` increment) long
+before the next scrape, so the series would still be *exposed* for the first time at 1. Hence the rule this module
+keeps: a namespace's increments and observations are held until one complete collection of the registry (a scrape)
+has exposed its series at 0, then applied; the first increment is seen one scrape later instead of never.
+Label cardinality stays bounded: no job or pod names, and a namespace's series are removed once its last job has
+been gone for ``namespace_linger`` seconds (long enough for any sane scrape interval to see the final increments,
+e.g. the TTL deletion of that last job).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from controller.tfjob import api
 from controller.tfjob.actions import MetricInc
@@ -80,6 +84,23 @@ def _label_sets(name: str, namespace: str) -> list[tuple[str, ...]]:
     return [(namespace,)]
 
 
+class _Marker(Collector):
+    """Exports nothing; tells :class:`TFJobMetrics` where a collection of the registry has got to.
+
+    A registry collects its collectors in registration order, so one marker registered before the TFJob series
+    and one after them bracket the moment those series are read."""
+
+    def __init__(self, reached: Callable[[], None]) -> None:
+        self._reached = reached
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self._reached()
+        return iter(())
+
+
 class TFJobMetrics:
     """The TFJob counters and histograms registered in ``registry``."""
 
@@ -91,6 +112,11 @@ class TFJobMetrics:
         monotonic: Callable[[], float] = time.monotonic,
         pinned_namespaces: Iterable[str] = (),
     ) -> None:
+        # Namespaces whose series have not yet been exposed at 0 by a complete collection, with what happened
+        # in them meanwhile (applied in order once exposed); and the ones a collection under way is exposing.
+        self._held: dict[str, list[Callable[[], None]]] = {}
+        self._exposing: frozenset[str] = frozenset()
+        registry.register(_Marker(self._collection_started))
         self._counters: dict[str, Counter] = {
             name: Counter(name.removesuffix("_total"), _HELP[name], labels, registry=registry)
             for name, labels in _LABELS.items()
@@ -110,6 +136,7 @@ class TFJobMetrics:
             buckets=TIME_TO_RUNNING_BUCKETS,
             registry=registry,
         )
+        registry.register(_Marker(self._collection_done))
         self.namespace_linger = namespace_linger
         self._monotonic = monotonic
         self._namespaces: set[str] = set()
@@ -132,6 +159,7 @@ class TFJobMetrics:
         if namespace in self._namespaces:
             return
         self._namespaces.add(namespace)
+        self._held[namespace] = []
         for name, counter in self._counters.items():
             for values in _label_sets(name, namespace):
                 counter.labels(*values)
@@ -156,6 +184,7 @@ class TFJobMetrics:
         for namespace in gone:
             del self._emptied_at[namespace]
             self._namespaces.discard(namespace)
+            self._held.pop(namespace, None)
             for name, counter in self._counters.items():
                 for values in _label_sets(name, namespace):
                     counter.remove(*values)
@@ -176,15 +205,35 @@ class TFJobMetrics:
             raise ValueError(f"metric {metric.name} takes labels {expected}, got {sorted(labels)}")
         if "reason" in labels and labels["reason"] not in FAILOVER_REASONS:
             raise ValueError(f"metric {metric.name}: reason {labels['reason']!r} is not one of {FAILOVER_REASONS}")
-        self.namespace_seen(labels["job_namespace"])
-        counter.labels(**labels).inc()
+        self._record(labels["job_namespace"], counter.labels(**labels).inc)
 
     def observe_failover(self, namespace: str, reason: str, seconds: float) -> None:
         if reason not in FAILOVER_REASONS:
             raise ValueError(f"failover reason {reason!r} is not one of {FAILOVER_REASONS}")
-        self.namespace_seen(namespace)
-        self.failover_seconds.labels(namespace, reason).observe(max(0.0, seconds))
+        observe = self.failover_seconds.labels(namespace, reason).observe
+        self._record(namespace, lambda: observe(max(0.0, seconds)))
 
     def observe_time_to_running(self, namespace: str, seconds: float) -> None:
+        observe = self.time_to_running.labels(namespace).observe
+        self._record(namespace, lambda: observe(max(0.0, seconds)))
+
+    def _record(self, namespace: str, apply: Callable[[], None]) -> None:
         self.namespace_seen(namespace)
-        self.time_to_running.labels(namespace).observe(max(0.0, seconds))
+        held = self._held.get(namespace)
+        if held is None:
+            apply()
+        else:
+            held.append(apply)
+
+    # -- exposure: a complete collection shows a new namespace's series at 0 before anything counts in them ---
+
+    def _collection_started(self) -> None:
+        self._exposing = frozenset(self._held)
+
+    def _collection_done(self) -> None:
+        # Only the namespaces held when this collection began: one seen since (e.g. by a collector registered
+        # later in the same collection) had its series read before they existed.
+        for namespace in self._exposing:
+            for apply in self._held.pop(namespace, ()):
+                apply()
+        self._exposing = frozenset()

@@ -38,6 +38,7 @@ from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
+from tests.scrape import scraped
 from tests.waiting import eventually as shared_eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +109,7 @@ class Operator:
         return [e for e in items if e.get("involvedObject", {}).get("name") == name]
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        return self.registry.get_sample_value(name, labels or {}) or 0.0
+        return scraped(self.registry, name, labels) or 0.0
 
 
 async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict[str, Any]) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller.runtime.client import PODS, ApiClient
+from controller.runtime.client import NAMESPACES, PODS, ApiClient
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.executor import TFJOBS
-from tests.e2e.conftest import Operator, annotate_pod, create_and_wait_running, eventually, tfjob
+from tests.e2e.conftest import Operator, annotate_pod, create_and_wait_running, eventually, is_true, tfjob
 
 EXIT_CODE = "sim.tfjob.dev/exit-code"
 
@@ -21,7 +21,7 @@ def jobs_in(operator: Operator, state: str) -> float | None:
 
 
 async def test_jobs_by_state_time_to_running_and_failover_latency(operator: Operator) -> None:
-    value = operator.registry.get_sample_value
+    value = operator.metric
     await create_and_wait_running(operator, tfjob("gauged", workers=2, restart_policy="ExitCode"), running=2)
     assert jobs_in(operator, "Running") == 1
     assert jobs_in(operator, "Failed") == 0 and jobs_in(operator, "Pending") == 0
@@ -56,7 +56,7 @@ async def test_a_standby_replica_reports_no_job_gauges(operator: Operator) -> No
 
 
 async def test_degraded_and_not_running_gauges_follow_the_cluster(operator: Operator) -> None:
-    value = operator.registry.get_sample_value
+    value = operator.metric
     labels = {"job_namespace": "default"}
     await create_and_wait_running(operator, tfjob("hurt", workers=2), running=2)
     # Workers whose pods can never be scheduled: the job is created but never Running.
@@ -76,3 +76,28 @@ async def test_degraded_and_not_running_gauges_follow_the_cluster(operator: Oper
     await eventually(lambda: value("tfjob_jobs_degraded", labels) == 0, timeout=30, what="hurt whole again")
     assert value("tfjob_jobs_degraded_longest_seconds", labels) == 0
     assert jobs_in(operator, "Running") == 1 and jobs_in(operator, "Created") == 1
+
+
+async def test_a_new_namespaces_first_job_created_is_seen_by_increase(operator: Operator) -> None:
+    # The controller watches every namespace and learns of "fresh" from its first job, which it reconciles (the
+    # created increment) before anyone scrapes. Prometheus' increase() sees a counter only from its second sample:
+    # the first scrape showing the series must show it at 0, the next one at 1.
+    await operator.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh"}})
+    await operator.client.create(TFJOBS, tfjob("first", workers=1, namespace="fresh"), namespace="fresh")
+    queue = operator.controller.controller.queue
+
+    async def created_and_reconciled() -> bool:
+        job = await operator.client.get(TFJOBS, "first", namespace="fresh")
+        return is_true(job, "Created") and queue.num_processing == 0
+
+    await eventually(created_and_reconciled, what="the job's Created condition written")
+    series = 'training_operator_jobs_created_total{framework="tensorflow",job_namespace="fresh"}'
+
+    def scrape() -> str | None:
+        for line in generate_latest(operator.registry).decode().splitlines():
+            if line.startswith(series + " "):
+                return line.split()[1]
+        return None
+
+    assert scrape() == "0.0"
+    assert scrape() == "1.0"

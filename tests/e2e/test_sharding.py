@@ -83,14 +83,19 @@ async def test_two_namespace_shards_each_run_their_own_jobs_and_no_job_twice(sim
             scraped = {}
             async with aiohttp.ClientSession() as http:
                 for namespace, port in (("team-a", metrics_a), ("team-b", metrics_b)):
-                    async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-                        scraped[namespace] = await resp.text()
+                    created = f'training_operator_jobs_created_total{{framework="tensorflow",job_namespace="{namespace}"}}'
+
+                    async def counted(port: int = port, created: str = created) -> str | None:
+                        # A namespace's counts show from the scrape after the one that showed its series at 0.
+                        async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                            text = await resp.text()
+                        return text if f"{created} {float(JOBS_PER_SHARD)}" in text else None
+
+                    scraped[namespace] = await eventually(counted, timeout=30, what=f"{namespace}'s jobs counted")
             leases = {ns: await client.get(LEASES, f"tfjob-controller-{ns}", namespace="default") for ns in SHARDS}
 
         # Each shard reports its own namespace's jobs and never the other's.
         for namespace, other in (("team-a", "team-b"), ("team-b", "team-a")):
-            created = f'training_operator_jobs_created_total{{framework="tensorflow",job_namespace="{namespace}"}}'
-            assert f"{created} {float(JOBS_PER_SHARD)}" in scraped[namespace]
             assert f'job_namespace="{other}"' not in scraped[namespace]
             assert f'job_namespace="team-c"' not in scraped[namespace]
         holders = {ns: lease["spec"]["holderIdentity"] for ns, lease in leases.items()}

@@ -1,9 +1,14 @@
+from collections.abc import Iterator
+
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from controller.tfjob import api
 from controller.tfjob.actions import MetricInc
 from controller.tfjob.metrics import TFJobMetrics
+from tests.scrape import scraped
 
 
 def test_counters_use_upstream_names_and_labels():
@@ -13,7 +18,9 @@ def test_counters_use_upstream_names_and_labels():
     metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "ns"))))
     metrics.inc(MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", "ns"), ("reason", "Evicted"))))
     metrics.inc(MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", "ns"),)))
-    value = registry.get_sample_value
+    def value(name: str, labels: dict[str, str]) -> float | None:
+        return scraped(registry, name, labels)
+
     assert value("training_operator_jobs_created_total", {"job_namespace": "ns", "framework": "tensorflow"}) == 2
     assert value("tfjob_worker_failovers_total", {"job_namespace": "ns", "reason": "Evicted"}) == 1
     assert value("tfjob_worker_scaled_down_total", {"job_namespace": "ns"}) == 1
@@ -31,7 +38,9 @@ def test_every_series_of_a_namespace_exists_at_zero_once_a_job_is_seen_there():
     # rate()/increase() cannot see the first increment of a series that springs into existence at 1.
     registry = CollectorRegistry()
     metrics = TFJobMetrics(registry)
-    value = registry.get_sample_value
+    def value(name: str, labels: dict[str, str]) -> float | None:
+        return scraped(registry, name, labels)
+
     assert value("tfjob_worker_failovers_total", {"job_namespace": "team-a", "reason": "Evicted"}) is None
     metrics.namespace_seen("team-a")
     for reason in ("Deleted", "Evicted", "Preempted", "NodeLost", "Disrupted", "OOMKilled", "Error"):
@@ -55,12 +64,12 @@ def test_a_namespace_without_jobs_loses_its_series_after_the_linger():
     clock[0] = 59.0
     assert metrics.prune({"kept"}) == []
     labels = {"job_namespace": "gone", "framework": "tensorflow"}
-    assert registry.get_sample_value("training_operator_jobs_deleted_total", labels) == 1  # still scraped
+    assert scraped(registry, "training_operator_jobs_deleted_total", labels) == 1  # still scraped
     clock[0] = 60.0
     assert metrics.prune({"kept"}) == ["gone"]
-    assert registry.get_sample_value("training_operator_jobs_deleted_total", labels) is None
-    assert registry.get_sample_value("tfjob_worker_failovers_total", {"job_namespace": "gone", "reason": "Deleted"}) is None
-    assert registry.get_sample_value("tfjob_worker_scaled_down_total", {"job_namespace": "kept"}) == 0
+    assert scraped(registry, "training_operator_jobs_deleted_total", labels) is None
+    assert scraped(registry, "tfjob_worker_failovers_total", {"job_namespace": "gone", "reason": "Deleted"}) is None
+    assert scraped(registry, "tfjob_worker_scaled_down_total", {"job_namespace": "kept"}) == 0
     assert metrics.namespaces == {"kept"}
 
 
@@ -89,8 +98,56 @@ def test_watched_namespaces_have_their_series_from_the_start_and_keep_them():
     registry = CollectorRegistry()
     metrics = TFJobMetrics(registry, namespace_linger=1.0, monotonic=lambda: clock[0], pinned_namespaces=["team-a"])
     labels = {"job_namespace": "team-a", "framework": "tensorflow"}
-    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 0
+    assert scraped(registry, "training_operator_jobs_created_total", labels) == 0
     metrics.prune(set())
     clock[0] = 10.0
     assert metrics.prune(set()) == []
-    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 0
+    assert scraped(registry, "training_operator_jobs_created_total", labels) == 0
+
+
+CREATED_TEAM_A = 'training_operator_jobs_created_total{framework="tensorflow",job_namespace="team-a"}'
+
+
+def exposed(registry: CollectorRegistry, *series: str) -> str | None | tuple[str | None, ...]:
+    """The value of each of ``series`` in one scrape of ``registry`` (None where the scrape does not show it)."""
+    values = dict.fromkeys(series)
+    for line in generate_latest(registry).decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in values:
+            values[name] = value
+    return values[series[0]] if len(series) == 1 else tuple(values.values())
+
+
+def test_a_new_namespaces_first_increment_waits_for_a_scrape_to_have_shown_its_series_at_zero():
+    # A cluster-wide controller learns of team-a from its first job and reconciles it (the created increment)
+    # before the next scrape: shown at 1 straight away, the series would be born at 1, which increase() misses.
+    registry = CollectorRegistry()
+    metrics = TFJobMetrics(registry)
+    metrics.namespace_seen("team-a")
+    metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "team-a"))))
+    metrics.observe_time_to_running("team-a", 4.0)
+    observed = 'tfjob_job_time_to_running_seconds_count{job_namespace="team-a"}'
+    assert exposed(registry, CREATED_TEAM_A, observed) == ("0.0", "0.0")
+    assert exposed(registry, CREATED_TEAM_A, observed) == ("1.0", "1.0")
+    # Once shown at 0, increments count at once.
+    metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "team-a"))))
+    assert exposed(registry, CREATED_TEAM_A) == "2.0"
+
+
+def test_a_namespace_first_seen_during_a_scrape_waits_for_the_next_one():
+    # The job gauges' collector (JobObserver) is registered after the counters and may meet a namespace while the
+    # scrape is under way: the counters have been read already, so that scrape did not show its series at 0.
+    registry = CollectorRegistry()
+    metrics = TFJobMetrics(registry)
+
+    class SeesTeamA(Collector):
+        def collect(self) -> Iterator[Metric]:
+            metrics.namespace_seen("team-a")
+            return iter(())
+
+    registry.register(SeesTeamA())
+    metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "ns"))))
+    assert exposed(registry, CREATED_TEAM_A) is None
+    metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "team-a"))))
+    assert exposed(registry, CREATED_TEAM_A) == "0.0"
+    assert exposed(registry, CREATED_TEAM_A) == "1.0"

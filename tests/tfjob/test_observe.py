@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from controller.runtime.cache import CONTROLLER_UID_INDEX
 from controller.tfjob.metrics import TFJobMetrics
 from controller.tfjob.observe import JobObserver, job_state
+from tests.scrape import scraped
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -96,12 +97,12 @@ def test_failover_latency_is_measured_once_per_failover_and_only_for_the_replace
     pods.add(pod(1, "Pending", T0 + 95, "p1-new"))
     pods.update(pod(1, "Running", T0 + 95, "p1-new"))
     count = {"job_namespace": "ns", "reason": "Evicted"}
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 10.0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_worker_failover_seconds_sum", count) == 10.0
     # The same record again (a relist delivering another Pending -> Running view): not a second failover.
     pods.update(pod(1, "Pending", T0 + 95, "p1-new"))
     pods.update(pod(1, "Running", T0 + 95, "p1-new"))
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
 
 
 def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacement_runs() -> None:
@@ -116,15 +117,15 @@ def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacem
     pods.add(pod(1, "Pending", T0 + 95, "p1-new"))
     pods.update(pod(1, "Running", T0 + 95, "p1-new"))  # seen Running at T0 + 97, before any record
     count = {"job_namespace": "ns", "reason": "Deleted"}
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 0
     watcher_clock[0] = T0 + 200  # the job update comes late; the latency still ends when the pod ran
     record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 94), "lastReason": "Deleted",
               "podUID": "p1-old"}
     jobs.update(job(["Created", "Running"], records={"1": record}))
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 3.0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_worker_failover_seconds_sum", count) == 3.0
     jobs.update(job(["Created", "Running"], records={"1": record}))  # the same record again: measured once
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
 
 
 def test_a_record_about_the_running_pod_itself_is_not_a_replacement() -> None:
@@ -135,7 +136,7 @@ def test_a_record_about_the_running_pod_itself_is_not_a_replacement() -> None:
     record = {"state": "Replacing", "failovers": 1, "lastFailoverTime": stamp(T0 + 99), "lastReason": "Evicted",
               "podUID": "p1"}
     jobs.update(job(["Created", "Running"], records={"1": record}))
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Evicted"}) == 0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Evicted"}) == 0
 
 
 def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
@@ -144,7 +145,7 @@ def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
     jobs.add(job(["Created", "Running"], records={"0": record}))
     pods.add(pod(0, "Pending", T0 + 1, "stale"))
     pods.update(pod(0, "Running", T0 + 1, "stale"))
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Deleted"}) == 0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Deleted"}) == 0
 
 
 def test_a_failed_pod_created_in_the_failover_second_is_not_its_own_replacement() -> None:
@@ -162,13 +163,13 @@ def test_a_failed_pod_created_in_the_failover_second_is_not_its_own_replacement(
     record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0), "lastReason": "OOMKilled"}
     jobs.update(job(["Created", "Running"], records={"1": record}))
     count = {"job_namespace": "ns", "reason": "OOMKilled"}
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 0
     del pods.objects["ns/j-worker-1"]
     pods.add(pod(1, "Pending", T0 + 1, "p1-new"))
     clock[0] = T0 + 2.0
     pods.update(pod(1, "Running", T0 + 1, "p1-new"))
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_count", count) == 1
-    assert registry.get_sample_value("tfjob_worker_failover_seconds_sum", count) == 2.0
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_worker_failover_seconds_sum", count) == 2.0
 
 
 def test_time_to_running_counts_jobs_first_seen_before_running_once_all_replicas_run() -> None:
@@ -178,10 +179,10 @@ def test_time_to_running_counts_jobs_first_seen_before_running_once_all_replicas
     pods.add(pod(1, "Pending", T0 + 1, "p1"))
     pods.update(pod(0, "Running", T0 + 1, "p0"))
     count = {"job_namespace": "ns"}
-    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", count) == 0  # one of two runs
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_count", count) == 0  # one of two runs
     pods.update(pod(1, "Running", T0 + 1, "p1"))
-    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", count) == 1
-    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_sum", count) == 30.0
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_sum", count) == 30.0
 
 
 def test_a_job_already_running_when_the_controller_starts_is_not_measured() -> None:
@@ -190,7 +191,7 @@ def test_a_job_already_running_when_the_controller_starts_is_not_measured() -> N
     pods.add(pod(0, "Running", T0, "p0"))
     pods.add(pod(1, "Pending", T0 + 3500, "p1"))
     pods.update(pod(1, "Running", T0 + 3500, "p1"))
-    assert registry.get_sample_value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "ns"}) == 0
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_count", {"job_namespace": "ns"}) == 0
 
 
 def test_job_state_is_the_most_advanced_true_condition() -> None:
