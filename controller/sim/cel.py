@@ -40,7 +40,7 @@ import lark.exceptions
 import orjson
 import re2
 
-from controller.sim.celcompile import Fallback, compile_tree
+from controller.sim.celcompile import Deferred, Fallback, compile_tree, int64
 
 __all__ = [
     "MISSING",
@@ -304,27 +304,15 @@ def to_cel(value: Any, schema: dict | None = None, *, is_root: bool = False) -> 
         return celpy.json_to_cel(value)
     kind = schema.get("type", "")
     if isinstance(value, dict):
-        props = schema.get("properties")
-        addl = schema.get("additionalProperties")
         out = {}
         for key, item in value.items():
             if is_root and key == "metadata":
-                meta = item if isinstance(item, dict) else {}
-                out[ct.StringType(key)] = ct.MapType(
-                    {ct.StringType(k): ct.StringType(meta[k]) for k in ("name", "generateName")
-                     if isinstance(meta.get(k), str)}
-                )
+                out[ct.StringType(key)] = _root_metadata(item)
                 continue
-            if isinstance(props, dict) and key in props:
-                sub = props[key]
-            elif isinstance(addl, dict):
-                sub = addl
-            else:
-                sub = None
-            out[ct.StringType(key)] = to_cel(item, sub)
+            out[ct.StringType(key)] = to_cel(item, _property_schema(schema, key))
         return ct.MapType(out)
     if isinstance(value, list):
-        items_schema = schema.get("items") if isinstance(schema.get("items"), dict) else None
+        items_schema = _items_schema(schema)
         converted = [to_cel(item, items_schema) for item in value]
         if schema.get("x-kubernetes-list-type") in ("set", "map"):
             return _UnorderedList(converted)
@@ -334,7 +322,7 @@ def to_cel(value: Any, schema: dict | None = None, *, is_root: bool = False) -> 
     if kind == "number" and isinstance(value, (int, float)):
         return ct.DoubleType(float(value))
     if isinstance(value, int):
-        return ct.IntType(value)
+        return int64(value)
     if isinstance(value, float):
         return ct.DoubleType(value)
     if isinstance(value, str) and kind == "string":
@@ -353,6 +341,83 @@ def to_cel(value: Any, schema: dict | None = None, *, is_root: bool = False) -> 
             del exc
         return ct.StringType(value)
     return celpy.json_to_cel(value)
+
+
+def _property_schema(schema: dict, key: str) -> dict | None:
+    props = schema.get("properties")
+    if isinstance(props, dict) and key in props:
+        return props[key]
+    addl = schema.get("additionalProperties")
+    return addl if isinstance(addl, dict) else None
+
+
+def _items_schema(schema: dict) -> dict | None:
+    items = schema.get("items")
+    return items if isinstance(items, dict) else None
+
+
+def _root_metadata(meta: Any) -> ct.MapType:
+    """At the resource root, ``self.metadata`` holds only ``name`` and ``generateName``."""
+    meta = meta if isinstance(meta, dict) else {}
+    return ct.MapType({ct.StringType(k): ct.StringType(meta[k]) for k in ("name", "generateName")
+                       if isinstance(meta.get(k), str)})
+
+
+class _Lazy(Deferred):
+    """A JSON map or list whose CEL value (``to_cel`` by its schema) is built only as far as a compiled
+    rule reads it: a rule on a TFJob replica spec that checks container names should not convert the
+    pod template, and the tfReplicaSpecs rules that read only the keys should not convert the specs."""
+
+    __slots__ = ("doc", "schema", "is_root", "_fields")
+
+    def __init__(self, doc: dict | list, schema: dict, is_root: bool) -> None:
+        self.doc = doc
+        self.schema = schema
+        self.is_root = is_root
+        self._fields: dict[str, Any] | None = None  # converted fields: rules read a path many times
+
+    def select(self, field: str) -> Any:
+        fields = self._fields
+        if fields is None:
+            if not isinstance(self.doc, dict):
+                raise KeyError(field)
+            fields = self._fields = {}
+        elif field in fields:
+            return fields[field]
+        item = self.doc[field]
+        if self.is_root and field == "metadata":
+            value = _root_metadata(item)
+        else:
+            value = _deferred(item, _property_schema(self.schema, field))
+        fields[field] = value
+        return value
+
+    def item(self, key: Any) -> Any:
+        doc = self.doc
+        if isinstance(doc, dict):
+            if isinstance(key, ct.StringType):
+                return self.select(str(key))
+            raise LookupError(key)
+        if type(key) is ct.IntType and 0 <= key < len(doc):
+            return _deferred(doc[key], _items_schema(self.schema))
+        raise LookupError(key)
+
+    def members(self) -> list[Any]:
+        doc = self.doc
+        if isinstance(doc, dict):
+            return [ct.StringType(k) for k in doc]
+        items_schema = _items_schema(self.schema)
+        return [_deferred(item, items_schema) for item in doc]
+
+    def whole(self) -> Any:
+        return to_cel(self.doc, self.schema, is_root=self.is_root)
+
+
+def _deferred(value: Any, schema: dict | None, *, is_root: bool = False) -> Any:
+    """``to_cel(value, schema)``, deferred where that builds a map or list by schema."""
+    if isinstance(value, (dict, list)) and isinstance(schema, dict) and not schema.get("x-kubernetes-int-or-string"):
+        return _Lazy(value, schema, is_root)
+    return to_cel(value, schema, is_root=is_root)
 
 
 def from_cel(value: Any) -> Any:
@@ -602,7 +667,7 @@ class CelRule:
     conversion); ``is_root`` marks the resource root (``apiVersion``/``kind``/``metadata.name``).
     """
 
-    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_memo")
+    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_keys_only", "_memo")
 
     def __init__(self, rule: str, schema: dict | None = None, *, is_root: bool = False) -> None:
         if not isinstance(rule, str):
@@ -619,11 +684,15 @@ class CelRule:
         self.references_old_self = checker.uses_old_self
         self._program = _ENV.program(tree, functions=EXTRA_FUNCTIONS)
         self._fast = compile_tree(tree, EXTRA_FUNCTIONS, _literal, _VARIABLES)
+        # A rule that only iterates a map observes its keys alone: remembered by keys, its results
+        # serve every TFJob with the same replica types, however its replica specs differ.
+        self._keys_only = self._fast is not None and self._fast.members_only
         # Results by input: CEL is pure, so the same JSON in gives the same value (or error) out, and
         # cel-python's tree-walking interpreter costs 0.5-50 ms a rule. Jobs made from one template
         # share their replica specs, so a burst of creates evaluates each rule below the root once.
-        # The root's input is the whole object (name, uid...), which never repeats: no memo there.
-        self._memo: dict[bytes, Any] | None = None if is_root else {}
+        # The root's input is the whole object (name, uid...), which never repeats: no memo there
+        # unless the rule sees only its keys.
+        self._memo: dict[bytes, Any] | None = None if is_root and not self._keys_only else {}
 
     def __repr__(self) -> str:
         return f"CelRule({self.rule!r})"
@@ -634,9 +703,10 @@ class CelRule:
         memo = self._memo
         if memo is None:
             return self._evaluate(self_value, old_self, optional_old_self)
+        by_keys = self._keys_only and isinstance(self_value, dict)
         try:
-            key = orjson.dumps((self_value, old_self is MISSING, None if old_self is MISSING else old_self,
-                                optional_old_self))
+            key = orjson.dumps((list(self_value) if by_keys else self_value, by_keys, old_self is MISSING,
+                                None if old_self is MISSING else old_self, optional_old_self))
         except TypeError:  # not plain JSON (e.g. an integer beyond 64 bits): evaluate without the memo
             return self._evaluate(self_value, old_self, optional_old_self)
         found = memo.get(key)
@@ -653,25 +723,21 @@ class CelRule:
         return found
 
     def _activation(self, self_value: Any, old_self: Any, optional_old_self: bool,
-                    fields: frozenset[str] | None = None) -> dict[str, Any]:
-        """CEL values of ``self`` (only ``fields`` of it, if given) and ``oldSelf``."""
-        if fields is not None and isinstance(self_value, dict):
-            self_value = {k: v for k, v in self_value.items() if k in fields}
-        activation: dict[str, Any] = {"self": to_cel(self_value, self.schema, is_root=self.is_root)}
+                    convert: Any = to_cel) -> dict[str, Any]:
+        """CEL values of ``self`` and ``oldSelf`` (``convert=_deferred``: built as far as they are read)."""
+        activation: dict[str, Any] = {"self": convert(self_value, self.schema, is_root=self.is_root)}
         if optional_old_self:
+            # Whole: an optional's value reaches the rule only through value()/orValue() calls.
             inner = MISSING if old_self is MISSING else to_cel(old_self, self.schema, is_root=self.is_root)
             activation["oldSelf"] = _Optional(inner)
         elif old_self is not MISSING:
-            activation["oldSelf"] = to_cel(old_self, self.schema, is_root=self.is_root)
+            activation["oldSelf"] = convert(old_self, self.schema, is_root=self.is_root)
         return activation
 
     def _evaluate(self, self_value: Any, old_self: Any, optional_old_self: bool) -> Any:
-        activation = None
         if self._fast is not None:
-            fields = self._fast.self_fields
-            narrow = self._activation(self_value, old_self, optional_old_self, fields)
             try:
-                fast = self._fast.run(narrow)
+                fast = self._fast.run(self._activation(self_value, old_self, optional_old_self, _deferred))
             except Fallback:
                 pass  # an error or a case the closures do not claim: the interpreter decides
             else:
@@ -681,10 +747,7 @@ class CelRule:
                 if type(slow) is not type(fast) or slow != fast:
                     raise AssertionError(f"compiled CEL {self.rule!r} gave {fast!r}, the interpreter {slow!r}")
                 return fast
-            if fields is None:
-                activation = narrow
-        if activation is None:
-            activation = self._activation(self_value, old_self, optional_old_self)
+        activation = self._activation(self_value, old_self, optional_old_self)
         try:
             result = self._program.evaluate(activation)
         except celpy.CELEvalError as exc:

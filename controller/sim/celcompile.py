@@ -19,6 +19,11 @@ Contract, and why it is safe:
   error value, so error absorption (``false && error == false``) is the interpreter's.
 - Like the interpreter, both operands of ``&&``/``||`` are evaluated (no short circuit), so a host
   exception in the right operand is never hidden by the left one.
+- Variables may be bound to :class:`Deferred` values: JSON converted to CEL only as far as the rule
+  looks into it. Field selection, indexing and macro iteration step into them; every other use (an
+  operator, a function, the result) takes the whole value, converted exactly as it would have been up
+  front. A TFJob's rules read a few fields of values holding whole pod templates, and converting those
+  templates to cel-python values cost more than evaluating the rules.
 """
 
 from __future__ import annotations
@@ -61,8 +66,39 @@ def _matches(text: Any, pattern: Any) -> Any:
     return ct.BoolType(found is not None)
 
 
+_INT64_MIN, _INT64_END = -(2**63), 2**63
+
+
+def int64(value: int) -> ct.IntType:
+    """``ct.IntType(value)`` for a Python int: the same value, or the same ``ValueError("overflow")``.
+    cel-python's constructor builds a range-check wrapper (functools.wraps) on every call, which
+    made creating integers the largest cost of a TFJob's rules (``size()``, ``+``, replica counts)."""
+    if _INT64_MIN <= value < _INT64_END:
+        return int.__new__(ct.IntType, value)
+    raise ValueError("overflow")
+
+
+def _size(container: Any) -> Any:
+    """cel-python's ``size`` (``IntType(len(container))``, 0 for null) with :func:`int64`."""
+    return int64(0 if container is None else len(container))
+
+
+def _add(left: Any, right: Any) -> Any:
+    """``+``: ``IntType.__add__`` (the int64-checked sum) for two ints, otherwise cel-python's operator."""
+    if type(left) is ct.IntType and type(right) is ct.IntType:
+        return int64(int.__add__(left, right))
+    return operator.add(left, right)
+
+
+def _sub(left: Any, right: Any) -> Any:
+    if type(left) is ct.IntType and type(right) is ct.IntType:
+        return int64(int.__sub__(left, right))
+    return operator.sub(left, right)
+
+
 # cel-python's comparison functions build their wrapper (functools.wraps) on every call; these are
-# the same wrappers built once. Each replaces only cel-python's own function, never an override.
+# the same wrappers built once, and the integer functions above. Each replaces only cel-python's own
+# function, never an override.
 _SAME_BUT_FASTER = {
     "_<_": (ce.bool_lt, ce.boolean(operator.lt)),
     "_<=_": (ce.bool_le, ce.boolean(operator.le)),
@@ -71,6 +107,9 @@ _SAME_BUT_FASTER = {
     "_==_": (ce.bool_eq, ce.boolean(operator.eq)),
     "_!=_": (ce.bool_ne, ce.boolean(operator.ne)),
     "matches": (ce.function_matches, _matches),
+    "size": (ce.function_size, _size),
+    "_+_": (operator.add, _add),
+    "_-_": (operator.sub, _sub),
 }
 
 
@@ -86,17 +125,46 @@ class _Unsupported(Exception):
     pass
 
 
+class Deferred:
+    """A map or list whose CEL value is built only when needed (the subclass knows how).
+
+    ``select(field)``: the value of a present field of a map (a CEL value or another Deferred),
+    KeyError when the field is absent or this is not a map. ``item(key)``: ``m[key]`` for a string
+    key the map has, ``l[i]`` for an int index in range, LookupError otherwise. ``members()``: what
+    iterating the value yields (a map's keys as CEL strings, a list's items). ``whole()``: the CEL
+    value, the one the caller would have bound without deferring; every part reached through
+    ``select``/``item``/``members`` must be the corresponding part of it."""
+
+    __slots__ = ()
+
+    def select(self, field: str) -> Any:
+        raise NotImplementedError
+
+    def item(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def members(self) -> list[Any]:
+        raise NotImplementedError
+
+    def whole(self) -> Any:
+        raise NotImplementedError
+
+
+def _whole(value: Any) -> Any:
+    return value.whole() if isinstance(value, Deferred) else value
+
+
 class Compiled:
-    """A compiled rule: ``run(activation)``, and ``self_fields``: the only top-level fields of ``self``
-    the rule can observe (every use of ``self`` selects a field), or None when it uses ``self`` whole.
-    The caller may then build ``self`` from those fields alone (a TFJob's root rule reads
-    ``metadata.name``: converting the whole job to CEL values for it cost more than the rule)."""
+    """A compiled rule: ``run(activation)`` (a CEL value, never a Deferred), and ``members_only``: every
+    use of ``self`` is the collection of a macro (``self.all(k, ...)``, ``self.filter(...)``), so the
+    rule observes only what iterating ``self`` yields -- for a map, its keys. The caller may remember
+    results by those keys alone (the rules on a TFJob's replica types never read the replica specs)."""
 
-    __slots__ = ("run", "self_fields")
+    __slots__ = ("run", "members_only")
 
-    def __init__(self, run: Run, self_fields: frozenset[str] | None) -> None:
+    def __init__(self, run: Run, members_only: bool) -> None:
         self.run = run
-        self.self_fields = self_fields
+        self.members_only = members_only
 
 
 def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
@@ -112,8 +180,8 @@ def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
         run = compiler.expr(tree, variables)
     except _Unsupported:
         return None
-    whole = compiler.self_uses > len(compiler.self_field_uses)
-    return Compiled(run, None if whole else frozenset(compiler.self_field_uses))
+    members_only = 0 < compiler.self_uses == compiler.self_macro_uses
+    return Compiled(lambda env: _whole(run(env)), members_only)
 
 
 def _ident_of(tree: Any) -> str | None:
@@ -149,7 +217,7 @@ class _Compiler:
         self.functions = functions
         self.literal = literal
         self.self_uses = 0  # identifiers `self` compiled
-        self.self_field_uses: list[str] = []  # `self.<field>` selections compiled
+        self.self_macro_uses = 0  # ... of which the collection of a macro
 
     def function(self, name: str) -> Callable[..., Any]:
         func = self.functions.get(name)
@@ -195,7 +263,7 @@ class _Compiler:
         left, right = (self.expr(c, names) for c in tree.children)
 
         def logical(env: dict[str, Any]) -> Any:
-            result = op(_value_or_error(left, env), _value_or_error(right, env))
+            result = op(_whole(_value_or_error(left, env)), _whole(_value_or_error(right, env)))
             return _check(result)
 
         return logical
@@ -217,7 +285,7 @@ class _Compiler:
 
         def binary(env: dict[str, Any]) -> Any:
             try:
-                result = func(left(env), right(env))
+                result = func(_whole(left(env)), _whole(right(env)))
             except _CelError:
                 raise Fallback() from None  # the interpreter's error message names this operator
             except Exception:
@@ -245,7 +313,7 @@ class _Compiler:
 
         def unary(env: dict[str, Any]) -> Any:
             try:
-                result = func(operand(env))
+                result = func(_whole(operand(env)))
             except Exception:
                 raise Fallback() from None
             return _check(result)
@@ -277,7 +345,7 @@ class _Compiler:
 
     def c_list_lit(self, tree: lark.Tree, names: frozenset[str]) -> Run:
         items = self.exprlist(tree.children[0] if tree.children else None, names)
-        return lambda env: ct.ListType([item(env) for item in items])
+        return lambda env: ct.ListType([_whole(item(env)) for item in items])
 
     def exprlist(self, tree: Any, names: frozenset[str]) -> list[Run]:
         if tree is None:
@@ -290,11 +358,14 @@ class _Compiler:
         member_tree, field_token = tree.children
         member = self.expr(member_tree, names)
         field = str(field_token)
-        if _ident_of(member_tree) == "self":
-            self.self_field_uses.append(field)
 
         def member_dot(env: dict[str, Any]) -> Any:
             value = member(env)
+            if isinstance(value, Deferred):
+                try:
+                    return value.select(field)
+                except KeyError:
+                    raise _CelError() from None  # as below, for a map without the field or not a map
             if isinstance(value, (NameContainer, ct.MessageType)):
                 raise Fallback()
             if isinstance(value, ct.MapType):
@@ -315,6 +386,11 @@ class _Compiler:
 
         def member_index(env: dict[str, Any]) -> Any:
             value, key = member(env), index(env)
+            if isinstance(value, Deferred):
+                try:
+                    return value.item(key)
+                except LookupError:
+                    raise Fallback() from None
             if isinstance(value, ct.MapType) and isinstance(key, ct.StringType) and key in value:
                 return value[key]
             if isinstance(value, ct.ListType) and type(key) is ct.IntType and 0 <= key < len(value):
@@ -325,7 +401,7 @@ class _Compiler:
 
     def _call(self, func: Callable[..., Any], args: list[Run]) -> Run:
         def call(env: dict[str, Any]) -> Any:
-            values = [arg(env) for arg in args]
+            values = [_whole(arg(env)) for arg in args]
             try:
                 result = func(*values)
             except Exception:
@@ -361,6 +437,8 @@ class _Compiler:
         method = str(method_token)
         member = self.expr(member_tree, names)
         if method in _MACROS:
+            if _ident_of(member_tree) == "self":
+                self.self_macro_uses += 1
             return self.macro(method, member, arglist, names)
         if method in ("reduce", "min"):
             raise _Unsupported(method)
@@ -368,8 +446,8 @@ class _Compiler:
         args = self.exprlist(arglist, names)
 
         def method_call(env: dict[str, Any]) -> Any:
-            receiver = member(env)
-            values = [arg(env) for arg in args]
+            receiver = _whole(member(env))
+            values = [_whole(arg(env)) for arg in args]
             try:
                 result = func(receiver, *values)
             except Exception:
@@ -392,13 +470,15 @@ class _Compiler:
 
         def each(env: dict[str, Any]) -> tuple[Any, list[Any]]:
             collection = member(env)
-            if not isinstance(collection, (ct.ListType, ct.MapType)) or isinstance(collection, ct.MessageType):
+            if isinstance(collection, Deferred):
+                collection = collection.members()
+            elif not isinstance(collection, (ct.ListType, ct.MapType)) or isinstance(collection, ct.MessageType):
                 raise Fallback()
             scope = dict(env)
             results = []
             for item in collection:
                 scope[var] = item
-                results.append(_value_or_error(body, scope))
+                results.append(_whole(_value_or_error(body, scope)))
             return collection, results
 
         if name in ("all", "exists"):
@@ -421,7 +501,7 @@ class _Compiler:
                 collection, results = strict(env)
                 if not all(isinstance(r, ct.BoolType) for r in results):
                     raise Fallback()
-                return ct.ListType([item for item, keep in zip(collection, results) if keep])
+                return ct.ListType([_whole(item) for item, keep in zip(collection, results) if keep])
 
             return filter_
         if name == "map":

@@ -280,11 +280,98 @@ def test_compiled_rules_leave_errors_to_the_interpreter(rule: str, value: dict, 
         CelRule(rule).evaluate(value)
 
 
-def test_a_rule_reading_only_some_fields_of_self_sees_exactly_them() -> None:
-    rule = CelRule("size(self.metadata.name) <= 63 && has(self.spec)", is_root=True)
-    assert rule._fast is not None and rule._fast.self_fields == {"metadata", "spec"}
-    assert rule.evaluate({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {}}) is True
-    assert rule.evaluate({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}}) is False
+TYPED = {"type": "object", "properties": {
+    "metadata": {"type": "object", "properties": {"name": {"type": "string"}, "uid": {"type": "string"}}},
+    "n": {"type": "number"},
+    "i": {"x-kubernetes-int-or-string": True},
+    "t": {"type": "string", "format": "date-time"},
+    "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+    "l": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}, "d": {"type": "number"}}}},
+    "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"r": {"type": "integer"}}}},
+    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+}}
+TYPED_VALUE = {"apiVersion": "v1", "kind": "K", "metadata": {"name": "a", "uid": "u"}, "n": 1, "i": "50%",
+               "t": "2024-01-01T00:00:00Z", "set": ["x", "y"], "l": [{"a": 1, "d": 2}, {"a": 2}],
+               "m": {"a": {"r": 1}, "b": {}}, "free": {"x": [1, {"y": 2}]}}
+
+
+@pytest.mark.parametrize(("rule", "expected"), [
+    ("self.n == 1.0 && self.l[0].d == 2.0", True),
+    ("self.set == ['y', 'x'] && self.set.exists(s, s == 'y')", True),
+    ("self.l.filter(x, x.a > 1).size() == 1 && self.l.filter(x, x.a > 1)[0].a == 2", True),
+    ("self.l.map(x, x.a) == [1, 2] && self.l[0] == self.l[0]", True),
+    ("size(self.metadata) == 1 && !('uid' in self.metadata) && self.metadata.name == 'a'", True),
+    ("self.m.all(k, has(self.m[k].r) ? self.m[k].r == 1 : true) && self['m']['a'].r == 1", True),
+    ("(self.n > 0 ? self.m : self.free).a.r == 1", True),
+    ("self.free.x[1].y == 2 && self.i == '50%' && self.t < timestamp('2025-01-01T00:00:00Z')", True),
+    ("size(self) == 10 && [self.m.a] == [self.m.a] && self.m.map(k, self.m[k]).size() == 2", True),
+    ("self.m.exists_one(k, has(self.m[k].r)) && self.m.b != self.m.a", True),
+    ("self.l.all(x, x.a > 1)", False),
+    ("self.m.filter(k, k == 'b') == ['b'] && self.l.exists(x, x == self.l[1])", True),
+])
+def test_schema_typed_values_read_in_part_agree_with_the_interpreter(rule: str, expected: bool) -> None:
+    """Compiled rules read ``self`` converted only as far as they look into it; every answer must be the
+    interpreter's on the whole value (the sim tests' cross-check compares both)."""
+    compiled = CelRule(rule, TYPED, is_root=True)
+    assert compiled._fast is not None, "the rule should take the compiled path"
+    assert compiled.evaluate(TYPED_VALUE) is expected
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ("self.l[5].a == 1", "index"),
+    ("self.m.c.r == 1", "no such key: c"),
+    ("self.free.nope == 1", "no such key: nope"),
+    ("self.m.b.r == 1", "no such key: r"),
+])
+def test_schema_typed_values_read_in_part_keep_the_interpreter_errors(rule: str, message: str) -> None:
+    with pytest.raises(CelEvalError, match=message):
+        CelRule(rule, TYPED, is_root=True).evaluate(TYPED_VALUE)
+
+
+def test_transition_rules_read_old_values_in_part_too() -> None:
+    old = {**TYPED_VALUE, "m": {"a": {"r": 2}}}
+    assert CelRule("self.l == oldSelf.l && oldSelf.m.a.r == 2", TYPED, is_root=True).evaluate(TYPED_VALUE, old)
+    assert not CelRule("self.m == oldSelf.m", TYPED, is_root=True).evaluate(TYPED_VALUE, old)
+
+
+def test_a_rule_converts_only_the_parts_of_self_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TFJob rule reading a replica count must not pay for converting the pod template to CEL."""
+    from controller.sim import cel
+
+    monkeypatch.setattr(cel, "CROSS_CHECK", False)  # the interpreter would convert everything
+    converted: list[object] = []
+    real = cel.to_cel
+
+    def spy(value: object, schema: dict | None = None, *, is_root: bool = False) -> object:
+        converted.append(value)
+        return real(value, schema, is_root=is_root)
+
+    monkeypatch.setattr(cel, "to_cel", spy)
+    rule = CelRule("size(self.metadata.name) <= 63 && self.m.a.r == 1 && self.l.all(x, x.a > 0)", TYPED, is_root=True)
+    assert rule.evaluate(TYPED_VALUE) is True
+    assert not any(v is TYPED_VALUE["free"] or v is TYPED_VALUE["m"] or v is TYPED_VALUE["l"] for v in converted)
+    assert 1 in converted  # the leaves it reads, alone
     whole = CelRule("self.a == 1 && size(self) == 2")
-    assert whole._fast is not None and whole._fast.self_fields is None
     assert whole.evaluate({"a": 1, "b": 2}) is True
+
+
+def test_a_rule_that_only_iterates_a_map_is_remembered_by_its_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.sim import cel
+
+    keys_only = CelRule("self.all(k, k.matches('^[a-z]+$')) && self.filter(k, k == 'b').size() <= 1", REPLICA_SPECS)
+    reads_values = CelRule("self.all(k, self[k].replicas > 0)", REPLICA_SPECS)
+    evaluated: list[str] = []
+    real = CelRule._evaluate
+
+    def spy(rule: CelRule, *args: object) -> object:
+        evaluated.append(rule.rule)
+        return real(rule, *args)
+
+    monkeypatch.setattr(CelRule, "_evaluate", spy)
+    assert keys_only.evaluate({"a": replica(TF), "b": replica(TF)}) is True
+    assert keys_only.evaluate({"a": {"replicas": 3}, "b": {"replicas": -1}}) is True
+    assert keys_only.evaluate({"a": {}, "B": {}}) is False
+    assert evaluated.count(keys_only.rule) == 2  # the second map has the first one's keys
+    assert reads_values.evaluate({"a": {"replicas": 1}}) is True
+    assert reads_values.evaluate({"a": {"replicas": 0}}) is False
+    assert cel.CelRule("size(self) == 1 && self.all(k, true)", REPLICA_SPECS)._keys_only is False
