@@ -455,7 +455,8 @@ def _literal(tree: lark.Tree) -> Any:
 
 
 _VARIABLES = frozenset({"self", "oldSelf"})
-# Tests set this to evaluate every rule both ways and fail on any difference (tests/sim/test_cel.py).
+# Tests set this to evaluate every rule both ways and fail on any difference, and to check every
+# remembered result against a fresh evaluation (tests/sim/conftest.py).
 CROSS_CHECK = False
 
 
@@ -667,7 +668,7 @@ class CelRule:
     conversion); ``is_root`` marks the resource root (``apiVersion``/``kind``/``metadata.name``).
     """
 
-    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_keys_only", "_memo")
+    __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_observed", "_memo")
 
     def __init__(self, rule: str, schema: dict | None = None, *, is_root: bool = False) -> None:
         if not isinstance(rule, str):
@@ -684,15 +685,16 @@ class CelRule:
         self.references_old_self = checker.uses_old_self
         self._program = _ENV.program(tree, functions=EXTRA_FUNCTIONS)
         self._fast = compile_tree(tree, EXTRA_FUNCTIONS, _literal, _VARIABLES)
-        # A rule that only iterates a map observes its keys alone: remembered by keys, its results
-        # serve every TFJob with the same replica types, however its replica specs differ.
-        self._keys_only = self._fast is not None and self._fast.members_only
+        # What the rule can observe of self: results are remembered by that part alone.
+        self._observed = self._fast.observed if self._fast is not None else None
         # Results by input: CEL is pure, so the same JSON in gives the same value (or error) out, and
-        # cel-python's tree-walking interpreter costs 0.5-50 ms a rule. Jobs made from one template
-        # share their replica specs, so a burst of creates evaluates each rule below the root once.
-        # The root's input is the whole object (name, uid...), which never repeats: no memo there
-        # unless the rule sees only its keys.
-        self._memo: dict[bytes, Any] | None = None if is_root and not self._keys_only else {}
+        # cel-python's tree-walking interpreter costs 0.5-50 ms a rule. Jobs share replica types
+        # and container names, whatever else differs, so a burst of creates evaluates each rule
+        # below the root about once. At the root, a rule reading the name sees a value that never
+        # repeats: no memo there.
+        self._memo: dict[bytes, Any] | None = {}
+        if is_root and (self._observed is None or "metadata" in self._observed.fields):
+            self._memo = None
 
     def __repr__(self) -> str:
         return f"CelRule({self.rule!r})"
@@ -703,24 +705,32 @@ class CelRule:
         memo = self._memo
         if memo is None:
             return self._evaluate(self_value, old_self, optional_old_self)
-        by_keys = self._keys_only and isinstance(self_value, dict)
+        observed = self._observed
         try:
-            key = orjson.dumps((list(self_value) if by_keys else self_value, by_keys, old_self is MISSING,
+            key = orjson.dumps((self_value if observed is None else observed.project(self_value), old_self is MISSING,
                                 None if old_self is MISSING else old_self, optional_old_self))
         except TypeError:  # not plain JSON (e.g. an integer beyond 64 bits): evaluate without the memo
             return self._evaluate(self_value, old_self, optional_old_self)
         found = memo.get(key)
         if found is None:
-            try:
-                found = self._evaluate(self_value, old_self, optional_old_self)
-            except CelEvalError as exc:
-                found = (str(exc), exc.no_such_overload)
+            found = self._outcome(self_value, old_self, optional_old_self)
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()
             memo[key] = found
+        elif CROSS_CHECK:  # a remembered result must be what evaluating this very value gives
+            fresh = self._outcome(self_value, old_self, optional_old_self)
+            if type(fresh) is not type(found) or fresh != found:
+                raise AssertionError(f"CEL {self.rule!r} remembered {found!r} for {self_value!r}, which gives {fresh!r}")
         if isinstance(found, tuple):  # a remembered evaluation error; a fresh exception each time
             raise CelEvalError(found[0], no_such_overload=found[1])
         return found
+
+    def _outcome(self, self_value: Any, old_self: Any, optional_old_self: bool) -> Any:
+        """The value, or the evaluation error as (message, no_such_overload)."""
+        try:
+            return self._evaluate(self_value, old_self, optional_old_self)
+        except CelEvalError as exc:
+            return (str(exc), exc.no_such_overload)
 
     def _activation(self, self_value: Any, old_self: Any, optional_old_self: bool,
                     convert: Any = to_cel) -> dict[str, Any]:

@@ -155,16 +155,14 @@ def _whole(value: Any) -> Any:
 
 
 class Compiled:
-    """A compiled rule: ``run(activation)`` (a CEL value, never a Deferred), and ``members_only``: every
-    use of ``self`` is the collection of a macro (``self.all(k, ...)``, ``self.filter(...)``), so the
-    rule observes only what iterating ``self`` yields -- for a map, its keys. The caller may remember
-    results by those keys alone (the rules on a TFJob's replica types never read the replica specs)."""
+    """A compiled rule: ``run(activation)`` (a CEL value, never a Deferred), and ``observed``: the parts
+    of ``self`` the rule can observe (:class:`Observed`), or None when it may observe all of it."""
 
-    __slots__ = ("run", "members_only")
+    __slots__ = ("run", "observed")
 
-    def __init__(self, run: Run, members_only: bool) -> None:
+    def __init__(self, run: Run, observed: Observed | None) -> None:
         self.run = run
-        self.members_only = members_only
+        self.observed = observed
 
 
 def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
@@ -180,19 +178,128 @@ def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
         run = compiler.expr(tree, variables)
     except _Unsupported:
         return None
-    members_only = 0 < compiler.self_uses == compiler.self_macro_uses
-    return Compiled(lambda env: _whole(run(env)), members_only)
+    return Compiled(lambda env: _whole(run(env)), observed(tree))
 
 
-def _ident_of(tree: Any) -> str | None:
-    """The identifier ``tree`` is, through single-child grammar levels (``member -> primary -> ident``)."""
-    while isinstance(tree, lark.Tree):
-        if tree.data == "ident":
-            return str(tree.children[0])
-        if len(tree.children) != 1 or tree.data not in _PASS_THROUGH:
+class Observed:
+    """What a rule can observe of a value, as a trie: ``whole`` (used as a value: compared, passed to a
+    function...), ``fields`` selected by name, ``items`` reached by index (a list's items, a map's
+    values), ``elements`` bound to a macro variable (a list's items; a map yields its keys, all of
+    them observed). Anything else -- a field's value when only ``has()`` asks for it, a map's values
+    when only its keys are iterated -- cannot change the rule's result or error.
+
+    Why: CEL is pure, so results can be remembered by input, but TFJobs differ in their images and
+    names while a rule on a replica spec reads only container names: remembered by what they read,
+    the rules of distinct jobs cost what jobs from one template cost."""
+
+    __slots__ = ("whole", "fields", "items", "elements")
+
+    def __init__(self) -> None:
+        self.whole = False
+        self.fields: dict[str, Observed] = {}
+        self.items: Observed | None = None
+        self.elements: Observed | None = None
+
+    def field(self, name: str) -> Observed:
+        node = self.fields.get(name)
+        if node is None:
+            node = self.fields[name] = Observed()
+        return node
+
+    def item(self) -> Observed:
+        if self.items is None:
+            self.items = Observed()
+        return self.items
+
+    def element(self) -> Observed:
+        if self.elements is None:
+            self.elements = Observed()
+        return self.elements
+
+    def project(self, value: Any) -> Any:
+        """``value`` reduced to what the rule observes: two values with the same projection give the
+        same result. Unobserved values become 0; a node read in two ways is kept whole."""
+        if self.whole or not isinstance(value, (dict, list)):
+            return value
+        if isinstance(value, dict):
+            if self.items is None and self.elements is None:
+                return {name: node.project(value[name]) for name, node in self.fields.items() if name in value}
+            if self.fields:
+                return value
+            items = self.items
+            return {k: 0 if items is None else items.project(v) for k, v in value.items()}
+        if self.fields or (self.items is not None and self.elements is not None):
+            return value  # a field of a list is an error; a list read both ways: keep it whole
+        node = self.items or self.elements
+        if node is None:
+            return 0  # only its presence is observed
+        return [node.project(item) for item in value]
+
+
+def observed(tree: lark.Tree) -> Observed | None:
+    """What the rule ``tree`` can observe of ``self``; None if it may observe all of it."""
+    root = Observed()
+    _Observe(root).use(tree, {})
+    return None if root.whole else root
+
+
+class _Observe:
+    """Walks a rule, building the :class:`Observed` trie of ``self``. An expression denoting a part
+    of ``self`` (``self.a.b``, ``self.m[k]``, a macro variable) returns its node; any use other than
+    selecting into it, iterating it or ``has()`` marks it whole. Unknown constructs use their
+    operands whole, so the trie errs only towards observing more."""
+
+    def __init__(self, root: Observed) -> None:
+        self.root = root
+
+    def use(self, tree: Any, scope: dict[str, Observed | None]) -> None:
+        node = self.visit(tree, scope)
+        if node is not None:
+            node.whole = True
+
+    def visit(self, tree: Any, scope: dict[str, Observed | None]) -> Observed | None:
+        if not isinstance(tree, lark.Tree):
             return None
-        tree = tree.children[0]
-    return None
+        data, children = tree.data, tree.children
+        if data in _PASS_THROUGH and len(children) == 1:
+            return self.visit(children[0], scope)
+        if data == "ident":
+            name = str(children[0])
+            if name in scope:
+                return scope[name]
+            return self.root if name == "self" else None
+        if data == "member_dot":
+            base = self.visit(children[0], scope)
+            return base.field(str(children[1])) if base is not None else None
+        if data == "member_index":
+            base = self.visit(children[0], scope)
+            self.use(children[1], scope)
+            return base.item() if base is not None else None
+        if data == "ident_arg" and str(children[0]) == "has" and len(children) == 2:
+            args = children[1]
+            if isinstance(args, lark.Tree) and len(args.children) == 1:
+                self.visit(args.children[0], scope)  # presence only
+                return None
+        if data == "member_dot_arg" and str(children[1]) in _MACROS and len(children) == 3:
+            args = children[2]
+            var = _macro_variable(args)
+            if var is not None:
+                base = self.visit(children[0], scope)
+                element = base.element() if base is not None else None
+                self.use(args.children[1], {**scope, var: element})
+                if str(children[1]) == "filter" and element is not None:
+                    element.whole = True  # the result holds the elements themselves
+                return None
+        for child in children:
+            self.use(child, scope)
+        return None
+
+
+def _macro_variable(args: Any) -> str | None:
+    if not isinstance(args, lark.Tree) or len(args.children) != 2:
+        return None
+    idents = list(args.children[0].find_data("ident")) if isinstance(args.children[0], lark.Tree) else []
+    return str(idents[0].children[0]) if len(idents) == 1 else None
 
 
 _PASS_THROUGH = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
@@ -216,8 +323,6 @@ class _Compiler:
     def __init__(self, functions: dict[str, Callable[..., Any]], literal: Callable[[lark.Tree], Any]) -> None:
         self.functions = functions
         self.literal = literal
-        self.self_uses = 0  # identifiers `self` compiled
-        self.self_macro_uses = 0  # ... of which the collection of a macro
 
     def function(self, name: str) -> Callable[..., Any]:
         func = self.functions.get(name)
@@ -332,8 +437,6 @@ class _Compiler:
         name = str(tree.children[0])
         if name not in names:
             raise _Unsupported(name)  # type names, packages: the interpreter resolves them
-        if name == "self":
-            self.self_uses += 1
 
         def ident(env: dict[str, Any]) -> Any:
             try:
@@ -437,8 +540,6 @@ class _Compiler:
         method = str(method_token)
         member = self.expr(member_tree, names)
         if method in _MACROS:
-            if _ident_of(member_tree) == "self":
-                self.self_macro_uses += 1
             return self.macro(method, member, arglist, names)
         if method in ("reduce", "min"):
             raise _Unsupported(method)

@@ -32,7 +32,8 @@ def store(clock: FakeClock) -> Store:
 @pytest.fixture(autouse=True)
 def cel_cross_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every CEL rule a simulator test evaluates on the compiled fast path is evaluated by the
-    interpreter too, and any difference fails the test (controller.sim.celcompile's promise)."""
+    interpreter too, and every result remembered for what a rule reads is checked against a fresh
+    evaluation; any difference fails the test (controller.sim.celcompile's promises)."""
     from controller.sim import cel
 
     monkeypatch.setattr(cel, "CROSS_CHECK", True)

@@ -355,11 +355,17 @@ def test_a_rule_converts_only_the_parts_of_self_it_reads(monkeypatch: pytest.Mon
     assert whole.evaluate({"a": 1, "b": 2}) is True
 
 
-def test_a_rule_that_only_iterates_a_map_is_remembered_by_its_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_results_are_remembered_by_what_the_rule_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distinct TFJobs (other images, other replica counts) share what their rules read: replica types,
+    container names. Each rule is evaluated once per distinct view, and never answers for a value
+    whose view differs."""
     from controller.sim import cel
 
+    monkeypatch.setattr(cel, "CROSS_CHECK", False)  # it re-evaluates remembered results
     keys_only = CelRule("self.all(k, k.matches('^[a-z]+$')) && self.filter(k, k == 'b').size() <= 1", REPLICA_SPECS)
     reads_values = CelRule("self.all(k, self[k].replicas > 0)", REPLICA_SPECS)
+    names = CelRule(TENSORFLOW_CONTAINER, REPLICA_SPECS)
+    images = CelRule(NON_EMPTY_IMAGES, CONTAINERS)
     evaluated: list[str] = []
     real = CelRule._evaluate
 
@@ -374,4 +380,32 @@ def test_a_rule_that_only_iterates_a_map_is_remembered_by_its_keys(monkeypatch: 
     assert evaluated.count(keys_only.rule) == 2  # the second map has the first one's keys
     assert reads_values.evaluate({"a": {"replicas": 1}}) is True
     assert reads_values.evaluate({"a": {"replicas": 0}}) is False
-    assert cel.CelRule("size(self) == 1 && self.all(k, true)", REPLICA_SPECS)._keys_only is False
+    assert CelRule("size(self) == 1 && self.all(k, true)", REPLICA_SPECS)._observed is None
+    for image in ("tf:1", "tf:2", "tf:3"):
+        assert names.evaluate({"w": replica({"name": "tensorflow", "image": image}, {"name": "side", "image": image})})
+    assert not names.evaluate({"w": replica({"name": "tensor", "image": "tf:1"})})
+    assert evaluated.count(names.rule) == 2
+    assert images.evaluate([{"name": "a", "image": "x"}]) is True
+    assert images.evaluate([{"name": "b", "image": "x"}]) is True
+    assert images.evaluate([{"name": "a"}]) is False
+    assert images.evaluate([{"name": "a", "image": ""}]) is False
+    assert evaluated.count(images.rule) == 3
+
+
+def test_what_a_rule_reads_is_a_safe_view() -> None:
+    """Every use other than selecting, indexing, iterating or has() keeps the value whole."""
+    views = {
+        "self.a.b == 1 && has(self.c)": ({"a": {"b": 1, "x": 2}, "c": {"d": 3}, "e": 4}, {"a": {"b": 1}, "c": {}}),
+        "self.l.exists(x, x.n == 1)": ({"l": [{"n": 1, "m": 2}, {"m": 3}]}, {"l": [{"n": 1}, {}]}),
+        "self.l.filter(x, x.n == 1).size() == 1": ({"l": [{"n": 1, "m": 2}]}, {"l": [{"n": 1, "m": 2}]}),
+        "self.m.all(k, self.m[k].r > 0)": ({"m": {"a": {"r": 1, "s": 2}}}, {"m": {"a": {"r": 1}}}),
+        "self.m.all(k, k != 'x') && self.m.a == self.m.a": ({"m": {"a": {"r": 1}}}, {"m": {"a": {"r": 1}}}),
+        "[self.a] == [self.a] && self.b.c > 0": ({"a": {"x": 1}, "b": {"c": 1, "d": 2}}, {"a": {"x": 1}, "b": {"c": 1}}),
+        "(self.n > 0 ? self.a : self.b).c == 1": ({"n": 1, "a": {"c": 1, "d": 2}, "b": {}, "z": 0},
+                                                  {"n": 1, "a": {"c": 1, "d": 2}, "b": {}}),
+    }
+    for rule, (value, view) in views.items():
+        observed = CelRule(rule)._observed
+        assert observed is not None and observed.project(value) == view, rule
+    assert CelRule("self == oldSelf")._observed is None
+    assert CelRule("size(self) > 0")._observed is None
