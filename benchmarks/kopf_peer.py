@@ -3,14 +3,26 @@ write a TFJob operator with kopf instead of this project's runtime.
 
 Run as ``KUBECONFIG=... kopf run --standalone --all-namespaces benchmarks/kopf_peer.py``.
 
-What a careful kopf user writes: kopf indexes hold the TFJobs by uid and their pods and services by
-owner uid; every event of a job, or of a pod or service it owns, reconciles that job (one at a time
-per job, under a lock): ``decide(job, pods, services, now)``, then the actions through
-kubernetes-asyncio (the usual client next to kopf), events through ``kopf.event`` (kopf posts them in
-the background). A small "created but not seen yet" memory per job stands in for expectations:
-without it the stale index makes decide() see a just-created pod as missing and count a phantom
-failover. kopf's settings are left at their defaults, except that the handlers' own progress is
-not persisted (``@kopf.on.event`` handlers keep none anyway).
+What a careful kopf user writes, following decide()'s contract (controller/tfjob/actions.py): kopf
+indexes hold the TFJobs by uid and their pods and services by owner uid; every event of a job, or of
+a pod or service it owns, reconciles that job (one at a time per job, under a lock):
+``decide(job, pods, services, now)``, then the actions through kubernetes-asyncio (the usual client
+next to kopf), events through ``kopf.event`` (kopf posts them in the background). decide() must
+only see caches that hold every object its earlier decisions created or deleted, so the peer keeps
+a small "created but not indexed yet" and "deleted but still indexed" memory per job (keyed by kind
+and name: a worker's pod and its service share a name). A status equal to the one it last wrote is
+not written again (the index still holds the job from before that write until its event arrives).
+kopf's settings are left at their defaults.
+
+Index pre-population: kopf holds every handler back until each object of an indexed resource has
+been indexed, and with N objects at startup that wait costs O(N^2) (every object's worker waits on
+one shared condition that is notified once per object: see docs/benchmarks/scale.md). It is kopf's
+own behaviour and part of what a kopf user gets, so the peer keeps its indexes; benchmarks/scale.py
+waits for the peer to catch up before it disrupts anything, as it does for the controller.
+
+``KOPF_PEER_METRICS_PORT`` (optional) serves two Prometheus figures on 127.0.0.1, as a kopf user
+would export them: events handled and reconciles in progress. benchmarks/scale.py reads them to
+know when the peer has caught up, as it reads the controller's reconcile metrics.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+import prometheus_client
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
@@ -37,9 +50,14 @@ LABELS = {"training.kubeflow.org/operator-name": "tfjob-controller"}
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 AGENT = "kopf-peer"
 
+HANDLED = prometheus_client.Counter("kopf_peer_events_handled", "Watch events the peer's handlers finished")
+IN_PROGRESS = prometheus_client.Gauge("kopf_peer_reconciles_in_progress", "Reconciles running now")
+
 _api: k8s.ApiClient | None = None
 _locks: dict[str, asyncio.Lock] = {}
-_unseen: dict[str, set[str]] = {}  # job uid -> names we created that the indexes do not show yet
+_unseen: dict[str, set[tuple[str, str]]] = {}  # job uid -> (kind, name) created, not indexed yet
+_undead: dict[str, set[str]] = {}  # job uid -> uids of objects deleted, still indexed
+_written: dict[str, dict[str, Any]] = {}  # job uid -> the status last written
 _timers: dict[str, asyncio.TimerHandle] = {}  # job uid -> its timed requeue
 _background: set[asyncio.Task] = set()
 
@@ -60,6 +78,8 @@ async def startup(**_: Any) -> None:
     await k8s_config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
     _api = k8s.ApiClient(configuration)
     _api.user_agent = AGENT
+    if os.environ.get("KOPF_PEER_METRICS_PORT"):
+        prometheus_client.start_http_server(int(os.environ["KOPF_PEER_METRICS_PORT"]), addr="127.0.0.1")
 
 
 @kopf.on.cleanup()
@@ -107,13 +127,16 @@ async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf
             return
         pod_list = [_plain(p) for p in pods.get(uid, [])]
         service_list = [_plain(s) for s in services.get(uid, [])]
-        seen = {o["metadata"]["name"] for o in pod_list} | {o["metadata"]["name"] for o in service_list}
-        unseen = _unseen.get(uid, set()) - seen
-        _unseen[uid] = unseen
-        if unseen:
-            return  # our creates are still on their way to the indexes; their events reconcile again
+        indexed = {("pod", o["metadata"]["name"]) for o in pod_list} | {
+            ("service", o["metadata"]["name"]) for o in service_list}
+        unseen = _unseen[uid] = _unseen.get(uid, set()) - indexed
+        # A deletion is visible once the object is terminating or gone.
+        undead = _undead[uid] = _undead.get(uid, set()) & {
+            o["metadata"]["uid"] for o in pod_list + service_list if not o["metadata"].get("deletionTimestamp")}
+        if unseen or undead:
+            return  # our writes are still on their way to the indexes; their events reconcile again
         decision = decide(job, pod_list, service_list, _dt.datetime.now(_dt.UTC))
-        await apply(job, decision, unseen)
+        await apply(job, decision, unseen, undead)
         if decision.requeue_after is not None:
             # kopf's event handlers have no timed requeue: wake the job ourselves (a failover back-off ends).
             previous = _timers.pop(uid, None)
@@ -129,28 +152,31 @@ def _wake(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf.Index) ->
     task.add_done_callback(_background.discard)
 
 
-async def apply(job: dict[str, Any], decision: Any, unseen: set[str]) -> None:
+async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]], undead: set[str]) -> None:
     assert _api is not None
     core = k8s.CoreV1Api(_api)
     custom = k8s.CustomObjectsApi(_api)
     namespace = job["metadata"]["namespace"]
+    uid = job["metadata"]["uid"]
     for action in decision.actions:
         try:
             if isinstance(action, CreatePod):
-                unseen.add(action.pod["metadata"]["name"])
+                unseen.add(("pod", action.pod["metadata"]["name"]))
                 await core.create_namespaced_pod(namespace, action.pod)
                 kopf.event(job, type="Normal", reason="SuccessfulCreatePod",
                            message=f"Created pod: {action.pod['metadata']['name']}")
             elif isinstance(action, CreateService):
-                unseen.add(action.service["metadata"]["name"])
+                unseen.add(("service", action.service["metadata"]["name"]))
                 await core.create_namespaced_service(namespace, action.service)
                 kopf.event(job, type="Normal", reason="SuccessfulCreateService",
                            message=f"Created service: {action.service['metadata']['name']}")
             elif isinstance(action, DeletePod):
+                undead.add(action.uid)
                 await core.delete_namespaced_pod(action.name, namespace, body=k8s.V1DeleteOptions(
                     preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
                 kopf.event(job, type="Normal", reason="SuccessfulDeletePod", message=f"Deleted pod: {action.name}")
             elif isinstance(action, DeleteService):
+                undead.add(action.uid)
                 await core.delete_namespaced_service(action.name, namespace, body=k8s.V1DeleteOptions(
                     preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
             elif isinstance(action, DeleteJob):
@@ -159,30 +185,43 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[str]) -> None:
                 return
         except ApiException as exc:
             if exc.status not in (404, 409):  # already created / already gone
+                # Nothing will be observed: do not wait for it (kopf logs the error; the next event retries).
+                unseen.clear()
+                undead.clear()
                 raise
-    if decision.status != (job.get("status") or {}):
-        try:
-            await custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            return  # a newer job is on its way: its event reconciles again
+    if uid in _written and _written[uid] == job.get("status"):
+        del _written[uid]  # the index has caught up with our last write
+    if decision.status == (job.get("status") or {}) or decision.status == _written.get(uid):
+        return
+    try:
+        await custom.replace_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        return  # a newer job is on its way: its event reconciles again
+    _written[uid] = decision.status
     for event in decision.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+def _forget(uid: str) -> None:
+    for memory in (_locks, _unseen, _undead, _written):
+        memory.pop(uid, None)
+    timer = _timers.pop(uid, None)
+    if timer is not None:
+        timer.cancel()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def job_event(type: str, body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index,
                     services_by_owner: kopf.Index, **_: Any) -> None:
     if type == "DELETED":
-        _locks.pop(body["metadata"]["uid"], None)
-        _unseen.pop(body["metadata"]["uid"], None)
-        timer = _timers.pop(body["metadata"]["uid"], None)
-        if timer is not None:
-            timer.cancel()
-        return
-    await reconcile(body["metadata"]["uid"], jobs_by_uid, pods_by_owner, services_by_owner)
+        _forget(body["metadata"]["uid"])
+    else:
+        with IN_PROGRESS.track_inprogress():
+            await reconcile(body["metadata"]["uid"], jobs_by_uid, pods_by_owner, services_by_owner)
+    HANDLED.inc()
 
 
 @kopf.on.event("", "v1", "pods", labels=LABELS)
@@ -191,4 +230,6 @@ async def child_event(body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: k
                       services_by_owner: kopf.Index, **_: Any) -> None:
     owner = _owner(body)
     if owner:
-        await reconcile(owner, jobs_by_uid, pods_by_owner, services_by_owner)
+        with IN_PROGRESS.track_inprogress():
+            await reconcile(owner, jobs_by_uid, pods_by_owner, services_by_owner)
+    HANDLED.inc()

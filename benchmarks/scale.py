@@ -11,21 +11,25 @@ Scenarios (jobs of 1 PS + W dynamic workers, restartPolicy ExitCode, termination
 pod start delay 0):
 
 - ``burst``: N TFJobs created at once: time to all pods exist, to all jobs Running; requests per job.
-- ``failover``: N converged running jobs, R worker disruptions/s (DELETE, eviction, OOM exit in turn)
-  for D seconds: disruption -> replacement create, pod gone -> replacement create, disruption ->
-  replacement Running (p50/p99/max); jobs Failed (must be 0).
+- ``failover``: N converged running jobs; once the controller has caught up with them (its start
+  on N jobs, timed), R worker disruptions/s (DELETE, eviction, OOM exit in turn) for D seconds:
+  disruption -> replacement create, pod gone -> replacement create, disruption -> replacement
+  Running (p50/p99/max); jobs Failed (must be 0).
 - ``scaledown``: N converged jobs of 8 workers scale to 2 at once: time to all excess pods gone;
   requests per job.
 - ``coldstart``: N converged jobs of 6 pods loaded straight into the simulator's store, then the
   controller starts: time to ready (caches synced), to all reconciled (every job reconciled once and
   the queue empty), writes (must be 0), peak RSS.
-- ``peer``: burst and failover again with the same ``decide()`` driven by kopf handlers.
+- ``burst-peer``, ``failover-peer``: the same with the same ``decide()`` driven by kopf handlers
+  (benchmarks/kopf_peer.py) instead of the controller; ``peer-check`` first checks that peer at 5 jobs,
+  where every figure is exact, and fails the run if it is broken. ``peer`` runs these three.
+- ``all``: every scenario above in one run (each peer scenario right after ours), then the report.
 
 "Converged" jobs are built by the benchmark with the controller's own ``decide()`` (pods, services,
 then the status they converge to, checked to be a fixed point) and loaded through ``/_sim/objects``,
 so setting up 10,000 jobs does not depend on the controller's speed.
 
-Usage: .venv/bin/python benchmarks/scale.py all [--runs 3] [--output docs/benchmarks/scale.md]
+Usage: .venv/bin/python benchmarks/scale.py all [--runs 3] [--profile] [--output docs/benchmarks/scale.md]
        .venv/bin/python benchmarks/scale.py burst [--jobs 1000] [--controller-arg=--kube-api-qps=500 ...]
 """
 
@@ -289,12 +293,29 @@ def start_controller(tmp: Path, kubeconfig: str, extra: list[str], tag: str = "c
     return Controller(child, f"http://127.0.0.1:{metrics}", f"http://127.0.0.1:{health}")
 
 
-def start_peer(tmp: Path, kubeconfig: str) -> Child:
-    env = os.environ.copy()
-    env["KUBECONFIG"] = kubeconfig
+@dataclass
+class Peer:
+    child: Child
+    metrics_url: str
+
+    async def progress(self, session: aiohttp.ClientSession) -> tuple[float, float] | None:
+        """(watch events handled, reconciles in progress), or None before its metrics are served."""
+        self.child.check()
+        try:
+            async with session.get(self.metrics_url + "/metrics") as resp:
+                text = await resp.text()
+        except aiohttp.ClientError:
+            return None
+        values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("kopf_peer_"))
+        return float(values["kopf_peer_events_handled_total"]), float(values["kopf_peer_reconciles_in_progress"])
+
+
+def start_peer(tmp: Path, kubeconfig: str) -> Peer:
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "KOPF_PEER_METRICS_PORT": str(port)}
     argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces", "--quiet",
             str(ROOT / "benchmarks" / "kopf_peer.py")]
-    return Child("kopf-peer", argv, tmp / "kopf-peer.log", env)
+    return Peer(Child("kopf-peer", argv, tmp / "kopf-peer.log", env), f"http://127.0.0.1:{port}")
 
 
 def reconcile_totals(metrics: dict[str, float]) -> tuple[float, float, float]:
@@ -329,6 +350,25 @@ async def wait_idle(ctl: Controller, session: aiohttp.ClientSession, at_least: i
     # 10,000 jobs, 4 scrapes/s took a fifth of the controller's CPU), and Prometheus scrapes far
     # less often. The figure's resolution is that second.
     await until("controller idle", idle, timeout, interval=1.0)
+    return time.time() - started
+
+
+async def wait_peer_idle(peer: Peer, session: aiohttp.ClientSession, at_least: int, timeout: float) -> float:
+    """Wait until the kopf peer has handled ``at_least`` watch events and has been idle for a poll.
+
+    kopf hands each object's events to the handlers once per object (it batches what arrives
+    within its batch window), so after a start on converged jobs ``at_least`` is the number of
+    objects: every job, pod and service handled once."""
+    last: list[tuple[float, float] | None] = [None]
+
+    async def idle() -> bool:
+        now = await peer.progress(session)
+        quiet = now is not None and now == last[0] and now[0] >= at_least and now[1] == 0
+        last[0] = now
+        return quiet
+
+    started = time.time()
+    await until(f"kopf peer handled {at_least} events and idle", idle, timeout, interval=1.0)
     return time.time() - started
 
 
@@ -525,7 +565,7 @@ class Env:
     session: aiohttp.ClientSession
     nodes: int
     controller: Controller | None = None
-    peer: Child | None = None
+    peer: Peer | None = None
     profiles: Profiles = field(default_factory=lambda: Profiles(False))
 
     def profile(self, label: str) -> None:
@@ -534,7 +574,7 @@ class Env:
 
     @property
     def actor(self) -> Child:
-        child = self.controller.child if self.controller else self.peer
+        child = self.controller.child if self.controller else self.peer.child if self.peer else None
         assert child is not None
         return child
 
@@ -558,7 +598,7 @@ async def environment(nodes: int, profile: bool = False):
             if env.controller:
                 env.controller.child.stop()
             if env.peer:
-                env.peer.stop()
+                env.peer.child.stop()
             await session.close()
             sim_child.stop()
 
@@ -568,7 +608,7 @@ async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
         env.peer = start_peer(env.tmp, env.kubeconfig)
         # kopf has no readiness endpoint: it is ready once it watches TFJobs.
         async def watching() -> bool:
-            env.peer.check()
+            env.peer.child.check()
             watches = (await env.sim.call("GET", "/_sim/watches"))["watches"]
             return any(w["resource"] == TFJOBS for w in watches)
 
@@ -578,20 +618,72 @@ async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
         await until("controller ready", lambda: env.controller.ready(env.session), 120, 0.05)
 
 
-async def settle(what: str, check: Callable[[], Awaitable[bool]], history: History, timeout: float) -> bool:
-    """Wait for ``check``; then stop polling the history and check once more on all of it. True = timed out."""
+Fold = Callable[[dict], None]
+
+
+async def settle(what: str, env: Env, history: History, fold: dict[str, Fold], done: Callable[[], bool],
+                 timeout: float) -> bool:
+    """Feed every change of the history to ``fold`` (by resource, each event once, in commit order)
+    until ``done()``; then stop polling and feed it the rest. True = timed out."""
+    seen = dict.fromkeys(fold, 0)
+
+    def feed() -> bool:
+        for resource, step in fold.items():
+            events = history.events[resource]
+            for ev in itertools.islice(events, seen[resource], None):
+                step(ev)
+            seen[resource] = len(events)
+        return done()
+
+    async def check() -> bool:
+        env.actor.check()
+        return feed()
+
     timed_out = False
     try:
         await until(what, check, timeout)
     except TimeoutError:
         timed_out = True
     await history.stop()
-    await check()
+    feed()
     return timed_out
 
 
-async def actor_figures(env: Env, mark: int, cpu0: tuple[float, float], load_before: str) -> dict[str, Any]:
-    """The controller's (or peer's) requests since ``mark`` and CPU since ``cpu0``, apart from the simulator's."""
+async def fan_out(calls: Iterable[Awaitable[Any]], limit: int = 64) -> None:
+    """Send the benchmark's own requests (creates, patches) ``limit`` at a time, as a client burst."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[Any]) -> None:
+        async with sem:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+@dataclass
+class Phase:
+    """Where a scenario's measured phase began: the load, the request mark, both processes' CPU, and
+    the history of pods and jobs from there on (polled in the background)."""
+
+    load_before: str
+    mark: int
+    cpu0: tuple[float, float]
+    history: History
+
+
+async def begin(env: Env, label: str) -> Phase:
+    load_before = loadavg()
+    mark = await env.sim.mark()
+    history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
+    history.start()
+    phase = Phase(load_before, mark, (env.actor.cpu(), env.sim_child.cpu()), history)
+    env.profile(label)
+    return phase
+
+
+async def actor_figures(env: Env, phase: Phase) -> dict[str, Any]:
+    """The controller's (or peer's) requests and CPU in ``phase``, apart from the simulator's."""
+    mark, cpu0, load_before = phase.mark, phase.cpu0, phase.load_before
     counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
     return {
         "requests": sum(counts.values()),
@@ -609,41 +701,30 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
     per_job = 1 + workers
     async with environment(nodes_for(n * per_job), args.profile) as env:
         await start_actor(env, args, peer)
-        load_before = loadavg()
-        mark = await env.sim.mark()
-        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
-        history.start()
-        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
-        env.profile("burst-peer" if peer else "burst")
+        phase = await begin(env, "burst-peer" if peer else "burst")
+        history = phase.history
         names = job_names("burst", n)
-        sem = asyncio.Semaphore(64)
-
-        async def create(name: str) -> None:
-            async with sem:
-                await env.sim.call("POST", TFJOBS_PATH.format(ns=NAMESPACE), tfjob(name, workers))
-
         sent = time.time()
-        await asyncio.gather(*(create(name) for name in names))
+        await fan_out(env.sim.call("POST", TFJOBS_PATH.format(ns=NAMESPACE), tfjob(name, workers)) for name in names)
         created = time.time()
         pods_seen: dict[str, float] = {}
         running_at: dict[str, float] = {}
         job_created: dict[str, float] = {}
 
-        async def done() -> bool:
-            env.actor.check()
-            for ev in history.events["pods"]:
-                if ev["type"] == "ADDED":
-                    pods_seen.setdefault(ev["name"], ev["time"])
-            for ev in history.events[TFJOBS]:
-                if ev["type"] == "ADDED":
-                    job_created.setdefault(ev["name"], ev["time"])
-                elif "Running" in (ev.get("true") or ()):
-                    running_at.setdefault(ev["name"], ev["time"])
-            return len(running_at) >= n and len(pods_seen) >= n * per_job
+        def pod(ev: dict) -> None:
+            if ev["type"] == "ADDED":
+                pods_seen.setdefault(ev["name"], ev["time"])
 
-        timed_out = await settle("all jobs Running", done, history, args.timeout)
+        def job(ev: dict) -> None:
+            if ev["type"] == "ADDED":
+                job_created.setdefault(ev["name"], ev["time"])
+            elif "Running" in (ev.get("true") or ()):
+                running_at.setdefault(ev["name"], ev["time"])
+
+        timed_out = await settle("all jobs Running", env, history, {"pods": pod, TFJOBS: job},
+                                 lambda: len(running_at) >= n and len(pods_seen) >= n * per_job, args.timeout)
         env.profiles.stop(f"a burst of {n} TFJobs ({per_job} pods each) created at once, until all are Running")
-        figures = await actor_figures(env, mark, cpu0, load_before)
+        figures = await actor_figures(env, phase)
         t0 = min(job_created.values())
         result = {
             "scenario": "burst" + (" (kopf peer)" if peer else ""),
@@ -686,15 +767,25 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
         setup = time.time() - setup0
+        started, start_mark = time.time(), await env.sim.mark()
         await start_actor(env, args, peer)
-        if env.controller:
-            await wait_idle(env.controller, env.session, n, args.timeout)
-        load_before = loadavg()
-        mark = await env.sim.mark()
-        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
-        history.start()
-        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
-        env.profile("failover-peer" if peer else "failover")
+        # Disruptions start once the controller (or the peer) has caught up with the converged jobs:
+        # how long that takes is its cold start on this many jobs, reported apart.
+        try:
+            if env.controller:
+                await wait_idle(env.controller, env.session, n, args.catchup_timeout)
+            else:
+                assert env.peer is not None
+                await wait_peer_idle(env.peer, env.session, n * (1 + 2 * per_job), args.catchup_timeout)
+        except TimeoutError:
+            return {"scenario": "failover" + (" (kopf peer)" if peer else ""), "jobs": n, "setup_s": setup,
+                    "caught_up_s": None, "timed_out": True, "controller_cpu_s": env.actor.cpu(),
+                    "skipped": f"it had not caught up with {n} converged jobs ({n * (1 + 2 * per_job)} objects) "
+                               f"{args.catchup_timeout:.0f} s after it started"}
+        caught_up = time.time() - started
+        catchup_writes = writes_of(agent_totals(await env.sim.requests_by_agent(start_mark), env.agent))
+        phase = await begin(env, "failover-peer" if peer else "failover")
+        history = phase.history
         rng = random.Random(11)
         targets = rng.sample([(job, i) for job in names for i in range(workers)],
                              min(n * workers, int(args.rate * args.duration)))
@@ -711,7 +802,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         await asyncio.gather(*tasks)
         # When each disruption reached the simulator: its own receipt time of our request.
         arrived = {}
-        for record in await env.sim.requests(mark):
+        for record in await env.sim.requests(phase.mark):
             if record["userAgent"] == BENCH_AGENT and record["name"] and record["verb"] in ("delete", "create",
                                                                                              "patch"):
                 arrived.setdefault(record["name"], record["time"])
@@ -721,29 +812,29 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         running: dict[str, float] = {}
         new_uid: dict[str, str] = {}
 
-        async def replaced() -> bool:
-            env.actor.check()
-            for ev in history.events["pods"]:
-                name = ev["name"]
-                if name not in kinds:
-                    continue
-                if ev["type"] == "DELETED" and ev["uid"] == old_uids.get(name):
-                    gone.setdefault(name, ev["time"])
-                elif ev["type"] == "ADDED" and ev["uid"] != old_uids.get(name):
-                    created.setdefault(name, ev["time"])
-                    new_uid.setdefault(name, ev["uid"])
-                if ev["type"] != "DELETED" and ev.get("phase") == "Running" and ev["uid"] == new_uid.get(name):
-                    running.setdefault(name, ev["time"])
-            return len(running) >= len(kinds)
+        failed: set[str] = set()
 
-        timed_out = await settle("every disrupted worker Running again", replaced, history, args.timeout)
-        env.profiles.stop(f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
-                          "every disrupted worker runs again")
-        figures = await actor_figures(env, mark, cpu0, load_before)
-        failed = set()
-        for ev in history.events[TFJOBS]:
+        def pod(ev: dict) -> None:
+            name = ev["name"]
+            if name not in kinds:
+                return
+            if ev["type"] == "DELETED" and ev["uid"] == old_uids.get(name):
+                gone.setdefault(name, ev["time"])
+            elif ev["type"] == "ADDED" and ev["uid"] != old_uids.get(name):
+                created.setdefault(name, ev["time"])
+                new_uid.setdefault(name, ev["uid"])
+            if ev["type"] != "DELETED" and ev.get("phase") == "Running" and ev["uid"] == new_uid.get(name):
+                running.setdefault(name, ev["time"])
+
+        def job(ev: dict) -> None:
             if "Failed" in (ev.get("true") or ()):
                 failed.add(ev["name"])
+
+        timed_out = await settle("every disrupted worker Running again", env, history, {"pods": pod, TFJOBS: job},
+                                 lambda: len(running) >= len(kinds), args.timeout)
+        env.profiles.stop(f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
+                          "every disrupted worker runs again")
+        figures = await actor_figures(env, phase)
         per_kind = {}
         for kind in (*DISRUPTIONS, "all"):
             pods = [p for p in kinds if kind == "all" or kinds[p] == kind]
@@ -758,6 +849,8 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
             "disruptions": len(plan),
             "rate": args.rate,
             "setup_s": setup,
+            "caught_up_s": caught_up,
+            "catchup_writes": catchup_writes,
             "timed_out": timed_out,
             "replaced": len(created),
             "running_again": len(running),
@@ -776,39 +869,28 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
         await start_actor(env, args, False)
         assert env.controller is not None
         await wait_idle(env.controller, env.session, n, args.timeout)
-        load_before = loadavg()
-        mark = await env.sim.mark()
-        history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
-        history.start()
-        cpu0 = (env.actor.cpu(), env.sim_child.cpu())
-        env.profile("scaledown")
+        phase = await begin(env, "scaledown")
+        history = phase.history
         excess = {f"{job}-worker-{i}" for job in names for i in range(after, before)}
-        sem = asyncio.Semaphore(64)
         patch = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": after}}}}
-
-        async def scale(name: str) -> None:
-            async with sem:
-                await env.sim.call("PATCH", TFJOBS_PATH.format(ns=NAMESPACE) + f"/{name}", patch,
-                                   content_type="application/merge-patch+json")
-
-        await asyncio.gather(*(scale(name) for name in names))
+        await fan_out(env.sim.call("PATCH", TFJOBS_PATH.format(ns=NAMESPACE) + f"/{name}", patch,
+                                   content_type="application/merge-patch+json") for name in names)
         gone: dict[str, float] = {}
         scaled: dict[str, float] = {}
 
-        async def converged() -> bool:
-            env.actor.check()
-            for ev in history.events["pods"]:
-                if ev["type"] == "DELETED" and ev["name"] in excess:
-                    gone.setdefault(ev["name"], ev["time"])
-            for ev in history.events[TFJOBS]:
-                if ev["type"] == "MODIFIED":
-                    scaled.setdefault(ev["name"], ev["time"])
-            return len(gone) >= len(excess)
+        def pod(ev: dict) -> None:
+            if ev["type"] == "DELETED" and ev["name"] in excess:
+                gone.setdefault(ev["name"], ev["time"])
 
-        timed_out = await settle("all excess workers gone", converged, history, args.timeout)
+        def job(ev: dict) -> None:
+            if ev["type"] == "MODIFIED":
+                scaled.setdefault(ev["name"], ev["time"])
+
+        timed_out = await settle("all excess workers gone", env, history, {"pods": pod, TFJOBS: job},
+                                 lambda: len(gone) >= len(excess), args.timeout)
         env.profiles.stop(f"{n} jobs scaling Worker {before} -> {after} at once, until every excess pod is gone")
         idle = await wait_idle(env.controller, env.session, 0, args.timeout)
-        figures = await actor_figures(env, mark, cpu0, load_before)
+        figures = await actor_figures(env, phase)
         t0 = min(scaled.values())
         return {
             "scenario": "scaledown",
@@ -910,26 +992,40 @@ def med(runs: list[dict], key: str) -> float | None:
 
 
 def summarize(name: str, runs: list[dict]) -> list[str]:
-    """Markdown lines for one scenario: the median row(s) and the raw runs."""
+    """The table row of one scenario: the median of its runs."""
     lines = []
     if runs[0].get("skipped"):
-        lines.append(f"| {runs[0]['scenario']} | - | not measured: {runs[0]['skipped']} | - | - |")
+        lines.append(f"| {runs[0]['scenario']} | {runs[0].get('jobs', '-')} jobs | not measured: {runs[0]['skipped']} "
+                     "| - | - |")
+    elif name == "kopf peer self-check":
+        r = runs[0]
+        lines.append(f"| {name} | {r['jobs']} jobs | passed: a burst creates each pod and service once and reaches "
+                     f"Running; a start on converged jobs writes nothing; {r['disruptions']} failovers (one of "
+                     "each kind) replaced, 0 Failed | must pass | yes |")
     elif name.startswith("burst"):
-        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods | "
+        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods"
+                     f"{f', {len(runs)} runs' if len(runs) > 1 else ''} | "
                      f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
-                     f"{med(runs, 'requests_per_job'):.1f} requests/job | all Running <= 30 s | "
+                     f"{med(runs, 'requests_per_job'):.1f} requests/job; CPU {med(runs, 'controller_cpu_s'):.0f} s "
+                     f"(simulator {med(runs, 'sim_cpu_s'):.0f} s) | all Running <= 30 s | "
                      f"{'yes' if (med(runs, 'all_running_s') or 1e9) <= 30 else 'no'} |")
     elif name.startswith("failover"):
-        lat = runs[0]["latency"]["all"]
-        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs, {runs[0]['disruptions']} disruptions at "
-                     f"{runs[0]['rate']:.0f}/s | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; disruption -> "
-                     f"create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
-                     f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {runs[0]['jobs_failed']} | "
-                     f"p99 gone -> create <= 250 ms, 0 Failed | "
-                     f"{'yes' if lat['gone_to_create']['n'] and lat['gone_to_create']['p99'] <= 0.25 and not runs[0]['jobs_failed'] else 'no'} |")
+        r = runs[0]
+        lat = r["latency"]["all"]
+        ok = lat["gone_to_create"]["n"] and lat["gone_to_create"]["p99"] <= 0.25 and not r["jobs_failed"]
+        writes = f", {r['catchup_writes']} writes" if "catchup_writes" in r else ""
+        caught_up = (f" (disruptions began once it had caught up with the jobs: {fmt_s(r['caught_up_s'])} after "
+                     f"it started{writes})") if r.get("caught_up_s") is not None else ""
+        lines.append(f"| {r['scenario']} | {r['jobs']} jobs, {r['disruptions']} disruptions at "
+                     f"{r['rate']:.0f}/s{caught_up} | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; "
+                     f"disruption -> create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
+                     f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {r['jobs_failed']}; "
+                     f"CPU {r['controller_cpu_s']:.0f} s | p99 gone -> create <= 250 ms, 0 Failed | "
+                     f"{'yes' if ok else 'no'} |")
     elif name == "scaledown":
         lines.append(f"| scale-down storm | {runs[0]['jobs']} jobs, Worker {runs[0]['from_to']} | all excess pods gone "
-                     f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job | - | - |")
+                     f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job; "
+                     f"CPU {med(runs, 'controller_cpu_s'):.0f} s | - | - |")
     elif name == "coldstart":
         r = runs[0]
         ok = (not r["timed_out"] and r["all_reconciled_s"] <= 60 and r["writes"] == 0
@@ -950,7 +1046,8 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     ours, peer = results.get("burst"), results.get("burst (kopf peer)")
     if ours and peer:
         a, b = med(ours, "all_running_s"), med(peer, "all_running_s")
-        cpu = f"; controller CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s"
+        cpu = (f"; CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s "
+               f"({med(peer, 'controller_cpu_s') / med(ours, 'controller_cpu_s'):.1f}x)")
         if a and b:
             rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
                         f"({a:.1f} s vs {b:.1f} s to all Running){cpu} | >= 5x | {'yes' if b / a >= 5 else 'no'} |")
@@ -959,35 +1056,44 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
                         "Running | >= 5x | no |")
     ours, peer = results.get("failover"), results.get("failover (kopf peer)")
     if ours and peer:
-        a = ours[0]["latency"]["all"]["gone_to_create"]
-        b = peer[0]["latency"]["all"]["gone_to_create"]
-        lower = bool(a["n"]) and (not b["n"] or a["p99"] < b["p99"])  # no replacement at all is the worst p99
-        def p99(d: dict) -> str:
-            return f"{d['p99'] * 1000:.0f} ms" if d["n"] else "no replacement at all"
+        def gone(run: dict) -> dict:
+            return run["latency"]["all"]["gone_to_create"] if "latency" in run else {"n": 0}
 
+        def p99(d: dict) -> str:
+            return f"{d['p99'] * 1000:.0f} ms" if d["n"] else "no replacement measured"
+
+        a, b = gone(ours[0]), gone(peer[0])
+        lower = bool(a["n"]) and (not b["n"] or a["p99"] < b["p99"])  # no replacement at all is the worst p99
         rows.append(f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {p99(a)} vs the "
                     f"peer's {p99(b)} | lower p99 | {'yes' if lower else 'no'} |")
+        a_up, b_up = ours[0].get("caught_up_s"), peer[0].get("caught_up_s")
+        rows.append(f"| start on converged jobs: ours vs kopf peer | {ours[0]['jobs']} jobs | caught up in "
+                    f"{fmt_s(a_up)} vs the peer's {fmt_s(b_up)}"
+                    f"{f' ({b_up / a_up:.0f}x)' if a_up and b_up else ''} | - | - |")
     return rows
 
 
-def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) -> None:
+def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], load_at_start: str) -> None:
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    took = sum(run.get("wall_s", 0) for runs in results.values() for run in runs) / 60
     out = [
         "# Speed at scale (issue 11)",
         "",
-        "Reproduce everything below with one command (its duration is the sum of the runs' `wall_s`; with",
-        "every target met it is about 15 minutes on 2 cores):",
+        "Reproduce everything below with one command (every scenario of issue 11 and the kopf peer's, in",
+        "one run; how long it takes is said below):",
         "",
         "```bash",
         ".venv/bin/python benchmarks/scale.py all",
         "```",
         "",
-        f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`; each run",
-        "below says when it was measured (`at`) and on which commit (`git`).",
+        f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
+        f"The runs below took {took:.0f} minutes in all (the sum of their `wall_s`); the load average (1/5/15 min)",
+        f"was {load_at_start} when this command started and {loadavg()} when it ended; each run says when it was",
+        "measured (`at`), on which commit (`git`) and the load before and after it (`load`).",
         "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
         "separate processes on the same machine; times come from the simulator's clock (`/_sim/history`,",
-        "`/_sim/requests`). The load average (1/5/15 min) before and after each run is given with it:",
-        "other work on the machine slows every figure.",
+        "`/_sim/requests`). Other work on the machine slows every wall-clock figure; request counts do not",
+        "change with load, and CPU seconds little.",
         "",
         "| scenario | workload | result (median of runs) | target | met |",
         "|---|---|---|---|---|",
@@ -1013,7 +1119,6 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str]) ->
     path.write_text("\n".join(out) + "\n")
 
 
-SCENARIOS = ("burst", "burst-unlimited", "failover", "scaledown", "coldstart", "peer")
 UNLIMITED = ["--kube-api-qps=1000000", "--kube-api-burst=1000000"]
 
 
@@ -1030,6 +1135,62 @@ async def scenario_burst_unlimited(args: argparse.Namespace) -> dict[str, Any]:
     result = await scenario_burst(unlimited)
     result["scenario"] = "burst, client rate limit off"
     return result
+
+
+async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
+    """The kopf peer at a scale where every figure is exact, so that a broken peer fails the run loudly
+    instead of measuring as slow: a burst must create each pod and service exactly once and reach
+    Running; a start on converged jobs must write nothing; one failover of each kind must be replaced
+    and run again with no job Failed."""
+    small = argparse.Namespace(**{**vars(args), "jobs": 5, "rate": 3.0, "duration": 1.0, "profile": False,
+                                  "timeout": 120.0, "catchup_timeout": 120.0})
+    burst = await scenario_burst(small, peer=True)
+    failover = await scenario_failover(small, peer=True)
+    objects = small.jobs * (1 + small.workers)
+    problems = []
+    if burst["timed_out"] or burst["running"] != small.jobs:
+        problems.append(f"burst: {burst['running']} of {small.jobs} jobs Running")
+    for kind in ("pods", "services"):
+        if burst["request_breakdown"].get(f"create {kind}") != objects:
+            problems.append(f"burst: {burst['request_breakdown'].get(f'create {kind}')} {kind} creates for "
+                            f"{objects} {kind}")
+    if failover.get("skipped"):
+        problems.append(f"failover: {failover['skipped']}")
+    else:
+        if failover["catchup_writes"]:
+            problems.append(f"start on converged jobs: {failover['catchup_writes']} writes")
+        if failover["timed_out"] or failover["running_again"] != failover["disruptions"]:
+            problems.append(f"failover: {failover['running_again']} of {failover['disruptions']} disrupted "
+                            "workers Running again")
+        if failover["jobs_failed"]:
+            problems.append(f"failover: {failover['jobs_failed']} jobs Failed")
+    if problems:
+        raise RuntimeError("the kopf peer is broken: " + "; ".join(problems))
+    return {"scenario": "kopf peer self-check", "jobs": small.jobs, "passed": True,
+            "burst_requests_per_job": burst["requests_per_job"], "disruptions": failover["disruptions"],
+            "failover_requests": failover["requests"]}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    label: str
+    run: Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
+    repeated: bool = False  # run --runs times (the median is reported)
+
+
+# In the order `all` runs them: each peer scenario right after ours, so that a ratio compares runs
+# minutes apart; the peer's self-check first, so a broken peer stops the run before an hour is spent.
+SCENARIOS: dict[str, Scenario] = {
+    "peer-check": Scenario("kopf peer self-check", scenario_peer_check),
+    "burst": Scenario("burst", scenario_burst, repeated=True),
+    "burst-peer": Scenario("burst (kopf peer)", lambda a: scenario_burst(a, peer=True)),
+    "failover": Scenario("failover", scenario_failover),
+    "failover-peer": Scenario("failover (kopf peer)", lambda a: scenario_failover(a, peer=True)),
+    "burst-unlimited": Scenario("burst, client rate limit off", scenario_burst_unlimited),
+    "scaledown": Scenario("scaledown", scenario_scaledown),
+    "coldstart": Scenario("coldstart", scenario_coldstart),
+}
+GROUPS = {"all": list(SCENARIOS), "peer": ["peer-check", "burst-peer", "failover-peer"], "report": []}
 
 
 def load_log(path: Path) -> dict[str, list[dict]]:
@@ -1049,48 +1210,36 @@ def load_log(path: Path) -> dict[str, list[dict]]:
 
 
 async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
-    chosen = list(SCENARIOS) if args.scenario == "all" else [] if args.scenario == "report" else [args.scenario]
     results: dict[str, list[dict]] = {}
-    for name in chosen:
-        runs_n = args.runs if name in ("burst", "burst-unlimited", "scaledown") else 1
-        jobs: list[tuple[str, Callable[[], Awaitable[dict]]]]
-        if name == "burst":
-            jobs = [("burst", lambda: scenario_burst(args))]
-        elif name == "burst-unlimited":
-            jobs = [("burst, client rate limit off", lambda: scenario_burst_unlimited(args))]
-        elif name == "failover":
-            jobs = [("failover", lambda: scenario_failover(args))]
-        elif name == "scaledown":
-            jobs = [("scaledown", lambda: scenario_scaledown(args))]
-        elif name == "coldstart":
-            jobs = [("coldstart", lambda: scenario_coldstart(args))]
-        else:
-            jobs = [("burst (kopf peer)", lambda: scenario_burst(args, peer=True)),
-                    ("failover (kopf peer)", lambda: scenario_failover(args, peer=True))]
-        for label, fn in jobs:
-            for i in range(runs_n):
-                print(f"== {label} run {i + 1}/{runs_n} (load {loadavg()})", flush=True)
-                started = time.time()
-                result = await fn()
-                result["at"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
-                result["git"] = git_commit()
-                result["wall_s"] = time.time() - started
-                print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
-                results.setdefault(label, []).append(result)
+    for name in GROUPS.get(args.scenario, [args.scenario]):
+        scenario = SCENARIOS[name]
+        runs_n = args.runs if scenario.repeated else 1
+        for i in range(runs_n):
+            print(f"== {scenario.label} run {i + 1}/{runs_n} (load {loadavg()})", flush=True)
+            started = time.time()
+            result = await scenario.run(args)
+            result["at"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
+            result["git"] = git_commit()
+            result["wall_s"] = time.time() - started
+            print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
+            results.setdefault(scenario.label, []).append(result)
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=(*SCENARIOS, "all", "report"),
+    parser.add_argument("scenario", choices=(*SCENARIOS, *GROUPS),
                         help="'report' runs nothing: it rewrites the report from --merge-log files")
     parser.add_argument("--jobs", type=int, default=1000, help="jobs in burst/failover/scaledown (default 1000)")
     parser.add_argument("--workers", type=int, default=4, help="dynamic workers per job (default 4)")
     parser.add_argument("--cold-jobs", type=int, default=10_000, help="jobs in coldstart (default 10000)")
     parser.add_argument("--rate", type=float, default=20.0, help="failover: disruptions per second")
     parser.add_argument("--duration", type=float, default=60.0, help="failover: seconds of disruptions")
-    parser.add_argument("--runs", type=int, default=3, help="runs of the short scenarios (burst, scaledown)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of our burst (the median is reported)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a scenario may take to converge")
+    parser.add_argument("--catchup-timeout", type=float, default=1800.0,
+                        help="failover: seconds the kopf peer may take to catch up with the converged jobs before "
+                             "the disruptions start (its index pre-population grows with the square of the objects)")
     parser.add_argument("--controller-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8")
     parser.add_argument("--profile", action="store_true",
@@ -1102,11 +1251,12 @@ def main() -> int:
     merged: dict[str, list[dict]] = {}
     for log in args.merge_log:
         merged.update(load_log(Path(log)))
+    load_at_start = loadavg()
     results = {**merged, **asyncio.run(run_all(args))}
     output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report")
                              else None)
     if output:
-        write_report(Path(output), results, sys.argv)
+        write_report(Path(output), results, sys.argv, load_at_start)
         print(f"wrote {output}")
     return 0
 
