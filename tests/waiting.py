@@ -40,3 +40,27 @@ async def eventually(
                 await anyio.sleep(interval)
     except TimeoutError:
         pytest.fail(f"not reached within {timeout} s: {what or check}; last: {last!r}", pytrace=False)
+
+
+async def never(
+    check: Callable[[], Any],
+    within: float,
+    *,
+    interval: float = 0.01,
+    what: str = "",
+) -> None:
+    """Fail the test if ``check()`` (sync or async) is ever truthy during the next ``within`` seconds.
+
+    A "must not happen" can only be watched for a while: ``within`` is how long the test looks, not a speed
+    anyone must reach, so a slow machine cannot make it fail, only look less hard. Keep it short; choose it
+    so that a broken implementation would have done the forbidden thing well inside it.
+    """
+    with anyio.move_on_after(within):
+        while True:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                pytest.fail(f"happened within {within} s although it must not: {what or check}; value: {value!r}",
+                            pytrace=False)
+            await anyio.sleep(interval)
