@@ -427,14 +427,17 @@ class InvariantChecker:
     def check_quiet(self, t: float, records: Iterable[Mapping[str, Any]], controller_agent: str) -> None:
         """``records``: the simulator's request log (``/_sim/requests``) over a quiet window."""
         self.checks["quiet-when-converged"] += 1
-        writes = Counter(
-            f"{r.get('verb')} {r.get('resource')}" for r in records
+        writes = [
+            r for r in records
             if controller_agent in str(r.get("userAgent", "")) and r.get("verb") in WRITE_VERBS
             and not str(r.get("resource", "")).startswith(LEASES)
-        )
+        ]
         if writes:
+            counts = Counter(f"{r.get('verb')} {r.get('resource')}" for r in writes)
+            # Which objects, in order: the one fact that tells a bug from a workload that was not quiet.
+            each = "; ".join(f"{r.get('method')} {r.get('path')} -> {r.get('code')}" for r in writes[:12])
             self._violate("quiet-when-converged", t, "quiet",
-                          f"{sum(writes.values())} controller writes while converged: {dict(writes)}")
+                          f"{len(writes)} controller writes while converged: {dict(counts)} ({each})")
 
     def check_rss(self, t: float, samples: Mapping[str, Sequence[tuple[float, int]]]) -> None:
         """``samples``: process label -> [(time, RSS bytes)] in time order."""
