@@ -439,6 +439,18 @@ def test_defaults_are_copies_and_reach_items_and_maps() -> None:
     assert s.schema["properties"]["l"]["items"]["properties"]["tags"]["default"] == ["a"]
 
 
+def test_defaults_deep_below_nodes_without_defaults_of_their_own() -> None:
+    """Defaulting skips subtrees whose schema has no default anywhere below, and only those."""
+    s = StructuralSchema({"type": "object", "properties": {
+        "plain": {"type": "object", "properties": {"x": {"type": "string"}}},
+        "a": {"type": "object", "properties": {"b": {"type": "array", "items": {"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"z": {"type": "string", "default": "d"}}}}}}},
+        "n": {"type": "array", "items": {"type": "string", "default": "i"}}}})
+    obj = {"plain": {"x": "1"}, "a": {"b": [{"k": {}}]}, "n": [None, "v"]}
+    s.apply_defaults(obj)
+    assert obj == {"plain": {"x": "1"}, "a": {"b": [{"k": {"z": "d"}}]}, "n": ["i", "v"]}
+
+
 def test_field_exists(tf: StructuralSchema) -> None:
     assert tf.field_exists(["spec", "tfReplicaSpecs", "Worker", "replicas"])
     assert tf.field_exists(["status", "dynamicWorkers", "anything", "below"])
