@@ -52,7 +52,7 @@ import heapq
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Protocol
@@ -62,6 +62,7 @@ import structlog
 
 from controller.sim.errors import ApiError, not_found
 from controller.sim.events import EventRecorder, node_reference, object_reference
+from controller.sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_RESOURCES, GANG_SCHEDULERS, GangScheduler
 from controller.sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
 from controller.sim.resources import qos_class, set_condition, with_transition
 
@@ -150,6 +151,9 @@ class KubeletConfig:
     # Pod GC force-deletes pods of a vanished node after this quarantine (kube-controller-manager: 40 s).
     pod_gc_orphan_seconds: float = 40.0
     node_name_prefix: str = "sim-node-"
+    # spec.schedulerName -> the gang scheduler it selects ("volcano" or "scheduler-plugins"); each
+    # runs only while its PodGroup CRD is served (controller/sim/gang.py).
+    gang_scheduler_names: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_GANG_SCHEDULER_NAMES))
 
     def __post_init__(self) -> None:
         if self.nodes < 0:
@@ -167,6 +171,10 @@ class KubeletConfig:
                 parse_quantity(getattr(self, name))
             except ValueError as exc:
                 raise ValueError(f"{name}: {exc}") from None
+        for scheduler_name, scheduler in self.gang_scheduler_names.items():
+            if scheduler not in GANG_SCHEDULERS or not scheduler_name or scheduler_name == DEFAULT_SCHEDULER:
+                raise ValueError(f"gang_scheduler_names: {scheduler_name!r} -> {scheduler!r}: expected a scheduler "
+                                 f"name other than {DEFAULT_SCHEDULER} mapped to one of {', '.join(GANG_SCHEDULERS)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,6 +555,7 @@ class Kubelet:
         self._ips = _IPAllocator()
         self._images: dict[str, set[str]] = {}  # node -> images present on it
         self.events = EventRecorder(store, self._scale)
+        self.gang = GangScheduler(self, self.config.gang_scheduler_names)
         self._paused = False
         self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
         self._started = False
@@ -570,6 +579,12 @@ class Kubelet:
             self._dirty[uid] = None
         self._retry_unschedulable = True
         self._notify()
+
+    def retry_unbound(self) -> None:
+        """Reconcile every pod without a node again (a scheduler for them may have appeared)."""
+        for uid, rec in self._pods.items():
+            if rec.node is None:
+                self._dirty[uid] = None
 
     def _notify(self) -> None:
         if self._wake is not None:
@@ -704,15 +719,26 @@ class Kubelet:
         pods, _ = self._store.list("pods")
         for pod in pods:
             self._on_pod_event("ADDED", None, pod)
+            self.gang.on_pod_event("ADDED", None, pod)
+        self.gang.initial_sync()
 
     # ---------------------------------------------------------------- listener (synchronous, no writes)
 
     def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
         if resource != "pods" and resource != "nodes":
+            if resource not in GANG_RESOURCES:
+                return
+            try:
+                self.gang.on_event(event_type, resource, old, new)
+            except Exception:  # a listener must never break the store's write path
+                log.exception("gang scheduler listener failed", event_type=event_type, resource=resource)
+                return
+            self._notify()
             return
         try:
             if resource == "pods":
                 self._on_pod_event(event_type, old, new)
+                self.gang.on_pod_event(event_type, old, new)
             else:
                 self._on_node_event(event_type, old, new)
         except Exception:  # a listener must never break the store's write path
@@ -857,6 +883,7 @@ class Kubelet:
                         self._dirty[uid] = None
                 if self._retry_unschedulable:
                     self._retry_unschedulable = False
+                    self.gang.retry_all()
                     for uid in self._unschedulable:
                         self._dirty[uid] = None
                         rec = self._pods.get(uid)
@@ -870,6 +897,10 @@ class Kubelet:
                         self._process(uid)
                         if count % BATCH_CHECKPOINT == 0:
                             await anyio.sleep(0)
+                    await anyio.sleep(0)
+                    continue
+                if self.gang.has_work:
+                    self.gang.process()
                     await anyio.sleep(0)
                     continue
             timeout = math.inf
@@ -936,23 +967,42 @@ class Kubelet:
         if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL_PHASES:
             self._unschedulable.pop(rec.uid, None)
             return None
-        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
-            return None  # another scheduler's pod: nobody here binds it
-        annotations = meta.get("annotations") or {}
+        scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
+        # A gang scheduler's pod in a PodGroup is placed with its group (controller/sim/gang.py); one
+        # without a group is scheduled here under that scheduler's name; any other scheduler's pod
+        # (or a gang scheduler's whose CRD is not served): nobody here binds it.
+        if scheduler != DEFAULT_SCHEDULER and self.gang.handles(pod, scheduler) != "single":
+            return None
         total = len(self._nodes)
         if rec.requests_error is not None:
             message = f"0/{total} nodes are available: invalid resource requests: {rec.requests_error}."
-            return self._mark_unschedulable(pod, rec, message)
+            return self._mark_unschedulable(pod, rec, message, scheduler)
         if not self._nodes:
-            return self._mark_unschedulable(pod, rec, "no nodes available to schedule pods")
+            return self._mark_unschedulable(pod, rec, "no nodes available to schedule pods", scheduler)
+        chosen, message = self.find_node(pod, rec.requests)
+        if chosen is None:
+            return self._mark_unschedulable(pod, rec, message, scheduler)
+        self._bind(pod, chosen, scheduler)
+        self._unschedulable.pop(rec.uid, None)
+        return None
+
+    def find_node(self, pod: dict, requests: tuple[int, int],
+                  extra: dict[str, tuple[int, int, int]] | None = None) -> tuple[str | None, str]:
+        """kube-scheduler's Filter and Score for one pod: the chosen node, or None and the FitError
+        message (with the default preemption's verdict). ``extra`` adds (cpu millicores, memory,
+        pods) per node name on top of what is bound there: pods a gang scheduler placed tentatively."""
+        spec = pod.get("spec") or {}
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        total = len(self._nodes)
         reasons: dict[str, int] = {}
         resource_failures = 0
         candidates: list[_Node] = []
         forced_unschedulable = annotations.get(UNSCHEDULABLE) == "true"
         tolerations = spec.get("tolerations") or []
-        cpu, mem = rec.requests
+        cpu, mem = requests
+        extra = extra or {}
         for node in self._nodes.values():
-            failed = self._filter(node, spec, tolerations, forced_unschedulable, cpu, mem)
+            failed = self._filter(node, spec, tolerations, forced_unschedulable, cpu, mem, extra.get(node.name))
             if failed:
                 if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
                     resource_failures += 1
@@ -967,21 +1017,21 @@ class Kubelet:
                 preemption.append(f"{total - resource_failures} Preemption is not helpful for scheduling")
             if resource_failures:
                 preemption.append(f"{resource_failures} No preemption victims found for incoming pod")
-            message = (f"0/{total} nodes are available: {', '.join(parts)}. "
-                       f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
-            return self._mark_unschedulable(pod, rec, message)
+            return None, (f"0/{total} nodes are available: {', '.join(parts)}. "
+                          f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
 
-        def score(node: _Node) -> tuple[float, int, str]:
-            cpu_frac = (node.used_cpu_m + cpu) / node.cpu_m if node.cpu_m else 1.0
-            mem_frac = (node.used_memory + mem) / node.memory if node.memory else 1.0
-            return ((cpu_frac + mem_frac) / 2, node.used_pods, node.name)
+        return min(candidates, key=lambda node: self.score(node, cpu, mem, extra.get(node.name))).name, ""
 
-        chosen = min(candidates, key=score)
-        self._bind(pod, chosen.name)
-        self._unschedulable.pop(rec.uid, None)
-        return None
+    @staticmethod
+    def score(node: _Node, cpu: int, mem: int, extra: tuple[int, int, int] | None = None) -> tuple[float, int, str]:
+        """Least allocated first (lower is better), then fewer pods, then the name."""
+        add = extra or (0, 0, 0)
+        cpu_frac = (node.used_cpu_m + add[0] + cpu) / node.cpu_m if node.cpu_m else 1.0
+        mem_frac = (node.used_memory + add[1] + mem) / node.memory if node.memory else 1.0
+        return ((cpu_frac + mem_frac) / 2, node.used_pods + add[2], node.name)
 
-    def _filter(self, node: _Node, spec: dict, tolerations: list, forced: bool, cpu: int, mem: int) -> list[str]:
+    def _filter(self, node: _Node, spec: dict, tolerations: list, forced: bool, cpu: int, mem: int,
+                extra: tuple[int, int, int] | None = None) -> list[str]:
         """The first failing filter's reasons for ``node``, in the default profile's plugin order."""
         if node.unschedulable and _tolerates(tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) is None:
             return ["node(s) were unschedulable"]
@@ -993,19 +1043,23 @@ class Kubelet:
                 return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '') or ''}}}"]
         if forced or not _node_affinity_matches(spec, node.labels, node.name):
             return ["node(s) didn't match Pod's node affinity/selector"]
+        add_cpu, add_mem, add_pods = extra or (0, 0, 0)
         failed = []
-        if node.used_pods + 1 > node.pods:
+        if node.used_pods + add_pods + 1 > node.pods:
             failed.append("Too many pods")
-        if cpu and node.used_cpu_m + cpu > node.cpu_m:
+        if cpu and node.used_cpu_m + add_cpu + cpu > node.cpu_m:
             failed.append("Insufficient cpu")
-        if mem and node.used_memory + mem > node.memory:
+        if mem and node.used_memory + add_mem + mem > node.memory:
             failed.append("Insufficient memory")
         return failed
 
-    def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str) -> None:
+    def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str,
+                            scheduler: str = DEFAULT_SCHEDULER, retry: bool = True) -> None:
         """A failed scheduling attempt: the condition, and one FailedScheduling event per attempt (the
-        pod's own updates re-run the filters here but are not new attempts of the scheduling queue)."""
-        self._unschedulable[rec.uid] = None
+        pod's own updates re-run the filters here but are not new attempts of the scheduling queue).
+        ``retry``: retried here when capacity frees (a gang scheduler retries its groups itself)."""
+        if retry:
+            self._unschedulable[rec.uid] = None
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         conditions = set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
         old = next((c for c in (pod.get("status") or {}).get("conditions") or []
@@ -1013,17 +1067,17 @@ class Kubelet:
         if not rec.scheduling_attempted or (old or {}).get("message") != message:
             rec.scheduling_attempted = True
             self.events.record_series(object_reference(pod), "Warning", "FailedScheduling", "Scheduling", message,
-                                      controller=DEFAULT_SCHEDULER, instance=self.events.scheduler_instance)
+                                      controller=scheduler, instance=self.events.scheduler_instance)
         self._write_status(pod, {"conditions": conditions})
         return None
 
-    def _bind(self, pod: dict, node_name: str) -> None:
+    def _bind(self, pod: dict, node_name: str, scheduler: str = DEFAULT_SCHEDULER) -> None:
         """The binding subresource: spec.nodeName and PodScheduled=True in one write, like kube-scheduler."""
         meta = pod["metadata"]
         self._store.bind(meta.get("namespace"), meta["name"], {"target": {"kind": "Node", "name": node_name}})
         self.events.record_series(object_reference(pod), "Normal", "Scheduled", "Binding",
                                   f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node_name}",
-                                  controller=DEFAULT_SCHEDULER, instance=self.events.scheduler_instance)
+                                  controller=scheduler, instance=self.events.scheduler_instance)
 
     # --- pod GC and node lifecycle
 

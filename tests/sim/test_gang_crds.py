@@ -58,10 +58,12 @@ class TestServedOnRequest:
 
     async def test_volcano_podgroup_names_columns_and_no_status_subresource(self, kubectl: Kubectl) -> None:
         await ok(kubectl, "apply", "-f", "-", input=manifest(VOLCANO_PG))
+        # The simulated vc-scheduler admits it (its minResources fit).
+        await ok(kubectl, "wait", "podgroups.scheduling.volcano.sh/job", "--for=jsonpath={.status.phase}=Inqueue")
         table = await ok(kubectl, "get", "podgroups.scheduling.volcano.sh")
         header, row = table.splitlines()
         assert header.split() == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE"]
-        assert row.split()[0] == "job" and "3" in row.split()
+        assert row.split()[:3] == ["job", "Inqueue", "3"] and len(row.split()) == 4
         wide = await ok(kubectl, "get", "podgroup-v1beta1", "-o", "wide")
         assert wide.splitlines()[0].split() == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"]
         assert wide.splitlines()[1].split()[-1] == "default"
@@ -72,12 +74,12 @@ class TestServedOnRequest:
         assert rows["queues"] == ["queues", "q,queue-v1beta1", "scheduling.volcano.sh/v1beta1", "false", "Queue"]
         # No status subresource (as upstream): status is written with the object, /status does not exist.
         rc, _out, err = await kubectl("patch", "podgroups.scheduling.volcano.sh", "job", "--subresource=status",
-                                      "--type=merge", "-p", '{"status":{"phase":"Inqueue"}}')
+                                      "--type=merge", "-p", '{"status":{"phase":"Completed"}}')
         assert rc == 1 and "NotFound" in err
         await ok(kubectl, "patch", "podgroups.scheduling.volcano.sh", "job", "--type=merge",
-                 "-p", '{"status":{"phase":"Inqueue","running":0}}')
+                 "-p", '{"status":{"phase":"Completed","running":0}}')
         assert await ok(kubectl, "get", "podgroups.scheduling.volcano.sh", "job",
-                        "-o", "jsonpath={.status.phase}") == "Inqueue"
+                        "-o", "jsonpath={.status.phase}") == "Completed"
 
     async def test_volcano_schema_rejects_bad_quantities(self, kubectl: Kubectl) -> None:
         bad = yaml.safe_load(yaml.safe_dump(VOLCANO_PG))
@@ -87,11 +89,13 @@ class TestServedOnRequest:
 
     async def test_scheduler_plugins_podgroup_names_columns_validation(self, kubectl: Kubectl) -> None:
         await ok(kubectl, "apply", "-f", "-", input=manifest(SP_PG))
+        await ok(kubectl, "wait", "pgs/job", "--for=jsonpath={.status.phase}=Pending")
         table = await ok(kubectl, "get", "pgs")
         header, row = table.splitlines()
         assert header.split() == ["NAME", "PHASE", "MINMEMBER", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]
-        # No status yet (no pods): a missing value is an empty cell, so only NAME, MINMEMBER and AGE show.
-        assert row.split()[:2] == ["job", "2"] and len(row.split()) == 3
+        # The simulated scheduler-plugins controller marks it Pending; zero counts are omitted
+        # (omitempty) and show as empty cells.
+        assert row.split()[:3] == ["job", "Pending", "2"] and len(row.split()) == 4
         resources = await ok(kubectl, "api-resources", "--api-group=scheduling.x-k8s.io")
         row_of = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
         assert row_of["podgroups"] == ["podgroups", "pg,pgs", "scheduling.x-k8s.io/v1alpha1", "true", "PodGroup"]
@@ -104,10 +108,10 @@ class TestServedOnRequest:
         # The status subresource is on: a main-resource write ignores status, /status writes it.
         await ok(kubectl, "patch", "podgroups.scheduling.x-k8s.io", "job", "--type=merge",
                  "-p", '{"status":{"phase":"Running"}}')
-        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == ""
+        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Pending"
         await ok(kubectl, "patch", "podgroups.scheduling.x-k8s.io", "job", "--subresource=status", "--type=merge",
-                 "-p", '{"status":{"phase":"Scheduling"}}')
-        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Scheduling"
+                 "-p", '{"status":{"phase":"Finished"}}')
+        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Finished"
 
 
 def test_sim_command_flag() -> None:
