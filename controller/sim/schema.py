@@ -449,6 +449,32 @@ def _enum_equal(data: Any, enum_value: Any) -> bool:
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
+# Every schema keyword _OpenAPIValidator reads besides "type" and "nullable".
+_CONSTRAINT_KEYWORDS = frozenset({
+    "format", "x-kubernetes-int-or-string", "anyOf", "oneOf", "allOf", "not", "maxLength", "minLength", "pattern",
+    "multipleOf", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "items", "minItems", "maxItems",
+    "uniqueItems", "enum", "minProperties", "maxProperties", "properties", "additionalProperties", "required",
+})
+# ... of which those only _object reads: a plain object schema is checked by _object alone.
+_NON_OBJECT_KEYWORDS = _CONSTRAINT_KEYWORDS - {"properties", "additionalProperties", "required", "minProperties",
+                                               "maxProperties"}
+
+
+def _plainly_valid(value: Any, schema: dict) -> bool:
+    """True when ``value`` is a scalar of the schema's type and the schema constrains nothing else: most
+    of an object's leaves (names, images, flags), which the full check below would also pass."""
+    kind = type(value)
+    if kind is str:
+        expected = "string"
+    elif kind is bool:
+        expected = "boolean"
+    elif kind is int:
+        if not _INT64[0] <= value <= _INT64[1]:
+            return False
+        expected = "integer"
+    else:
+        return False
+    return schema.get("type") == expected and schema.keys().isdisjoint(_CONSTRAINT_KEYWORDS)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -493,8 +519,11 @@ class _OpenAPIValidator:
     def validate(self, value: Any, schema: dict, name: str = "") -> bool:
         """Validate ``value``; returns True if this call added no error."""
         before = len(self.errors)
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or _plainly_valid(value, schema):
             return True
+        if type(value) is dict and schema.get("type") == "object" and schema.keys().isdisjoint(_NON_OBJECT_KEYWORDS):
+            self._object(value, schema, name)
+            return len(self.errors) == before
         types = _types(schema)
         nullable = bool(schema.get("nullable"))
         if value is None:

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from controller.sim import schema as schema_module
 from controller.sim.errors import invalid
 from controller.sim.schema import StructuralSchema, go_json, go_quote, validate_crd
 
@@ -226,6 +227,32 @@ def test_accepts_valid_values() -> None:
     }})
     assert s.validate({"n": 1, "i": 2.0, "t": "2024-05-01T12:34:56.123Z", "q": "50%", "u": None, "free": {"x": [1]}}) == []
     assert s.validate({"q": 3}) == []
+
+
+SHORTCUT_SCHEMAS = [
+    {"type": "string"}, {"type": "boolean"}, {"type": "integer"}, {"type": "number"}, {"type": "integer", "format": "int32"},
+    {"type": "string", "nullable": True, "description": "d"}, {}, {"type": "object"},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False},
+    {"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 1},
+    {"type": "array", "items": {"type": "string"}}, {"x-kubernetes-int-or-string": True}, {"type": "string", "enum": ["a"]},
+]
+SHORTCUT_VALUES = ["s", "", True, 0, -5, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 1.5, 2.0, None, {}, {"a": "x"}, {"a": 1},
+                   {"b": 2, "c": 3}, ["x"], [1]]
+
+
+@pytest.mark.parametrize("minor", [30, 36])
+def test_the_shortcuts_for_plain_leaves_and_objects_answer_as_the_full_check(minor: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def results() -> list[list[dict]]:
+        return [StructuralSchema({"type": "object", "properties": {"x": sch}}, server_minor=minor).validate({"x": v})
+                for sch in SHORTCUT_SCHEMAS for v in SHORTCUT_VALUES]
+
+    fast = results()
+    monkeypatch.setattr(schema_module, "_plainly_valid", lambda value, schema: False)
+    monkeypatch.setattr(schema_module, "_NON_OBJECT_KEYWORDS", frozenset({"type"}))
+    assert results() == fast
+    assert sum(1 for r in fast if r) > len(fast) // 2  # the matrix exercises errors, not only passes
 
 
 def test_singular_units_from_134() -> None:
