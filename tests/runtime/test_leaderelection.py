@@ -2,8 +2,9 @@
 leader's work before anyone else can take over, release on shutdown, the racing initial create, the
 renew fast path and the per-request timeout.
 
-Durations are scaled down (lease 2 s, renew deadline 1.2 s, retry 0.2 s) and every wait is a condition
-with a deadline. A "network partition" of one candidate is simulated by a client whose requests fail
+Durations are scaled down (lease 2 s, renew deadline 1.2 s, retry 0.2 s) where the test is about them, and
+long where it is not (so a loaded machine cannot end a leadership the test needs); every wait is a condition
+with a generous deadline. A "network partition" of one candidate is simulated by a client whose requests fail
 (the simulator's faults would hit every candidate alike)."""
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ NS = "default"
 LEASE = "tfjob-controller"
 LEASES = "leases.coordination.k8s.io"
 TIMING = dict(lease_duration=2.0, renew_deadline=1.2, retry_period=0.2)
+# For tests about something else than expiry: renewals as frequent, but a loaded machine that delays one by a
+# second or two cannot make the leader give up (renew deadline) or a rival take over (lease duration).
+STEADY = dict(lease_duration=30.0, renew_deadline=20.0, retry_period=0.2)
+# For the bounds "the leader stops before its lease could expire": the renew deadline as in TIMING, and a lease
+# long enough that the margin between them (what the event loop may lag by on a loaded machine) is 2.8 s.
+SAFETY = dict(lease_duration=4.0, renew_deadline=1.2, retry_period=0.2)
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
@@ -34,7 +41,7 @@ def sim_config() -> SimConfig:
     return SimConfig(nodes=1, kubelet=False, gc=False)
 
 
-async def wait_until(condition, timeout: float = 10.0, what: str = "") -> None:
+async def wait_until(condition, timeout: float = 30.0, what: str = "") -> None:
     await eventually(condition, timeout, interval=0.005, what=what)
 
 
@@ -81,7 +88,7 @@ async def start_leading(tg: Any, elector: LeaderElector, leader: Leader) -> anyi
             await elector.run(leader)
 
     tg.start_soon(run)
-    await wait_until(lambda: leader.started_at is not None, 5, f"{elector.identity} leads")
+    await wait_until(lambda: leader.started_at is not None, what=f"{elector.identity} leads")
     return scope
 
 
@@ -122,7 +129,7 @@ async def test_acquire_lead_and_release_when_callback_returns(sim_cluster):
             assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 2
             assert spec["leaseTransitions"] == 0 and spec["acquireTime"] == spec["renewTime"]
 
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             await elector.run(lead)
     assert statuses == [1.0]
     assert registry.get_sample_value("leader_election_master_status", {"name": LEASE}) == 0.0
@@ -132,14 +139,14 @@ async def test_acquire_lead_and_release_when_callback_returns(sim_cluster):
 
 async def test_renewals_use_the_fast_path(sim_cluster):
     async with await client_for(sim_cluster) as client:
-        elector = LeaderElector(client, NS, LEASE, "a", **TIMING)
+        elector = LeaderElector(client, NS, LEASE, "a", **STEADY)
         leader = Leader()
         async with anyio.create_task_group() as tg:
             tg.start_soon(elector.run, leader)
             await wait_until(lambda: leader.started_at is not None)
             mark = sim_cluster.faults.mark()
             renewed = lease_spec(sim_cluster)["renewTime"]
-            await wait_until(lambda: sim_cluster.faults.count("update", LEASES, since=mark) >= 4, 5)
+            await wait_until(lambda: sim_cluster.faults.count("update", LEASES, since=mark) >= 4)
             assert sim_cluster.faults.count("get", LEASES, since=mark) == 0  # PUT of the cached lease only
             assert lease_spec(sim_cluster)["renewTime"] > renewed
             assert lease_spec(sim_cluster)["leaseTransitions"] == 0
@@ -155,15 +162,15 @@ async def test_two_candidates_one_leader_and_takeover_after_release(sim_cluster)
             a_scope = await start_leading(tg, a, leader_a)
             tg.start_soon(b.run, leader_b)
             # b keeps trying for longer than a lease duration, and never leads while a renews.
-            await wait_until(lambda: b.observed_holder == "a", 5)
+            await wait_until(lambda: b.observed_holder == "a")
             mark = sim_cluster.faults.mark()
-            await wait_until(lambda: sim_cluster.faults.count("get", LEASES, since=mark) >= 12, 10,
-                             "b retried for > 2 lease durations")
+            await wait_until(lambda: sim_cluster.faults.count("get", LEASES, since=mark) >= 12,
+                             what="b retried for > 2 lease durations")
             assert leader_b.started_at is None and not b.is_leader and a.is_leader
             # Shutdown of a: cancellation releases the lease, b takes over at its next retry.
             released_at = time.monotonic()
             a_scope.cancel()
-            await wait_until(lambda: leader_b.started_at is not None, 5, "b leads after a released")
+            await wait_until(lambda: leader_b.started_at is not None, what="b leads after a released")
             assert leader_a.stopped_at is not None and leader_a.stopped_at <= leader_b.started_at
             assert leader_b.started_at - released_at < TIMING["lease_duration"]  # no waiting out the lease
             spec = lease_spec(sim_cluster)
@@ -183,15 +190,15 @@ async def test_a_waiting_candidate_is_woken_by_the_release(sim_cluster, watch_re
             a_scope = await start_leading(tg, a, leader_a)
             mark = sim_cluster.faults.mark()
             tg.start_soon(b.run, leader_b)
-            await wait_until(lambda: b.observed_holder == "a", 5)
+            await wait_until(lambda: b.observed_holder == "a")
             if watch_release:
-                await wait_until(lambda: sim_cluster.faults.count("watch", LEASES, since=mark) == 1, 5, "b watches")
+                await wait_until(lambda: sim_cluster.faults.count("watch", LEASES, since=mark) == 1, what="b watches")
             a_scope.cancel()
             if watch_release:
-                await wait_until(lambda: leader_b.started_at is not None, 10, "b leads, woken by the release")
+                await wait_until(lambda: leader_b.started_at is not None, what="b leads, woken by the release")
                 assert lease_spec(sim_cluster)["holderIdentity"] == "b"
             else:
-                await wait_until(lambda: lease_spec(sim_cluster)["holderIdentity"] == "", 5, "a released")
+                await wait_until(lambda: lease_spec(sim_cluster)["holderIdentity"] == "", what="a released")
                 # Without the watch b only polls: nothing within 2 s (its next attempt is >= 60 s away).
                 with anyio.move_on_after(2):
                     await leader_b.started.wait()
@@ -201,8 +208,8 @@ async def test_a_waiting_candidate_is_woken_by_the_release(sim_cluster, watch_re
 
 async def test_partitioned_leader_stops_before_anyone_takes_over(sim_cluster):
     async with await client_for(sim_cluster, PartitionableClient) as client_a, await client_for(sim_cluster) as client_b:
-        a = LeaderElector(client_a, NS, LEASE, "a", **TIMING)
-        b = LeaderElector(client_b, NS, LEASE, "b", **TIMING)
+        a = LeaderElector(client_a, NS, LEASE, "a", **SAFETY)
+        b = LeaderElector(client_b, NS, LEASE, "b", **SAFETY)
         leader_a, leader_b = Leader(), Leader()
         outcome: list[BaseException] = []
 
@@ -214,16 +221,16 @@ async def test_partitioned_leader_stops_before_anyone_takes_over(sim_cluster):
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_a)
-            await wait_until(lambda: leader_a.started_at is not None, 5)
+            await wait_until(lambda: leader_a.started_at is not None)
             tg.start_soon(b.run, leader_b)
-            await wait_until(lambda: b.observed_holder == "a", 5)
+            await wait_until(lambda: b.observed_holder == "a")
             client_a.partitioned = True  # type: ignore[attr-defined]
-            await wait_until(lambda: bool(outcome), 5, "a gives up leadership")
+            await wait_until(lambda: bool(outcome), what="a gives up leadership")
             last_renew = parse_micro(lease_spec(sim_cluster)["renewTime"].replace("Z", "+0000"))
             assert leader_a.stopped_wall is not None
             # a stopped working within the renew deadline of its last successful renewal (+ scheduling slack) ...
-            assert leader_a.stopped_wall - last_renew < TIMING["lease_duration"]
-            await wait_until(lambda: leader_b.started_at is not None, 10, "b takes over")
+            assert leader_a.stopped_wall - last_renew < SAFETY["lease_duration"]
+            await wait_until(lambda: leader_b.started_at is not None, what="b takes over")
             # ... and b only started after a had stopped.
             assert leader_a.stopped_at is not None and leader_a.stopped_at < leader_b.started_at
             assert not a.is_leader
@@ -234,7 +241,7 @@ async def test_partitioned_leader_stops_before_anyone_takes_over(sim_cluster):
 
 async def test_stolen_lease_is_lost_within_the_renew_deadline(sim_cluster):
     async with await client_for(sim_cluster) as client:
-        a = LeaderElector(client, NS, LEASE, "a", **TIMING)
+        a = LeaderElector(client, NS, LEASE, "a", **SAFETY)
         leader = Leader()
         outcome: list[BaseException] = []
 
@@ -252,15 +259,15 @@ async def test_stolen_lease_is_lost_within_the_renew_deadline(sim_cluster):
                                            renewTime=micro_time()))
             sim_cluster.store.update(LEASES, NS, LEASE, stolen)
             stolen_at = time.monotonic()
-            await wait_until(lambda: bool(outcome), 5, "a notices it no longer holds the lease")
-            assert leader.stopped_at is not None and leader.stopped_at - stolen_at < TIMING["lease_duration"]
+            await wait_until(lambda: bool(outcome), what="a notices it no longer holds the lease")
+            assert leader.stopped_at is not None and leader.stopped_at - stolen_at < SAFETY["lease_duration"]
             assert not a.is_leader
             assert lease_spec(sim_cluster)["holderIdentity"] == "intruder"  # nothing released on top of it
 
 
 async def test_hanging_renewals_are_bounded_by_the_request_timeout(sim_cluster):
     async with await client_for(sim_cluster) as client:
-        a = LeaderElector(client, NS, LEASE, "a", request_timeout=0.3, **TIMING)
+        a = LeaderElector(client, NS, LEASE, "a", request_timeout=0.3, **SAFETY)
         leader = Leader()
         outcome: list[BaseException] = []
 
@@ -276,22 +283,22 @@ async def test_hanging_renewals_are_bounded_by_the_request_timeout(sim_cluster):
             sim_cluster.faults.add_latency(30.0, "update", LEASES)
             sim_cluster.faults.add_latency(30.0, "get", LEASES)
             hang_started = time.monotonic()
-            await wait_until(lambda: bool(outcome), 5, "leadership given up although requests hang")
+            await wait_until(lambda: bool(outcome), what="leadership given up although requests hang")
             assert leader.stopped_at is not None
-            assert leader.stopped_at - hang_started < TIMING["lease_duration"]
+            assert leader.stopped_at - hang_started < SAFETY["lease_duration"]
 
 
 async def test_racing_initial_create_one_wins(sim_cluster):
     # Both candidates see "no lease" before either create lands; the apiserver lets one create win.
     sim_cluster.faults.add_latency(0.3, "create", LEASES)
     async with await client_for(sim_cluster) as client_a, await client_for(sim_cluster) as client_b:
-        electors = [LeaderElector(c, NS, LEASE, ident, **TIMING) for c, ident in ((client_a, "a"), (client_b, "b"))]
+        electors = [LeaderElector(c, NS, LEASE, ident, **STEADY) for c, ident in ((client_a, "a"), (client_b, "b"))]
         leaders = [Leader(), Leader()]
         mark = sim_cluster.faults.mark()
         async with anyio.create_task_group() as tg:
             for elector, leader in zip(electors, leaders):
                 tg.start_soon(elector.run, leader)
-            await wait_until(lambda: any(l.started_at is not None for l in leaders), 5)
+            await wait_until(lambda: any(l.started_at is not None for l in leaders))
             await wait_until(lambda: len(sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES)) == 2
                              and all(r.code for r in sim_cluster.faults.requests(since=mark, verb="create",
                                                                                   resource=LEASES)), 5)
@@ -302,7 +309,7 @@ async def test_racing_initial_create_one_wins(sim_cluster):
                 assert sum(e.is_leader for e in electors) == 1
                 return sim_cluster.faults.count("update", LEASES, since=mark) >= 5
 
-            await wait_until(one_leader_after_renewals, 5)
+            await wait_until(one_leader_after_renewals)
             winner = next(e for e in electors if e.is_leader)
             assert lease_spec(sim_cluster)["holderIdentity"] == winner.identity
             tg.cancel_scope.cancel()
