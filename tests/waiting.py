@@ -1,6 +1,8 @@
 """The one way tests wait: poll a condition until it holds, with a deadline.
 
-Tests never sleep to synchronise. A condition (sync or async) is polled every ``interval`` seconds;
+Tests never sleep to synchronise. A condition (sync or async) is polled every ``interval`` seconds, for up to
+``timeout`` (30 s by default: a deadline costs nothing when the condition comes, and a loaded CI machine may
+starve a process for seconds);
 ``tolerate`` lists exceptions that mean "not yet" (e.g. NotFound while an object is being created).
 On timeout the test fails with what it waited for and the last value or exception seen.
 """
@@ -17,7 +19,7 @@ import pytest
 
 async def eventually(
     check: Callable[[], Any],
-    timeout: float = 10.0,
+    timeout: float = 30.0,
     *,
     interval: float = 0.01,
     what: str = "",

@@ -56,7 +56,7 @@ CRDS = CUSTOM_RESOURCE_DEFINITIONS
 FAST_FAILOVER = DecideConfig(failover_backoff_base=1.0, failover_backoff_cap=4.0, failover_reset_after=30.0)
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "") -> Any:
+async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
     """:func:`tests.waiting.eventually` with the e2e defaults: a failed assertion, a missing key or a
     404 inside ``check`` means "not yet"."""
     return await shared_eventually(

@@ -32,7 +32,7 @@ async def test_metrics_endpoint_serves_the_registry():
     got, ready, start = await _start(serve_metrics, registry)
     async with anyio.create_task_group() as tg:
         start(tg)
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             await ready.wait()
         async with aiohttp.ClientSession() as s:
             async with s.get(f"http://127.0.0.1:{got[0]}/metrics") as r:
@@ -50,7 +50,7 @@ async def test_health_reflects_checks():
     got, ready, start = await _start(serve_health, checks)
     async with anyio.create_task_group() as tg:
         start(tg)
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             await ready.wait()
         base = f"http://127.0.0.1:{got[0]}"
         async with aiohttp.ClientSession() as s:

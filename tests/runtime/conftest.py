@@ -24,7 +24,7 @@ def registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-async def _eventually(condition: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+async def _eventually(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
     """Poll ``condition`` until it is true; fail after ``timeout`` real seconds."""
     await shared_eventually(condition, timeout, interval=0.001, what=what)
 

@@ -387,7 +387,7 @@ async def test_non_json_success_body_is_a_clear_error(scripted):
 
 async def test_connection_refused_is_transport_error_and_retried():
     # A port nothing listens on: every attempt fails before sending, so even a POST is retried.
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         await listener.aclose()
@@ -502,7 +502,7 @@ async def test_watch_stream_stall_raises_stream_stalled(scripted):
     try:
         async with make_client(scripted.url) as client:
             got = []
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 with pytest.raises(StreamStalled):
                     async with client.watch(PODS, inactivity_timeout=0.3) as stream:
                         async for event in stream:
@@ -612,7 +612,7 @@ async def test_kubeconfig_exec_credentials_are_refreshed_when_expired(tmp_path, 
 async def test_the_environments_proxy_is_honoured_and_no_proxy_excludes_hosts(scripted, monkeypatch):
     # The session does not trust the environment per request (that costs two thread hops per request);
     # the client resolves HTTP(S)_PROXY / NO_PROXY once, as client-go does, and passes the proxy itself.
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         dead = listener.extra(anyio.abc.SocketAttribute.local_port)
         await listener.aclose()

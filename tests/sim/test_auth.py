@@ -181,7 +181,7 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
         view = sim_cluster.store.get("clusterroles.rbac.authorization.k8s.io", None, "view")
         return {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]} in view["rules"]
 
-    await eventually(aggregated, timeout=20, what="view to aggregate widgets-view")
+    await eventually(aggregated, timeout=30, what="view to aggregate widgets-view")
     admin = sim_cluster.store.get("clusterroles.rbac.authorization.k8s.io", None, "admin")
     assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]} in admin["rules"]
 

@@ -38,7 +38,7 @@ async def test_list_then_watch_resumes_exactly(api_client: client.ApiClient, sim
     await v1.patch_namespaced_config_map("after", "default", {"data": {"a": "2"}})
     seen = []
     w = watch.Watch()
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         async with w.stream(v1.list_namespaced_config_map, "default", resource_version=list_rv,
                             timeout_seconds=5) as stream:
             async for event in stream:
@@ -49,7 +49,7 @@ async def test_list_then_watch_resumes_exactly(api_client: client.ApiClient, sim
     # Resuming from the ADDED's RV gives exactly the later change, nothing synthetic.
     resumed = []
     w = watch.Watch()
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         async with w.stream(v1.list_namespaced_config_map, "default",
                             resource_version=created.metadata.resource_version, timeout_seconds=1) as stream:
             async for event in stream:
@@ -63,7 +63,7 @@ async def test_watch_after_compaction_raises_410(api_client: client.ApiClient, s
     await v1.create_namespaced_config_map("default", {"metadata": {"name": "x"}})
     sim_cluster.faults.compact()
     w = watch.Watch()
-    with pytest.raises(ApiException) as info, anyio.fail_after(10):
+    with pytest.raises(ApiException) as info, anyio.fail_after(30):
         async with w.stream(v1.list_namespaced_config_map, "default",
                             resource_version=listed.metadata.resource_version, timeout_seconds=5) as stream:
             async for _event in stream:
@@ -76,7 +76,7 @@ async def test_bookmarks_carry_the_current_rv(api_client: client.ApiClient, sim_
     listed = await v1.list_namespaced_pod("default")
     await v1.create_namespaced_secret("default", {"metadata": {"name": "progress"}})
     w = watch.Watch()
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         async with w.stream(v1.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version,
                             allow_watch_bookmarks=True, timeout_seconds=5) as stream:
             async for event in stream:

@@ -36,7 +36,7 @@ class Recorder:
         self.events.append((anyio.current_time(), event_type, resource, old, new))
         self._changed.set()
 
-    async def until(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    async def until(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
         with anyio.fail_after(timeout):
             while True:
                 result = predicate()

@@ -110,7 +110,7 @@ async def test_get_watch_streams_changes(widgets: Kubectl, sim_cluster: SimClust
     assert proc.stdout is not None
     try:
         lines: list[str] = []
-        with anyio.fail_after(15):
+        with anyio.fail_after(30):
             while not any("w1" in line for line in lines):
                 lines.append((await proc.stdout.readline()).decode())
             await ok(widgets, "patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"color":"blue"}}')
@@ -167,12 +167,12 @@ async def test_delete_with_and_without_wait_and_wait_for_delete(widgets: Kubectl
     await ok(widgets, "delete", "widget", "held", "--wait=false")
     assert sim_cluster.store.get("widgets.example.com", "default", "held")["metadata"]["deletionTimestamp"]
     mark = sim_cluster.faults.mark()
-    waiter = await widgets.spawn("wait", "--for=delete", "widget/held", "--timeout=20s")
-    with anyio.fail_after(15):  # kubectl is watching the object before it goes
+    waiter = await widgets.spawn("wait", "--for=delete", "widget/held", "--timeout=60s")
+    with anyio.fail_after(30):  # kubectl is watching the object before it goes
         while not sim_cluster.faults.count("watch", "widgets.example.com", since=mark):
             await anyio.sleep(0.01)
     sim_cluster.store.patch("widgets.example.com", "default", "held", "merge", {"metadata": {"finalizers": None}})
-    with anyio.fail_after(20):
+    with anyio.fail_after(60):
         rc = await waiter.wait()
     assert rc == 0, (await waiter.stderr.read()).decode() if waiter.stderr else rc
 

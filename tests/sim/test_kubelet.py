@@ -51,7 +51,7 @@ class Recorder:
         self.events.append((anyio.current_time(), event_type, resource, old, new))
         self._changed.set()
 
-    async def until(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    async def until(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
         with anyio.fail_after(timeout):
             while True:
                 result = predicate()
@@ -390,7 +390,7 @@ async def test_exit_code_zero_with_on_failure_completes_running_pod() -> None:
 async def test_always_restarts_with_back_off_doubling() -> None:
     async with cluster() as (store, _k, rec):
         store.create("pods", NS, make_pod("loop", {RUN_SECONDS: "2", EXIT_CODE: "1"}, restart="Always"))
-        await rec.until(lambda: restart_count(store, "loop") == 3 and running(store, "loop"), timeout=10)
+        await rec.until(lambda: restart_count(store, "loop") == 3 and running(store, "loop"))
         # Reduce the history to (time, restartCount, state kind, back-off message) transitions.
         seen = []
         for when, _e, obj in rec.pod_states("loop"):
@@ -432,7 +432,7 @@ async def test_back_off_resets_after_ten_minutes_of_running() -> None:
     # back-off update, so each restart is immediate and no CrashLoopBackOff ever appears.
     async with cluster(time_scale=0.001) as (store, _k, rec):
         store.create("pods", NS, make_pod("long", {RUN_SECONDS: "700", EXIT_CODE: "1"}))
-        await rec.until(lambda: restart_count(store, "long") == 3, timeout=10)
+        await rec.until(lambda: restart_count(store, "long") == 3)
         waiting = [o for _t, _e, o in rec.pod_states("long")
                    if o["status"].get("containerStatuses")
                    and o["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"]
@@ -490,7 +490,7 @@ async def test_deleted_pods_exit_on_sigterm_like_processes() -> None:
         for name in ("default", "slow", "trap"):
             store.delete("pods", NS, name)
         assert get_pod(store, "default")["metadata"]["deletionGracePeriodSeconds"] == 300
-        await rec.until(lambda: all(rec.deleted_at(n) for n in ("default", "slow", "trap")), timeout=10)
+        await rec.until(lambda: all(rec.deleted_at(n) for n in ("default", "slow", "trap")))
         # Default: the process dies of SIGTERM 0.2 s after it was sent, long before the grace period ends.
         assert 0.2 * SCALE <= rec.deleted_at("default") - start < 300 * SCALE
         assert 5 * SCALE <= rec.deleted_at("slow") - start < 300 * SCALE
@@ -517,7 +517,7 @@ async def test_sigterm_ignored_means_sigkill_at_the_end_of_the_grace_period() ->
         store.delete("pods", NS, "quick", {"gracePeriodSeconds": 5})
         pod = get_pod(store, "slow")
         assert pod["metadata"]["deletionGracePeriodSeconds"] == 30 and pod["metadata"]["deletionTimestamp"]
-        await rec.until(lambda: rec.deleted_at("quick") and rec.deleted_at("slow"), timeout=10)
+        await rec.until(lambda: rec.deleted_at("quick") and rec.deleted_at("slow"))
         assert rec.deleted_at("quick") - start >= 5 * SCALE
         assert rec.deleted_at("slow") - start >= 30 * SCALE
         assert rec.deleted_at("quick") < rec.deleted_at("slow")
@@ -544,7 +544,7 @@ async def test_sigkill_waits_at_least_two_seconds_and_after_pre_stop_sleep() -> 
         store.delete("pods", NS, "short", {"gracePeriodSeconds": 1})
         store.delete("pods", NS, "hooked")
         store.delete("pods", NS, "drains")
-        await rec.until(lambda: all(rec.deleted_at(n) for n in ("short", "hooked", "drains")), timeout=10)
+        await rec.until(lambda: all(rec.deleted_at(n) for n in ("short", "hooked", "drains")))
         # killContainer gives every container at least 2 s after SIGTERM.
         assert 2 * SCALE <= rec.deleted_at("short") - start < 300 * SCALE
         # The preStop hook is cut at the grace period (10 s), then the 2 s minimum.
@@ -566,7 +566,7 @@ async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
         store.delete("pods", NS, "a")
         store.delete("pods", NS, "a", {"gracePeriodSeconds": 2})  # shortens it
         store.delete("pods", NS, "b")  # exits by itself (run-seconds) long before its grace ends
-        await rec.until(lambda: rec.deleted_at("a") and rec.deleted_at("b"), timeout=10)
+        await rec.until(lambda: rec.deleted_at("a") and rec.deleted_at("b"))
         assert 2 * SCALE <= rec.deleted_at("a") - start < 300 * SCALE
         assert rec.deleted_at("b") - start < 300 * SCALE
         last_b = last_modified(rec, "b")

@@ -52,7 +52,7 @@ async def test_options_container_choice_and_their_errors(http: Any, sim_cluster:
     store = sim_cluster.store
     store.create("pods", "default", make_pod("p", {LOG: "a {container}\nb {instance}\nc\nd", f"{LOG}.side": "side"},
                                              containers=("main", "side"), init=("setup",)))
-    await eventually(lambda: running(sim_cluster, "p"), timeout=20)
+    await eventually(lambda: running(sim_cluster, "p"), timeout=30)
     log = f"{PODS}/p/log"
     assert await http(f"{log}?container=main") == (200, "text/plain", "a main\nb 0\nc\nd\n")
     assert await http(f"{log}?container=side") == (200, "text/plain", "side\n")
@@ -96,7 +96,7 @@ async def test_pods_not_running_yet(http: Any, sim_cluster: SimCluster) -> None:
     store.create("pods", "default", make_pod("pending", {UNSCHEDULABLE: "true"}))
     store.create("pods", "default", make_pod("starting", {START_SECONDS: "100000"}))
     await eventually(lambda: (store.get("pods", "default", "starting").get("status") or {}).get("containerStatuses"),
-                     timeout=20)
+                     timeout=30)
     assert await http(f"{PODS}/pending/log") == (204, None, "")  # not bound: no kubelet to ask
     code, _, body = await http(f"{PODS}/starting/log")
     assert (code, body["message"]) == (400, 'container "main" in pod "starting" is waiting to start: ContainerCreating')
@@ -108,7 +108,7 @@ async def test_follow_streams_lines_and_ends_when_the_container_stops(http: Any,
     # the rest is never printed.
     store.create("pods", "default", make_pod("chatty", {LOG: "one\ntwo\nthree\nfour\nfive", LOG_INTERVAL_SECONDS: "20"},
                                              restart="Never"))
-    await eventually(lambda: running(sim_cluster, "chatty"), timeout=20)
+    await eventually(lambda: running(sim_cluster, "chatty"), timeout=30)
     received: list[str] = []
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{sim_cluster.url}{PODS}/chatty/log?follow=true") as resp:
@@ -116,7 +116,7 @@ async def test_follow_streams_lines_and_ends_when_the_container_stops(http: Any,
             assert await resp.content.readline() == b"one\n"
             assert await resp.content.readline() == b"two\n"
             store.patch("pods", "default", "chatty", "merge", {"metadata": {"annotations": {EXIT_CODE: "3"}}})
-            with anyio.fail_after(20):
+            with anyio.fail_after(30):
                 rest = await resp.content.read()  # the response ends with the container
             received = (b"one\ntwo\n" + rest).decode().splitlines()
     assert received in (["one", "two"], ["one", "two", "three"]), received  # "three" only if due before the exit
@@ -127,7 +127,7 @@ async def test_follow_streams_lines_and_ends_when_the_container_stops(http: Any,
 
 async def test_kubernetes_asyncio_reads_pod_logs(sim_cluster: SimCluster) -> None:
     sim_cluster.store.create("pods", "default", make_pod("reader", {LOG: "epoch 1 loss 0.5\nepoch 2 loss 0.25"}))
-    await eventually(lambda: running(sim_cluster, "reader"), timeout=20)
+    await eventually(lambda: running(sim_cluster, "reader"), timeout=30)
     configuration = client.Configuration()
     await config.load_kube_config(config_file=sim_cluster.kubeconfig_path, client_configuration=configuration)
     async with client.ApiClient(configuration=configuration) as api:
@@ -145,12 +145,12 @@ async def test_kubernetes_asyncio_reads_pod_logs(sim_cluster: SimCluster) -> Non
 async def test_follow_ends_when_the_pod_is_deleted(sim_cluster: SimCluster) -> None:
     store = sim_cluster.store
     store.create("pods", "default", make_pod("doomed", {LOG: "working"}))
-    await eventually(lambda: running(sim_cluster, "doomed"), timeout=20)
+    await eventually(lambda: running(sim_cluster, "doomed"), timeout=30)
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{sim_cluster.url}{PODS}/doomed/log?follow=true&timestamps=true") as resp:
             first = await resp.content.readline()
             assert first.endswith(b"Z working\n")
             store.delete("pods", "default", "doomed")  # SIGTERM: the process exits, the stream ends
-            with anyio.fail_after(20):
+            with anyio.fail_after(30):
                 assert await resp.content.read() == b""
-    await eventually(lambda: store.get("pods", "default", "doomed") is None, timeout=20)
+    await eventually(lambda: store.get("pods", "default", "doomed") is None, timeout=30)
