@@ -228,9 +228,11 @@ class GangScheduler:
         uid = meta.get("uid")
         if not uid:
             return
-        ref = f"{meta.get('namespace') or ''}/{meta.get('name', '')}"
         before = self._group_of.get(uid)
         after = group_of(new, self.names) if new is not None else None
+        if before is None and after is None:
+            return  # the common case: a pod of no gang
+        ref = f"{meta.get('namespace') or ''}/{meta.get('name', '')}"
         if before is not None:
             waiting = self._waiting_pods.get(before)
             if waiting is not None:

@@ -5,6 +5,11 @@ installable later with ``kubectl apply -f controller/sim/crds/<scheduler>``."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from pathlib import Path
+
+import anyio
 import pytest
 import yaml
 
@@ -12,7 +17,8 @@ from controller.cli import parse_args
 from controller.sim.cluster import SimCluster, SimConfig
 from controller.sim.crds import crd_dir
 from controller.sim.watch import WatchConfig
-from tests.conftest import Kubectl
+from tests.conftest import Kubectl, _kubectl_binary
+from tests.controller_process import CLI, clean_env
 
 
 def manifest(*docs: dict) -> str:
@@ -112,6 +118,27 @@ class TestServedOnRequest:
         await ok(kubectl, "patch", "podgroups.scheduling.x-k8s.io", "job", "--subresource=status", "--type=merge",
                  "-p", '{"status":{"phase":"Finished"}}')
         assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Finished"
+
+
+async def test_sim_command_serves_the_crds_it_is_asked_for(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "sim", "--kubeconfig", str(kubeconfig), "--nodes", "1", "--podgroup-crds", "scheduler-plugins",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env())
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            assert "simulated cluster serving at" in (await proc.stdout.readline()).decode()
+        kubectl = Kubectl(_kubectl_binary(), str(kubeconfig), tmp_path / "cache")
+        (tmp_path / "cache").mkdir()
+        rc, out, err = await kubectl("get", "pgs")
+        assert rc == 0 and err.strip() == "No resources found in default namespace."
+        rc, _out, err = await kubectl("get", "podgroup-v1beta1")
+        assert rc == 1 and 'the server doesn\'t have a resource type "podgroup-v1beta1"' in err
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            assert await proc.wait() == 0
 
 
 def test_sim_command_flag() -> None:
