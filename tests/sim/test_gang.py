@@ -15,7 +15,7 @@ from controller.sim.crds import crd_dir
 from controller.sim.store import Store
 from controller.sim.watch import WatchConfig
 from tests.conftest import Kubectl
-from tests.waiting import eventually
+from tests.waiting import eventually, never
 
 VOLCANO_PG = "podgroups.scheduling.volcano.sh"
 SP_PG = "podgroups.scheduling.x-k8s.io"
@@ -158,6 +158,29 @@ class TestVolcano:
         assert row[:4] == ["job", "Running", "2", "2"]
         assert any(e["reason"] == "Scheduled" and e["source"]["component"] == "volcano"
                    for e in events_of(store, "Pod", "job-0"))
+
+    async def test_an_unplaceable_gang_is_not_retried_until_something_changes(self, sim_cluster: SimCluster) -> None:
+        store = sim_cluster.store
+        store.create(VOLCANO_PG, "default", volcano_group(minMember=3))
+        for i in range(3):
+            store.create("pods", "default", make_pod(f"job-{i}", cpu="3"))
+        await eventually(lambda: all(scheduled_condition(store, f"job-{i}") for i in range(3)), DEADLINE)
+        await eventually(lambda: pg_status(store, VOLCANO_PG).get("conditions"), DEADLINE)
+        # Event-driven, no polling: nothing is written (no retried session, no repeated event) while
+        # nothing changes. A polling scheduler would record its Unschedulable event again at once.
+        settled = store.resource_version
+        await never(lambda: store.resource_version != settled, 1.0, what="a write while nothing changed")
+        # Capacity freed elsewhere is a change: the group is evaluated again (and still does not fit).
+        other = make_pod("other", group=None, cpu="1")
+        del other["spec"]["schedulerName"]
+        store.create("pods", "default", other)
+        await eventually(lambda: node_of(store, "other"), DEADLINE)
+        before = sum(e.get("count", 1) for e in events_of(store, "PodGroup", "job") if e["reason"] == "Unschedulable")
+        store.delete("pods", "default", "other", {"gracePeriodSeconds": 0})
+        await eventually(lambda: sum(e.get("count", 1) for e in events_of(store, "PodGroup", "job")
+                                     if e["reason"] == "Unschedulable") > before, DEADLINE,
+                         what="the group retried when capacity freed")
+        assert [node_of(store, f"job-{i}") for i in range(3)] == [None, None, None]
 
     async def test_pods_beyond_min_member_are_placed_one_by_one(self, sim_cluster: SimCluster) -> None:
         store = sim_cluster.store

@@ -105,6 +105,9 @@ class TestServedOnRequest:
         resources = await ok(kubectl, "api-resources", "--api-group=scheduling.x-k8s.io")
         row_of = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
         assert row_of["podgroups"] == ["podgroups", "pg,pgs", "scheduling.x-k8s.io/v1alpha1", "true", "PodGroup"]
+        rc, out, err = await kubectl("get", "pg")  # both claim "pg": kubectl picks Volcano's and says so
+        assert rc == 0 and out == "" and 'short name "pg" could also match lower priority resource ' \
+                                         "podgroups.scheduling.x-k8s.io" in err
         zero = yaml.safe_load(yaml.safe_dump(SP_PG))
         zero["metadata"]["name"] = "zero"
         zero["spec"]["minMember"] = 0
