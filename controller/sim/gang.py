@@ -615,35 +615,32 @@ class GangScheduler:
         min_member = _int(spec.get("minMember"))
         full_name = f"{namespace}/{name}"
         total_nodes = len(self._kubelet._nodes)
+        assigned = sum(1 for p in members if (p.get("spec") or {}).get("nodeName")
+                       and (p.get("status") or {}).get("phase") not in _TERMINAL)
         gap = self._sp_prefilter(pg, members, min_member)
         if gap is not None:
             for pod in pending:
                 pod_name = (pod.get("metadata") or {}).get("name", "")
-                message = gap.format(pod=pod_name)
-                self._unschedulable(pod, f"0/{total_nodes} nodes are available: {message}. "
-                                         f"preemption: 0/{total_nodes} nodes are available: {total_nodes} Preemption "
-                                         f"is not helpful for scheduling., PodGroup {full_name} gets rejected due "
-                                         f"to Pod {pod_name} is unschedulable even after PostFilter.",
+                preemption = (f"preemption: 0/{total_nodes} nodes are available: {total_nodes} Preemption is not "
+                              "helpful for scheduling.")
+                verdict, _rejected = _post_filter(preemption, assigned, min_member, full_name, pod_name)
+                self._unschedulable(pod, f"0/{total_nodes} nodes are available: {gap.format(pod=pod_name)}. {verdict}",
                                     _scheduler_name(pod))
             return
-        assigned = sum(1 for p in members if (p.get("spec") or {}).get("nodeName")
-                       and (p.get("status") or {}).get("phase") not in _TERMINAL)
         extra: dict[str, tuple[int, int, int]] = {}
         waiting: list[tuple[dict, str]] = []
         for pod in pending:
             pod_name = (pod.get("metadata") or {}).get("name", "")
             node, message = self._fit(pod, extra)
             if node is None:
-                shortfall = min_member - assigned - len(waiting)
-                if assigned + len(waiting) >= min_member or shortfall <= 0.1 * min_member:
-                    self._unschedulable(pod, message, _scheduler_name(pod))
-                    continue
-                for other, _node in waiting:
-                    self._unschedulable(other, "optimistic rejection in PostFilter", _scheduler_name(other))
-                waiting, extra = [], {}
-                self._unschedulable(pod, message.rstrip(".") + f"., PodGroup {full_name} gets rejected due to Pod "
-                                                               f"{pod_name} is unschedulable even after PostFilter.",
-                                    _scheduler_name(pod))
+                head, sep, preemption = message.partition(" preemption: ")
+                verdict, rejected = _post_filter("preemption: " + preemption if sep else "", assigned + len(waiting),
+                                                 min_member, full_name, pod_name)
+                if rejected:  # the whole group is: its waiting pods too
+                    for other, _node in waiting:
+                        self._unschedulable(other, "optimistic rejection in PostFilter", _scheduler_name(other))
+                    waiting, extra = [], {}
+                self._unschedulable(pod, f"{head} {verdict}".rstrip(), _scheduler_name(pod))
                 continue
             self._add(extra, node, self._requests(pod))
             waiting.append((pod, node))
@@ -733,6 +730,16 @@ class GangScheduler:
             patch.update({k: None for k in status if k not in new})
             self._store.patch(SP_PODGROUPS, namespace, name, "merge", {"status": patch}, subresource="status",
                               field_manager=SP_CONTROLLER)
+
+
+def _post_filter(preemption: str, assigned: int, min_member: int, group: str, pod: str) -> tuple[str, bool]:
+    """The PostFilter part of a FitError (the default preemption's verdict, then Coscheduling's) and
+    whether Coscheduling rejects the whole group: it does unless the quorum is there or short by at
+    most 10 %."""
+    if assigned >= min_member or (min_member - assigned) <= 0.1 * min_member:
+        return preemption, False
+    rejection = f"PodGroup {group} gets rejected due to Pod {pod} is unschedulable even after PostFilter."
+    return (f"{preemption}, {rejection}" if preemption else rejection), True
 
 
 @dataclass
