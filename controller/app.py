@@ -39,7 +39,8 @@ from controller.ops.http import HealthChecks, serve_health, serve_metrics
 from controller.runtime.client import USER_AGENT, ApiClient, RetryPolicy
 from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError, Unauthorized
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost
-from controller.tfjob.controller import TFJobController
+from controller.tfjob.controller import MissingPodGroupCRD, TFJobController, check_pod_group_crd
+from controller.tfjob.gang import gang_of
 from controller.tfjob.decide import DecideConfig
 
 LEASE_NAME = "tfjob-controller"
@@ -71,6 +72,8 @@ class RunOptions:
     kube_api_qps: float = DEFAULT_KUBE_API_QPS
     kube_api_burst: int = DEFAULT_KUBE_API_BURST
     startup_timeout: float = 30.0
+    # --gang-scheduler-name: "" (off), "volcano" or a scheduler-plugins scheduler's name (controller.tfjob.gang)
+    gang_scheduler_name: str = ""
 
 
 class StartupError(ValueError):
@@ -161,6 +164,13 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
     client = await make_client(options, registry, user_agent=f"{USER_AGENT} ({identity})")
     try:
         await wait_for_api_server(client, options.startup_timeout)
+        gang = gang_of(options.gang_scheduler_name)
+        if gang is not None:
+            try:
+                await check_pod_group_crd(client, gang)
+            except MissingPodGroupCRD as exc:
+                log.error(str(exc), crd=gang.crd_name)
+                raise StartupError(str(exc)) from None
     except BaseException:
         with anyio.CancelScope(shield=True):
             await client.close()
@@ -175,9 +185,10 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
             max_pods_per_job=options.max_pods_per_job,
             failover_backoff_base=options.failover_backoff[0],
             failover_backoff_cap=options.failover_backoff[1],
+            gang_scheduler=options.gang_scheduler_name,
         ),
     )
-    informers = (tfjobs.jobs, tfjobs.pods, tfjobs.services)
+    informers = tfjobs.informers
     elector: LeaderElector | None = None
     if options.leader_elect:
         namespace = options.leader_election_namespace or _in_cluster_namespace() or "default"
@@ -213,6 +224,7 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
                 leader_election=options.leader_elect,
                 kube_api_qps=options.kube_api_qps,
                 kube_api_burst=options.kube_api_burst,
+                gang_scheduler=options.gang_scheduler_name or None,
             )
             if elector is None:
                 await tfjobs.run()

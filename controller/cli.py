@@ -28,6 +28,7 @@ from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 from controller.ops.http import parse_addr
 from controller.sim import MissingExtra, require_extra
 from controller.tfjob.decide import DecideConfig
+from controller.tfjob.gang import SCHEDULER_NAMES, VOLCANO
 
 ENV_PREFIX = "TFJOB_CONTROLLER_"
 
@@ -117,6 +118,17 @@ def _dns_suffix(text: str) -> str:
                 and label[0] != "-" and label[-1] != "-"):
             raise argparse.ArgumentTypeError(f"not a DNS domain (e.g. cluster.local): {text!r}")
     return text.lower()
+
+
+def _gang_scheduler(text: str) -> str:
+    value = text.strip()
+    if not value:
+        return ""  # off (an empty variable in a Deployment's env)
+    if value.lower() == VOLCANO:
+        return VOLCANO  # upstream compares case-blind
+    if value not in SCHEDULER_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown gang scheduler {text!r} (choose from {', '.join(SCHEDULER_NAMES)})")
+    return value
 
 
 def _switch(text: str) -> bool:
@@ -244,6 +256,10 @@ RUN_OPTIONS = (
            "as soon as its pod is gone): BASE seconds before the second, doubling per failover up to CAP",
            (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
            type=_positive_float, kind="pair", metavar=("BASE", "CAP")),
+    Option("--gang-scheduler-name", "gang-schedule every job with this scheduler: a PodGroup per job, its pods "
+           "scheduled all or nothing (volcano, or scheduler-plugins / scheduler-plugins-scheduler: the coscheduling "
+           "plugin, whose name pods get); needs that scheduler's PodGroup CRD. Default: no gang scheduling",
+           "", type=_gang_scheduler, metavar="NAME"),
     Option("--startup-timeout", "give up (exit 1) when the API server cannot be reached for this many seconds "
            "at start", 30.0, type=_positive_float, metavar="SECONDS"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -385,3 +386,43 @@ async def test_a_missing_crd_is_reported_once_with_the_fix_and_the_controller_st
         assert "404 page not found" not in controller.stderr
     finally:
         await client.close()
+
+
+async def test_an_unknown_gang_scheduler_gets_one_line_whether_flag_or_environment():
+    rc, _, err = await run_cli("run", "--gang-scheduler-name", "volcan")
+    assert rc == 2 and only_line(err) == (
+        "tfjob-controller run: error: argument --gang-scheduler-name: unknown gang scheduler 'volcan' (choose from "
+        "volcano, scheduler-plugins, scheduler-plugins-scheduler) (see tfjob-controller run --help)"
+    )
+    rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_GANG_SCHEDULER_NAME": "None"})  # upstream's quirk value
+    assert rc == 2 and "environment variable TFJOB_CONTROLLER_GANG_SCHEDULER_NAME: unknown gang scheduler 'None'" in (
+        only_line(err))
+
+
+def test_the_gang_scheduler_name_reaches_the_decision():
+    from controller.cli import parse_args, run_options
+
+    assert run_options(parse_args(["run"], {})).gang_scheduler_name == ""
+    assert run_options(parse_args(["run"], {"TFJOB_CONTROLLER_GANG_SCHEDULER_NAME": ""})).gang_scheduler_name == ""
+    env = {"TFJOB_CONTROLLER_GANG_SCHEDULER_NAME": "Volcano"}  # upstream compares case-blind
+    assert run_options(parse_args(["run"], env)).gang_scheduler_name == "volcano"
+    flag = ["run", "--gang-scheduler-name", "scheduler-plugins-scheduler"]
+    assert run_options(parse_args(flag, env)).gang_scheduler_name == "scheduler-plugins-scheduler"
+
+
+@pytest.mark.parametrize("scheduler, crd", [("volcano", "podgroups.scheduling.volcano.sh"),
+                                            ("scheduler-plugins", "podgroups.scheduling.x-k8s.io")])
+async def test_gang_scheduling_without_the_pod_group_crd_exits_at_once_naming_it(
+    sim_cluster: SimCluster, scheduler: str, crd: str
+):
+    assert sim_cluster.kubeconfig_path
+    rc, _, err = await run_cli(
+        "--log-format", "json", "run", "--kubeconfig", sim_cluster.kubeconfig_path, "--gang-scheduler-name", scheduler,
+        "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-addr", f"127.0.0.1:{free_port()}",
+    )
+    assert rc == 1
+    installer = "Volcano" if scheduler == "volcano" else "scheduler-plugins (its PodGroup CRD)"
+    message = f"PodGroup CRD {crd} is not installed: install {installer} or run without --gang-scheduler-name"
+    assert last_line(err) == f"tfjob-controller run: {message}"
+    logged = [json.loads(line) for line in err.strip().splitlines()[:-1]]
+    assert [(r["level"], r["crd"]) for r in logged if r.get("event") == message] == [("error", crd)]

@@ -349,3 +349,62 @@ def _dockerfile_user_uid() -> int:
     uid = users[-1].split(":")[0]
     assert uid.isdigit(), f"USER must be numeric for runAsNonRoot, got {uid!r}"
     return int(uid)
+
+
+# --------------------------------------------------------------------------------------------
+# Gang scheduling: kustomize components that add PodGroup RBAC and the flag, and nothing else.
+
+GANG_COMPONENTS = {
+    "gang-volcano": ("scheduling.volcano.sh", "volcano"),
+    "gang-scheduler-plugins": ("scheduling.x-k8s.io", "scheduler-plugins-scheduler"),
+}
+
+
+def _rendered_with(component: str, workdir: str) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize` of a user's kustomization: the install plus one gang component (relative paths, as
+    kustomize requires)."""
+    root = Path(workdir) / component
+    root.mkdir(parents=True)
+    relative = Path(*[".."] * len(root.parts[1:])) / Path(*MANIFESTS.parts[1:])
+    (root / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(relative)], "components": [str(relative / "components" / component)],
+    }))
+    result = subprocess.run([_kubectl(), "kustomize", str(root)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def test_gang_components_add_podgroup_rbac_and_the_flag_and_nothing_else(tmp_path: Path) -> None:
+    from controller.cli import parse_args
+
+    plain = {(obj["kind"], obj["metadata"]["name"]): obj for _, obj in _manifest_objects()}
+    for component, (group, scheduler) in GANG_COMPONENTS.items():
+        objects = {(obj["kind"], obj["metadata"]["name"]): obj for obj in _rendered_with(component, str(tmp_path))}
+        role_name = f"tfjob-controller-{component}"
+        assert objects.keys() - plain.keys() == {("ClusterRole", role_name), ("ClusterRoleBinding", role_name)}
+        assert _permissions(objects[("ClusterRole", role_name)]) == {
+            (group, "podgroups"): {"list", "watch", "create", "update", "delete"}}
+        binding = objects[("ClusterRoleBinding", role_name)]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                                        "namespace": CONTROLLER_NAMESPACE}]
+        deployment = objects[("Deployment", "tfjob-controller")]
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["TFJOB_CONTROLLER_GANG_SCHEDULER_NAME"] == scheduler
+        # Only that variable was added; everything else is the plain install.
+        plain_container = _controller_container()
+        assert {k: v for k, v in env.items() if k != "TFJOB_CONTROLLER_GANG_SCHEDULER_NAME"} == {
+            e["name"]: e["value"] for e in plain_container["env"]}
+        assert parse_args(container["args"], environ=env).gang_scheduler_name == scheduler
+        for key, obj in plain.items():
+            if key != ("Deployment", "tfjob-controller"):
+                assert objects[key] == obj, key
+        # The plain install grants nothing on PodGroups.
+        assert not any(resource == "podgroups" for role in (obj for obj in plain.values() if obj["kind"] == "ClusterRole")
+                       for (_, resource) in _permissions(role))
+        rendered = tmp_path / f"{component}.yaml"
+        rendered.write_text(yaml.safe_dump_all(objects.values()))
+        result = _kubernetes_validate(rendered)
+        assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr

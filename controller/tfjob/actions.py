@@ -12,6 +12,9 @@ Executor contract (what applying a :class:`Decision` means):
   precondition, and 404 means "already done". Outcome events
   (``SuccessfulCreatePod``, ``FailedDeletePod``, ``SuccessfulDeleteJob``, ...) are the
   executor's, because only it knows the API's answer.
+* ``CreatePodGroup`` / ``UpdatePodGroup`` (gang scheduling) come first and are sent before anything
+  else: a gang scheduler must know the group before it sees the group's pods. AlreadyExists on create
+  means done; a 409 on update means the cached PodGroup is stale (retry on a fresher one).
 * ``status`` is the complete new ``.status``; write it (a full update of the status subresource,
   never a merge patch: keys can disappear) iff it differs from the stored one.
 * ``events`` and ``metrics`` describe transitions this decision makes (a condition flipping, a
@@ -63,6 +66,29 @@ class DeleteJob:
 
 
 @dataclass(frozen=True)
+class CreatePodGroup:
+    """Create the job's PodGroup (gang scheduling); sent before any pod of the pass."""
+
+    pod_group: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UpdatePodGroup:
+    """Replace the job's PodGroup (full object, carrying the resourceVersion it was read at)."""
+
+    pod_group: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeletePodGroup:
+    """Delete the job's PodGroup (finished or suspended job). The executor reports it with upstream's
+    ``JobTerminated`` and ``SuccessfulDeletePodGroup`` / ``FailedDeletePodGroup`` events."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class Event:
     type: str  # "Normal" | "Warning"
     reason: str
@@ -77,7 +103,9 @@ class MetricInc:
     labels: tuple[tuple[str, str], ...]
 
 
-Action = CreatePod | DeletePod | CreateService | DeleteService | DeleteJob
+Action = (
+    CreatePod | DeletePod | CreateService | DeleteService | DeleteJob | CreatePodGroup | UpdatePodGroup | DeletePodGroup
+)
 
 
 @dataclass(frozen=True)

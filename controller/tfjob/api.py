@@ -120,6 +120,11 @@ EV_SET_POD_TEMPLATE_RESTART_POLICY: Final = "SetPodTemplateRestartPolicy"
 EV_WORKER_FAILOVER: Final = "WorkerFailover"
 EV_WORKER_FAILED: Final = "WorkerFailed"
 EV_WORKER_SCALED_DOWN: Final = "WorkerScaledDown"
+# Gang scheduling (reference §6.2, gang-scheduling.md §1.8-§1.9).
+EV_SET_POD_TEMPLATE_SCHEDULER_NAME: Final = "SetPodTemplateSchedulerName"
+EV_JOB_TERMINATED: Final = "JobTerminated"
+EV_SUCCESSFUL_DELETE_POD_GROUP: Final = "SuccessfulDeletePodGroup"
+EV_FAILED_DELETE_POD_GROUP: Final = "FailedDeletePodGroup"
 # Outcome events the executor emits after applying an action (listed so both sides share names).
 EV_SUCCESSFUL_CREATE_POD: Final = "SuccessfulCreatePod"
 EV_FAILED_CREATE_POD: Final = "FailedCreatePod"
@@ -131,6 +136,10 @@ EV_SUCCESSFUL_DELETE_SERVICE: Final = "SuccessfulDeleteService"
 EV_FAILED_DELETE_SERVICE: Final = "FailedDeleteService"
 EV_SUCCESSFUL_DELETE_JOB: Final = "SuccessfulDeleteJob"
 EV_FAILED_DELETE_JOB: Final = "FailedDeleteJob"
+
+# --- status fields -----------------------------------------------------------------------------------
+# Set only while gang scheduling holds the job's pods back (the PodGroup is not admitted yet).
+STATUS_LAST_RECONCILE_TIME: Final = "lastReconcileTime"
 
 # --- metrics ---------------------------------------------------------------------------------------
 METRIC_JOBS_CREATED: Final = "training_operator_jobs_created_total"

@@ -46,14 +46,15 @@ from controller.runtime.cache import (
     controller_ref,
     object_key,
 )
-from controller.runtime.client import PODS, SERVICES, ApiClient
+from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
 from controller.runtime.errors import Conflict
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.runner import Controller, Result
-from controller.runtime.served import wait_until_served
-from controller.tfjob import api
+from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError
+from controller.runtime.served import resource_served, wait_until_served
+from controller.tfjob import api, gang as ganglib
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
@@ -68,6 +69,31 @@ CRD_INSTALL_COMMANDS = (
     "kubectl apply -f manifests/crd/kubeflow.org_tfjobs.yaml",
     "tfjob-controller crd | kubectl apply -f -",
 )
+
+
+class MissingPodGroupCRD(ValueError):
+    """Gang scheduling is on but the API server does not serve the scheduler's PodGroups (one line)."""
+
+
+def pod_group_resource(gang: ganglib.Gang) -> Resource:
+    return Resource(gang.group, gang.version, ganglib.PLURAL)
+
+
+async def check_pod_group_crd(client: ApiClient, gang: ganglib.Gang) -> None:
+    """Raise :class:`MissingPodGroupCRD` unless the gang scheduler's PodGroup CRD is installed.
+
+    Upstream exits at start-up too ("crd might be missing, please install crd"): without the CRD every
+    PodGroup write fails and every job waits for ever, which is worse than not starting."""
+    try:
+        served = await resource_served(client, pod_group_resource(gang))
+    except (ApiError, TransportError, ResponseDecodeError) as exc:
+        raise MissingPodGroupCRD(f"cannot tell whether the PodGroup CRD {gang.crd_name} is installed: {exc}") from None
+    if not served:
+        installer = "Volcano" if gang.volcano else "scheduler-plugins (its PodGroup CRD)"
+        raise MissingPodGroupCRD(
+            f"PodGroup CRD {gang.crd_name} is not installed: install {installer} "
+            "or run without --gang-scheduler-name"
+        )
 
 
 def owner_job_key(obj: Obj) -> str | None:
@@ -106,6 +132,13 @@ class TFJobController:
         child_options = {"indexers": owned, "registry": registry, **scope, **options}
         self.pods = Informer(client, PODS, label_selector=selector, transform=trim_pod, **child_options)
         self.services = Informer(client, SERVICES, label_selector=selector, transform=trim_service, **child_options)
+        self.decide_config = decide_config or DecideConfig()
+        # Gang scheduling: the jobs' PodGroups (named like their jobs, so looked up by key). Not watched,
+        # and never requested, without --gang-scheduler-name.
+        self.gang = ganglib.gang_of(self.decide_config.gang_scheduler)
+        self.pod_groups: Informer | None = None
+        if self.gang is not None:
+            self.pod_groups = Informer(client, pod_group_resource(self.gang), registry=registry, **scope, **options)
         children = {POD_KIND: self.pods, SERVICE_KIND: self.services}
         self.expectations = Expectations(
             monotonic, generation=lambda kind, namespace: children[kind].list_generation(namespace)
@@ -115,8 +148,10 @@ class TFJobController:
         self.observer = JobObserver(self.jobs, self.pods, self.metrics)
         registry.register(self.observer)
         self.recorder = EventRecorder(client, api.CONTROLLER_NAME, registry)
-        self.executor = Executor(client, self.expectations, self.recorder, self.metrics)
-        self.decide_config = decide_config or DecideConfig()
+        self.executor = Executor(
+            client, self.expectations, self.recorder, self.metrics,
+            pod_groups=pod_group_resource(self.gang) if self.gang is not None else None,
+        )
         # Read-your-writes for our own status writes: key -> (the resourceVersion our write replaced, the
         # job the server returned). Until the informer delivers that write, the cache still shows the
         # replaced version; deciding on it would PUT with a stale resourceVersion and earn a 409.
@@ -127,7 +162,7 @@ class TFJobController:
             api.CONTROLLER_NAME,
             self.reconcile,
             workers=workers,
-            sources=[self.jobs, self.pods, self.services],
+            sources=self.informers,
             metrics=ReconcileMetrics(api.CONTROLLER_NAME, registry),
         )
         self.log = structlog.get_logger("controller.tfjob")
@@ -135,6 +170,10 @@ class TFJobController:
         self.crd_poll = crd_poll
         self.waiting_for_crd = False
         self._wire_handlers()
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.jobs, self.pods, self.services, *([self.pod_groups] if self.pod_groups is not None else [])]
 
     # -- event handlers: map every change to the key of the job it concerns -------------------------
 
@@ -153,6 +192,15 @@ class TFJobController:
         self.jobs.add_handler(job_changed, job_changed, job_deleted)
         for informer, kind in ((self.pods, POD_KIND), (self.services, SERVICE_KIND)):
             self._wire_child(informer, kind, enqueue)
+        if self.pod_groups is not None:
+            # The scheduler admitting a group (its status) is what lets a waiting job create its pods.
+            def pod_group_changed(obj: Obj | DeletedFinalStateUnknown, *_: Obj) -> None:
+                last = DeletedFinalStateUnknown.unwrap(obj)
+                key = owner_job_key(last) if last is not None else None
+                if key is not None:
+                    enqueue(key)
+
+            self.pod_groups.add_handler(pod_group_changed, pod_group_changed, pod_group_changed)
 
     def _wire_child(self, informer: Informer, kind: str, enqueue: Callable[[str], None]) -> None:
         expectations = self.expectations
@@ -225,7 +273,8 @@ class TFJobController:
         uid = job["metadata"].get("uid", "")
         pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
-        decision = decide(job, pods, services, self._now(), self.decide_config)
+        pod_group = self.pod_groups.get(key) if self.pod_groups is not None else None
+        decision = decide(job, pods, services, self._now(), self.decide_config, pod_group=pod_group)
         try:
             stored = await self.executor.apply(key, job, decision)
             if stored is not None:
@@ -261,7 +310,7 @@ class TFJobController:
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         await self.wait_for_crd()
         async with anyio.create_task_group() as tg:
-            for informer in (self.jobs, self.pods, self.services):
+            for informer in self.informers:
                 tg.start_soon(informer.run, name=f"informer {informer.name}")
             tg.start_soon(self.recorder.run, name="event recorder")
             task_status.started()

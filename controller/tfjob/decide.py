@@ -22,6 +22,7 @@ Contract of :func:`decide`:
 The pass, in order (reference §4.3 with the fixes recorded in docs/tfjob-compatibility.md):
 validation -> defaulting (in memory) -> ``Created`` condition -> finished jobs: cleanup / TTL ->
 suspended jobs: delete everything -> resume -> startTime -> backoff limit / active deadline ->
+gang scheduling (when on): create/update the PodGroup, no pods until Volcano admitted it ->
 per replica type: scale-down, restarts or worker failovers, creations, services -> conditions
 (success / failure / running / restarting) -> if the job just finished: cleanup and TTL in the
 same pass.
@@ -31,21 +32,25 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import api, pods as podlib, tfconfig
+from . import api, gang as ganglib, pods as podlib, tfconfig
 from .actions import (
     Action,
     CreatePod,
+    CreatePodGroup,
     CreateService,
     Decision,
     DeleteJob,
     DeletePod,
+    DeletePodGroup,
     DeleteService,
     Event,
     MetricInc,
+    UpdatePodGroup,
 )
 from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time
 from .conditions import sanitize as sanitize_conditions
@@ -72,6 +77,7 @@ class DecideConfig:
     creations; a job of up to that many pods and services is still created in one pass.
     ``max_pods_per_job`` caps the pods one job may ask for (replicas summed over types): a job over
     it fails validation with a condition and an event saying so, and gets no pods at all.
+    ``gang_scheduler`` is ``--gang-scheduler-name`` ("" = no gang scheduling; see gang.py).
     """
 
     cluster_domain: str = ""
@@ -82,6 +88,10 @@ class DecideConfig:
     max_creations: int = 200
     first_pass_creations: int = 20
     max_pods_per_job: int = 10_000
+    gang_scheduler: str = ""
+
+    def __post_init__(self) -> None:
+        ganglib.gang_of(self.gang_scheduler)  # an unknown name fails here, never inside decide()
 
 
 # --- dynamic-worker state persisted in status.dynamicWorkers ---------------------------------------
@@ -241,8 +251,15 @@ def decide(
     services: list[dict[str, Any]],
     now: datetime,
     config: DecideConfig = DecideConfig(),
+    *,
+    pod_group: dict[str, Any] | None = None,
+    priority_classes: Mapping[str, int] | None = None,
 ) -> Decision:
-    """Decide what to do for ``job`` at ``now``. See the module docstring for the contract."""
+    """Decide what to do for ``job`` at ``now``. See the module docstring for the contract.
+
+    With gang scheduling on (``config.gang_scheduler``), ``pod_group`` is the job's PodGroup as cached
+    (None if there is none; one not controlled by the job is ignored) and ``priority_classes`` the
+    PriorityClass values by name (for the order of ``minResources``); both are ignored otherwise."""
     if not isinstance(job, dict):
         return Decision((), (), (), {}, None)
     raw_status = job.get("status")
@@ -253,7 +270,7 @@ def decide(
     errors = validate(job) or validate_pod_count(job, config.max_pods_per_job)
     if errors:
         return _Pass(job, old_status, [], [], now, config).invalid(summarize(errors))
-    return _Pass(defaulted(job), old_status, pods, services, now, config).run()
+    return _Pass(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes).run()
 
 
 def _managed_externally(job: dict[str, Any]) -> bool:
@@ -274,6 +291,8 @@ class _Pass:
         services: list[dict[str, Any]],
         now: datetime,
         config: DecideConfig,
+        pod_group: dict[str, Any] | None = None,
+        priority_classes: Mapping[str, int] | None = None,
     ) -> None:
         self.job = job
         self.old_status = old_status
@@ -295,6 +314,10 @@ class _Pass:
 
         self.pods = self._owned(pods)
         self.services = self._owned(services)
+        self.gang = ganglib.gang_of(config.gang_scheduler)
+        owned_groups = self._owned([pod_group]) if self.gang is not None else []
+        self.pod_group: dict[str, Any] | None = owned_groups[0] if owned_groups else None
+        self.priority_classes: Mapping[str, int] = priority_classes or {}
 
     # --- helpers -------------------------------------------------------------------------------
     def _old_time(self, key: str) -> str | None:
@@ -410,11 +433,14 @@ class _Pass:
             self._set(api.COND_SUSPENDED, FALSE, api.REASON_RESUMED, f"TFJob {self.name} is resumed.")
             self._event(api.EVENT_NORMAL, api.REASON_RESUMED, f"TFJob {self.name} is resumed.")
             self.start_time = self.now_str  # upstream resets startTime on resume
+        started = self.start_time is not None
         if self.start_time is None:
             self.start_time = self.now_str
         limit_message = self._backoff_or_deadline()
         if limit_message is not None:
             return self._fail_on_limit(*limit_message)
+        if self.gang is not None and self._sync_pod_group():
+            return self._wait_for_gang(started)
         return self._reconcile()
 
     def _index_children(self) -> None:
@@ -481,6 +507,7 @@ class _Pass:
 
     def _finished(self) -> Decision:
         self._cleanup()
+        self._delete_pod_group()
         replica_statuses = self._replica_statuses()
         if is_true(self.conditions, api.COND_SUCCEEDED):
             _move_active_to_succeeded(replica_statuses)
@@ -499,6 +526,7 @@ class _Pass:
 
     def _suspend(self) -> Decision:
         self._delete_everything(api.DELETE_SUSPEND)
+        self._delete_pod_group()
         replica_statuses = self._replica_statuses()
         for entry in replica_statuses.values():
             if isinstance(entry, dict):
@@ -569,12 +597,53 @@ class _Pass:
         as upstream), the job is Failed with completionTime set, and TTL starts."""
         self.timers.clear()
         self._delete_everything(reason)
+        self._delete_pod_group()
         if self._set(api.COND_FAILED, TRUE, api.REASON_FAILED, message):
             self._event(api.EVENT_NORMAL, api.REASON_FAILED, message)
             self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
         self._finish_time()
         self._ttl(_int_or_none(self.run_policy.get("ttlSecondsAfterFinished")), False)
         return self._decision(self._status(self._replica_statuses(), None))
+
+    # --- gang scheduling (gang.py) -------------------------------------------------------------
+    def _sync_pod_group(self) -> bool:
+        """Create or update the job's PodGroup (reference §1.6); True while its pods must wait (§1.7).
+
+        A dynamic job that runs never waits: the group was admitted when it started, and a failed-over
+        worker's replacement or a scaled-up worker is scheduled on its own (gang.py)."""
+        assert self.gang is not None
+        running = is_true(self.conditions, api.COND_RUNNING)
+        existing = self.pod_group
+        spec = ganglib.desired_spec(
+            self.gang, self.job, existing, dynamic=self.dynamic, running=running,
+            priority_classes=self.priority_classes,
+        )
+        if existing is None:
+            body = ganglib.new_pod_group(self.gang, self.job, podlib.owner_reference(self.job), spec)
+            self.actions.append(CreatePodGroup(body))
+        elif not podlib.is_terminating(existing):
+            updated = ganglib.updated_pod_group(existing, spec)
+            if updated is not None:
+                self.actions.append(UpdatePodGroup(updated))
+        if self.dynamic and running:
+            return False
+        return ganglib.blocks_pods(self.gang, existing)
+
+    def _wait_for_gang(self, started: bool) -> Decision:
+        """Volcano has not admitted the group yet: no pods, status frozen but for ``lastReconcileTime``
+        (upstream's only writer of it); waiting does not start the job's clock (reference §1.7)."""
+        if not started:
+            self.start_time = None
+            self.timers.clear()  # the active deadline counts from startTime, which waiting does not set
+        status = self._status(self._replica_statuses(), self.records)
+        status[api.STATUS_LAST_RECONCILE_TIME] = self.now_str
+        return self._decision(status)
+
+    def _delete_pod_group(self) -> None:
+        """A finished or suspended job's PodGroup goes (reference §1.9); once, not on every pass."""
+        group = self.pod_group
+        if group is not None and not podlib.is_terminating(group):
+            self.actions.append(DeletePodGroup(podlib.name(group) or "", podlib.uid(group)))
 
     # --- the normal pass -----------------------------------------------------------------------
     def _reconcile(self) -> Decision:
@@ -608,6 +677,8 @@ class _Pass:
             # are handled by cleanPodPolicy in this same pass, so the next pass has nothing to do.
             # Scale-down deletions stand: they follow the spec, not the job's state.
             self.timers.clear()
+            self.actions = [a for a in self.actions if not isinstance(a, CreatePodGroup | UpdatePodGroup)]
+            self._delete_pod_group()
             for out in outputs:
                 self.events.extend(out.facts)
             self.events.extend(condition_events)
@@ -674,6 +745,16 @@ class _Pass:
         pod = podlib.build_pod(
             self.job, replica_type, index, self.config.cluster_domain, self.config.controller_name, self.tf_configs
         )
+        if self.gang is not None:
+            ganglib.prepare_pod(self.gang, pod, self.name, replica_type)
+            if ganglib.custom_scheduler_set(self.job, self.gang):
+                out.events.append(
+                    Event(
+                        api.EVENT_WARNING,
+                        api.EV_SET_POD_TEMPLATE_SCHEDULER_NAME,
+                        "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten",
+                    )
+                )
         out.creations.append(CreatePod(pod, replica_type, index))
         self.pods_created.add((replica_type, index))
         if podlib.template_sets_restart_policy(self.job, replica_type):

@@ -17,6 +17,10 @@ action maps to an API call and what the API's answers mean:
   any other failure lowers the expectation (nothing will be observed), emits the upstream
   ``Failed*`` event, and aborts the pass by raising (the first failure of the batch), so the
   runner retries with backoff;
+- PodGroup writes (gang scheduling) go first, one at a time, before any pod: a gang scheduler must
+  know the group before it sees its pods. Their failures are not events (upstream logs them); they abort
+  the pass like any other. A PodGroup deletion is reported with upstream's ``JobTerminated`` and
+  ``SuccessfulDeletePodGroup`` / ``FailedDeletePodGroup`` events;
 - the status is written (PUT to the status subresource, carrying the cached resourceVersion:
   a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
   job costs zero writes;
@@ -38,7 +42,17 @@ import structlog
 from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
 from controller.runtime.errors import AlreadyExists, ApiError, Conflict, NotFound, TransportError
 from controller.tfjob import api
-from controller.tfjob.actions import CreatePod, CreateService, Decision, DeleteJob, DeletePod, DeleteService
+from controller.tfjob.actions import (
+    CreatePod,
+    CreatePodGroup,
+    CreateService,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    DeletePodGroup,
+    DeleteService,
+    UpdatePodGroup,
+)
 from controller.tfjob.expectations import Expectations
 from controller.tfjob.metrics import TFJobMetrics
 
@@ -102,6 +116,7 @@ class Executor:
         metrics: TFJobMetrics,
         *,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_WRITES,
+        pod_groups: Resource | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
@@ -110,6 +125,7 @@ class Executor:
         self.recorder = recorder
         self.metrics = metrics
         self.max_concurrent = max_concurrent
+        self.pod_groups = pod_groups  # the PodGroup resource of the gang scheduler, None without one
         self.log = structlog.get_logger("controller.tfjob.executor")
 
     async def apply(self, job_key: str, job: dict[str, Any], decision: Decision) -> dict[str, Any] | None:
@@ -118,7 +134,11 @@ class Executor:
         deletions: list[Write] = []
         creations: list[Write] = []
         for action in decision.actions:
-            if isinstance(action, CreatePod):
+            if isinstance(action, CreatePodGroup | UpdatePodGroup):
+                await self._write_pod_group(job_key, namespace, action)
+            elif isinstance(action, DeletePodGroup):
+                deletions.append(partial(self._delete_pod_group, job, namespace, action))
+            elif isinstance(action, CreatePod):
                 creations.append(partial(self._create, job_key, job, PODS, POD_KIND, namespace, action.pod))
             elif isinstance(action, CreateService):
                 creations.append(
@@ -223,6 +243,42 @@ class Executor:
         self.expectations.delete_acknowledged(job_key, uid)
         self.log.info(f"deleted {lower}", job=job_key, name=name, reason=reason)
         self.recorder.record(job, api.EVENT_NORMAL, f"SuccessfulDelete{kind}", f"Deleted {lower}: {name}")
+
+    def _pod_group_resource(self) -> Resource:
+        if self.pod_groups is None:
+            raise RuntimeError("a PodGroup action without a gang scheduler: decide() and the executor disagree")
+        return self.pod_groups
+
+    async def _write_pod_group(self, job_key: str, namespace: str, action: CreatePodGroup | UpdatePodGroup) -> None:
+        resource = self._pod_group_resource()
+        if isinstance(action, CreatePodGroup):
+            try:
+                await self.client.create(resource, action.pod_group, namespace=namespace)
+            except AlreadyExists:
+                return  # created by an earlier pass whose write the cache has not shown yet
+            self.log.info("created podgroup", job=job_key, name=action.pod_group["metadata"]["name"])
+            return
+        try:
+            await self.client.replace(resource, action.pod_group, namespace=namespace)
+        except NotFound:
+            return  # deleted meanwhile: its delete event brings the job back, and the next pass recreates it
+        self.log.info("updated podgroup", job=job_key, name=action.pod_group["metadata"]["name"],
+                      spec=action.pod_group.get("spec"))
+
+    async def _delete_pod_group(self, job: dict[str, Any], namespace: str, action: DeletePodGroup) -> None:
+        resource = self._pod_group_resource()
+        try:
+            await self.client.delete(resource, action.name, namespace=namespace, preconditions={"uid": action.uid})
+        except (NotFound, Conflict):
+            return  # gone already, or a newer group under that name that this decision did not see
+        except (ApiError, TransportError) as exc:
+            self.recorder.record(job, api.EVENT_NORMAL, api.EV_JOB_TERMINATED, "Job has been terminated. Deleting PodGroup")
+            self.recorder.record(job, api.EVENT_WARNING, api.EV_FAILED_DELETE_POD_GROUP,
+                                 f"Error deleting: unable to delete PodGroup: {exc}")
+            raise
+        self.log.info("deleted podgroup", job=f"{namespace}/{action.name}")
+        self.recorder.record(job, api.EVENT_NORMAL, api.EV_JOB_TERMINATED, "Job has been terminated. Deleting PodGroup")
+        self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_POD_GROUP, f"Deleted PodGroup: {action.name}")
 
     async def _delete_job(self, job: dict[str, Any], namespace: str, reason: str) -> bool:
         """Delete the job itself (TTL). True when this call deleted it."""

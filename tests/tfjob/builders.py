@@ -14,7 +14,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controller.tfjob import api
-from controller.tfjob.actions import CreatePod, CreateService, Decision, DeleteJob, DeletePod, DeleteService
+from controller.tfjob.actions import (
+    CreatePod,
+    CreatePodGroup,
+    CreateService,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    DeletePodGroup,
+    DeleteService,
+    UpdatePodGroup,
+)
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.trim import trim_pod, trim_service
 
@@ -241,14 +251,19 @@ class Cluster:
     services: list[dict[str, Any]] = field(default_factory=list)
     config: DecideConfig = field(default_factory=DecideConfig)
     job_deleted: bool = False
+    pod_group: dict[str, Any] | None = None  # gang scheduling: the job's PodGroup as the API holds it
+    priority_classes: dict[str, int] = field(default_factory=dict)
 
     def decide(self, now: datetime = NOW) -> Decision:
         """decide() on the stored objects -- and, every time, on the objects as the controller's
         informers cache them (controller.tfjob.trim), which must give the very same decision."""
-        decision = decide(copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config)
+        gang = {"pod_group": copy.deepcopy(self.pod_group), "priority_classes": dict(self.priority_classes)}
+        decision = decide(
+            copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config, **gang
+        )
         trimmed = decide(
             copy.deepcopy(self.job), [trim_pod(p) for p in self.pods], [trim_service(s) for s in self.services], now,
-            self.config,
+            self.config, **gang,
         )
         assert trimmed == decision, "decide() differs on the trimmed (cached) pods and services"
         return decision
@@ -281,6 +296,17 @@ class Cluster:
                 self.services.remove(service)
             elif isinstance(action, DeleteJob):
                 self.job_deleted = True
+            elif isinstance(action, CreatePodGroup):
+                assert self.pod_group is None, "duplicate create of the PodGroup"
+                self.pod_group = copy.deepcopy(action.pod_group)
+                self.pod_group["metadata"].update(uid=f"pg-uid-{next(_uids)}", resourceVersion="1")
+            elif isinstance(action, UpdatePodGroup):
+                assert self.pod_group is not None
+                assert action.pod_group["metadata"]["uid"] == self.pod_group["metadata"]["uid"]
+                self.pod_group = copy.deepcopy(action.pod_group)
+            elif isinstance(action, DeletePodGroup):
+                assert self.pod_group is not None and self.pod_group["metadata"]["uid"] == action.uid
+                self.pod_group = None
         self.job["status"] = copy.deepcopy(decision.status)
 
     def step(self, now: datetime = NOW) -> Decision:

@@ -158,3 +158,95 @@ async def test_a_failed_batch_lowers_its_expectation_and_sends_nothing_more():
         kind = "Pod" if observed[1].startswith("pods/") else "Service"
         expectations.creation_observed("default/test-tfjob", kind, observed[1].split("/", 1)[1])
     assert expectations.pending_until("default/test-tfjob") is None
+
+
+# --- PodGroups (gang scheduling) ---------------------------------------------------------------------
+class GangClient(FakeClient):
+    """Records (verb, resource/name) of every write; ``answers`` maps one to the error it gets."""
+
+    def __init__(self, answers: dict[tuple[str, str], Exception] | None = None) -> None:
+        super().__init__()
+        self.answers = answers or {}
+
+    async def _call(self, verb: str, name: str) -> dict[str, Any]:
+        self.sent.append((verb, name))
+        await anyio.sleep(0)
+        if (verb, name) in self.answers:
+            raise self.answers[(verb, name)]
+        return {}
+
+    async def replace(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("subresource") == "status":
+            self.sent.append(("status", body["metadata"]["name"]))
+            return body
+        return await self._call("update", f"{resource.plural}/{body['metadata']['name']}")
+
+
+def gang_executor(client: GangClient, recorder: Recorded) -> Executor:
+    from controller.tfjob.controller import pod_group_resource
+    from controller.tfjob.gang import gang_of
+
+    resource = pod_group_resource(gang_of("volcano"))  # type: ignore[arg-type]
+    return Executor(client, Expectations(lambda: 0.0), recorder, TFJobMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+                    max_concurrent=8, pod_groups=resource)
+
+
+POD_GROUP = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "test-tfjob", "namespace": "default"}, "spec": {"minMember": 1}}
+
+
+async def test_the_pod_group_is_written_before_any_pod():
+    from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
+
+    job = make_job(worker=1)
+    client, recorder = GangClient(), Recorded()
+    pod = {"metadata": {"name": "test-tfjob-worker-0"}}
+    for action in (CreatePodGroup(POD_GROUP), UpdatePodGroup(POD_GROUP)):
+        client.sent.clear()
+        decision = Decision((action, CreatePod(pod, "Worker", 0)), (), (), {}, None)
+        await gang_executor(client, recorder).apply("default/test-tfjob", job, decision)
+        verb = "create" if isinstance(action, CreatePodGroup) else "update"
+        assert client.sent == [(verb, "podgroups/test-tfjob"), ("create", "pods/test-tfjob-worker-0")]
+
+
+async def test_a_pod_group_that_already_exists_is_done_and_a_conflict_retries():
+    from controller.runtime.errors import AlreadyExists, Conflict
+    from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
+
+    job = make_job(worker=1)
+    exists = AlreadyExists(409, "AlreadyExists", "podgroups \"test-tfjob\" already exists")
+    client, recorder = GangClient({("create", "podgroups/test-tfjob"): exists}), Recorded()
+    await gang_executor(client, recorder).apply("k", job, Decision((CreatePodGroup(POD_GROUP),), (), (), {}, None))
+    assert recorder.events == []
+
+    stale = Conflict(409, "Conflict", "the object has been modified")
+    client = GangClient({("update", "podgroups/test-tfjob"): stale})
+    pod = {"metadata": {"name": "test-tfjob-worker-0"}}
+    decision = Decision((UpdatePodGroup(POD_GROUP), CreatePod(pod, "Worker", 0)), (), (), {}, None)
+    with pytest.raises(Conflict):
+        await gang_executor(client, recorder).apply("k", job, decision)
+    assert client.sent == [("update", "podgroups/test-tfjob")]  # no pod on a stale view of the group
+
+
+async def test_deleting_the_pod_group_is_reported_as_upstream_does():
+    from controller.runtime.errors import NotFound
+    from controller.tfjob.actions import DeletePodGroup
+
+    job = make_job(worker=1)
+    decision = Decision((DeletePodGroup("test-tfjob", "pg-uid"),), (), (), {}, None)
+    client, recorder = GangClient(), Recorded()
+    await gang_executor(client, recorder).apply("k", job, decision)
+    assert recorder.events == [("JobTerminated", "Job has been terminated. Deleting PodGroup"),
+                               ("SuccessfulDeletePodGroup", "Deleted PodGroup: test-tfjob")]
+
+    gone = NotFound(404, "NotFound", 'podgroups.scheduling.volcano.sh "test-tfjob" not found')
+    client, recorder = GangClient({("delete", "podgroups/test-tfjob"): gone}), Recorded()
+    await gang_executor(client, recorder).apply("k", job, decision)
+    assert recorder.events == []  # already gone: nothing happened, nothing to report
+
+    broken = ServerError(500, "InternalError", "etcdserver: request timed out")
+    client, recorder = GangClient({("delete", "podgroups/test-tfjob"): broken}), Recorded()
+    with pytest.raises(ServerError):
+        await gang_executor(client, recorder).apply("k", job, decision)
+    assert [reason for reason, _ in recorder.events] == ["JobTerminated", "FailedDeletePodGroup"]
+    assert recorder.events[1][1].startswith("Error deleting: unable to delete PodGroup: ")
