@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +119,20 @@ async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict
         pass
 
 
-async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient) -> str:
+def gang_rbac_manifests(gang: str) -> list[Path]:
+    """The PodGroup RBAC of the kustomize component of ``--gang-scheduler-name gang``."""
+    component = "gang-volcano" if gang == "volcano" else "gang-scheduler-plugins"
+    return [ROOT / "manifests" / "components" / component / f for f in ("cluster_role.yaml", "cluster_role_binding.yaml")]
+
+
+async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient, gang: str = "") -> str:
     """The kubeconfig the controller runs with: the cluster admin's on a plain cluster; on a secure one,
-    the manifests' ServiceAccount with its RBAC applied and a TokenRequest token."""
+    the manifests' ServiceAccount with its RBAC applied (and the gang component's, with ``gang``) and a
+    TokenRequest token."""
     assert cluster.kubeconfig_path
     if cluster.secure is None:
         return cluster.kubeconfig_path
-    for path in RBAC_MANIFESTS:
+    for path in RBAC_MANIFESTS + (gang_rbac_manifests(gang) if gang else []):
         body = yaml.safe_load(path.read_text())
         group, _, version = body["apiVersion"].rpartition("/")
         plural = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
@@ -139,15 +146,20 @@ async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient) -> str:
 
 
 async def start_operator(
-    cluster: SimCluster, *, workers: int = 2, config: DecideConfig = FAST_FAILOVER, install_crd: bool = True
+    cluster: SimCluster, *, workers: int = 2, config: DecideConfig = FAST_FAILOVER, install_crd: bool = True,
+    gang: str = "",
 ) -> Operator:
+    """The controller against ``cluster``; with ``gang``, as ``--gang-scheduler-name gang`` runs it (and, on a
+    secure cluster, with the RBAC of that mode's kustomize component)."""
     registry = CollectorRegistry()
     assert cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
     if install_crd:
         await _create_ignoring_existing(client, CRDS, yaml.safe_load(CRD_PATH.read_text()))
-    controller_client = await ApiClient.from_kubeconfig(await controller_kubeconfig(cluster, client),
+    controller_client = await ApiClient.from_kubeconfig(await controller_kubeconfig(cluster, client, gang),
                                                         registry=registry)
+    if gang:
+        config = replace(config, gang_scheduler=gang)
     controller = TFJobController(controller_client, registry=registry, workers=workers, decide_config=config)
     op = Operator(cluster, client, registry, controller)
 
@@ -161,7 +173,7 @@ async def start_operator(
 
     op.task = asyncio.create_task(run(), name="tfjob-controller")
     await eventually(
-        lambda: op.task.done() or all(i.has_synced() for i in (controller.jobs, controller.pods, controller.services)),
+        lambda: op.task.done() or all(i.has_synced() for i in controller.informers),
         what="controller caches to sync",
     )
     if op.task.done():
