@@ -168,7 +168,8 @@ def parse_quantity(value: Any) -> tuple[Decimal, bool] | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return Decimal(str(value)), False
+        number = Decimal(str(value))
+        return (number, False) if number.is_finite() else None
     if not isinstance(value, str):
         return None
     text = value.strip()

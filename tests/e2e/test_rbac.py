@@ -155,3 +155,85 @@ async def test_a_refused_request_names_the_missing_permission(operator: Operator
     assert 'missing RBAC permission: create resource "pods" in API group "" in the namespace "default"' in (
         event["message"]
     )
+
+
+# --- gang scheduling: the PodGroup rule of the mode's kustomize component -----------------------------------
+COMPONENTS = RBAC.parent / "components"
+GANG_MODES = {"volcano": ("gang-volcano", "scheduling.volcano.sh", "v1beta1"),
+              "scheduler-plugins-scheduler": ("gang-scheduler-plugins", "scheduling.x-k8s.io", "v1alpha1")}
+
+
+def gang_granted(scheduler: str) -> set[Permission]:
+    component = COMPONENTS / GANG_MODES[scheduler][0]
+    out: set[Permission] = set()
+    for rule in yaml.safe_load((component / "cluster_role.yaml").read_text())["rules"]:
+        out |= {(verb, group, resource) for group in rule["apiGroups"] for resource in rule["resources"]
+                for verb in rule["verbs"]}
+    return out
+
+
+async def gang_run(client: ApiClient, controller_kubeconfig: str, lease_namespace: str, scheduler: str) -> None:
+    """Every PodGroup request of ``--gang-scheduler-name scheduler``: start-up (discovery, list, watch), a job's
+    group created, updated (its minAvailable changed) and deleted (the job suspended)."""
+    from controller.runtime.client import Resource
+
+    _, group, version = GANG_MODES[scheduler]
+    pod_groups = Resource(group, version, "podgroups")
+    args = ("--kubeconfig", controller_kubeconfig, "--leader-election-namespace", lease_namespace,
+            "--gang-scheduler-name", scheduler)
+    async with ControllerProcess(*args) as controller:
+        policy = {"schedulingPolicy": {"minAvailable": 1}}
+        await client.create(TFJOBS, tfjob("gang", workers=2, dynamic=False, run_policy=policy), namespace="default")
+
+        async def min_member(expected: int) -> bool:
+            return (await client.get(pod_groups, "gang", namespace="default"))["spec"]["minMember"] == expected
+
+        await eventually(lambda: min_member(1), timeout=60, what="the job's PodGroup")
+        await client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}}}},
+                           namespace="default")
+        await eventually(lambda: min_member(2), timeout=60, what="the PodGroup updated")
+        await client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
+
+        async def deleted() -> bool:
+            try:
+                await client.get(pod_groups, "gang", namespace="default")
+            except NotFound:
+                return True
+            return False
+
+        await eventually(deleted, timeout=60, what="the suspended job's PodGroup deleted")
+    assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-3000:]
+
+
+def assert_gang_used_equals_granted(cluster: SimCluster, scheduler: str) -> None:
+    requests = controller_requests(cluster)
+    used = {as_permission(r.verb, r.resource) for r in requests if r.verb}
+    group = GANG_MODES[scheduler][1]
+    used_gang = {p for p in used if p[1] == group}
+    assert used_gang == gang_granted(scheduler)
+    allowed = granted("cluster_role.yaml", "leader_election_role.yaml") | gang_granted(scheduler)
+    assert used <= allowed, f"requests the roles do not allow (a 403 in production): {sorted(used - allowed)}"
+    assert {r.path for r in requests if not r.verb} <= NON_RESOURCE_PATHS | {f"/apis/{group}/{GANG_MODES[scheduler][2]}"}
+
+
+async def install_pod_group_crds(client: ApiClient) -> None:
+    """Both schedulers' PodGroup CRDs, as `kubectl apply -f controller/sim/crds/...` installs them."""
+    from controller.sim.crds import crd_documents
+
+    for scheduler in ("volcano", "scheduler-plugins"):
+        for crd in crd_documents(scheduler):
+            await client.create(CRDS, crd)
+
+
+@pytest.mark.parametrize("scheduler", list(GANG_MODES))
+async def test_gang_mode_uses_exactly_the_podgroup_rule_of_its_component(sim_cluster: SimCluster,
+                                                                        scheduler: str) -> None:
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
+    try:
+        await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await install_pod_group_crds(client)
+        await gang_run(client, sim_cluster.kubeconfig_path, "default", scheduler)
+    finally:
+        await client.close()
+    assert_gang_used_equals_granted(sim_cluster, scheduler)

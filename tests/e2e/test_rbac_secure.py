@@ -24,7 +24,15 @@ from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import eventually, tfjob
-from tests.e2e.test_rbac import RBAC, assert_used_equals_granted, representative_run
+from tests.e2e.test_rbac import (
+    GANG_MODES,
+    RBAC,
+    assert_gang_used_equals_granted,
+    assert_used_equals_granted,
+    gang_run,
+    install_pod_group_crds,
+    representative_run,
+)
 
 CONTROLLER_NAMESPACE = SERVICE_ACCOUNT = "tfjob-controller"
 MANIFESTS = RBAC.parent
@@ -103,3 +111,41 @@ async def test_without_a_rule_the_controller_fails_naming_the_missing_permission
     for record in controller.events():
         if "missing RBAC permission" in str(record):
             assert record["level"] in ("error", "warning"), record
+
+
+@pytest.mark.parametrize("scheduler", list(GANG_MODES))
+async def test_gang_mode_runs_with_its_components_rbac_without_a_403(
+    sim_cluster: SimCluster, kubectl: Any, tmp_path: Path, scheduler: str
+) -> None:
+    await install(kubectl)
+    component = MANIFESTS / "components" / GANG_MODES[scheduler][0]
+    rc, _, err = await kubectl("apply", "-f", str(component / "cluster_role.yaml"),
+                               "-f", str(component / "cluster_role_binding.yaml"))
+    assert rc == 0, err
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
+    try:
+        await install_pod_group_crds(client)
+        await gang_run(client, service_account_kubeconfig(sim_cluster, tmp_path), CONTROLLER_NAMESPACE, scheduler)
+    finally:
+        await client.close()
+    assert list(sim_cluster.server.auth.forbidden_log) == []
+    assert_gang_used_equals_granted(sim_cluster, scheduler)
+
+
+async def test_gang_mode_without_its_component_names_the_missing_podgroup_permission(
+    sim_cluster: SimCluster, kubectl: Any, tmp_path: Path
+) -> None:
+    await install(kubectl)  # the plain install: no PodGroup rule
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
+    try:
+        await install_pod_group_crds(client)
+        async with ControllerProcess("--kubeconfig", service_account_kubeconfig(sim_cluster, tmp_path),
+                                     "--leader-election-namespace", CONTROLLER_NAMESPACE,
+                                     "--gang-scheduler-name", "volcano") as controller:
+            missing = 'missing RBAC permission: list resource "podgroups" in API group "scheduling.volcano.sh"'
+            await eventually(lambda: any(missing in str(r) for r in controller.events()), timeout=60,
+                             what="the informer's error naming the missing PodGroup permission")
+    finally:
+        await client.close()

@@ -170,3 +170,49 @@ def test_scaling_a_running_job_past_the_cap_creates_nothing_more() -> None:
     decision = decide(job, pods, [], NOW, CONFIG)
     assert not [a for a in decision.actions if isinstance(a, CreatePod)]
     assert [e.reason for e in decision.events] == [api.REASON_FAILED_VALIDATION]
+
+
+@st.composite
+def pod_groups(draw: st.DrawFn, job: dict[str, Any]) -> Any:
+    """The job's PodGroup as a cache may hold it: well-formed, with a garbage spec or status, or not even an object."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(json_values)
+    meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    group: dict[str, Any] = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "fuzz", "namespace": "default", "uid": "pg", "resourceVersion": "3",
+                     "ownerReferences": [{"kind": "TFJob", "uid": meta.get("uid"), "controller": True}]},
+        "spec": draw(st.one_of(json_values, st.fixed_dictionaries({
+            "minMember": json_values, "queue": json_values, "minResources": json_values}))),
+        "status": draw(st.one_of(json_values, st.fixed_dictionaries({"phase": st.one_of(
+            st.sampled_from(["", "Pending", "Inqueue", "Running", "Unknown"]), json_values)}))),
+    }
+    return group
+
+
+resources = st.one_of(json_values, st.dictionaries(
+    st.sampled_from(["requests", "limits"]),
+    st.one_of(json_values, st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), st.one_of(
+        st.sampled_from(["500m", "1Gi", "1.5", "2e3", "-1", "NaN", "Infinity", "1x"]), scalars), max_size=3)),
+    max_size=2))
+
+
+@FUZZ
+@given(st.data(), st.sampled_from(["volcano", "scheduler-plugins"]))
+def test_decide_with_gang_scheduling_never_raises(data: st.DataObject, scheduler: str) -> None:
+    job = data.draw(jobs())
+    specs = job["spec"].get("tfReplicaSpecs") if isinstance(job.get("spec"), dict) else None
+    for spec in specs.values() if isinstance(specs, dict) else ():
+        template = spec.get("template") if isinstance(spec, dict) else None
+        pod_spec = template.get("spec") if isinstance(template, dict) else None
+        containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+        if isinstance(containers, list) and containers and isinstance(containers[0], dict):
+            containers[0]["resources"] = data.draw(resources)
+    pods, services = data.draw(children(job))
+    pod_group = data.draw(pod_groups(job))
+    config = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP,
+                          gang_scheduler=scheduler)
+    before = copy.deepcopy((job, pods, services, pod_group))
+    decision = decide(job, pods, services, NOW, config, pod_group=pod_group, priority_classes={"high": 10})
+    assert (job, pods, services, pod_group) == before, "decide must not mutate its inputs"
+    assert decide(job, pods, services, NOW, config, pod_group=pod_group, priority_classes={"high": 10}) == decision

@@ -147,7 +147,7 @@ def test_quantities_parse(text: Any, value: Decimal, binary: bool) -> None:
     assert gang.parse_quantity(text) == (value, binary)
 
 
-@pytest.mark.parametrize("text", ["", "Ki", "abc", "1 Gi", "1x", True, None])
+@pytest.mark.parametrize("text", ["", "Ki", "abc", "1 Gi", "1x", "NaN", "Infinity", True, None, float("nan"), float("inf")])
 def test_non_quantities_are_refused(text: Any) -> None:
     assert gang.parse_quantity(text) is None
 
