@@ -280,9 +280,10 @@ class TFJobController:
             if stored is not None:
                 self._written[key] = (job["metadata"].get("resourceVersion", ""), stored)
         except Conflict as exc:
-            # Our cached job is older than the server's: routine under concurrent writers (kubectl scale,
-            # the user). The watch event for the newer version is on its way; retry then, quietly.
-            self.log.info("stale job in cache; retrying", job=key, error=exc.message)
+            # Our cached job (or its PodGroup) is older than the server's: routine under concurrent writers
+            # (kubectl scale, the user, a gang scheduler's status update). The watch event for the newer
+            # version is on its way; retry then, quietly.
+            self.log.info("stale object in cache; retrying", job=key, error=exc.message)
             return Result(requeue=True)
         if decision.requeue_after is not None:
             return Result(requeue_after=decision.requeue_after)

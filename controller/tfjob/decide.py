@@ -269,7 +269,7 @@ def decide(
         return Decision((), (), (), copy.deepcopy(old_status), None)
     errors = validate(job) or validate_pod_count(job, config.max_pods_per_job)
     if errors:
-        return _Pass(job, old_status, [], [], now, config).invalid(summarize(errors))
+        return _Pass(job, old_status, [], [], now, config, pod_group).invalid(summarize(errors))
     return _Pass(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes).run()
 
 
@@ -400,6 +400,7 @@ class _Pass:
             self._event(api.EVENT_WARNING, api.REASON_FAILED_VALIDATION, message)
             self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
         if is_finished(self.conditions):
+            self._delete_pod_group()  # a job edited into an invalid one is finished: its gang goes
             # TTL still applies when its own field is usable: an invalid job must not linger forever.
             spec = self.job.get("spec") if isinstance(self.job.get("spec"), dict) else {}
             run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}

@@ -444,3 +444,12 @@ def test_a_dynamic_job_that_never_ran_still_waits_for_admission() -> None:
     cluster = Cluster(make_job(worker=2, dynamic=True), config=VOLCANO)
     decision = cluster.step()
     assert created_pod_names(decision) == [] and "lastReconcileTime" in decision.status
+
+
+def test_a_job_edited_into_an_invalid_one_deletes_its_pod_group() -> None:
+    cluster = running_gang_job(worker=1)
+    cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] = []
+    decision = cluster.step()
+    assert decision.status["conditions"][-1]["reason"] == "TFJobFailedValidation"
+    assert len(actions_of(decision, DeletePodGroup)) == 1
+    assert_converged(cluster)
