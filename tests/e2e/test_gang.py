@@ -4,6 +4,12 @@ the mode's kustomize component, manifests/components/gang-*).
 
 Without the flag the controller must behave exactly as before: not one PodGroup request, even with the CRDs
 installed (the simulator's request log).
+
+With ``--gang-scheduler-name volcano`` and ``scheduler-plugins-scheduler``, against the simulated gang schedulers
+(docs/simulator.md) on three 4-CPU nodes: upstream's SDK case (an unsatisfiable ``minAvailable`` keeps the job
+Created with no pod Running; lowering it lets it run and succeed), all-or-nothing (a gang of four one-node pods
+on three nodes gets no node at all), a dynamic job scaling past free capacity and failing over without waiting for
+the gang, suspend/resume and finish deleting the PodGroup, and the real kubectl listing PodGroups with their status.
 """
 
 from __future__ import annotations
@@ -115,3 +121,152 @@ def gang_job(name: str, *, workers: int, ps: int = 0, dynamic: bool = False, cpu
 def pod_groups_of(scheduler: str) -> Resource:
     return VOLCANO_PODGROUPS if scheduler == "volcano" else PLUGINS_PODGROUPS
 
+async def pod_group(operator: Operator, scheduler: str, name: str) -> dict[str, Any]:
+    return await operator.client.get(pod_groups_of(scheduler), name, namespace="default")
+
+
+async def absent(operator: Operator, scheduler: str, name: str) -> bool:
+    try:
+        await pod_group(operator, scheduler, name)
+    except NotFound:
+        return True
+    return False
+
+
+async def assert_nothing_runs(operator: Operator, name: str) -> None:
+    """The job stays Created with no pod Running, after the controller looked at it once more."""
+    await reconciled_once_more(operator, name)
+    job = await operator.job(name)
+    assert is_true(job, "Created") and not is_true(job, "Running"), conditions(job)
+    assert running_pods(await operator.pods(name)) == []
+
+
+async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_lowered(
+    gang_operator: Operator, scheduler: str, kubectl: Any
+) -> None:
+    # Upstream's SDK e2e (gang-scheduling.md §1.7): one worker, minAvailable 10.
+    manifest = gang_job("gang", workers=1, cpu="1", run_policy={"schedulingPolicy": {"minAvailable": 10}},
+                        annotations={"sim.tfjob.dev/run-seconds": "30"})
+    await gang_operator.client.create(TFJOBS, manifest, namespace="default")
+    group = await eventually(lambda: pod_group(gang_operator, scheduler, "gang"), what="the job's PodGroup")
+    assert group["spec"]["minMember"] == 10
+    for _ in range(3):  # upstream checks three times, 5 s apart; we check after three more passes
+        await assert_nothing_runs(gang_operator, "gang")
+
+    await gang_operator.client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}}},
+                                     namespace="default")
+
+    async def succeeded() -> bool:
+        return is_true(await gang_operator.job("gang"), "Succeeded")
+
+    await eventually(succeeded, timeout=60, what="the job to run and succeed once minAvailable is 1")
+    [pod] = await gang_operator.pods("gang")
+    assert pod["spec"]["schedulerName"] == scheduler
+    if scheduler == "volcano":
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "gang"
+        assert pod["metadata"]["annotations"]["volcano.sh/task-spec"] == "worker"
+    else:
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "gang"
+    await eventually(lambda: absent(gang_operator, scheduler, "gang"), what="the finished job's PodGroup deleted")
+    reasons = event_reasons(await gang_operator.events("gang"))
+    assert reasons.count("JobTerminated") == 1 and reasons.count("SuccessfulDeletePodGroup") == 1, reasons
+
+
+async def test_capacity_for_part_of_a_gang_schedules_none_of_it(gang_operator: Operator, scheduler: str) -> None:
+    # Four pods of a node each on three nodes: none of them runs, not three.
+    await gang_operator.client.create(TFJOBS, gang_job("big", workers=4), namespace="default")
+    await eventually(lambda: pod_group(gang_operator, scheduler, "big"), what="the job's PodGroup")
+    assert any("/podgroups" in r for r in gang_requests(gang_operator.cluster))  # what the plain test looks for
+    await assert_nothing_runs(gang_operator, "big")
+    if scheduler == "volcano":
+        # Volcano never admits a group whose minResources exceed the cluster: no pod is even created.
+        assert await gang_operator.pods("big") == []
+        assert (await pod_group(gang_operator, scheduler, "big")).get("status", {}).get("phase", "") in ("", "Pending")
+        assert "lastReconcileTime" in (await gang_operator.job("big"))["status"]
+    else:
+        pods = await gang_operator.pods("big")
+        assert len(pods) == 4 and all(not p["spec"].get("nodeName") for p in pods)
+    # Three pods fit: the same job scaled down to three runs.
+    await gang_operator.client.patch(TFJOBS, "big", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
+                                     namespace="default")
+
+    async def running() -> bool:
+        return is_true(await gang_operator.job("big"), "Running") and len(running_pods(await gang_operator.pods("big"))) == 3
+
+    await eventually(running, timeout=60, what="the three-worker gang to run")
+    assert (await pod_group(gang_operator, scheduler, "big"))["spec"]["minMember"] == 3
+
+
+async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_workers(
+    gang_operator: Operator, scheduler: str
+) -> None:
+    await create_and_wait_running(gang_operator, gang_job("dyn", workers=2, dynamic=True), running=2)
+    assert (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 2
+    # Two more workers, room for one: the one that fits runs, the other waits alone.
+    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}}},
+                                     namespace="default")
+
+    async def three_running() -> bool:
+        pods = await gang_operator.pods("dyn")
+        return len(pods) == 4 and len(running_pods(pods)) == 3
+
+    await eventually(three_running, timeout=60, what="the worker that fits to run")
+    await reconciled_once_more(gang_operator, "dyn")
+    job = await gang_operator.job("dyn")
+    assert is_true(job, "Running")
+    assert (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 2  # the gang did not grow
+    [waiting] = [p for p in await gang_operator.pods("dyn") if p["status"].get("phase") != "Running"]
+    assert not waiting["spec"].get("nodeName")
+
+    # A failed-over worker's replacement is not held behind the gang either.
+    running = running_pods(await gang_operator.pods("dyn"))
+    victim = running[0]["metadata"]
+    await gang_operator.client.delete(PODS, victim["name"], namespace="default", grace_period_seconds=0)
+
+    async def replaced() -> bool:
+        pods = running_pods(await gang_operator.pods("dyn"))
+        return len(pods) == 3 and victim["uid"] not in {p["metadata"]["uid"] for p in pods}
+
+    await eventually(replaced, timeout=60, what="the deleted worker replaced (or its slot taken by the waiting one)")
+
+    # Scaling down lowers the gang to what remains.
+    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
+                                     namespace="default")
+
+    async def shrunk() -> bool:
+        return (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 1
+
+    await eventually(shrunk, what="minMember lowered by the scale-down")
+
+
+async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_operator: Operator, scheduler: str,
+                                                                      kubectl: Any) -> None:
+    await create_and_wait_running(gang_operator, gang_job("pause", workers=2), running=2)
+    first = await pod_group(gang_operator, scheduler, "pause")
+    resource = pod_groups_of(scheduler).qualified
+    rc, out, err = await kubectl("get", resource, "-o",
+                                 "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
+    assert rc == 0, err
+    assert out.split("\n")[1].split() == ["pause", "Running", "2"], out
+    if scheduler == "volcano":  # Volcano's CRD prints its status and minMember itself
+        rc, out, err = await kubectl("get", resource)
+        assert rc == 0, err
+        header, row = out.strip().split("\n")
+        assert header.split()[:3] == ["NAME", "STATUS", "MINMEMBER"] and row.split()[:3] == ["pause", "Running", "2"]
+
+    await gang_operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
+    await eventually(lambda: absent(gang_operator, scheduler, "pause"), what="the suspended job's PodGroup deleted")
+    reasons = event_reasons(await gang_operator.events("pause"))
+    assert reasons.count("JobTerminated") == 1 and reasons.count("SuccessfulDeletePodGroup") == 1, reasons
+    rc, out, err = await kubectl("get", resource)
+    assert rc == 0 and "pause" not in out, out + err
+
+    await gang_operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": False}}}, namespace="default")
+
+    async def resumed() -> bool:
+        job = await gang_operator.job("pause")
+        return not is_true(job, "Suspended") and len(running_pods(await gang_operator.pods("pause"))) == 2
+
+    await eventually(resumed, timeout=60, what="the resumed job's pods to run")
+    second = await pod_group(gang_operator, scheduler, "pause")
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
