@@ -244,15 +244,22 @@ async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_oper
     await create_and_wait_running(gang_operator, gang_job("pause", workers=2), running=2)
     first = await pod_group(gang_operator, scheduler, "pause")
     resource = pod_groups_of(scheduler).qualified
-    rc, out, err = await kubectl("get", resource, "-o",
-                                 "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
-    assert rc == 0, err
-    assert out.split("\n")[1].split() == ["pause", "Running", "2"], out
-    if scheduler == "volcano":  # Volcano's CRD prints its status and minMember itself
-        rc, out, err = await kubectl("get", resource)
+
+    async def kubectl_shows_it_running() -> bool:
+        # The scheduler's status update may follow the pods' start by a cycle.
+        rc, out, err = await kubectl("get", resource, "-o",
+                                     "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
         assert rc == 0, err
-        header, row = out.strip().split("\n")
-        assert header.split()[:3] == ["NAME", "STATUS", "MINMEMBER"] and row.split()[:3] == ["pause", "Running", "2"]
+        assert out.split("\n")[1].split() == ["pause", "Running", "2"], out
+        if scheduler == "volcano":  # Volcano's CRD prints its status and minMember itself
+            rc, out, err = await kubectl("get", resource)
+            assert rc == 0, err
+            header, row = out.strip().split("\n")
+            assert header.split()[:3] == ["NAME", "STATUS", "MINMEMBER"], out
+            assert row.split()[:3] == ["pause", "Running", "2"], out
+        return True
+
+    await eventually(kubectl_shows_it_running, timeout=30, what="kubectl to list the Running PodGroup")
 
     await gang_operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
     await eventually(lambda: absent(gang_operator, scheduler, "pause"), what="the suspended job's PodGroup deleted")
