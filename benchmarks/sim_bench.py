@@ -387,7 +387,9 @@ async def main() -> int:
         "other work on the machine lowers every rate. Server CPU per create moves much less with the load.",
         f"Medians of {args.runs} runs of `benchmarks/sim_bench.py{' --secure' if args.secure else ''}`. The "
         "simulator runs in its own process (kubelet and GC off); the client runs in the benchmark process. Watch "
-        "rates count complete event lines received (no per-event decoding: the ceiling of any reader).",
+        "rates count complete event lines received (no per-event decoding: the ceiling of any reader). Where a TFJob "
+        "create's CPU goes, with and without distinct replica specs: [profiles/README.md](profiles/README.md#"
+        "simulator-tfjob-creates-whose-replica-specs-all-differ-issue-11-item-4).",
         *(["Secure mode: HTTPS (the cluster's CA verified), the admin's bearer token, every request authenticated "
            "and authorized; the targets are the default plain-HTTP mode's."] if args.secure else []),
         "",
