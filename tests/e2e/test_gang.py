@@ -277,3 +277,29 @@ async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_oper
     await eventually(resumed, timeout=60, what="the resumed job's pods to run")
     second = await pod_group(gang_operator, scheduler, "pause")
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
+
+
+async def test_upstreams_ci_setup_flag_scheduler_plugins_with_the_scheduler_named_in_the_templates(
+    sim_cluster: SimCluster,
+) -> None:
+    # training-operator's CI runs `--gang-scheduler-name=scheduler-plugins` with templates naming the real scheduler,
+    # `scheduler-plugins-scheduler` (gang-scheduling.md §1.8): the template's name is kept, with a warning per pod.
+    operator = await start_operator(sim_cluster, gang="scheduler-plugins")
+    try:
+        manifest = gang_job("ci", workers=2, cpu="1", run_policy={"schedulingPolicy": {"minAvailable": 2}})
+        for spec in manifest["spec"]["tfReplicaSpecs"].values():
+            spec["template"]["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
+        await create_and_wait_running(operator, manifest, running=2)
+        for pod in await operator.pods("ci"):
+            assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+            assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "ci"
+        group = await operator.client.get(PLUGINS_PODGROUPS, "ci", namespace="default")
+        assert group["spec"] == {"minMember": 2, "minResources": {"cpu": "2"}}
+        [warning] = [e for e in await operator.events("ci") if e["reason"] == "SetPodTemplateSchedulerName"]
+        assert warning["type"] == "Warning" and warning.get("count", 1) == 2  # one per pod created, aggregated
+        assert warning["message"] == ("Another scheduler is specified when gang-scheduling is enabled and it will "
+                                      "not be overwritten")
+        assert operator.task is not None and not operator.task.done(), "the controller task ended"
+    finally:
+        await operator.stop()
+    assert not refused(sim_cluster), refused(sim_cluster)
