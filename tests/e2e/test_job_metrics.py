@@ -6,6 +6,8 @@ standby reports none); failover latency and time to running are measured from po
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controller.runtime.client import NAMESPACES, PODS, ApiClient
@@ -29,12 +31,15 @@ async def test_jobs_by_state_time_to_running_and_failover_latency(operator: Oper
                      what="time to running observed once")
     assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0
 
+    killed = time.time()
     await annotate_pod(operator, "gauged-worker-1", {EXIT_CODE: "137"})
     labels = {"job_namespace": "default", "reason": "OOMKilled"}
     await eventually(lambda: value("tfjob_worker_failover_seconds_count", labels) == 1, what="failover latency")
+    seen = time.time()
     # A first failover is replaced as soon as the pod is gone (no back-off): the latency is the kill, the
-    # create and the start, plus up to 1 s because lastFailoverTime has whole seconds.
-    assert 0 < value("tfjob_worker_failover_seconds_sum", labels) < 10.0
+    # create and the start, so it lies within what this test waited, plus up to 1 s because lastFailoverTime
+    # has whole seconds (a bound in seconds would be a timed test).
+    assert 0 < value("tfjob_worker_failover_seconds_sum", labels) <= seen - killed + 1.0
     # A replacement that runs is one failover: the time to running of the job is not measured again.
     assert value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1
     assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0

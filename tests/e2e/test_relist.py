@@ -79,9 +79,10 @@ async def test_a_pod_created_and_deleted_while_the_watch_was_down_does_not_freez
     await eventually(lambda: relisted_at, timeout=30.0, what="the controller's pods relist after the 410")
     recovered = relisted_at[0]
 
-    # The bug kept this pending for 300 s; a generous deadline only makes a regression fail fast.
-    created_at = await eventually(lambda: added_at.get(f"{JOB}-worker-3"), timeout=15.0, what="worker-3 created")
-    assert created_at - recovered < 1.0, f"worker-3 seen {created_at - recovered:.3f} s after the relist"
+    # The bug kept this pending for 300 s (until the expectations expired): within 30 s of the relist is the fix, and
+    # a bound of a second or so would be a timed test that a loaded machine fails.
+    created_at = await eventually(lambda: added_at.get(f"{JOB}-worker-3"), timeout=30.0, what="worker-3 created")
+    assert created_at - recovered < 30.0, f"worker-3 seen {created_at - recovered:.3f} s after the relist"
 
     async def converged() -> bool:
         job = await operator.job(JOB)

@@ -9,7 +9,6 @@ empty due queue cannot act until the next store change.
 
 from __future__ import annotations
 
-import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
@@ -387,13 +386,10 @@ async def test_work_is_proportional_to_the_change_not_the_store_size() -> None:
         await anyio.wait_all_tasks_blocked()
         assert len(gc.dependents_of(owners[7]["metadata"]["uid"])) == 50
         gets, lists = store.gets, store.lists
-        started = time.perf_counter()
         store.delete("configmaps", NS, "owner-7")
         await rec.until(lambda: not gc.dependents_of(owners[7]["metadata"]["uid"]))
-        elapsed = time.perf_counter() - started
         await anyio.wait_all_tasks_blocked()
         # 50 dependents: one read each to decide, plus what their deletion triggers; no relist.
         assert store.lists == lists
         assert store.gets - gets <= 3 * 50 + 10
-        assert elapsed < 2.0
         assert sum(1 for i in range(5000) if cm(store, f"cm-{i}") is None) == 50

@@ -59,7 +59,7 @@ async def test_delete_with_default_grace_is_over_in_about_a_second(kubectl: Kube
     assert (await run(kubectl, "delete", "pod", "trainer")).strip() == 'pod "trainer" deleted'
     elapsed = time.monotonic() - start
     # kubectl waits until the pod is gone: the process died of SIGTERM, nobody waited for 30 s.
-    assert elapsed < 15, f"deletion took {elapsed:.1f} s: the 30 s grace period was waited out"
+    assert elapsed < 25, f"deletion took {elapsed:.1f} s: the 30 s grace period was waited out"
     assert sim_cluster.store.get("pods", "default", "trainer") is None
     assert terminated(last["trainer"]) == ("Failed", 143, "Error")
 
