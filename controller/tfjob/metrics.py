@@ -16,7 +16,8 @@ namespaces a scoped controller watches (``--namespace``). Existing is not enough
 namespaces learns of a new namespace from its first job, and reconciles that job (the ``created`` increment) long
 before the next scrape, so the series would still be *exposed* for the first time at 1. Hence the rule this module
 keeps: a namespace's increments and observations are held until one complete collection of the registry (a scrape)
-has exposed its series at 0, then applied; the first increment is seen one scrape later instead of never.
+has exposed its series at 0, then applied; the first increment is seen one scrape later instead of never. A hold
+lasts at most ``HOLD_LIMIT`` (Prometheus' 5-minute lookback), so a controller nobody scrapes keeps nothing.
 Label cardinality stays bounded: no job or pod names, and a namespace's series are removed once its last job has
 been gone for ``namespace_linger`` seconds (long enough for any sane scrape interval to see the final increments,
 e.g. the TTL deletion of that last job).
@@ -47,6 +48,10 @@ FAILOVER_REASONS: tuple[str, ...] = (
 METRIC_FAILOVER_SECONDS = "tfjob_worker_failover_seconds"
 METRIC_TIME_TO_RUNNING = "tfjob_job_time_to_running_seconds"
 
+# Seconds a namespace's first increments wait for a scrape to show its series at 0. Prometheus' lookback is 5
+# minutes: a target scraped more rarely than that cannot be rate()d at all, and a controller nobody scrapes must
+# not keep every increment it ever made in memory.
+HOLD_LIMIT = 300.0
 # Seconds; a failover includes the back-off (10 s doubling to 5 min) plus scheduling and start-up.
 FAILOVER_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0)
 # Seconds from creation until every replica runs: image pulls and scheduling dominate.
@@ -112,9 +117,10 @@ class TFJobMetrics:
         monotonic: Callable[[], float] = time.monotonic,
         pinned_namespaces: Iterable[str] = (),
     ) -> None:
-        # Namespaces whose series have not yet been exposed at 0 by a complete collection, with what happened
-        # in them meanwhile (applied in order once exposed); and the ones a collection under way is exposing.
-        self._held: dict[str, list[Callable[[], None]]] = {}
+        # Namespaces whose series have not yet been exposed at 0 by a complete collection: since when (monotonic),
+        # and what happened in them meanwhile (applied in order once exposed); and the ones a collection under way
+        # is exposing.
+        self._held: dict[str, tuple[float, list[Callable[[], None]]]] = {}
         self._exposing: frozenset[str] = frozenset()
         registry.register(_Marker(self._collection_started))
         self._counters: dict[str, Counter] = {
@@ -159,7 +165,7 @@ class TFJobMetrics:
         if namespace in self._namespaces:
             return
         self._namespaces.add(namespace)
-        self._held[namespace] = []
+        self._held[namespace] = (self._monotonic(), [])
         for name, counter in self._counters.items():
             for values in _label_sets(name, namespace):
                 counter.labels(*values)
@@ -220,10 +226,19 @@ class TFJobMetrics:
     def _record(self, namespace: str, apply: Callable[[], None]) -> None:
         self.namespace_seen(namespace)
         held = self._held.get(namespace)
+        if held is not None and self._monotonic() - held[0] >= HOLD_LIMIT:
+            # Nobody scrapes (or too rarely for rate() to work anyway): holding longer would only grow memory.
+            self._release(namespace)
+            held = None
         if held is None:
             apply()
         else:
-            held.append(apply)
+            held[1].append(apply)
+
+    def _release(self, namespace: str) -> None:
+        _since, held = self._held.pop(namespace, (0.0, []))
+        for apply in held:
+            apply()
 
     # -- exposure: a complete collection shows a new namespace's series at 0 before anything counts in them ---
 
@@ -234,6 +249,5 @@ class TFJobMetrics:
         # Only the namespaces held when this collection began: one seen since (e.g. by a collector registered
         # later in the same collection) had its series read before they existed.
         for namespace in self._exposing:
-            for apply in self._held.pop(namespace, ()):
-                apply()
+            self._release(namespace)
         self._exposing = frozenset()

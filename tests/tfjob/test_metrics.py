@@ -7,7 +7,7 @@ from prometheus_client.registry import Collector
 
 from controller.tfjob import api
 from controller.tfjob.actions import MetricInc
-from controller.tfjob.metrics import TFJobMetrics
+from controller.tfjob.metrics import HOLD_LIMIT, TFJobMetrics
 from tests.scrape import scraped
 
 
@@ -151,3 +151,19 @@ def test_a_namespace_first_seen_during_a_scrape_waits_for_the_next_one():
     metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "team-a"))))
     assert exposed(registry, CREATED_TEAM_A) == "0.0"
     assert exposed(registry, CREATED_TEAM_A) == "1.0"
+
+
+def test_without_a_scrape_the_held_increments_are_applied_after_the_hold_limit():
+    # A controller nobody scrapes must not keep every increment in memory.
+    clock = [0.0]
+    registry = CollectorRegistry()
+    metrics = TFJobMetrics(registry, monotonic=lambda: clock[0])
+    created = MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "team-a")))
+    labels = {"job_namespace": "team-a", "framework": "tensorflow"}
+    metrics.inc(created)
+    clock[0] = HOLD_LIMIT - 1
+    metrics.inc(created)
+    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 0  # held, unscraped
+    clock[0] = HOLD_LIMIT
+    metrics.inc(created)
+    assert registry.get_sample_value("training_operator_jobs_created_total", labels) == 3
