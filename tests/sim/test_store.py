@@ -3,6 +3,8 @@ kubelet and GC use. HTTP-specific behaviour is in test_http.py."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from controller.sim.errors import ApiError
@@ -506,6 +508,22 @@ def test_crd_is_served_at_once_with_status(crd_store: Store) -> None:
     assert created["apiVersion"] == "example.com/v1" and created["metadata"]["generation"] == 1
     assert "status" not in created  # dropped on create with a status subresource
     assert created["spec"] == {"replicas": 1, "maxReplicas": 10, "color": "red"}  # defaults
+
+
+def test_a_crd_update_brings_new_rules_and_defaults_not_remembered_ones(crd_store: Store) -> None:
+    """CEL results are remembered and defaulting planned per CRD version: after the CRD changes, the
+    very spec that passed meets the new rule, and new objects get the new default."""
+    crds = "customresourcedefinitions.apiextensions.k8s.io"
+    assert crd_store.create("widgets.example.com", "default", widget("a", 3, maxReplicas=5))["spec"]["color"] == "red"
+    crd = copy.deepcopy(crd_store.get(crds, None, "widgets.example.com"))
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["x-kubernetes-validations"] = [{"rule": "self.replicas < self.maxReplicas - 2",
+                                                "message": "leave room for two"}]
+    spec_schema["properties"]["size"] = {"type": "string", "default": "m"}
+    crd_store.update(crds, None, "widgets.example.com", crd)
+    with pytest.raises(ApiError, match="leave room for two"):
+        crd_store.create("widgets.example.com", "default", widget("b", 3, maxReplicas=5))
+    assert crd_store.create("widgets.example.com", "default", widget("c", 3, maxReplicas=6))["spec"]["size"] == "m"
 
 
 def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
