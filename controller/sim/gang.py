@@ -119,6 +119,7 @@ class _Pods:
 
     pending: list[dict] = field(default_factory=list)  # no node, not terminating, not finished
     bound: list[dict] = field(default_factory=list)  # on a node, not terminating, not finished
+    done: list[dict] = field(default_factory=list)  # phase Succeeded
     running: int = 0  # phase Running, not terminating
     succeeded: int = 0
     failed: int = 0
@@ -132,6 +133,7 @@ class _Pods:
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Succeeded":
                 out.succeeded += 1
+                out.done.append(pod)
             elif phase == "Failed":
                 out.failed += 1
             elif (pod.get("metadata") or {}).get("deletionTimestamp"):
@@ -407,18 +409,21 @@ class GangScheduler:
                                             "resource in cluster is overused", component=VOLCANO_COMPONENT)
         outcome = _VolcanoOutcome()
         ready = len(state.bound) + state.succeeded
-        valid = len(state.pending) + ready >= min_member and self._volcano_tasks_valid(spec, pods, min_member)
+        # JobValid: enough live pods, in total and per task.
+        valid = len(state.pending) + ready >= min_member and \
+            _task_minimums_met(spec, min_member, state.pending + state.bound + state.done)
         # BestEffort pods (no requests) are left to the backfill action and count as ready while pending.
         best_effort = [p for p in state.pending if self._requests(p) == (0, 0)]
         if phase not in ("", "Pending") and valid:
             requesting = [p for p in state.pending if self._requests(p) != (0, 0)]
-            ready += self._volcano_allocate(requesting, ready + len(best_effort), min_member, outcome)
-            if ready + len(best_effort) >= min_member:
+            ready += self._volcano_allocate(requesting, state.bound + state.done + best_effort, spec, min_member,
+                                            outcome)
+            if _gang_ready(spec, min_member, state.bound + state.done + best_effort):
                 ready += self._volcano_backfill(best_effort, outcome)
         if outcome.bound:
             state = _Pods.of([self._store.get("pods", *_ns_name(p)) or p for p in pods])
-        best_effort_left = sum(1 for p in state.pending if self._requests(p) == (0, 0))
-        job_ready = ready + best_effort_left >= min_member
+        job_ready = _gang_ready(spec, min_member, state.bound + state.done +
+                                [p for p in state.pending if self._requests(p) == (0, 0)])
         histogram = self._volcano_histogram(state, outcome, min_member)
         if job_ready:
             cond = {"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled",
@@ -461,10 +466,11 @@ class GangScheduler:
                 self._volcano_pod_condition(pod, "Unschedulable",
                                             outcome.fit_errors.get(uid) or job_fit_errors or "all nodes are unavailable")
 
-    def _volcano_allocate(self, pending: list[dict], ready: int, min_member: int,
+    def _volcano_allocate(self, pending: list[dict], ready: list[dict], spec: dict, min_member: int,
                           outcome: "_VolcanoOutcome") -> int:
         """The allocate action's statement: place pending tasks in order until one fits nowhere; bind
-        them all if the job is then ready, else discard them. Returns how many were bound."""
+        them all if the job is then ready (with the ``ready`` pods), else discard them. Returns how
+        many were bound."""
         extra: dict[str, tuple[int, int, int]] = {}
         placed: list[tuple[dict, str]] = []
         for pod in sorted(pending, key=_task_order):
@@ -474,7 +480,7 @@ class GangScheduler:
                 break
             self._add(extra, node, self._requests(pod))
             placed.append((pod, node))
-        if placed and ready + len(placed) >= min_member:
+        if placed and _gang_ready(spec, min_member, ready + [pod for pod, _node in placed]):
             for pod, node in placed:
                 self._bind(pod, node, VOLCANO_COMPONENT)
             outcome.bound += len(placed)
@@ -526,20 +532,6 @@ class GangScheduler:
             return None, f"0/{len(nodes)} nodes are unavailable: {parts}." if parts else \
                 f"0/{len(nodes)} nodes are unavailable"
         return min(candidates, key=lambda n: kubelet.score(n, cpu, mem, extra.get(n.name))).name, ""
-
-    @staticmethod
-    def _volcano_tasks_valid(spec: dict, pods: list[dict], min_member: int) -> bool:
-        """JobValid's per-task minimums (skipped when they add up to more than minMember)."""
-        minimums = {k: _int(v) for k, v in (spec.get("minTaskMember") or {}).items()}
-        if not minimums or min_member < sum(minimums.values()):
-            return True
-        actual: dict[str, int] = {}
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") == "Failed" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            task = ((pod.get("metadata") or {}).get("annotations") or {}).get(VOLCANO_TASK_ANNOTATION, "")
-            actual[task] = actual.get(task, 0) + 1
-        return all(actual.get(task, 0) >= minimum for task, minimum in minimums.items() if minimum)
 
     def _volcano_enqueueable(self, pg: dict) -> bool:
         """The enqueue action: no minResources admits at once; else the overcommit plugin's check of
@@ -730,6 +722,25 @@ class GangScheduler:
             patch.update({k: None for k in status if k not in new})
             self._store.patch(SP_PODGROUPS, namespace, name, "merge", {"status": patch}, subresource="status",
                               field_manager=SP_CONTROLLER)
+
+
+def _task_minimums_met(spec: dict, min_member: int, pods: list[dict]) -> bool:
+    """Per-task minimums (``minTaskMember``, tasks named by the volcano.sh/task-spec annotation) met by
+    ``pods``; not checked when they add up to more than minMember, as Volcano skips them then."""
+    minimums = {k: _int(v) for k, v in (spec.get("minTaskMember") or {}).items()}
+    if not minimums or min_member < sum(minimums.values()):
+        return True
+    actual: dict[str, int] = {}
+    for pod in pods:
+        task = ((pod.get("metadata") or {}).get("annotations") or {}).get(VOLCANO_TASK_ANNOTATION, "")
+        actual[task] = actual.get(task, 0) + 1
+    return all(actual.get(task, 0) >= minimum for task, minimum in minimums.items() if minimum)
+
+
+def _gang_ready(spec: dict, min_member: int, ready: list[dict]) -> bool:
+    """The gang plugin's JobReady: the ready pods (bound, succeeded, placed, pending BestEffort) reach
+    minMember and every task's minimum."""
+    return len(ready) >= min_member and _task_minimums_met(spec, min_member, ready)
 
 
 def _post_filter(preemption: str, assigned: int, min_member: int, group: str, pod: str) -> tuple[str, bool]:

@@ -217,6 +217,16 @@ class TestVolcano:
                                   pg_status(store, VOLCANO_PG), DEADLINE, what="both pods succeeded")
         assert status.get("succeeded") == 2 and "running" not in status  # omitempty, as Volcano writes it
 
+    async def test_min_task_member_holds_the_gang_until_every_task_has_its_pods(self, sim_cluster: SimCluster) -> None:
+        store = sim_cluster.store
+        store.create(VOLCANO_PG, "default", volcano_group(minMember=2, minTaskMember={"ps": 1, "worker": 1}))
+        for i in range(2):
+            store.create("pods", "default", make_pod(f"job-worker-{i}", annotations={"volcano.sh/task-spec": "worker"}))
+        await eventually(lambda: scheduled_condition(store, "job-worker-0"), DEADLINE)
+        assert node_of(store, "job-worker-0") is None and node_of(store, "job-worker-1") is None  # no ps yet
+        store.create("pods", "default", make_pod("job-ps-0", annotations={"volcano.sh/task-spec": "ps"}))
+        await eventually(lambda: pg_status(store, VOLCANO_PG).get("running") == 3, DEADLINE)
+
     async def test_a_pod_whose_podgroup_is_missing_waits_with_a_reason(self, sim_cluster: SimCluster) -> None:
         store = sim_cluster.store
         store.create("pods", "default", make_pod("lonely", group="ghost"))
