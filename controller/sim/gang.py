@@ -14,12 +14,13 @@ Contract:
   ``KubeletConfig.gang_scheduler_names`` (``volcano`` and ``scheduler-plugins-scheduler``).
 - Membership: Volcano, annotation ``scheduling.k8s.io/group-name`` on a pod of a Volcano scheduler
   name; scheduler-plugins, label ``scheduling.x-k8s.io/pod-group`` (any pod with the label counts
-  toward the group, as in the plugin and its controller). A Volcano pod without the annotation is
-  a group of one (Volcano's controller gives it a shadow PodGroup of minMember 1; none is created
-  here); a scheduler-plugins pod without the label is scheduled alone.
+  toward the group, as in the plugin and its controller). A gang scheduler's pod in no group is
+  scheduled alone by the kubelet's scheduler under that scheduler's name (Volcano would give it a
+  shadow PodGroup of minMember 1: the same placement, here with kube-scheduler's messages).
 - Event-driven, no polling: a group is evaluated when one of its pods or its PodGroup changes in a
-  way that matters (creation, deletion, spec, node, phase), and every group when capacity is freed
-  or nodes change (the moments the kubelet retries unschedulable pods). The store listener only
+  way that matters (creation, deletion, spec, node, phase), and every group that waits (pods without
+  a node, or a Volcano group not yet enqueued) when capacity is freed or nodes change (the moments
+  the kubelet retries unschedulable pods). The store listener only
   marks groups dirty; :meth:`GangScheduler.process`, called from the kubelet's worker, writes.
 - Placement reuses the kubelet's node accounting and filters (:meth:`Kubelet.find_node`); pods placed
   tentatively count on their node until the group is committed (all bound) or discarded (none).
@@ -40,6 +41,7 @@ import structlog
 from controller.sim.errors import ApiError
 from controller.sim.events import object_reference
 from controller.sim.resources import set_condition
+from controller.sim.store import CRD_RESOURCE
 
 if TYPE_CHECKING:
     from controller.sim.kubelet import Kubelet
@@ -52,7 +54,6 @@ SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 VOLCANO_QUEUES = "queues.scheduling.volcano.sh"
 SP_PODGROUPS = "podgroups.scheduling.x-k8s.io"
-CRD_RESOURCE = "customresourcedefinitions.apiextensions.k8s.io"
 PODGROUP_RESOURCES = {VOLCANO: VOLCANO_PODGROUPS, SCHEDULER_PLUGINS: SP_PODGROUPS}
 # Store changes besides pods and nodes the gang schedulers listen to.
 GANG_RESOURCES = frozenset({VOLCANO_PODGROUPS, SP_PODGROUPS, VOLCANO_QUEUES, CRD_RESOURCE})
