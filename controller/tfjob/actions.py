@@ -115,3 +115,6 @@ class Decision:
     metrics: tuple[MetricInc, ...]
     status: dict[str, Any]  # the complete new .status; written iff != the old status
     requeue_after: float | None  # seconds until the next timed transition, never polling
+    # Gang scheduling: the status to write instead if the API refuses the PodGroup write (the job then
+    # waits as for an unadmitted gang: no pods, lastReconcileTime set); None without PodGroup writes.
+    gang_failed_status: dict[str, Any] | None = None

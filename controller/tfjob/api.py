@@ -125,6 +125,9 @@ EV_SET_POD_TEMPLATE_SCHEDULER_NAME: Final = "SetPodTemplateSchedulerName"
 EV_JOB_TERMINATED: Final = "JobTerminated"
 EV_SUCCESSFUL_DELETE_POD_GROUP: Final = "SuccessfulDeletePodGroup"
 EV_FAILED_DELETE_POD_GROUP: Final = "FailedDeletePodGroup"
+# Ours (upstream only logs PodGroup sync failures): the API refused the job's PodGroup, or it is foreign.
+EV_FAILED_CREATE_POD_GROUP: Final = "FailedCreatePodGroup"
+EV_FAILED_UPDATE_POD_GROUP: Final = "FailedUpdatePodGroup"
 # Outcome events the executor emits after applying an action (listed so both sides share names).
 EV_SUCCESSFUL_CREATE_POD: Final = "SuccessfulCreatePod"
 EV_FAILED_CREATE_POD: Final = "FailedCreatePod"

@@ -47,12 +47,11 @@ from controller.runtime.cache import (
     object_key,
 )
 from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
-from controller.runtime.errors import Conflict
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.runner import Controller, Result
-from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError
+from controller.runtime.errors import ApiError, Conflict, ResponseDecodeError, TransportError
 from controller.runtime.served import resource_served, wait_until_served
 from controller.tfjob import api, gang as ganglib
 from controller.tfjob.decide import DecideConfig, decide

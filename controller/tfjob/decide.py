@@ -273,6 +273,14 @@ def decide(
     return _Pass(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes).run()
 
 
+def _earlier_incarnation(obj: dict[str, Any], job_name: str) -> bool:
+    refs = podlib.metadata(obj).get("ownerReferences")
+    return isinstance(refs, list) and any(
+        isinstance(r, dict) and r.get("controller") is True and r.get("kind") == api.KIND and r.get("name") == job_name
+        for r in refs
+    )
+
+
 def _managed_externally(job: dict[str, Any]) -> bool:
     spec = job.get("spec")
     run_policy = spec.get("runPolicy") if isinstance(spec, dict) else None
@@ -317,7 +325,16 @@ class _Pass:
         self.gang = ganglib.gang_of(config.gang_scheduler)
         owned_groups = self._owned([pod_group]) if self.gang is not None else []
         self.pod_group: dict[str, Any] | None = owned_groups[0] if owned_groups else None
+        # A group under the job's name controlled by someone else; not one of an earlier job of this name
+        # that the garbage collector has yet to remove (the new job's own group follows it).
+        self.foreign_pod_group = (
+            pod_group
+            if self.gang is not None and isinstance(pod_group, dict) and not owned_groups
+            and not _earlier_incarnation(pod_group, self.name)
+            else None
+        )
         self.priority_classes: Mapping[str, int] = priority_classes or {}
+        self.gang_failed_status: dict[str, Any] | None = None
 
     # --- helpers -------------------------------------------------------------------------------
     def _old_time(self, key: str) -> str | None:
@@ -380,7 +397,11 @@ class _Pass:
             metrics=tuple(self.metrics),
             status=status,
             requeue_after=min(self.timers) if self.timers else None,
+            gang_failed_status=self.gang_failed_status if self._writes_pod_group() else None,
         )
+
+    def _writes_pod_group(self) -> bool:
+        return any(isinstance(a, CreatePodGroup | UpdatePodGroup) for a in self.actions)
 
     def _base_status(self) -> dict[str, Any]:
         status = {k: copy.deepcopy(v) for k, v in self.old_status.items()}
@@ -440,7 +461,7 @@ class _Pass:
         limit_message = self._backoff_or_deadline()
         if limit_message is not None:
             return self._fail_on_limit(*limit_message)
-        if self.gang is not None and self._sync_pod_group():
+        if self.gang is not None and self._sync_pod_group(started):
             return self._wait_for_gang(started)
         return self._reconcile()
 
@@ -607,14 +628,29 @@ class _Pass:
         return self._decision(self._status(self._replica_statuses(), None))
 
     # --- gang scheduling (gang.py) -------------------------------------------------------------
-    def _sync_pod_group(self) -> bool:
+    def _sync_pod_group(self, started: bool) -> bool:
         """Create or update the job's PodGroup (reference §1.6); True while its pods must wait (§1.7).
 
         A dynamic job that runs never waits: the group was admitted when it started, and a failed-over
         worker's replacement or a scaled-up worker is scheduled on its own (gang.py)."""
         assert self.gang is not None
-        running = is_true(self.conditions, api.COND_RUNNING)
         existing = self.pod_group
+        if existing is None and self.foreign_pod_group is not None:
+            # Upstream's Create fails AlreadyExists and it logs; say it where the user looks instead.
+            self._event(
+                api.EVENT_WARNING, api.EV_FAILED_CREATE_POD_GROUP,
+                f"PodGroup {self.namespace}/{self.name} exists and is not controlled by TFJob {self.name}; "
+                "the job's pods wait for it to be deleted" if self.gang.volcano else
+                f"PodGroup {self.namespace}/{self.name} exists and is not controlled by TFJob {self.name}; "
+                "the job's pods join it as it is",
+            )
+            return ganglib.blocks_pods(self.gang, None)
+        # "Has run" must survive a Restarting episode (a PS/Chief restart replaces the Running condition)
+        # and a controller restart, so it is read from the stored conditions and the live pods: Restarting
+        # with pods still there is a running gang; after a suspension there are none.
+        running = is_true(self.conditions, api.COND_RUNNING) or (
+            is_true(self.conditions, api.COND_RESTARTING) and bool(self.pods)
+        )
         spec = ganglib.desired_spec(
             self.gang, self.job, existing, dynamic=self.dynamic, running=running,
             priority_classes=self.priority_classes,
@@ -626,19 +662,28 @@ class _Pass:
             updated = ganglib.updated_pod_group(existing, spec)
             if updated is not None:
                 self.actions.append(UpdatePodGroup(updated))
+        self.gang_failed_status = self._waiting_status(started)
         if self.dynamic and running:
             return False
         return ganglib.blocks_pods(self.gang, existing)
 
-    def _wait_for_gang(self, started: bool) -> Decision:
-        """Volcano has not admitted the group yet: no pods, status frozen but for ``lastReconcileTime``
+    def _waiting_status(self, started: bool) -> dict[str, Any]:
+        """The status of a pass whose pods wait for the gang: frozen but for ``lastReconcileTime``
         (upstream's only writer of it); waiting does not start the job's clock (reference §1.7)."""
+        start_time = self.start_time
+        if not started:
+            self.start_time = None
+        status = self._status(self._replica_statuses(), self.records)
+        self.start_time = start_time
+        status[api.STATUS_LAST_RECONCILE_TIME] = self.now_str
+        return status
+
+    def _wait_for_gang(self, started: bool) -> Decision:
+        """Volcano has not admitted the group yet: no pods (reference §1.7)."""
         if not started:
             self.start_time = None
             self.timers.clear()  # the active deadline counts from startTime, which waiting does not set
-        status = self._status(self._replica_statuses(), self.records)
-        status[api.STATUS_LAST_RECONCILE_TIME] = self.now_str
-        return self._decision(status)
+        return self._decision(self._waiting_status(started))
 
     def _delete_pod_group(self) -> None:
         """A finished or suspended job's PodGroup goes (reference §1.9); once, not on every pass."""

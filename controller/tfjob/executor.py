@@ -18,8 +18,14 @@ action maps to an API call and what the API's answers mean:
   ``Failed*`` event, and aborts the pass by raising (the first failure of the batch), so the
   runner retries with backoff;
 - PodGroup writes (gang scheduling) go first, one at a time, before any pod: a gang scheduler must
-  know the group before it sees its pods. Their failures are not events (upstream logs them); they abort
-  the pass like any other. A PodGroup deletion is reported with upstream's ``JobTerminated`` and
+  know the group before it sees its pods, so no pod is created when one fails. A refused write (422, 403,
+  the CRD gone) is a ``FailedCreatePodGroup``/``FailedUpdatePodGroup`` Warning naming the group (and the
+  CRD when it is no longer served) and the job's waiting status (``lastReconcileTime``, as upstream
+  writes on a failed sync) before the pass aborts, so the runner retries with backoff (upstream only
+  logs these). The status is then written only when more than ``lastReconcileTime`` changed: each write
+  wakes the job at once, which would turn the backoff into a loop. An update answered NotFound for the
+  group itself means it was deleted meanwhile: the pass stops quietly, its delete event brings the job
+  back. A PodGroup deletion is reported with upstream's ``JobTerminated`` and
   ``SuccessfulDeletePodGroup`` / ``FailedDeletePodGroup`` events;
 - the status is written (PUT to the status subresource, carrying the cached resourceVersion:
   a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
@@ -135,7 +141,13 @@ class Executor:
         creations: list[Write] = []
         for action in decision.actions:
             if isinstance(action, CreatePodGroup | UpdatePodGroup):
-                await self._write_pod_group(job_key, namespace, action)
+                try:
+                    if not await self._write_pod_group(job_key, job, namespace, action):
+                        return None
+                except (ApiError, TransportError) as exc:
+                    if not isinstance(exc, Conflict):
+                        await self._write_gang_failed_status(job, namespace, decision)
+                    raise
             elif isinstance(action, DeletePodGroup):
                 deletions.append(partial(self._delete_pod_group, job, namespace, action))
             elif isinstance(action, CreatePod):
@@ -249,21 +261,48 @@ class Executor:
             raise RuntimeError("a PodGroup action without a gang scheduler: decide() and the executor disagree")
         return self.pod_groups
 
-    async def _write_pod_group(self, job_key: str, namespace: str, action: CreatePodGroup | UpdatePodGroup) -> None:
+    async def _write_pod_group(
+        self, job_key: str, job: dict[str, Any], namespace: str, action: CreatePodGroup | UpdatePodGroup
+    ) -> bool:
+        """Create or update the job's PodGroup; False when the pass must stop quietly (deleted meanwhile)."""
         resource = self._pod_group_resource()
-        if isinstance(action, CreatePodGroup):
-            try:
-                await self.client.create(resource, action.pod_group, namespace=namespace)
-            except AlreadyExists:
-                return  # created by an earlier pass whose write the cache has not shown yet
-            self.log.info("created podgroup", job=job_key, name=action.pod_group["metadata"]["name"])
-            return
+        name = action.pod_group["metadata"]["name"]
+        create = isinstance(action, CreatePodGroup)
         try:
-            await self.client.replace(resource, action.pod_group, namespace=namespace)
-        except NotFound:
-            return  # deleted meanwhile: its delete event brings the job back, and the next pass recreates it
-        self.log.info("updated podgroup", job=job_key, name=action.pod_group["metadata"]["name"],
+            if create:
+                await self.client.create(resource, action.pod_group, namespace=namespace)
+            else:
+                await self.client.replace(resource, action.pod_group, namespace=namespace)
+        except AlreadyExists:
+            return True  # created by an earlier pass whose write the cache has not shown yet
+        except NotFound as exc:
+            if not create and exc.details.get("name") == name:
+                return False  # deleted meanwhile: its delete event brings the job back to recreate it
+            # No such resource: the CRD went away after start-up (a real API server answers 404).
+            crd = f"{resource.plural}.{resource.group}"
+            self._pod_group_failed(job, create, name, namespace, f"the PodGroup CRD {crd} is not installed: {exc}")
+            raise
+        except (ApiError, TransportError) as exc:
+            if not isinstance(exc, Conflict):  # a stale cache: retried quietly, as for the job's status
+                self._pod_group_failed(job, create, name, namespace, str(exc))
+            raise
+        self.log.info("created podgroup" if create else "updated podgroup", job=job_key, name=name,
                       spec=action.pod_group.get("spec"))
+        return True
+
+    def _pod_group_failed(self, job: dict[str, Any], create: bool, name: str, namespace: str, why: str) -> None:
+        reason = api.EV_FAILED_CREATE_POD_GROUP if create else api.EV_FAILED_UPDATE_POD_GROUP
+        verb = "creating" if create else "updating"
+        self.recorder.record(job, api.EVENT_WARNING, reason, f"Error {verb} PodGroup {namespace}/{name}: {why}")
+
+    async def _write_gang_failed_status(self, job: dict[str, Any], namespace: str, decision: Decision) -> None:
+        """Write the waiting status of a pass whose PodGroup write failed, unless only lastReconcileTime moved."""
+        status = decision.gang_failed_status
+        old = job.get("status") or {}
+        key = api.STATUS_LAST_RECONCILE_TIME
+        if status is None or ({**status, key: None} == {**old, key: None} and key in old):
+            return
+        await self.client.replace(TFJOBS, {**job, "status": status}, namespace=namespace, subresource="status")
 
     async def _delete_pod_group(self, job: dict[str, Any], namespace: str, action: DeletePodGroup) -> None:
         resource = self._pod_group_resource()

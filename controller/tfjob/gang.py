@@ -137,12 +137,17 @@ def min_member(job: dict[str, Any], existing: dict[str, Any] | None, *, dynamic:
     total = total_replicas(job)
     min_available = _int(scheduling_policy(job).get("minAvailable"))
     if not dynamic:
-        return min_available if min_available is not None else total
+        # A negative minAvailable means "no gang" to both schedulers, as 0 does; sent as is it would be
+        # refused by scheduler-plugins' CRD since v0.29.7 (minimum 1), leaving the job waiting for ever.
+        return max(0, min_available) if min_available is not None else total
     if min_available is not None:
         return max(0, min(min_available, total))
-    current = _int(_spec(existing).get("minMember")) if existing is not None else None
-    if running and current is not None and current >= 0:
-        return min(current, total)
+    if running and existing is not None:
+        # minMember 0 is omitted when written (omitempty), so an absent one on our group is 0: a job
+        # scaled to no workers and back must not turn its scale-up into a gang.
+        current = _int(_spec(existing).get("minMember", 0))
+        if current is not None and current >= 0:
+            return min(current, total)
     return total
 
 
@@ -222,7 +227,11 @@ def _container_resources(container: Any) -> dict[str, Any]:
 
 
 def type_priority(job: dict[str, Any], replica_type: str, priority_classes: Mapping[str, int]) -> int:
-    """The PriorityClass value of the type's pod template (0 when it names none or an unknown one)."""
+    """The PriorityClass value of the type's pod template (0 when it names none or an unknown one).
+
+    The controller passes no PriorityClasses today (upstream's lister is never started either, so all
+    are 0 there too); the rule stays here, tested, so that honouring them (kubeflow/trainer#1830) is an
+    informer and RBAC away rather than a change to how the gang's minResources is chosen."""
     template = job["spec"]["tfReplicaSpecs"][replica_type].get("template")
     spec = template.get("spec") if isinstance(template, dict) else None
     name = spec.get("priorityClassName") if isinstance(spec, dict) else None

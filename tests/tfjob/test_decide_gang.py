@@ -428,8 +428,9 @@ def test_a_dynamic_jobs_min_available_is_capped_by_its_replicas() -> None:
 
 
 def test_a_failed_over_worker_is_replaced_while_volcano_has_the_group_pending() -> None:
-    # Volcano moves a Running group back to Pending when a member disappears; a running dynamic job's
-    # replacement is created anyway (upstream would freeze the whole job until re-admission).
+    # Volcano reports Unknown while members still run and Pending once none do (or minMember rose above
+    # what runs); a running dynamic job's replacement is created whatever the phase (upstream freezes
+    # the whole job on Pending until re-admission).
     cluster = running_gang_job(worker=2, dynamic=True)
     cluster.remove_pod("test-tfjob-worker-1")
     admit(cluster, "Pending")
@@ -453,3 +454,89 @@ def test_a_job_edited_into_an_invalid_one_deletes_its_pod_group() -> None:
     assert decision.status["conditions"][-1]["reason"] == "TFJobFailedValidation"
     assert len(actions_of(decision, DeletePodGroup)) == 1
     assert_converged(cluster)
+
+
+def test_a_ps_restart_after_a_scale_up_keeps_the_gang_and_replaces_the_ps() -> None:
+    # A PS restart replaces the Running condition with Restarting; the gang must not grow to every worker
+    # (the scaled-up ones would become all-or-nothing again) nor hold the PS's replacement back.
+    cluster = running_gang_job(worker=2, ps=1, dynamic=True, restart_policy="ExitCode")
+    scale_workers(cluster, 6)
+    cluster.step()
+    cluster.run_all()
+    cluster.step()
+    assert min_member(cluster) == 3
+    cluster.set_phase("test-tfjob-ps-0", "Failed", exit_code=137)
+    restarting = cluster.step(at(1))
+    assert [c["type"] for c in restarting.status["conditions"] if c["status"] == "True"][-1] == "Restarting"
+    admit(cluster, "Pending")  # Volcano, with a member gone
+    replaced = cluster.step(at(2))
+    assert created_pod_names(replaced) == ["test-tfjob-ps-0"]
+    assert not actions_of(replaced, UpdatePodGroup) and min_member(cluster) == 3
+    cluster.run_all()
+    cluster.step(at(3))
+    scale_workers(cluster, 8)
+    assert created_pod_names(cluster.step(at(4))) == ["test-tfjob-worker-6", "test-tfjob-worker-7"]
+    assert min_member(cluster) == 3
+
+
+def test_a_resumed_job_that_was_restarting_waits_for_its_new_gang() -> None:
+    # Restarting stays True across a suspension (only Running is flipped): with no pods left it is no
+    # proof the new gang was admitted.
+    cluster = running_gang_job(worker=2, ps=1, dynamic=True, restart_policy="ExitCode")
+    cluster.set_phase("test-tfjob-ps-0", "Failed", exit_code=137)
+    cluster.step(at(1))
+    cluster.job["spec"]["runPolicy"] = {"suspend": True}
+    cluster.step(at(2))
+    for pod in list(cluster.pods):
+        cluster.remove_pod(pod["metadata"]["name"])
+    cluster.step(at(3))
+    cluster.job["spec"]["runPolicy"] = {"suspend": False}
+    resumed = cluster.step(at(4))
+    assert [type(a) for a in resumed.actions] == [CreatePodGroup]
+    assert created_pod_names(cluster.step(at(5))) == []  # still Pending: no pods
+    assert min_member(cluster) == 3
+
+
+@pytest.mark.parametrize("config", [VOLCANO, PLUGINS], ids=["volcano", "scheduler-plugins"])
+def test_scaling_to_no_workers_and_back_does_not_make_the_scale_up_a_gang(config: DecideConfig) -> None:
+    cluster = running_gang_job(config, worker=2, dynamic=True)
+    scale_workers(cluster, 0)
+    cluster.step()
+    assert "minMember" not in cluster.pod_group["spec"]  # 0 is omitted, as upstream writes it
+    scale_workers(cluster, 3)
+    decision = cluster.step()
+    assert not actions_of(decision, UpdatePodGroup) and min_member(cluster) == 0
+    assert "test-tfjob-worker-2" in created_pod_names(decision)  # 0 and 1 wait for their old pods to go
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_negative_min_available_is_no_gang_rather_than_a_refused_pod_group(dynamic: bool) -> None:
+    # minMember -1 is refused by scheduler-plugins' CRD (minimum 1 since v0.29.7); to both schedulers a
+    # gang of at most 0 is no gang, so 0 is what is written (omitted, like upstream's 0).
+    job = make_job(worker=2, dynamic=dynamic, run_policy={"schedulingPolicy": {"minAvailable": -1}})
+    assert "minMember" not in pod_group_of(Cluster(job, config=PLUGINS).decide())["spec"]
+
+
+def test_a_foreign_pod_group_under_the_jobs_name_is_a_warning_not_a_silent_wait() -> None:
+    cluster = Cluster(make_job(worker=1), config=VOLCANO)
+    foreign = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {
+        "name": "test-tfjob", "namespace": "default", "uid": "pg-other", "resourceVersion": "1"},
+        "spec": {"minMember": 5}, "status": {"phase": "Running"}}
+    decision = decide(cluster.job, [], [], NOW, VOLCANO, pod_group=foreign)
+    assert decision.actions == ()  # nothing to create (AlreadyExists) or update (not ours), no pods
+    [warning] = [e for e in decision.events if e.reason == "FailedCreatePodGroup"]
+    assert warning.type == "Warning"
+    assert warning.message == ("PodGroup default/test-tfjob exists and is not controlled by TFJob test-tfjob; "
+                               "the job's pods wait for it to be deleted")
+    assert "lastReconcileTime" in decision.status
+
+
+def test_the_status_to_write_when_the_pod_group_write_fails_is_the_waiting_one() -> None:
+    first = Cluster(make_job(worker=2), config=PLUGINS).decide()
+    assert created_pod_names(first)  # scheduler-plugins does not wait for admission...
+    failed = first.gang_failed_status
+    assert failed is not None  # ...but a refused PodGroup means no pods and this status instead
+    assert [c["type"] for c in failed["conditions"]] == ["Created"]
+    assert failed["lastReconcileTime"] == ts() and "startTime" not in failed
+    cluster = running_gang_job(PLUGINS, worker=2)
+    assert assert_converged(cluster).gang_failed_status is None  # no PodGroup write, nothing to fall back on

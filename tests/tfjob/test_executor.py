@@ -250,3 +250,62 @@ async def test_deleting_the_pod_group_is_reported_as_upstream_does():
         await gang_executor(client, recorder).apply("k", job, decision)
     assert [reason for reason, _ in recorder.events] == ["JobTerminated", "FailedDeletePodGroup"]
     assert recorder.events[1][1].startswith("Error deleting: unable to delete PodGroup: ")
+
+
+WAITING = {"conditions": [{"type": "Created", "status": "True"}], "lastReconcileTime": "2024-01-01T00:00:00Z"}
+
+
+async def test_a_refused_pod_group_is_a_warning_and_the_waiting_status_without_any_pod():
+    from controller.runtime.errors import Forbidden
+    from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
+
+    pod = {"metadata": {"name": "test-tfjob-worker-0"}}
+    refused = Forbidden(403, "Forbidden", 'podgroups.scheduling.volcano.sh is forbidden: User "x" cannot create')
+    for action, verb, reason in ((CreatePodGroup(POD_GROUP), "create", "FailedCreatePodGroup"),
+                                 (UpdatePodGroup(POD_GROUP), "update", "FailedUpdatePodGroup")):
+        job = make_job(worker=1)
+        client, recorder = GangClient({(verb, "podgroups/test-tfjob"): refused}), Recorded()
+        decision = Decision((action, CreatePod(pod, "Worker", 0)), (), (), {"startTime": "x"}, None, WAITING)
+        with pytest.raises(Forbidden):
+            await gang_executor(client, recorder).apply("k", job, decision)
+        assert client.sent == [(verb, "podgroups/test-tfjob"), ("status", "test-tfjob")]  # no pod
+        assert recorder.events == [(reason, f"Error {verb[:-1]}ing PodGroup default/test-tfjob: {refused}")]
+
+        # The retry (runner backoff) rewrites nothing when only lastReconcileTime would move: each
+        # status write wakes the job at once and would defeat the backoff.
+        job["status"] = {**WAITING, "lastReconcileTime": "2023-12-31T23:59:00Z"}
+        client.sent.clear()
+        with pytest.raises(Forbidden):
+            await gang_executor(client, recorder).apply("k", job, decision)
+        assert client.sent == [(verb, "podgroups/test-tfjob")]
+
+
+async def test_a_pod_group_crd_gone_at_run_time_is_named_and_no_pod_is_created():
+    from controller.runtime.errors import NotFound
+    from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
+
+    pod = {"metadata": {"name": "test-tfjob-worker-0"}}
+    unserved = NotFound(404, "NotFound", "the server could not find the requested resource")
+    for action, verb in ((CreatePodGroup(POD_GROUP), "create"), (UpdatePodGroup(POD_GROUP), "update")):
+        client, recorder = GangClient({(verb, "podgroups/test-tfjob"): unserved}), Recorded()
+        decision = Decision((action, CreatePod(pod, "Worker", 0)), (), (), {}, None, WAITING)
+        with pytest.raises(NotFound):
+            await gang_executor(client, recorder).apply("k", make_job(worker=1), decision)
+        assert client.sent == [(verb, "podgroups/test-tfjob"), ("status", "test-tfjob")]
+        [(_, message)] = recorder.events
+        assert message == (f"Error {verb[:-1]}ing PodGroup default/test-tfjob: the PodGroup CRD "
+                           f"podgroups.scheduling.volcano.sh is not installed: {unserved}")
+
+
+async def test_a_pod_group_deleted_meanwhile_stops_the_pass_quietly():
+    from controller.runtime.errors import NotFound
+    from controller.tfjob.actions import UpdatePodGroup
+
+    gone = NotFound(404, "NotFound", 'podgroups.scheduling.volcano.sh "test-tfjob" not found',
+                    {"name": "test-tfjob", "group": "scheduling.volcano.sh", "kind": "podgroups"})
+    client, recorder = GangClient({("update", "podgroups/test-tfjob"): gone}), Recorded()
+    pod = {"metadata": {"name": "test-tfjob-worker-0"}}
+    decision = Decision((UpdatePodGroup(POD_GROUP), CreatePod(pod, "Worker", 0)), (), (), {"x": 1}, None, WAITING)
+    assert await gang_executor(client, recorder).apply("k", make_job(worker=1), decision) is None
+    # No pod without its gang; its delete event brings the job back and the next pass recreates it.
+    assert client.sent == [("update", "podgroups/test-tfjob")] and recorder.events == []
