@@ -8,7 +8,8 @@ installed (the simulator's request log).
 With ``--gang-scheduler-name volcano`` and ``scheduler-plugins-scheduler``, against the simulated gang schedulers
 (docs/simulator.md) on three 4-CPU nodes: upstream's SDK case (an unsatisfiable ``minAvailable`` keeps the job
 Created with no pod Running; lowering it lets it run and succeed), all-or-nothing (a gang of four one-node pods
-on three nodes gets no node at all), a dynamic job scaling past free capacity and failing over without waiting for
+on three nodes gets no node at all: refused at admission, and, when the total fits but the nodes do not, at
+placement), a dynamic job scaling past free capacity and failing over without waiting for
 the gang, suspend/resume and finish deleting the PodGroup, and the real kubectl listing PodGroups with their status.
 """
 
@@ -27,7 +28,6 @@ from tests.e2e.conftest import (
     Operator,
     conditions,
     create_and_wait_running,
-    event_reasons,
     eventually,
     is_true,
     reconciled_once_more,
@@ -141,8 +141,32 @@ async def assert_nothing_runs(operator: Operator, name: str) -> None:
     assert running_pods(await operator.pods(name)) == []
 
 
+async def scheduler_looked(operator: Operator, name: str, pods: int, proof: str) -> list[dict[str, Any]]:
+    """Wait until the gang scheduler has judged all ``pods`` of the job and said so (PodScheduled False
+    with ``proof`` in at least one message), so that "no pod has a node" is a verdict, not a race."""
+    async def judged() -> list[dict[str, Any]] | None:
+        found = await operator.pods(name)
+        verdicts = [next((c for c in p["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+                    for p in found]
+        if len(found) != pods or any(v is None or v.get("status") != "False" for v in verdicts):
+            return None
+        return found if any(proof in (v or {}).get("message", "") for v in verdicts) else None
+
+    return await eventually(judged, timeout=60, what=f"the gang scheduler's verdict on {name} ({proof!r})")
+
+
+def events_of(events: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["reason"] == reason]
+
+
+def once(events: list[dict[str, Any]], reason: str) -> bool:
+    """One event of ``reason``, emitted once: the recorder folds repeats into one Event's ``count``."""
+    found = events_of(events, reason)
+    return len(found) == 1 and found[0].get("count", 1) == 1
+
+
 async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_lowered(
-    gang_operator: Operator, scheduler: str, kubectl: Any
+    gang_operator: Operator, scheduler: str
 ) -> None:
     # Upstream's SDK e2e (gang-scheduling.md §1.7): one worker, minAvailable 10.
     manifest = gang_job("gang", workers=1, cpu="1", run_policy={"schedulingPolicy": {"minAvailable": 10}},
@@ -150,6 +174,9 @@ async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_
     await gang_operator.client.create(TFJOBS, manifest, namespace="default")
     group = await eventually(lambda: pod_group(gang_operator, scheduler, "gang"), what="the job's PodGroup")
     assert group["spec"]["minMember"] == 10
+    if scheduler != "volcano":  # scheduler-plugins gets the pod and must refuse it (Volcano: no pod at all)
+        [pod] = await scheduler_looked(gang_operator, "gang", 1, "minMember of group: 10")
+        assert not pod["spec"].get("nodeName")
     for _ in range(3):  # upstream checks three times, 5 s apart; we check after three more passes
         await assert_nothing_runs(gang_operator, "gang")
 
@@ -168,8 +195,8 @@ async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_
     else:
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "gang"
     await eventually(lambda: absent(gang_operator, scheduler, "gang"), what="the finished job's PodGroup deleted")
-    reasons = event_reasons(await gang_operator.events("gang"))
-    assert reasons.count("JobTerminated") == 1 and reasons.count("SuccessfulDeletePodGroup") == 1, reasons
+    events = await gang_operator.events("gang")
+    assert once(events, "JobTerminated") and once(events, "SuccessfulDeletePodGroup"), events
 
 
 async def test_capacity_for_part_of_a_gang_schedules_none_of_it(gang_operator: Operator, scheduler: str) -> None:
@@ -184,8 +211,8 @@ async def test_capacity_for_part_of_a_gang_schedules_none_of_it(gang_operator: O
         assert (await pod_group(gang_operator, scheduler, "big")).get("status", {}).get("phase", "") in ("", "Pending")
         assert "lastReconcileTime" in (await gang_operator.job("big"))["status"]
     else:
-        pods = await gang_operator.pods("big")
-        assert len(pods) == 4 and all(not p["spec"].get("nodeName") for p in pods)
+        pods = await scheduler_looked(gang_operator, "big", 4, "resource gap")  # PreFilter: minResources
+        assert all(not p["spec"].get("nodeName") for p in pods)
     # Three pods fit: the same job scaled down to three runs.
     await gang_operator.client.patch(TFJOBS, "big", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
                                      namespace="default")
@@ -218,16 +245,26 @@ async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_w
     [waiting] = [p for p in await gang_operator.pods("dyn") if p["status"].get("phase") != "Running"]
     assert not waiting["spec"].get("nodeName")
 
-    # A failed-over worker's replacement is not held behind the gang either.
-    running = running_pods(await gang_operator.pods("dyn"))
-    victim = running[0]["metadata"]
-    await gang_operator.client.delete(PODS, victim["name"], namespace="default", grace_period_seconds=0)
+    # A failed-over worker's replacement is not held behind the gang either. Back to exactly the capacity
+    # first (the waiting worker goes), so the freed node can only be taken by the replacement.
+    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
+                                     namespace="default")
+
+    async def three_of_three() -> bool:
+        pods = await gang_operator.pods("dyn")
+        return len(pods) == 3 and len(running_pods(pods)) == 3
+
+    await eventually(three_of_three, timeout=60, what="the waiting worker scaled away")
+    victim = next(p for p in running_pods(await gang_operator.pods("dyn")) if p["metadata"]["name"].endswith("-1"))
+    victim_meta = victim["metadata"]
+    await gang_operator.client.delete(PODS, victim_meta["name"], namespace="default", grace_period_seconds=0)
 
     async def replaced() -> bool:
-        pods = running_pods(await gang_operator.pods("dyn"))
-        return len(pods) == 3 and victim["uid"] not in {p["metadata"]["uid"] for p in pods}
+        pods = {p["metadata"]["name"]: p for p in running_pods(await gang_operator.pods("dyn"))}
+        new = pods.get(victim_meta["name"])
+        return len(pods) == 3 and new is not None and new["metadata"]["uid"] != victim_meta["uid"]
 
-    await eventually(replaced, timeout=60, what="the deleted worker replaced (or its slot taken by the waiting one)")
+    await eventually(replaced, timeout=60, what="the failed-over worker's replacement (same name, new uid) running")
 
     # Scaling down lowers the gang to what remains.
     await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
@@ -237,6 +274,34 @@ async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_w
         return (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 1
 
     await eventually(shrunk, what="minMember lowered by the scale-down")
+
+
+async def test_a_gang_that_fits_in_total_but_not_node_by_node_gets_no_node_at_all(
+    gang_operator: Operator, scheduler: str, kubectl: Any
+) -> None:
+    # Four workers of 3.5 CPUs on three 4-CPU nodes: 14 CPUs fit the cluster's 12 x 1.2 (Volcano admits the
+    # group; scheduler-plugins gets no minResources, so PreFilter passes), but only three fit the nodes.
+    # Volcano's allocate places three and discards its statement; Coscheduling's Permit holds three and
+    # PostFilter rejects the group. No partial bind, with the controller in the loop.
+    policy = {"schedulingPolicy": {"minResources": {}}} if scheduler != "volcano" else None
+    await gang_operator.client.create(TFJOBS, gang_job("tight", workers=4, cpu="3500m", run_policy=policy),
+                                      namespace="default")
+    proof = "can possibly be assigned to" if scheduler == "volcano" else "gets rejected due to Pod"
+    pods = await scheduler_looked(gang_operator, "tight", 4, proof)
+    assert all(not p["spec"].get("nodeName") for p in pods), [p["spec"].get("nodeName") for p in pods]
+    await assert_nothing_runs(gang_operator, "tight")
+    assert all(not p["spec"].get("nodeName") for p in await gang_operator.pods("tight"))
+
+    # What the user looks at: kubectl lists the waiting group with its phase.
+    expected = "Inqueue" if scheduler == "volcano" else "Scheduling"
+
+    async def kubectl_shows_it_waiting() -> bool:
+        rc, out, err = await kubectl("get", pod_groups_of(scheduler).qualified, "tight", "-o",
+                                     "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
+        assert rc == 0, err
+        return out.split("\n")[1].split() == ["tight", expected, "4"]
+
+    await eventually(kubectl_shows_it_waiting, timeout=30, what=f"kubectl to list the PodGroup {expected}")
 
 
 async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_operator: Operator, scheduler: str,
@@ -263,8 +328,8 @@ async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_oper
 
     await gang_operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
     await eventually(lambda: absent(gang_operator, scheduler, "pause"), what="the suspended job's PodGroup deleted")
-    reasons = event_reasons(await gang_operator.events("pause"))
-    assert reasons.count("JobTerminated") == 1 and reasons.count("SuccessfulDeletePodGroup") == 1, reasons
+    events = await gang_operator.events("pause")
+    assert once(events, "JobTerminated") and once(events, "SuccessfulDeletePodGroup"), events
     rc, out, err = await kubectl("get", resource)
     assert rc == 0 and "pause" not in out, out + err
 
