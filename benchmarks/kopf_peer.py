@@ -10,8 +10,9 @@ a pod or service it owns, reconciles that job (one at a time per job, under a lo
 next to kopf), events through ``kopf.event`` (kopf posts them in the background). decide() must
 only see caches that hold every object its earlier decisions created or deleted, so the peer keeps
 a small "created but not indexed yet" and "deleted but still indexed" memory per job (keyed by kind
-and name: a worker's pod and its service share a name). A status equal to the one it last wrote is
-not written again (the index still holds the job from before that write until its event arrives).
+and name: a worker's pod and its service share a name), and reads its own status writes: until the
+index shows a newer job than the one its last write replaced, it decides on the job that write
+stored (deciding on the stale one would redo the last transition: a failed worker deleted again).
 kopf's settings are left at their defaults.
 
 Index pre-population: kopf holds every handler back until each object of an indexed resource has
@@ -57,7 +58,8 @@ _api: k8s.ApiClient | None = None
 _locks: dict[str, asyncio.Lock] = {}
 _unseen: dict[str, set[tuple[str, str]]] = {}  # job uid -> (kind, name) created, not indexed yet
 _undead: dict[str, set[str]] = {}  # job uid -> uids of objects deleted, still indexed
-_written: dict[str, dict[str, Any]] = {}  # job uid -> the status last written
+# job uid -> (the resourceVersion our last status write replaced, the job that write stored)
+_written: dict[str, tuple[str, dict[str, Any]]] = {}
 _timers: dict[str, asyncio.TimerHandle] = {}  # job uid -> its timed requeue
 _background: set[asyncio.Task] = set()
 
@@ -88,8 +90,10 @@ async def cleanup(**_: Any) -> None:
         await _api.close()
 
 
+# Async index functions: kopf runs a sync handler in a thread pool, a hop per event that cost a
+# quarter of the peer's CPU in the burst (concurrent.futures _worker 19%, submit 5%).
 @kopf.index(GROUP, VERSION, PLURAL)
-def jobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, Any]:
+async def jobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, Any]:
     return {body["metadata"]["uid"]: body}
 
 
@@ -101,12 +105,12 @@ def _owner(body: kopf.Body) -> str | None:
 
 
 @kopf.index("", "v1", "pods", labels=LABELS)
-def pods_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
+async def pods_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
     return {_owner(body): body}
 
 
 @kopf.index("", "v1", "services", labels=LABELS)
-def services_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
+async def services_by_owner(body: kopf.Body, **_: Any) -> dict[str | None, Any]:
     return {_owner(body): body}
 
 
@@ -123,6 +127,11 @@ async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf
         if not found:
             return
         job = _plain(found[0])
+        written = _written.pop(uid, None)
+        if written is not None and job["metadata"].get("resourceVersion") == written[0]:
+            # Read-your-writes: the index still holds the job our last status write replaced.
+            job = written[1]
+            _written[uid] = written
         if job["metadata"].get("deletionTimestamp"):
             return
         pod_list = [_plain(p) for p in pods.get(uid, [])]
@@ -189,18 +198,16 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
                 unseen.clear()
                 undead.clear()
                 raise
-    if uid in _written and _written[uid] == job.get("status"):
-        del _written[uid]  # the index has caught up with our last write
-    if decision.status == (job.get("status") or {}) or decision.status == _written.get(uid):
+    if decision.status == (job.get("status") or {}):
         return
     try:
-        await custom.replace_namespaced_custom_object_status(
+        stored = await custom.replace_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status})
     except ApiException as exc:
         if exc.status != 409:
             raise
         return  # a newer job is on its way: its event reconciles again
-    _written[uid] = decision.status
+    _written[uid] = (job["metadata"]["resourceVersion"], stored)
     for event in decision.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
 
