@@ -1075,7 +1075,7 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     return rows
 
 
-def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], load_at_start: str) -> None:
+def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], load_at_start: str | None) -> None:
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     took = sum(run.get("wall_s", 0) for runs in results.values() for run in runs) / 60
     out = [
@@ -1089,9 +1089,11 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], lo
         "```",
         "",
         f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
-        f"The runs below took {took:.0f} minutes in all (the sum of their `wall_s`); the load average (1/5/15 min)",
-        f"was {load_at_start} when this command started and {loadavg()} when it ended; each run says when it was",
-        "measured (`at`), on which commit (`git`) and the load before and after it (`load`).",
+        f"The runs below took {took:.0f} minutes in all (the sum of their `wall_s`)"
+        + (f"; the load average (1/5/15 min) was {load_at_start} when this command started and {loadavg()} when "
+           "it ended" if load_at_start else "; merged from earlier runs' output (`--merge-log`)")
+        + "; each run says when it was measured (`at`), on which commit (`git`) and the load before and after "
+        "it (`load`).",
         "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
         "separate processes on the same machine; times come from the simulator's clock (`/_sim/history`,",
         "`/_sim/requests`). Other work on the machine slows every wall-clock figure; request counts do not",
@@ -1266,7 +1268,7 @@ def main() -> int:
     merged: dict[str, list[dict]] = {}
     for log in args.merge_log:
         merged.update(load_log(Path(log)))
-    load_at_start = loadavg()
+    load_at_start = loadavg() if args.scenario != "report" else None
     results = {**merged, **asyncio.run(run_all(args))}
     output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report")
                              else None)
