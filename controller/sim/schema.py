@@ -869,11 +869,14 @@ class StructuralSchema:
         # Lets validation skip subtrees without rules, and unchanged subtrees without oldSelf rules.
         self._below: dict[int, tuple[bool, bool]] = {}
         self._compile(openapi_v3_schema, is_root=_resource_root)
-        # Per schema node (by id): whether defaulting can change anything in a value of it. A pod
-        # template has hundreds of schema properties and next to no defaults: skipping them made
-        # defaulting a TFJob ~10x cheaper.
+        # Per schema node (by id): whether it or a node below it declares a default, a set or map
+        # list. A pod template has hundreds of schema properties and next to no defaults (the TFJob
+        # CRD declares no list types at all): defaulting and the list checks skip the rest.
         self._defaulting: dict[int, bool] = {}
-        _defaults_below(openapi_v3_schema, self._defaulting)
+        _mark_subtrees(openapi_v3_schema, self._defaulting, lambda node: node.get("default") is not None)
+        self._list_typed: dict[int, bool] = {}
+        _mark_subtrees(openapi_v3_schema, self._list_typed,
+                       lambda node: node.get("x-kubernetes-list-type") in ("set", "map"))
 
     # -- CEL rule compilation ------------------------------------------------------------------
     def _compile(self, schema: Any, is_root: bool) -> tuple[bool, bool]:
@@ -1054,8 +1057,8 @@ class StructuralSchema:
                 _ratcheted_validate(validator, obj["status"], old_status, status_schema, "")
                 errors.extend(validator.errors)
             # ratcheting: list-type violations already present in the old object are tolerated
-            list_errors = _list_type_errors(None, self.schema, obj)
-            if list_errors and not (isinstance(old, dict) and _list_type_errors(None, self.schema, old)):
+            list_errors = _list_type_errors(None, self.schema, obj, self._list_typed)
+            if list_errors and not (isinstance(old, dict) and _list_type_errors(None, self.schema, old, self._list_typed)):
                 errors.extend(list_errors)
         else:
             validator = _OpenAPIValidator(None, self.server_minor)
@@ -1064,8 +1067,8 @@ class StructuralSchema:
             old_body = self._resource_body(old) if isinstance(old, dict) else MISSING
             _ratcheted_validate(validator, body, old_body, root_schema, "")
             errors.extend(validator.errors)
-            if old is None or not _list_type_errors(None, self.schema, old):
-                errors.extend(_list_type_errors(None, self.schema, obj))
+            if old is None or not _list_type_errors(None, self.schema, old, self._list_typed):
+                errors.extend(_list_type_errors(None, self.schema, obj, self._list_typed))
         if self._rules:
             if any(e.type in _BLOCKING_TYPES for e in errors):
                 errors.append(invalid(None, None, "some validation rules were not checked because the object was "
@@ -1211,18 +1214,18 @@ def _field_schema(s: dict | None, key: str) -> dict | None:
     return addl if isinstance(addl, dict) else None
 
 
-def _defaults_below(s: Any, below: dict[int, bool]) -> bool:
-    """Whether :func:`_default` can change a value of schema ``s``; fills ``below`` for every node."""
+def _mark_subtrees(s: Any, marks: dict[int, bool], holds: Any) -> bool:
+    """Whether ``holds(node)`` is true of schema ``s`` or of a node below it; records that in ``marks``
+    for every node (by id)."""
     if not isinstance(s, dict):
         return False
     props = s.get("properties") or {}
     children = [p for p in props.values() if isinstance(p, dict)] if isinstance(props, dict) else []
     children += [s[key] for key in ("items", "additionalProperties") if isinstance(s.get(key), dict)]
-    found = False
+    found = bool(holds(s))
     for child in children:
-        # every child is walked, so that each node has its entry
-        found = _defaults_below(child, below) or child.get("default") is not None or found
-    below[id(s)] = found
+        found = _mark_subtrees(child, marks, holds) or found  # every child walked: each node gets its mark
+    marks[id(s)] = found
     return found
 
 
@@ -1313,20 +1316,21 @@ def _ratcheted_validate(validator: _OpenAPIValidator, value: Any, old: Any, sche
             validator._add(required(validator._path(f"{name}.{key}")))
 
 
-def _list_type_errors(path: str | None, schema: Any, value: Any) -> list[FieldError]:
-    """apiextensions ``ValidateListSetsAndMaps`` (uniqueness of set items / map-list keys)."""
+def _list_type_errors(path: str | None, schema: Any, value: Any, marks: dict[int, bool]) -> list[FieldError]:
+    """apiextensions ``ValidateListSetsAndMaps`` (uniqueness of set items / map-list keys). ``marks``:
+    :func:`_mark_subtrees` of the list types (subtrees without one are skipped)."""
     errors: list[FieldError] = []
-    if not isinstance(schema, dict):
+    if not isinstance(schema, dict) or not marks.get(id(schema), True):
         return errors
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         addl = schema.get("additionalProperties")
         if isinstance(addl, dict):
             for k, v in value.items():
-                errors.extend(_list_type_errors(_key(path, k), addl, v))
+                errors.extend(_list_type_errors(_key(path, k), addl, v, marks))
         for k, v in value.items():
             if k in props:
-                errors.extend(_list_type_errors(_child(path, k), props[k], v))
+                errors.extend(_list_type_errors(_child(path, k), props[k], v, marks))
     elif isinstance(value, list):
         list_type = schema.get("x-kubernetes-list-type")
         if list_type == "set":
@@ -1337,7 +1341,7 @@ def _list_type_errors(path: str | None, schema: Any, value: Any) -> list[FieldEr
         items = schema.get("items")
         if isinstance(items, dict):
             for i, v in enumerate(value):
-                errors.extend(_list_type_errors(_index(path, i), items, v))
+                errors.extend(_list_type_errors(_index(path, i), items, v, marks))
     return errors
 
 

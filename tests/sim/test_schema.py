@@ -396,6 +396,16 @@ def test_list_types() -> None:
     ]
 
 
+def test_list_types_deep_below_nodes_without_one() -> None:
+    """The list checks skip subtrees whose schema declares no set or map list anywhere below, and only those."""
+    s = StructuralSchema({"type": "object", "properties": {
+        "plain": {"type": "object", "properties": {"l": {"type": "array", "items": {"type": "string"}}}},
+        "m": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "object", "properties": {
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}}}}}})
+    assert s.validate({"plain": {"l": ["a", "a"]}, "m": {"k": [{"tags": ["x", "y", "x"]}]}}) == [
+        cause("m[k][0].tags[2]", "FieldValueDuplicate", 'Duplicate value: "x"')]
+
+
 # -- pruning and defaults --------------------------------------------------------------------------------
 
 def test_prune_reports_and_removes_unknown_fields(tf: StructuralSchema) -> None:
