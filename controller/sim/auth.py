@@ -271,6 +271,13 @@ class AuthLayer:
 
     def attributes(self, user: UserInfo, method: str, path: str, route: Any, verb: str) -> Attributes:
         if route is None:
+            # kube-apiserver's RequestInfo reads the path, not what is served: a write to a resource whose
+            # CRD is gone is authorized as that resource (and then answered 404), not as a bare path.
+            info = _path_resource(path)
+            if info is not None:
+                group, version, namespace, resource, name, subresource = info
+                return Attributes(user, _path_verb(method, name), True, group, version, resource, subresource,
+                                  name, namespace)
             return Attributes(user, method.lower() if method != "HEAD" else "get", False, path=path)
         rt = route.rt
         namespace = route.namespace or ""
@@ -428,3 +435,31 @@ def admin_kubeconfig_user(material: SecureMaterial) -> dict:
     """The kubeconfig user entry of the cluster admin."""
     return {"token": material.admin_token}
 
+
+
+def _path_resource(path: str) -> tuple[str, str, str, str, str, str] | None:
+    """(group, version, namespace, resource, name, subresource) of a resource path, read as RequestInfo
+    reads it (k8s.io/apiserver request/requestinfo.go), or None for a path naming no resource."""
+    parts = [p for p in path.strip("/").split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    elif rest[0] == "namespaces" and len(rest) == 2:
+        namespace = rest[1]
+    name = rest[1] if len(rest) > 1 else ""
+    return group, version, namespace, rest[0], name, "/".join(rest[2:])
+
+
+def _path_verb(method: str, name: str) -> str:
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+    if method in verbs:
+        return verbs[method]
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    return "get" if name else "list"

@@ -323,7 +323,11 @@ class SimServer:
 
     async def _non_resource(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         if request.method != "GET" and request.method != "HEAD":
-            if path in _HEALTH or path in ("/version", "/api", "/apis") or path.startswith(("/api/", "/apis/")):
+            # Only the GET-only routes that exist refuse other verbs; a path of no served resource (a CRD
+            # that was deleted, say) is a 404 for every verb, as kube-apiserver's not-found handler answers.
+            if path in _HEALTH or path in ("/version", "/api", "/apis") or (
+                path.startswith(("/api/", "/apis/")) and self.discovery.document(path) is not None
+            ):
                 raise errors.method_not_allowed(request.method, path)
             raise errors.page_not_found()
         if path in _HEALTH or path.startswith(("/healthz/", "/livez/", "/readyz/")):

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.runtime.client import PODS, Resource
+from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, Resource
 from controller.runtime.errors import NotFound
 from controller.sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
@@ -368,3 +368,34 @@ async def test_upstreams_ci_setup_flag_scheduler_plugins_with_the_scheduler_name
     finally:
         await operator.stop()
     assert not refused(sim_cluster), refused(sim_cluster)
+
+
+async def test_a_pod_group_crd_removed_at_run_time_is_named_to_the_user_and_no_pod_is_created(
+    gang_operator: Operator, scheduler: str
+) -> None:
+    # The start-up check passed; then the CRD goes (the scheduler uninstalled). A new job must say why it
+    # waits, naming the CRD, and get no pod outside a gang.
+    crd = f"podgroups.{pod_groups_of(scheduler).group}"
+    await gang_operator.client.delete(CUSTOM_RESOURCE_DEFINITIONS, crd)
+
+    async def crd_gone() -> bool:
+        try:
+            await gang_operator.client.get(CUSTOM_RESOURCE_DEFINITIONS, crd)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(crd_gone, what=f"the CRD {crd} deleted")
+    await gang_operator.client.create(TFJOBS, gang_job("orphan", workers=2, cpu="1"), namespace="default")
+
+    async def warned() -> list[dict[str, Any]]:
+        return events_of(await gang_operator.events("orphan"), "FailedCreatePodGroup")
+
+    [warning] = await eventually(warned, timeout=30, what="the FailedCreatePodGroup warning")
+    assert warning["type"] == "Warning"
+    assert warning["message"].startswith(f"Error creating PodGroup default/orphan: the PodGroup CRD {crd} is not "
+                                         "installed: "), warning["message"]
+    await reconciled_once_more(gang_operator, "orphan")
+    job = await gang_operator.job("orphan")
+    assert is_true(job, "Created") and "lastReconcileTime" in job["status"] and "startTime" not in job["status"]
+    assert await gang_operator.pods("orphan") == []

@@ -65,6 +65,19 @@ async def test_unknown_paths_get_plain_text_404(api: Api) -> None:
         assert headers["Content-Type"].startswith("text/plain")
 
 
+async def test_writes_to_a_resource_not_served_are_404_and_discovery_paths_405(api: Api) -> None:
+    # A deleted CRD's resource path: kube-apiserver's not-found handler answers 404 whatever the verb
+    # (a 405 would tell a client the resource exists); its GET-only discovery routes refuse writes with 405.
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        for path in ("/apis/example.com/v1/namespaces/default/widgets", "/api/v1/namespaces/default/frobs/x"):
+            code, body, _ = await api(method, path, {"kind": "Widget"})
+            assert code == 404 and body == "404 page not found\n", (method, path)
+        for path in ("/api", "/apis", "/api/v1", "/apis/apps/v1"):
+            code, body, _ = await api(method, path, {"kind": "Widget"})
+            assert code == 405, (method, path)
+            assert_status(body, 405, "MethodNotAllowed")
+
+
 async def test_health_version_and_content_negotiation(api: Api) -> None:
     for path in ("/healthz", "/livez", "/readyz"):
         assert (await api("GET", path))[:2] == (200, "ok")
