@@ -647,9 +647,9 @@ class _Pass:
             return ganglib.blocks_pods(self.gang, None)
         # "Has run" must survive a Restarting episode (a PS/Chief restart replaces the Running condition)
         # and a controller restart, so it is read from the stored conditions and the live pods: Restarting
-        # with pods still there is a running gang; after a suspension there are none.
+        # with pods still there is a running gang; after a suspension only terminating ones are left.
         running = is_true(self.conditions, api.COND_RUNNING) or (
-            is_true(self.conditions, api.COND_RESTARTING) and bool(self.pods)
+            is_true(self.conditions, api.COND_RESTARTING) and any(not podlib.is_terminating(p) for p in self.pods)
         )
         spec = ganglib.desired_spec(
             self.gang, self.job, existing, dynamic=self.dynamic, running=running,
