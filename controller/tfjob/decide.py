@@ -258,7 +258,7 @@ def decide(
     """Decide what to do for ``job`` at ``now``. See the module docstring for the contract.
 
     With gang scheduling on (``config.gang_scheduler``), ``pod_group`` is the job's PodGroup as cached
-    (None if there is none; one not controlled by the job is ignored) and ``priority_classes`` the
+    (None if there is none; one not controlled by the job is left alone, with a Warning) and ``priority_classes`` the
     PriorityClass values by name (for the order of ``minResources``); both are ignored otherwise."""
     if not isinstance(job, dict):
         return Decision((), (), (), {}, None)
