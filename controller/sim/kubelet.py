@@ -556,6 +556,9 @@ class Kubelet:
         self._images: dict[str, set[str]] = {}  # node -> images present on it
         self.events = EventRecorder(store, self._scale)
         self.gang = GangScheduler(self, self.config.gang_scheduler_names)
+        # What the listener's guards caught: a failure there silently stops scheduling (a gang, a pod),
+        # so tests assert this stays empty rather than trusting a log line.
+        self.listener_failures: list[str] = []
         self._paused = False
         self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
         self._started = False
@@ -730,8 +733,9 @@ class Kubelet:
                 return
             try:
                 self.gang.on_event(event_type, resource, old, new)
-            except Exception:  # a listener must never break the store's write path
+            except Exception as exc:  # a listener must never break the store's write path
                 log.exception("gang scheduler listener failed", event_type=event_type, resource=resource)
+                self.listener_failures.append(f"gang scheduler {event_type} {resource}: {exc!r}")
                 return
             self._notify()
             return
@@ -741,8 +745,9 @@ class Kubelet:
                 self.gang.on_pod_event(event_type, old, new)
             else:
                 self._on_node_event(event_type, old, new)
-        except Exception:  # a listener must never break the store's write path
+        except Exception as exc:  # a listener must never break the store's write path
             log.exception("kubelet listener failed", event_type=event_type, resource=resource)
+            self.listener_failures.append(f"kubelet {event_type} {resource}: {exc!r}")
             return
         self._notify()
 

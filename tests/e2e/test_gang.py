@@ -108,6 +108,7 @@ async def gang_operator(sim_cluster: SimCluster, scheduler: str) -> AsyncIterato
         if crashed:
             raise AssertionError("the controller task ended during the test")
         assert not refused(sim_cluster), f"requests refused by RBAC: {refused(sim_cluster)}"
+        assert not sim_cluster.kubelet.listener_failures, sim_cluster.kubelet.listener_failures
 
 
 def gang_job(name: str, *, workers: int, ps: int = 0, dynamic: bool = False, cpu: str = NODE_CPU,

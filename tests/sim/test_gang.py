@@ -112,6 +112,20 @@ class TestVolcano:
         store.patch(VOLCANO_PG, "default", "big", "merge", {"spec": {"minResources": {"cpu": "9"}}})
         await eventually(lambda: pg_status(store, VOLCANO_PG, "big").get("phase") == "Inqueue", DEADLINE)
 
+    async def test_a_failing_gang_listener_is_recorded_not_only_logged(self, sim_cluster: SimCluster,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        # The store's write path must survive it, and a test must be able to see it (the gang e2e
+        # fixture asserts the record stays empty): a log line alone would let a group silently stall.
+        kubelet = sim_cluster.kubelet
+
+        def broken(*_: Any) -> None:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(kubelet.gang, "on_event", broken)
+        sim_cluster.store.create(VOLCANO_PG, "default", volcano_group(minMember=1))
+        assert sim_cluster.store.get(VOLCANO_PG, "default", "job") is not None
+        assert kubelet.listener_failures == [f"gang scheduler ADDED {VOLCANO_PG}: RuntimeError('boom')"]
+
     async def test_a_group_in_a_missing_queue_is_never_touched(self, sim_cluster: SimCluster) -> None:
         store = sim_cluster.store
         store.create(VOLCANO_PG, "default", volcano_group("lost", minMember=1, queue="nope"))
