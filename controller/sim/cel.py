@@ -31,7 +31,7 @@ import base64
 import datetime as _dt
 import functools
 import re
-from typing import Any
+from typing import Any, Callable
 
 import celpy
 import celpy.celtypes as ct
@@ -199,11 +199,21 @@ def _dyn(value: Any) -> Any:
 class _Optional:
     """CEL ``optional`` value bound to ``oldSelf`` when a rule sets ``optionalOldSelf: true``."""
 
-    __slots__ = ("present", "inner")
+    __slots__ = ("present", "_inner", "_make")
 
-    def __init__(self, inner: Any = MISSING) -> None:
-        self.present = inner is not MISSING
-        self.inner = inner
+    def __init__(self, inner: Any = MISSING, *, make: Callable[[], Any] | None = None) -> None:
+        # ``make``: builds the value when a rule first reaches it. A rule such as the TFJob's name
+        # length check reads oldSelf only for long names, yet every status write of every job
+        # evaluated it with the whole old object converted to CEL values up front.
+        self.present = inner is not MISSING or make is not None
+        self._inner = inner
+        self._make = make
+
+    @property
+    def inner(self) -> Any:
+        if self._make is not None:
+            self._inner, self._make = self._make(), None
+        return self._inner
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Optional):
@@ -738,8 +748,8 @@ class CelRule:
         activation: dict[str, Any] = {"self": convert(self_value, self.schema, is_root=self.is_root)}
         if optional_old_self:
             # Whole: an optional's value reaches the rule only through value()/orValue() calls.
-            inner = MISSING if old_self is MISSING else to_cel(old_self, self.schema, is_root=self.is_root)
-            activation["oldSelf"] = _Optional(inner)
+            activation["oldSelf"] = _Optional() if old_self is MISSING else _Optional(
+                make=lambda: to_cel(old_self, self.schema, is_root=self.is_root))
         elif old_self is not MISSING:
             activation["oldSelf"] = convert(old_self, self.schema, is_root=self.is_root)
         return activation

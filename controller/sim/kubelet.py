@@ -53,7 +53,6 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Protocol
 
@@ -65,6 +64,7 @@ from controller.sim.events import EventRecorder, node_reference, object_referenc
 from controller.sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_RESOURCES, GANG_SCHEDULERS, GangScheduler
 from controller.sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
 from controller.sim.resources import qos_class, set_condition, with_transition
+from controller.sim.store import rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -183,7 +183,7 @@ class KubeletConfig:
 
 def now_timestamp() -> str:
     """metav1.Time: RFC 3339, UTC, whole seconds."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|Ki|Mi|Gi|Ti|Pi|Ei)?$")

@@ -26,7 +26,8 @@ What "match" means here, after reading the sources (apiserver ``endpoints/handle
   retainKeys mismatches 422, anything else 500 with the algorithm's message.
 
 Contract: inputs are never mutated (callers pass stored objects and the decoded request body);
-the returned document shares no mutable structure with either input. No I/O, no asyncio.
+the returned document shares no mutable structure with either input (except ``merge_patch(...,
+share=True)``'s, which keeps the document's untouched subtrees). No I/O, no asyncio.
 """
 
 from __future__ import annotations
@@ -376,7 +377,9 @@ def _prune_nulls(value: Any) -> Any:
     return value
 
 
-def _merge_documents(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+def _merge_documents(target: dict[str, Any], patch: Mapping[str, Any], share: bool = False) -> None:
+    # ``share``: ``target``'s maps are the input document's; each map on a patched path is copied
+    # before it changes, every other subtree stays the input's.
     for key, patch_value in patch.items():
         if patch_value is None:
             target.pop(key, None)
@@ -387,11 +390,17 @@ def _merge_documents(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
         elif not isinstance(patch_value, dict):
             target[key] = _clone(patch_value)
         else:
-            _merge_documents(current, patch_value)
+            if share:
+                target[key] = current = dict(current)
+            _merge_documents(current, patch_value, share)
 
 
-def merge_patch(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
+def merge_patch(doc: dict[str, Any], patch: Any, *, share: bool = False) -> dict[str, Any]:
     """Apply an ``application/merge-patch+json`` body (the decoded JSON) to ``doc``.
+
+    ``share``: the result keeps every subtree of ``doc`` the patch leaves alone (only the maps on
+    patched paths are new), for a caller that never writes into those; copying a whole pod to
+    change its status was ~4 % of the simulator's CPU in a burst of pod starts.
 
     Raises ApiError 400 ``Invalid JSON Patch`` for a null or scalar body, 422 for an array body
     (it replaces the document, which then is no object).
@@ -401,8 +410,8 @@ def merge_patch(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
         raise _undecodable(_prune_nulls(patch))
     if not isinstance(patch, dict):
         raise bad_request("Invalid JSON Patch")
-    result = _clone(document)
-    _merge_documents(result, patch)
+    result = dict(document) if share else _clone(document)
+    _merge_documents(result, patch, share)
     return result
 
 

@@ -31,6 +31,7 @@ import base64
 import bisect
 import heapq
 import logging
+import math
 import random
 import time
 import uuid
@@ -165,8 +166,15 @@ def canonical(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
 
+_last_second: list = [None, ""]  # [whole second, its text]: a burst stamps thousands of writes per second
+
+
 def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    """metav1.Time: RFC 3339, UTC, whole seconds (truncated toward the past, as gmtime does)."""
+    second = math.floor(ts)
+    if second != _last_second[0]:
+        _last_second[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
+    return _last_second[1]
 
 
 class _Bucket:
@@ -1137,10 +1145,16 @@ class Store:
             if body_name and body_name != name:
                 raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL "
                                          f"({name})")
-        # No copy: the patch engines' results share no mutable structure with their inputs
-        # (controller/sim/patch.py contract), so the update pipeline may write into them.
-        patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind,
-                                    strip_status=rt.status_subresource and subresource != "status")
+        if patch_type == "merge" and subresource == "status" and not rt.custom:
+            # A built-in's status write keeps only the patched status and writes into nothing of it
+            # (the rest is the stored object's, see _update_existing): no copy of the untouched
+            # parts. The kubelet's status writes of every pod start come this way.
+            patched = patch_mod.merge_patch(existing, patch, share=True)
+        else:
+            # No copy: the patch engines' results share no mutable structure with their inputs
+            # (controller/sim/patch.py contract), so the update pipeline may write into them.
+            patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind,
+                                        strip_status=rt.status_subresource and subresource != "status")
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
             raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match "
                                      f"{rt.kind}")

@@ -348,6 +348,24 @@ def test_merge_patch(description: str, patch: dict[str, Any], edit: Any) -> None
     assert merge_patch(_pod(), patch) == expected
 
 
+@pytest.mark.parametrize(("description", "patch", "edit"), MERGE_PATCH_CASES, ids=[c[0] for c in MERGE_PATCH_CASES])
+def test_merge_patch_sharing_the_document_gives_the_same_result_and_changes_no_input(
+        description: str, patch: dict[str, Any], edit: Any) -> None:
+    # The store patches a stored pod's status this way: the stored version must stay as it was,
+    # and the request body must not end up inside the new version.
+    expected = _pod()
+    edit(expected)
+    doc, body = _pod(), copy.deepcopy(patch)
+    result = merge_patch(doc, body, share=True)
+    assert result == expected
+    assert doc == _pod() and body == patch
+    for key, value in result.items():
+        if key in patch:
+            assert value is not doc.get(key) or not isinstance(value, dict)
+        else:
+            assert value is doc[key]  # untouched subtrees are not copied
+
+
 @pytest.mark.parametrize("body", [None, "text", 3, True])
 def test_merge_patch_null_or_scalar_body_is_400(body: Any) -> None:
     error = _error(merge_patch, _pod(), body)

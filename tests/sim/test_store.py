@@ -150,6 +150,12 @@ def test_pod_status_writes_share_the_unchanged_parts_and_keep_old_versions_intac
     assert after["spec"] is before["spec"]  # one copy per status write: the spec is shared, not re-copied
     assert after["metadata"] is not before["metadata"]
     assert int(after["metadata"]["resourceVersion"]) == int(before["metadata"]["resourceVersion"]) + 1
+    # The next status write copies only the status maps it patches: the version before it stays whole.
+    snapshot = orjson.dumps(after)
+    latest = store.patch("pods", "default", "p", "merge", {"status": {"phase": "Succeeded", "qosClass": None}},
+                         subresource="status")
+    assert orjson.dumps(after) == snapshot
+    assert latest["status"] == {"phase": "Succeeded"} and latest["spec"] is before["spec"]
 
 
 # ---------------------------------------------------------------- create
