@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,11 @@ def refused(cluster: SimCluster) -> list[str]:
     return list(cluster.server.auth.forbidden_log) if cluster.server.auth is not None else []
 
 
-@pytest.fixture
-async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
-    op = await start_operator(sim_cluster)
+@asynccontextmanager
+async def running_operator(cluster: SimCluster, **options: Any) -> AsyncIterator[Operator]:
+    """A controller for the span of a test (``options``: those of :func:`start_operator`); on the way out it
+    must not have crashed, and none of its requests may have been refused by RBAC."""
+    op = await start_operator(cluster, **options)
     try:
         yield op
     finally:
@@ -201,7 +204,13 @@ async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
         await op.stop()
         if crashed:
             raise AssertionError("the controller task ended during the test")
-        assert not refused(sim_cluster), f"requests refused by RBAC: {refused(sim_cluster)}"
+        assert not refused(cluster), f"requests refused by RBAC: {refused(cluster)}"
+
+
+@pytest.fixture
+async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
+    async with running_operator(sim_cluster) as op:
+        yield op
 
 
 def tfjob(

@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     is_true,
     reconciled_once_more,
     refused,
+    running_operator,
     running_pods,
     start_operator,
     tfjob,
@@ -99,15 +100,10 @@ def scheduler(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def gang_operator(sim_cluster: SimCluster, scheduler: str) -> AsyncIterator[Operator]:
-    op = await start_operator(sim_cluster, gang=scheduler)
     try:
-        yield op
+        async with running_operator(sim_cluster, gang=scheduler) as op:
+            yield op
     finally:
-        crashed = op.task is not None and op.task.done() and not op.task.cancelled()
-        await op.stop()
-        if crashed:
-            raise AssertionError("the controller task ended during the test")
-        assert not refused(sim_cluster), f"requests refused by RBAC: {refused(sim_cluster)}"
         assert not sim_cluster.kubelet.listener_failures, sim_cluster.kubelet.listener_failures
 
 

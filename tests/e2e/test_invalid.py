@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
     eventually,
     is_true,
     reconciled_once_more,
+    running_operator,
     start_operator,
     tfjob,
 )
@@ -141,14 +142,8 @@ async def lax_operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
         await installer.create(CRDS, loosened_crd())
     finally:
         await installer.close()
-    op = await start_operator(sim_cluster, install_crd=False)
-    try:
+    async with running_operator(sim_cluster, install_crd=False) as op:
         yield op
-    finally:
-        crashed = op.task is not None and op.task.done() and not op.task.cancelled()
-        await op.stop()
-        if crashed:
-            raise AssertionError("the controller task ended during the test")
 
 
 PAST_THE_RULES = [

@@ -81,11 +81,17 @@ def pod(index: int, phase: str, created: float, uid: str) -> dict[str, Any]:
     }
 
 
-def observer(now: float) -> tuple[JobObserver, FakeInformer, FakeInformer, CollectorRegistry]:
+def clocked_observer(now: float) -> tuple[JobObserver, list[float], FakeInformer, FakeInformer, CollectorRegistry]:
+    """An observer on fake informers whose clock (wall and monotonic) is ``clock[0]``, for tests to move."""
     registry = CollectorRegistry()
     jobs, pods = FakeInformer(), FakeInformer()
     clock = [now]
     watcher = JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: clock[0], monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    return watcher, clock, jobs, pods, registry
+
+
+def observer(now: float) -> tuple[JobObserver, FakeInformer, FakeInformer, CollectorRegistry]:
+    watcher, _, jobs, pods, registry = clocked_observer(now)
     return watcher, jobs, pods, registry
 
 
@@ -108,10 +114,7 @@ def test_failover_latency_is_measured_once_per_failover_and_only_for_the_replace
 def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacement_runs() -> None:
     # A first failover is replaced at once and the status is written after the creates, so the replacement's
     # Running (pods watch) can reach the controller before the job update carrying the record (jobs watch).
-    watcher_clock = [T0 + 97]
-    registry = CollectorRegistry()
-    jobs, pods = FakeInformer(), FakeInformer()
-    JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: watcher_clock[0], monotonic=lambda: watcher_clock[0])  # type: ignore[arg-type]
+    _, watcher_clock, jobs, pods, registry = clocked_observer(T0 + 97)
     jobs.add(job(["Created", "Running"]))
     pods.add(pod(0, "Running", T0, "p0"))
     pods.add(pod(1, "Pending", T0 + 95, "p1-new"))
@@ -151,10 +154,7 @@ def test_a_pod_older_than_the_failover_is_not_its_replacement() -> None:
 def test_a_failed_pod_created_in_the_failover_second_is_not_its_own_replacement() -> None:
     # Timestamps have whole seconds: a worker created, run and failed over within one second is as old as the
     # record. Once it has stopped running it must not be taken for the replacement (that measured ~0 s).
-    clock = [T0 + 0.5]
-    registry = CollectorRegistry()
-    jobs, pods = FakeInformer(), FakeInformer()
-    JobObserver(jobs, pods, TFJobMetrics(registry), wall=lambda: clock[0], monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    _, clock, jobs, pods, registry = clocked_observer(T0 + 0.5)
     jobs.add(job(["Created", "Running"]))
     pods.add(pod(1, "Pending", T0, "p1-old"))
     pods.update(pod(1, "Running", T0, "p1-old"))  # seen Running at T0 + 0.5
