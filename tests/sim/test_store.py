@@ -4,11 +4,13 @@ kubelet and GC use. HTTP-specific behaviour is in test_http.py."""
 from __future__ import annotations
 
 import copy
+import os
+import uuid
 
 import pytest
 
 from controller.sim.errors import ApiError
-from controller.sim.store import Store, StoreConfig, WriteOptions
+from controller.sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
 from tests.sim.conftest import FakeClock
 from tests.sim.crds import pod, widget, widget_crd
 
@@ -35,6 +37,20 @@ def raises(code: int, reason: str | None = None):
             return True
 
     return _Ctx()
+
+
+# ---------------------------------------------------------------- uid
+
+@pytest.mark.parametrize("raw", [bytes(16), b"\xff" * 16, bytes(range(16)), os.urandom(16), os.urandom(16)])
+def test_uid_text_is_what_the_uuid_module_gives_for_the_same_bytes(raw: bytes) -> None:
+    assert uid_from_bytes(raw) == str(uuid.UUID(bytes=raw, version=4))
+
+
+def test_created_objects_get_distinct_version_4_uids(store: Store) -> None:
+    uids = [store.create("configmaps", "default", {"metadata": {"name": f"c{i}"}})["metadata"]["uid"]
+            for i in range(50)]
+    assert len(set(uids)) == 50
+    assert all(uuid.UUID(u).version == 4 and str(uuid.UUID(u)) == u for u in uids)
 
 
 # ---------------------------------------------------------------- resourceVersion
