@@ -237,54 +237,71 @@ def _granular_map(value: Any, schema: dict) -> bool:
 
 
 # -- comparing two objects (Update) ----------------------------------------------------------------------
+# The comparison builds the field set of what changed in its wire form directly, in one walk, each node's
+# children sorted once: every write of every object comes through here, and a set of path tuples
+# inserted one by one from the root (each insert walking down again) cost several times the walk itself.
 
 
-def _compare(old: Any, new: Any, schema: dict, path: Path, present: bool, changed: list[Path],
-             removed: list[Path]) -> None:
-    """Record what turning ``old`` into ``new`` at ``path`` added or changed, and what it removed.
+def _diff(old: Any, new: Any, schema: dict, path: Path, present: bool, removed: list[Path]) -> dict | None:
+    """The field set (wire form) of what turning ``old`` into ``new`` at ``path`` added or changed, or
+    None when it added and changed nothing; what it removed is appended to ``removed``.
 
     ``present``: the node existed before (possibly as null). Callers skip equal subtrees.
     """
     if _granular_map(new, schema):
+        member = False
         if type(old) is not dict:
-            _node_is_new(old, path, present, changed, removed)
+            member = _node_is_new(old, path, present, removed)
             old = _NOTHING
-        _compare_map(old, new, schema, path, changed, removed, top=not path, meta=path == ("f:metadata",))
-        return
+        return _diff_map(old, new, schema, path, removed, member, top=not path, meta=path == _META_PATH)
     if type(new) is list and new:
         items = _keyed_items(new, schema)
         if items is not None:
             old_items = _keyed_items(old, schema) if type(old) is list else {}
             if old_items is not None:
-                if type(old) is not list:
-                    _node_is_new(old, path, present, changed, removed)
+                member = type(old) is not list and _node_is_new(old, path, present, removed)
                 item_schema = schema.get("items") or _NOTHING
+                children: list[tuple[str, dict]] = []
                 for pe, item in items.items():
-                    item_path = path + (pe,)
                     if pe in old_items:
                         before = old_items[pe]
                         if before == item:
                             continue
-                        _compare_item(before, item, item_schema, item_path, changed, removed)
-                    else:
-                        changed.append(item_path)
-                        _compare_item(None, item, item_schema, item_path, changed, removed)
+                        child = _diff_item(before, item, item_schema, path + (pe,), removed, False)
+                        if child is None:
+                            continue
+                    else:  # a new item is a member itself
+                        child = _diff_item(None, item, item_schema, path + (pe,), removed, True)
+                    children.append((pe, child))  # type: ignore[arg-type]
                 for pe in old_items:
                     if pe not in items:
                         removed.append(path + (pe,))
-                return
+                return _node(member, children)
     # A leaf: scalar, null, empty map or list, atomic map or list.
     if present and (type(old) in (dict, list)) and old:
         if type(new) is type(old) and not new:
-            children = _children(old, schema)
-            if children is not None:
+            old_children = _children(old, schema)
+            if old_children is not None:
                 # Emptying a map or keyed list removes the fields inside; the writer gains nothing.
-                removed.extend(path + (pe,) for pe in children)
-                return
+                removed.extend(path + (pe,) for pe in old_children)
+                return None
         removed.append(path)  # whatever was owned inside the old value is gone
         if new is None and _children(old, schema) is not None:
-            return  # a granular field set to null is gone, like a removed one
-    changed.append(path)
+            return None  # a granular field set to null is gone, like a removed one
+    return {}
+
+
+_META_PATH: Path = ("f:metadata",)
+
+
+def _node(member: bool, children: list[tuple[str, dict]]) -> dict | None:
+    """A wire node of sorted ``children`` ("." first when the node is a member itself)."""
+    if not children:
+        return {} if member else None
+    children.sort()  # path elements of one node are distinct: the field sets are never compared
+    node: dict = {_MEMBER: {}} if member else {}
+    node.update(children)
+    return node
 
 
 def _children(value: Any, schema: dict) -> list[str] | None:
@@ -295,41 +312,56 @@ def _children(value: Any, schema: dict) -> list[str] | None:
     return list(items) if items is not None else None
 
 
-def _node_is_new(old: Any, path: Path, present: bool, changed: list[Path], removed: list[Path]) -> None:
+def _node_is_new(old: Any, path: Path, present: bool, removed: list[Path]) -> bool:
+    """Whether a map or list at ``path`` that was not one before becomes a member."""
     if not present:
-        if path and path != ("f:metadata",):
-            changed.append(path)
-    elif old is not None:  # a different type before: its ownership goes, the node is new
+        return bool(path) and path != _META_PATH
+    if old is not None:  # a different type before: its ownership goes, the node is new
         removed.append(path)
-        changed.append(path)
+        return True
+    return False
 
 
-def _compare_map(old_map: dict, new: dict, schema: dict, path: Path, changed: list[Path], removed: list[Path], *,
-                 top: bool = False, meta: bool = False) -> None:
+def _diff_map(old_map: dict, new: dict, schema: dict, path: Path, removed: list[Path], member: bool, *,
+              top: bool = False, meta: bool = False) -> dict | None:
     """The fields of a granular map (``top``/``meta``: the object root or its metadata, whose
     server-set fields nobody owns)."""
+    children: list[tuple[str, dict]] = []
     for key, value in new.items():
         if (top and key in _STRIPPED_TOP) or (meta and key in _STRIPPED_META):
             continue
-        child_path = path + ("f:" + key,)
+        pe = "f:" + key
         if key in old_map:
             before = old_map[key]
             if before is value or (before == value and type(before) is type(value)):
                 continue
-            _compare(before, value, _child(schema, key), child_path, True, changed, removed)
+            present = True
         else:
-            _compare(None, value, _child(schema, key), child_path, False, changed, removed)
+            before = None
+            present = False
+        if type(value) in _CONTAINERS or type(before) in _CONTAINERS:
+            child = _diff(before, value, _child(schema, key), path + (pe,), present, removed)
+            if child is None:
+                continue
+        else:
+            child = {}  # a scalar set or changed: a leaf, without making its path
+        children.append((pe, child))
     for key in old_map:
         if key not in new and not ((top and key in _STRIPPED_TOP) or (meta and key in _STRIPPED_META)):
             removed.append(path + ("f:" + key,))
+    return _node(member, children)
 
 
-def _compare_item(old: Any, new: Any, schema: dict, path: Path, changed: list[Path], removed: list[Path]) -> None:
-    """A list item: new items are already members; their fields are compared like a map's."""
+_CONTAINERS = (dict, list)
+
+
+def _diff_item(old: Any, new: Any, schema: dict, path: Path, removed: list[Path], member: bool) -> dict | None:
+    """A list item (``member``: a new one): its fields are compared like a map's."""
     if type(new) is dict and schema.get("x-kubernetes-map-type") != "atomic":
-        _compare_map(old if type(old) is dict else _NOTHING, new, schema, path, changed, removed)
-    elif old is not None:
-        changed.append(path)  # an atomic item that changed
+        return _diff_map(old if type(old) is dict else _NOTHING, new, schema, path, removed, member)
+    if member or old is not None:
+        return {}  # a new item, or an atomic item that changed
+    return None
 
 
 # -- the field set of an applied configuration (Apply) -----------------------------------------------------
@@ -569,10 +601,9 @@ def update_ownership(schema: dict, before: dict, after: dict, managed: Any, mana
     changes, because every write of every object comes through here: unaffected entries stay the
     very dicts the previous version of the object holds (stored objects are never mutated).
     """
-    changed: list[Path] = []
     removed: list[Path] = []
-    _compare(before, after, schema, (), True, changed, removed)
-    if not changed and not removed:
+    changed = _diff(before, after, schema, (), True, removed)
+    if changed is None and not removed:
         return managed
     identity = (manager, "Update", subresource, api_version)
     out: list[dict] = []
@@ -584,7 +615,7 @@ def update_ownership(schema: dict, before: dict, after: dict, managed: Any, mana
             mine, mine_fields = raw, _wire_copy(fields)
             continue
         hit_removed = [p for p in removed if _wire_find(fields, p) is not None]
-        hit_changed = [p for p in changed if _wire_is_member(fields, p)]
+        hit_changed = _wire_common_members(fields, changed) if changed else []
         if not hit_removed and not hit_changed:
             out.append(raw)
             continue
@@ -597,9 +628,12 @@ def update_ownership(schema: dict, before: dict, after: dict, managed: Any, mana
             out.append({**raw, "fieldsV1": fields})
     for path in removed:
         _wire_remove(mine_fields, path, subtree=True)
-    _wire_insert_all(mine_fields, changed)
+    if not mine_fields:
+        mine_fields = changed or {}  # made by this call: nothing else holds it
+    elif changed:
+        _wire_merge(mine_fields, changed)
     if mine_fields:
-        if changed or mine is None:
+        if changed is not None or mine is None:
             out.append(Entry(manager, "Update", api_version, now, subresource, mine_fields).encode())
         else:  # the write only removed fields: the entry keeps its time, as on a real apiserver
             out.append({**mine, "fieldsV1": mine_fields})
@@ -638,11 +672,6 @@ def _wire_find(node: dict, path: Path) -> dict | None:
     return node
 
 
-def _wire_is_member(node: dict, path: Path) -> bool:
-    found = _wire_find(node, path)
-    return found is not None and (not found or _MEMBER in found)
-
-
 def _wire_keeps(node: dict, path: Path) -> bool:
     """Whether a set keeps ``path`` when pruning: as a member, or as a named field (``f:``) with owned
     fields below it (structured-merge-diff's EnsureNamedFieldsAreMembers). An applier that owned a
@@ -677,6 +706,49 @@ def _wire_remove(root: dict, path: Path, *, subtree: bool) -> None:
             parent.clear()
             return
         del nodes[depth - 1][path[depth - 1]]
+
+
+def _wire_common_members(node: dict, other: dict, prefix: Path = (), out: list[Path] | None = None) -> list[Path]:
+    """The members of ``other`` that are members of ``node`` too."""
+    out = [] if out is None else out
+    for pe, theirs in other.items():
+        mine = node.get(pe)
+        if mine is None or pe == _MEMBER:
+            continue
+        path = prefix + (pe,)
+        if (not theirs or _MEMBER in theirs) and (not mine or _MEMBER in mine):
+            out.append(path)
+        if theirs and mine:
+            _wire_common_members(mine, theirs, path, out)
+    return out
+
+
+def _wire_merge(root: dict, other: dict) -> None:
+    """Add the members of ``other`` (sorted, made by the caller, taken over) to ``root``: the same as
+    inserting each of them in order (:func:`_wire_insert_all`), down to the order of keys."""
+    resort = False
+    inserted = False
+    for pe, theirs in other.items():
+        if pe == _MEMBER:
+            continue
+        mine = root.get(pe)
+        if mine is None:
+            # Later keys come in order: only the first new one can land before an old one.
+            if not inserted and root and pe < next(reversed(root)):
+                resort = True
+            inserted = True
+            root[pe] = theirs
+            continue
+        if (not theirs or _MEMBER in theirs) and mine and _MEMBER not in mine:
+            mine = root[pe] = {_MEMBER: {}, **mine}
+        if len(theirs) > (_MEMBER in theirs):
+            if not mine:  # a member leaf gaining children
+                mine[_MEMBER] = {}
+            _wire_merge(mine, theirs)
+    if resort:
+        items = sorted(root.items())
+        root.clear()
+        root.update(items)
 
 
 def _wire_members(node: dict, prefix: Path = ()) -> Iterator[Path]:
@@ -788,16 +860,15 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     applied_paths: list[Path] = []
     _field_set(config, schema, (), applied_paths)
     applied = _wire_build(applied_paths)
-    changed: list[Path] = []
     removed: list[Path] = []
-    _compare(live, merged, schema, (), True, changed, removed)
+    changed = _diff(live, merged, schema, (), True, removed)
     entries = decode_entries(managed)
     identity = (manager, "Apply", subresource, "")
     conflicts = []
     for entry in entries:
         if entry.identity == identity:
             continue
-        hits = [path for path in changed if _wire_is_member(entry.fields, path)]
+        hits = _wire_common_members(entry.fields, changed) if changed else []
         if hits:
             conflicts.append((entry, sorted(hits, key=_set_order)))
     if conflicts and not force:

@@ -4,14 +4,20 @@ stops applying, resets, the 10-manager cap, and what kubectl and kubernetes-asyn
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
+import orjson
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.sim import fieldmanager
 from controller.sim.errors import ApiError
 from controller.sim.store import Store, WriteOptions
+from controller.tfjob.crd import build_crd
 from tests.conftest import Kubectl
 from tests.sim.conftest import FakeClock
 from tests.sim.crds import widget_crd
@@ -455,3 +461,271 @@ async def test_kubectl_server_side_apply_conflict_and_force(kubectl: Kubectl) ->
     doc = json.loads(out)
     assert doc["data"] == {"a": "2"}
     assert [(e["manager"], e["operation"]) for e in doc["metadata"]["managedFields"]] == [("bob", "Apply")]
+
+
+# ------------------------------------------------------------------- the one-walk diff against the path-set model
+# update_ownership builds the field set of a write in its wire form in one walk and merges it into the
+# writer's entry node by node. The model below is the straightforward form it replaced (and that the
+# semantics are written in): the changed fields as a list of paths, each checked against and inserted into
+# the entries from the root. Both must give the same entries, down to the order of keys on the wire.
+
+
+def _model_compare(old: Any, new: Any, schema: dict, path: tuple, present: bool, changed: list, removed: list) -> None:
+    if fieldmanager._granular_map(new, schema):
+        if type(old) is not dict:
+            _model_node_is_new(old, path, present, changed, removed)
+            old = {}
+        top, meta = not path, path == ("f:metadata",)
+        for key, value in new.items():
+            if (top and key in fieldmanager._STRIPPED_TOP) or (meta and key in fieldmanager._STRIPPED_META):
+                continue
+            if key in old and old[key] == value and type(old[key]) is type(value):
+                continue
+            _model_compare(old.get(key), value, fieldmanager._child(schema, key), path + ("f:" + key,), key in old,
+                           changed, removed)
+        removed.extend(path + ("f:" + key,) for key in old if key not in new and not (
+            (top and key in fieldmanager._STRIPPED_TOP) or (meta and key in fieldmanager._STRIPPED_META)))
+        return
+    items = fieldmanager._keyed_items(new, schema) if type(new) is list and new else None
+    old_items = (fieldmanager._keyed_items(old, schema) if type(old) is list else {}) if items is not None else None
+    if items is not None and old_items is not None:
+        if type(old) is not list:
+            _model_node_is_new(old, path, present, changed, removed)
+        item_schema = schema.get("items") or {}
+        for pe, item in items.items():
+            before = old_items.get(pe)
+            if pe in old_items and before == item:
+                continue
+            if pe not in old_items:
+                changed.append(path + (pe,))
+            if type(item) is dict and item_schema.get("x-kubernetes-map-type") != "atomic":
+                _model_compare(before if type(before) is dict else {}, item, item_schema,
+                               path + (pe,), True, changed, removed)
+            elif before is not None:
+                changed.append(path + (pe,))
+        removed.extend(path + (pe,) for pe in old_items if pe not in items)
+        return
+    if present and type(old) in (dict, list) and old:
+        children = fieldmanager._children(old, schema)
+        if type(new) is type(old) and not new and children is not None:
+            removed.extend(path + (pe,) for pe in children)
+            return
+        removed.append(path)
+        if new is None and children is not None:
+            return
+    changed.append(path)
+
+
+def _model_node_is_new(old: Any, path: tuple, present: bool, changed: list, removed: list) -> None:
+    if not present:
+        if path and path != ("f:metadata",):
+            changed.append(path)
+    elif old is not None:
+        removed.append(path)
+        changed.append(path)
+
+
+def _model_is_member(fields: dict, path: tuple) -> bool:
+    found = fieldmanager._wire_find(fields, path)
+    return found is not None and (not found or "." in found)
+
+
+def _model_update(schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str,
+                  api_version: str, now: str) -> Any:
+    changed: list = []
+    removed: list = []
+    _model_compare(before, after, schema, (), True, changed, removed)
+    if not changed and not removed:
+        return managed
+    identity = (manager, "Update", subresource, api_version)
+    out, mine, mine_fields = [], None, {}
+    for raw in managed or ():
+        fields = raw.get("fieldsV1") or {}
+        if fieldmanager._wire_identity(raw) == identity:
+            mine, mine_fields = raw, fieldmanager._wire_copy(fields)
+            continue
+        hit_removed = [p for p in removed if fieldmanager._wire_find(fields, p) is not None]
+        hit_changed = [p for p in changed if _model_is_member(fields, p)]
+        if not hit_removed and not hit_changed:
+            out.append(raw)
+            continue
+        fields = fieldmanager._wire_copy(fields)
+        for path in hit_removed:
+            fieldmanager._wire_remove(fields, path, subtree=True)
+        for path in hit_changed:
+            fieldmanager._wire_remove(fields, path, subtree=False)
+        if fields:
+            out.append({**raw, "fieldsV1": fields})
+    for path in removed:
+        fieldmanager._wire_remove(mine_fields, path, subtree=True)
+    fieldmanager._wire_insert_all(mine_fields, changed)
+    if mine_fields:
+        if changed or mine is None:
+            out.append(fieldmanager.Entry(manager, "Update", api_version, now, subresource, mine_fields).encode())
+        else:
+            out.append({**mine, "fieldsV1": mine_fields})
+    if sum(1 for raw in out if raw.get("operation") == "Update") > fieldmanager.MAX_UPDATE_MANAGERS:
+        entries = fieldmanager._cap_update_managers(fieldmanager.decode_entries(out), now)
+        return fieldmanager.encode_entries(entries)
+    out.sort(key=fieldmanager._wire_order)
+    return out
+
+
+_KEYS = st.sampled_from(["a", "b", "name", "type"])
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(0, 2), st.sampled_from(["x", "y"]))
+# Any JSON, from a small vocabulary so that successive versions of an object collide: a field turns from
+# a map into a list or a scalar, null, empty; a keyed list loses its keys (atomic) and gets them back.
+_JSON = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=8)
+
+
+def _maybe(strategy: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(strategy, strategy, strategy, _JSON)  # mostly well-formed, sometimes anything
+
+
+def _fields(required: dict, optional: dict) -> st.SearchStrategy:
+    return st.fixed_dictionaries({k: v for k, v in required.items()},
+                                 optional={k: _maybe(v) for k, v in optional.items()})
+
+
+_CONTAINER = _fields({"name": st.sampled_from(["main", "side"])}, {
+    "image": st.sampled_from(["tf:1", "tf:2"]),
+    "ports": st.lists(_fields({"containerPort": st.sampled_from([80, 81])},
+                              {"protocol": st.sampled_from(["TCP", "UDP"]), "name": st.sampled_from(["p", "q"])}),
+                      max_size=3),
+    "env": st.lists(_fields({}, {"name": st.sampled_from(["A", "B"]), "value": _SCALARS}), max_size=3),
+    "resources": _JSON,
+})
+_META = _fields({"name": st.just("o")}, {
+    "labels": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=3),
+    "annotations": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
+    "finalizers": st.lists(st.sampled_from(["f/1", "f/2", "f/3"]), max_size=3),
+    "ownerReferences": st.lists(_fields({"uid": st.sampled_from(["u1", "u2"])}, {"name": st.just("j")}),
+                                max_size=2),
+    "resourceVersion": st.sampled_from(["1", "2"]),
+})
+_CONDITIONS = st.lists(_fields({}, {"type": st.sampled_from(["Ready", "Created"]), "status": _SCALARS,
+                                    "reason": st.sampled_from(["r", "s"])}), max_size=3)
+_POD = _fields({"apiVersion": st.just("v1"), "kind": st.just("Pod"), "metadata": _META}, {
+    "spec": _fields({}, {"containers": st.lists(_CONTAINER, max_size=3), "nodeSelector": st.dictionaries(_KEYS, _SCALARS),
+                         "restartPolicy": st.sampled_from(["Never", "Always"]), "extra": _JSON}),
+    "status": _fields({}, {"conditions": _CONDITIONS, "phase": st.sampled_from(["Pending", "Running"]),
+                           "podIPs": st.lists(_fields({}, {"ip": st.sampled_from(["10.0.0.1", "10.0.0.2"])}),
+                                              max_size=2),
+                           "containerStatuses": st.lists(_JSON, max_size=2)}),
+})
+_SERVICE = _fields({"apiVersion": st.just("v1"), "kind": st.just("Service"), "metadata": _META}, {
+    "spec": _fields({}, {"ports": st.lists(_fields({"port": st.sampled_from([80, 81])},
+                                                   {"protocol": st.sampled_from(["TCP", "UDP"]),
+                                                    "targetPort": _SCALARS}), max_size=3),
+                         "selector": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
+                         "clusterIP": st.sampled_from(["None", "10.0.0.9"])}),
+    "status": _fields({}, {"conditions": _CONDITIONS}),
+})
+_REPLICA = _fields({}, {"replicas": st.integers(0, 3), "restartPolicy": st.sampled_from(["ExitCode", "Never"]),
+                        "template": _fields({}, {"metadata": _fields({}, {"annotations": st.dictionaries(_KEYS, _SCALARS)}),
+                                                 "spec": _fields({}, {"containers": st.lists(_CONTAINER, max_size=2)})})})
+_TFJOB = _fields({"apiVersion": st.just("kubeflow.org/v1"), "kind": st.just("TFJob"), "metadata": _META}, {
+    "spec": _fields({}, {"enableDynamicWorker": st.booleans(),
+                         "tfReplicaSpecs": st.dictionaries(st.sampled_from(["PS", "Worker"]), _REPLICA, max_size=2),
+                         "runPolicy": _fields({}, {"suspend": st.booleans()})}),
+    "status": _fields({}, {"conditions": _CONDITIONS, "startTime": st.sampled_from(["t1", "t2"]),
+                           "replicaStatuses": st.dictionaries(st.sampled_from(["PS", "Worker"]), _JSON, max_size=2)}),
+})
+
+
+@functools.cache
+def _schema(kind: str, custom: bool) -> dict:
+    crd_schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"] if custom else None
+    return fieldmanager.root_schema(kind, custom, crd_schema)
+
+
+_KINDS = {"Pod": (_POD, False), "Service": (_SERVICE, False), "TFJob": (_TFJOB, True)}
+_FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# A field set a client made up: managedFields may be edited, so an entry may claim fields the object does
+# not have, own a map's fields but not the map, and so on.
+_PATH_ELEMENTS = st.sampled_from(["f:spec", "f:status", "f:metadata", "f:labels", "f:extra", "f:a", "f:b",
+                                  "f:containers", 'k:{"name":"main"}', "f:image", "f:restartPolicy", "f:phase",
+                                  "f:enableDynamicWorker", "f:clusterIP"])
+_MADE_UP_FIELDS = st.recursive(
+    st.just({}), lambda inner: st.builds(lambda member, children: {**({".": {}} if member else {}), **children},
+                                         st.booleans(), st.dictionaries(_PATH_ELEMENTS, inner, min_size=1, max_size=3)),
+    max_leaves=12)
+
+
+def _shuffled(node: dict, rnd: Any) -> dict:
+    # A client may send its keys in any order (the "." member is put first on decoding).
+    keys = [k for k in node if k != "."]
+    rnd.shuffle(keys)
+    out = {".": {}} if "." in node else {}
+    out.update((k, _shuffled(node[k], rnd)) for k in keys)
+    return out
+
+
+@_FUZZ
+@given(data=st.data())
+def test_update_ownership_matches_the_path_set_model(data: st.DataObject) -> None:
+    kind = data.draw(st.sampled_from(sorted(_KINDS)))
+    strategy, custom = _KINDS[kind]
+    schema = _schema(kind, custom)
+    before = fieldmanager.zero_object(kind, custom)
+    managed: Any = None
+    for step in range(data.draw(st.integers(1, 6))):
+        after = data.draw(strategy)
+        manager = data.draw(st.sampled_from(["controller", "kubelet", "kubectl", "hpa"]))
+        subresource = data.draw(st.sampled_from(["", "status"]))
+        version = data.draw(st.sampled_from(["v1", "v2"]))
+        if managed and data.draw(st.booleans()):
+            rnd = data.draw(st.randoms(use_true_random=False))
+            managed = [{**raw, "fieldsV1": _shuffled(raw["fieldsV1"], rnd)} for raw in managed]
+        if data.draw(st.integers(0, 3)) == 0:
+            made_up = {"manager": data.draw(st.sampled_from([manager, "kubelet"])), "operation": "Update",
+                       "apiVersion": version, "time": "2023-11-14T22:13:00Z", "fieldsType": "FieldsV1",
+                       "fieldsV1": data.draw(_MADE_UP_FIELDS), **({"subresource": subresource} if subresource else {})}
+            sent = [raw for raw in managed or () if fieldmanager._wire_identity(raw)
+                    != fieldmanager._wire_identity(made_up)] + [made_up]
+            assert not fieldmanager.validate_entries(sent)
+            managed = fieldmanager.encode_entries(fieldmanager.decode_entries(sent))  # as the store takes a body's
+        now = f"2023-11-14T22:13:{20 + step}Z"
+        want = _model_update(schema, before, after, managed, manager, subresource, version, now)
+        got = fieldmanager.update_ownership(schema, before, after, managed, manager, subresource, version, now)
+        assert orjson.dumps(got) == orjson.dumps(want)  # the order of keys too
+        assert (got is managed) == (want is managed)
+        managed, before = got, after
+
+
+@_FUZZ
+@given(data=st.data())
+def test_the_fields_an_apply_conflicts_on_match_the_path_set_model(data: st.DataObject) -> None:
+    strategy, _ = _KINDS["Pod"]
+    schema = fieldmanager.root_schema("Pod", False, None)
+    old, new, owned = data.draw(strategy), data.draw(strategy), data.draw(strategy)
+    # Someone's field set: what a create of ``owned`` records.
+    theirs = fieldmanager._diff(fieldmanager.zero_object("Pod", False), owned, schema, (), True, []) or {}
+    changed: list = []
+    removed: list = []
+    _model_compare(old, new, schema, (), True, changed, removed)
+    got_removed: list = []
+    diff = fieldmanager._diff(old, new, schema, (), True, got_removed)
+    assert got_removed == removed
+    assert orjson.dumps(diff or {}) == orjson.dumps(fieldmanager._wire_build(changed))
+    assert (diff is None) == (not changed)
+    hits = fieldmanager._wire_common_members(theirs, diff) if diff else []
+    assert sorted(hits) == sorted({p for p in changed if _model_is_member(theirs, p)})
+
+
+def test_a_changed_field_an_edited_entry_owned_only_below_becomes_a_member_listed_first() -> None:
+    # A client-edited entry may own fields under what is a scalar on the object; the writer changing the
+    # scalar owns it as a member, and on the wire "." comes before the node's children, as the model does.
+    schema = fieldmanager.root_schema("Pod", False, None)
+    before = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "o"}, "spec": {"restartPolicy": "Never"}}
+    after = {**before, "spec": {"restartPolicy": "Always"}}
+    managed = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:13:00Z",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:restartPolicy": {"f:z": {}, "f:a": {}}}}}]
+    [entry] = fieldmanager.update_ownership(schema, before, after, managed, "m", "", "v1", NOW)
+    assert orjson.dumps(entry["fieldsV1"]) == orjson.dumps(
+        {"f:spec": {"f:restartPolicy": {".": {}, "f:z": {}, "f:a": {}}}})
+    assert entry == _model_update(schema, before, after, managed, "m", "", "v1", NOW)[0]
