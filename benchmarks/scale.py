@@ -33,6 +33,7 @@ so setting up 10,000 jobs does not depend on the controller's speed.
 
 Usage: .venv/bin/python benchmarks/scale.py all [--runs 3] [--profile] [--output docs/benchmarks/scale.md]
        .venv/bin/python benchmarks/scale.py burst [--jobs 1000] [--controller-arg=--kube-api-qps=500 ...]
+           [--sim-arg=--no-priority-and-fairness]  (the default client limit, ``auto``, then keeps its bucket)
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,10 +146,10 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "controller", "--log-level", "warning", "--log-format", "json", *args]
 
 
-async def start_sim(tmp: Path, nodes: int) -> tuple[Child, str, str]:
+async def start_sim(tmp: Path, nodes: int, sim_args: Sequence[str] = ()) -> tuple[Child, str, str]:
     kubeconfig = tmp / "sim.kubeconfig"
-    child = Child("simulator", cli("sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes)),
-                  tmp / "sim.log")
+    child = Child("simulator", cli("sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes),
+                                   *sim_args), tmp / "sim.log")
     assert child.proc.stdout is not None
     line = await asyncio.to_thread(child.proc.stdout.readline)
     match = re.search(r"serving at (\S+)", line.decode())
@@ -586,10 +587,10 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def environment(nodes: int, profile: bool = False):
+async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str] = ()):
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        sim_child, url, kubeconfig = await start_sim(tmp, nodes)
+        sim_child, url, kubeconfig = await start_sim(tmp, nodes, sim_args)
         connector = aiohttp.TCPConnector(limit=128)
         session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
         env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes, profiles=Profiles(profile))
@@ -701,7 +702,7 @@ async def actor_figures(env: Env, phase: Phase) -> dict[str, Any]:
 async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
-    async with environment(nodes_for(n * per_job), args.profile) as env:
+    async with environment(nodes_for(n * per_job), args.profile, args.sim_arg) as env:
         await start_actor(env, args, peer)
         phase = await begin(env, f"burst{'-peer' if peer else ''}{getattr(args, 'tag', '')}")
         history = phase.history
@@ -764,7 +765,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
     nodes = nodes_for(n * per_job)
-    async with environment(nodes, args.profile) as env:
+    async with environment(nodes, args.profile, args.sim_arg) as env:
         names = job_names("fo", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -865,7 +866,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
 async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
     n, before, after = args.jobs, 8, 2
     nodes = nodes_for(n * (1 + before))
-    async with environment(nodes, args.profile) as env:
+    async with environment(nodes, args.profile, args.sim_arg) as env:
         names = job_names("sd", n)
         await converge_directly(env.sim, names, before, nodes)
         await start_actor(env, args, False)
@@ -911,7 +912,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
 async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
     n, workers = args.cold_jobs, 5
     nodes = nodes_for(n * (1 + workers))
-    async with environment(nodes, args.profile) as env:
+    async with environment(nodes, args.profile, args.sim_arg) as env:
         names = job_names("cold", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -1123,7 +1124,8 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], lo
     path.write_text("\n".join(out) + "\n")
 
 
-UNLIMITED = ["--kube-api-qps=1000000", "--kube-api-burst=1000000"]
+# Explicitly no client-side limit, whether or not the server runs API Priority and Fairness.
+UNLIMITED = ["--kube-api-qps=0"]
 
 
 def controller_supports(flag: str) -> bool:
@@ -1259,6 +1261,10 @@ def main() -> int:
                              "the disruptions start (its index pre-population grows with the square of the objects)")
     parser.add_argument("--controller-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8")
+    parser.add_argument("--sim-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for `tfjob-controller sim` (repeatable), e.g. "
+                             "--sim-arg=--no-priority-and-fairness: a server without APF, where the controller's "
+                             "default keeps its fallback bucket")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/")
     parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")

@@ -16,6 +16,7 @@ User-Agent, so an apiserver's audit log tells the replicas apart.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import platform
 import signal
 import socket
@@ -46,12 +47,37 @@ from controller.tfjob.decide import DecideConfig
 LEASE_NAME = "tfjob-controller"
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
-# The client-side request limit (--kube-api-qps / --kube-api-burst). Chosen from measurements in
-# docs/benchmarks/profiles/README.md: high enough that it never bounds a burst of job creations on
-# its own, low enough to cap a runaway loop; the apiserver's API Priority and Fairness (429 +
-# Retry-After, which the client honours) is what protects the server.
-DEFAULT_KUBE_API_QPS = 500.0
-DEFAULT_KUBE_API_BURST = 1000
+# The client-side request limit (--kube-api-qps / --kube-api-burst), argued with its measurements and sources
+# in docs/benchmarks/profiles/README.md. By default ("auto") none when the apiserver runs API Priority and
+# Fairness, which protects it by priority level and answers overload with 429 + Retry-After (honoured by the
+# client): a second, blind bucket in the client only delays the controller -- on a quiet machine the old
+# 500/s bucket was what bounded a 1,000-job burst. The first response's APF headers lift the fallback
+# bucket; without them (APF disabled, a proxy that drops them) that 500/s bucket stays: under load it was
+# never reached, and it still caps a runaway loop. An explicit number is always honoured; 0: no limit.
+AUTO = "auto"
+DEFAULT_KUBE_API_QPS = AUTO
+DEFAULT_KUBE_API_BURST = AUTO
+FALLBACK_KUBE_API_QPS = 500.0
+FALLBACK_KUBE_API_BURST = 1000
+# Leader election has a client (and connection pool) of its own with this fixed bucket, whatever the mode:
+# it makes ~1 request per retry period, and a renewal must never queue behind a burst of the controller's.
+LEASE_CLIENT_QPS = 5.0
+LEASE_CLIENT_BURST = 10
+
+
+def client_limit(qps: float | str, burst: int | str) -> dict[str, float | int | bool]:
+    """The ApiClient settings (``qps``, ``burst``, ``auto_limit``) of --kube-api-qps / --kube-api-burst.
+
+    ``auto`` QPS: the fallback bucket (burst: the flag's, else the fallback's), lifted when APF is seen.
+    An explicit QPS: that bucket for good; an ``auto`` burst is then twice the QPS (the fallback's ratio).
+    """
+    if qps == AUTO:
+        return {"qps": FALLBACK_KUBE_API_QPS, "burst": FALLBACK_KUBE_API_BURST if burst == AUTO else int(burst),
+                "auto_limit": True}
+    rate = float(qps)
+    if rate <= 0:
+        return {"qps": 0.0, "burst": 1, "auto_limit": False}
+    return {"qps": rate, "burst": max(1, math.ceil(2 * rate)) if burst == AUTO else int(burst), "auto_limit": False}
 
 
 @dataclass
@@ -69,8 +95,8 @@ class RunOptions:
     max_pods_per_job: int = DecideConfig.max_pods_per_job
     # (base, cap) seconds of the dynamic-worker failover back-off
     failover_backoff: tuple[float, float] = (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap)
-    kube_api_qps: float = DEFAULT_KUBE_API_QPS
-    kube_api_burst: int = DEFAULT_KUBE_API_BURST
+    kube_api_qps: float | str = DEFAULT_KUBE_API_QPS  # a number, or "auto"
+    kube_api_burst: int | str = DEFAULT_KUBE_API_BURST
     startup_timeout: float = 30.0
     # --gang-scheduler-name: "" (off), "volcano" or a scheduler-plugins scheduler's name (controller.tfjob.gang)
     gang_scheduler_name: str = ""
@@ -115,7 +141,7 @@ def new_registry() -> CollectorRegistry:
 
 
 async def make_client(options: RunOptions, registry: CollectorRegistry, user_agent: str = USER_AGENT) -> ApiClient:
-    settings = {"qps": options.kube_api_qps, "burst": options.kube_api_burst, "user_agent": user_agent}
+    settings = {**client_limit(options.kube_api_qps, options.kube_api_burst), "user_agent": user_agent}
     try:
         if options.kubeconfig:
             return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry, **settings)
@@ -190,9 +216,11 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
     )
     informers = tfjobs.informers
     elector: LeaderElector | None = None
+    lease_client: ApiClient | None = None
     if options.leader_elect:
         namespace = options.leader_election_namespace or _in_cluster_namespace() or "default"
-        elector = LeaderElector(client, namespace, options.leader_election_id, identity, registry=registry)
+        lease_client = client.sibling(qps=LEASE_CLIENT_QPS, burst=LEASE_CLIENT_BURST)
+        elector = LeaderElector(lease_client, namespace, options.leader_election_id, identity, registry=registry)
 
     def readiness() -> tuple[bool, str]:
         waiting = [i.name for i in informers if not i.has_synced()]
@@ -224,6 +252,7 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
                 leader_election=options.leader_elect,
                 kube_api_qps=options.kube_api_qps,
                 kube_api_burst=options.kube_api_burst,
+                client_limit=_describe_limit(client),
                 gang_scheduler=options.gang_scheduler_name or None,
             )
             if elector is None:
@@ -237,5 +266,15 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            if lease_client is not None:
+                await lease_client.close()
             await client.close()
     return exit_code
+
+
+def _describe_limit(client: ApiClient) -> str:
+    limit = client.limit
+    if limit.bucket is None:
+        return "off (APF detected)" if limit.lifted_by else "off"
+    bucket = f"{limit.bucket.qps:g}/s, burst {limit.bucket.burst}"
+    return f"{bucket} until the server shows API Priority and Fairness" if limit.auto else bucket

@@ -24,7 +24,13 @@ from typing import Any, NoReturn
 
 import anyio
 
-from controller.app import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+from controller.app import (
+    AUTO,
+    DEFAULT_KUBE_API_BURST,
+    DEFAULT_KUBE_API_QPS,
+    FALLBACK_KUBE_API_BURST,
+    FALLBACK_KUBE_API_QPS,
+)
 from controller.ops.http import parse_addr
 from controller.sim import MissingExtra, require_extra
 from controller.tfjob.decide import DecideConfig
@@ -100,13 +106,27 @@ def _gang_schedulers(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _qps(text: str) -> float:
+def _qps(text: str) -> float | str:
+    if text.strip().lower() == AUTO:
+        return AUTO
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of requests per second, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of requests per second, got {text!r}") from None
     if value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 disables the limit), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a finite number >= 0 (0 disables the limit), got {text!r}")
+    return value
+
+
+def _burst(text: str) -> int | str:
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or at least 1, got {value}")
     return value
 
 
@@ -239,10 +259,13 @@ RUN_OPTIONS = (
            "queue behind other jobs' work; see docs/benchmarks/profiles)", 16, type=_positive_int, metavar="N"),
     Option("--metrics-addr", "serve /metrics here", ("0.0.0.0", 8080), type=_addr, metavar="HOST:PORT"),
     Option("--health-addr", "serve /healthz and /readyz here", ("0.0.0.0", 8081), type=_addr, metavar="HOST:PORT"),
-    Option("--kube-api-qps", "client-side limit of API requests per second, watches included; 0 disables it "
-           "(see docs/benchmarks/profiles)", DEFAULT_KUBE_API_QPS, type=_qps, metavar="QPS"),
-    Option("--kube-api-burst", "requests allowed at once above --kube-api-qps", DEFAULT_KUBE_API_BURST,
-           type=_positive_int, metavar="N"),
+    Option("--kube-api-qps", "client-side limit of API requests per second, watches included. 'auto': none when "
+           "the API server runs API Priority and Fairness (its responses say so), else "
+           f"{FALLBACK_KUBE_API_QPS:g}/s; a number is always honoured; 0 disables it (see docs/benchmarks/profiles)",
+           DEFAULT_KUBE_API_QPS, type=_qps, metavar="QPS|auto"),
+    Option("--kube-api-burst", "requests allowed at once above --kube-api-qps. 'auto': "
+           f"{FALLBACK_KUBE_API_BURST} with an 'auto' QPS, else twice the QPS", DEFAULT_KUBE_API_BURST,
+           type=_burst, metavar="N|auto"),
     Option("--leader-elect", "hold a Lease so that only one replica acts", True, kind="switch"),
     Option("--leader-election-namespace", "namespace of the Lease (default: the pod's namespace, else 'default')",
            metavar="NS"),
@@ -293,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="serve these gang schedulers' CRDs and schedule their pods: a comma-separated list of "
                           "volcano (PodGroup and Queue of scheduling.volcano.sh) and scheduler-plugins (PodGroup of "
                           "scheduling.x-k8s.io); default none, as on a cluster without a gang scheduler")
+    sim.add_argument("--priority-and-fairness", action=argparse.BooleanOptionalAction, default=True,
+                     help="name the API Priority and Fairness flow schema and priority level of every request in "
+                          "the X-Kubernetes-PF-* response headers, as kube-apiserver does by default; "
+                          "--no-priority-and-fairness is a server with --enable-priority-and-fairness=false")
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
@@ -342,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from controller.ops.simcmd import serve_sim
 
             return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure,
-                             args.podgroup_crds)
+                             args.podgroup_crds, args.priority_and_fairness)
         if args.command == "demo":
             from controller.ops.demo import demo
 

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import shutil
@@ -102,14 +104,37 @@ async def test_a_bad_environment_variable_gets_one_line_naming_it_and_exit_2():
 
 async def test_bad_api_limits_get_one_line_whether_flag_or_environment():
     rc, _, err = await run_cli("run", "--kube-api-qps", "-5")
-    assert rc == 2 and "argument --kube-api-qps: must be a finite number >= 0" in only_line(err)
+    assert rc == 2 and "argument --kube-api-qps: must be 'auto' or a finite number >= 0" in only_line(err)
     rc, _, err = await run_cli("run", "--kube-api-burst", "0")
-    assert rc == 2 and "argument --kube-api-burst: must be at least 1" in only_line(err)
+    assert rc == 2 and "argument --kube-api-burst: must be 'auto' or at least 1" in only_line(err)
+    rc, _, err = await run_cli("run", "--kube-api-burst", "lots")
+    assert rc == 2 and "argument --kube-api-burst: expected 'auto' or a whole number, got 'lots'" in only_line(err)
     rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_KUBE_API_QPS": "fast"})
     assert rc == 2 and only_line(err) == (
-        "tfjob-controller run: error: environment variable TFJOB_CONTROLLER_KUBE_API_QPS: expected a number "
-        "of requests per second, got 'fast' (see tfjob-controller run --help)"
+        "tfjob-controller run: error: environment variable TFJOB_CONTROLLER_KUBE_API_QPS: expected 'auto' or a "
+        "number of requests per second, got 'fast' (see tfjob-controller run --help)"
     )
+
+
+@pytest.mark.parametrize(("qps", "burst", "settings"), [
+    # auto: the 500/1000 fallback bucket, lifted when the server shows API Priority and Fairness
+    (None, None, {"qps": 500.0, "burst": 1000, "auto_limit": True}),
+    ("AUTO", "auto", {"qps": 500.0, "burst": 1000, "auto_limit": True}),
+    ("auto", "7", {"qps": 500.0, "burst": 7, "auto_limit": True}),
+    # a number is a bucket for good; an auto burst is then twice the QPS
+    ("50", None, {"qps": 50.0, "burst": 100, "auto_limit": False}),
+    ("0.2", None, {"qps": 0.2, "burst": 1, "auto_limit": False}),
+    ("50", "3", {"qps": 50.0, "burst": 3, "auto_limit": False}),
+    # 0: no limit at all, whatever the burst
+    ("0", "3", {"qps": 0.0, "burst": 1, "auto_limit": False}),
+])
+def test_api_limit_flags_become_the_clients_settings(qps, burst, settings):
+    from controller.app import client_limit
+    from controller.cli import parse_args, run_options
+
+    argv = ["run", *(["--kube-api-qps", qps] if qps else []), *(["--kube-api-burst", burst] if burst else [])]
+    options = run_options(parse_args(argv, {}))
+    assert client_limit(options.kube_api_qps, options.kube_api_burst) == settings
 
 
 async def test_run_with_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path):
@@ -210,10 +235,11 @@ async def test_demo_runs_the_story_to_the_end():
     assert "without ever leaving Running" in out
 
 
-async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, kubectl_binary: str):
-    kubeconfig = tmp_path / "kc"
+@asynccontextmanager
+async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
+    """``tfjob-controller sim`` in a subprocess: yields the URL it prints; SIGTERM must end it with 0."""
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", "2",
+        *CLI, "sim", "--port", "0", "--kubeconfig", str(kubeconfig), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -221,6 +247,17 @@ async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, k
         with anyio.fail_after(30):
             line = (await proc.stdout.readline()).decode()
         assert "simulated cluster serving at http://127.0.0.1:" in line
+        yield line.split("serving at ", 1)[1].split()[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            rc = await proc.wait()
+    assert rc == 0
+
+
+async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, kubectl_binary: str):
+    kubeconfig = tmp_path / "kc"
+    async with sim_process(kubeconfig, "--nodes", "2"):
         get = await asyncio.create_subprocess_exec(
             kubectl_binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
             "get", "nodes", "-o", "name", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -230,11 +267,16 @@ async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, k
             out, err = await get.communicate()
         assert get.returncode == 0, err
         assert out.decode().split() == ["node/sim-node-0", "node/sim-node-1"]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            rc = await proc.wait()
-    assert rc == 0
+
+
+@pytest.mark.parametrize(("flag", "headers"), [([], True), (["--no-priority-and-fairness"], False)],
+                         ids=["apf", "no-apf"])
+async def test_sim_sends_the_priority_and_fairness_headers_unless_told_not_to(tmp_path: Path, flag, headers):
+    async with sim_process(tmp_path / "kc", "--nodes", "1", *flag) as url:
+        async with aiohttp.ClientSession() as http, http.get(url + "/api/v1/namespaces") as response:
+            assert response.status == 200
+            sent = {name for name in response.headers if name.lower().startswith("x-kubernetes-pf-")}
+    assert sent == ({"X-Kubernetes-PF-FlowSchema-UID", "X-Kubernetes-PF-PriorityLevel-UID"} if headers else set())
 
 
 async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(sim_cluster: SimCluster):

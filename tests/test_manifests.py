@@ -234,8 +234,11 @@ def test_deployment_env_sets_the_api_limits_the_cli_reads() -> None:
     from controller.cli import parse_args
 
     env = {e["name"]: e["value"] for e in _controller_container()["env"]}
-    assert float(env["TFJOB_CONTROLLER_KUBE_API_QPS"]) == DEFAULT_KUBE_API_QPS  # the manifest says the default
-    assert int(env["TFJOB_CONTROLLER_KUBE_API_BURST"]) == DEFAULT_KUBE_API_BURST
+    # the manifest says the default: no client-side limit on a server with API Priority and Fairness
+    assert env["TFJOB_CONTROLLER_KUBE_API_QPS"] == DEFAULT_KUBE_API_QPS == "auto"
+    assert env["TFJOB_CONTROLLER_KUBE_API_BURST"] == DEFAULT_KUBE_API_BURST == "auto"
+    options = parse_args(_controller_container()["args"], environ=env)
+    assert (options.kube_api_qps, options.kube_api_burst) == ("auto", "auto")
     changed = {"TFJOB_CONTROLLER_KUBE_API_QPS": "123.5", "TFJOB_CONTROLLER_KUBE_API_BURST": "77"}
     options = parse_args(_controller_container()["args"], environ=changed)
     assert (options.kube_api_qps, options.kube_api_burst) == (123.5, 77)

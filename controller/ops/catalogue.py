@@ -102,6 +102,10 @@ CATALOGUE: tuple[Metric, ...] = (
            "API request latency up to the response headers.", _CLIENT),
     Metric("rest_client_request_retries_total", "counter", ("code", "verb", "host"),
            "API requests retried (429 with Retry-After, 5xx, transport errors).", _CLIENT),
+    Metric("rest_client_rate_limiter_duration_seconds", "histogram", ("verb", "host"),
+           "Wait on the client-side limit before a request, per request while a bucket applies (none once API "
+           "Priority and Fairness lifted the --kube-api-qps auto bucket; leader election's own bucket always).",
+           _CLIENT),
     Metric("informer_watch_restarts_total", "counter", ("resource", "reason"),
            "Watches re-established without a relist, by reason (timeout, closed, short, stalled, throttled, "
            "error).", _CLIENT),

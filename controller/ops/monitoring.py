@@ -234,6 +234,11 @@ CONTROLLER_HEALTH = Dashboard(
             Panel("Request latency p99 by verb", "p99 of API request latency up to the response headers (watch "
                   "requests excluded by their nature: they end at the response headers).",
                   _quantiles("rest_client_request_duration_seconds", INSTANCE, by="verb"), unit="s"),
+            Panel("Client-side throttling by verb", "Wait on the controller's own request limit (--kube-api-qps) "
+                  "before sending (and leader election's own small bucket). With the default auto limit and an API "
+                  "server that runs API Priority and Fairness, only leader election's requests show; a steady wait "
+                  "means a bucket, not the server, paces the controller.",
+                  _quantiles("rest_client_rate_limiter_duration_seconds", INSTANCE, by="verb"), unit="s"),
         )),
         Row("Process", (
             Panel("CPU", "CPU cores used by each replica's process.",

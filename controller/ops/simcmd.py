@@ -24,9 +24,9 @@ COLLECTOR_THRESHOLDS = (50_000, 20, 10)
 
 
 async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False,
-                    podgroup_crds: tuple[str, ...] = ()) -> int:
+                    podgroup_crds: tuple[str, ...] = (), priority_and_fairness: bool = True) -> int:
     config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig, secure=secure,
-                       podgroup_crds=podgroup_crds)
+                       podgroup_crds=podgroup_crds, priority_and_fairness=priority_and_fairness)
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with SimCluster(config) as cluster:

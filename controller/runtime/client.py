@@ -29,13 +29,18 @@ Contract:
 
   Retry-After is honoured up to ``RetryPolicy.max_retry_after`` (60 s). Watches are never retried here;
   the informer owns watch recovery.
-- Client-side throttling: a token bucket over *every* request (watches included), default **50 QPS,
-  burst 100**. client-go's 5/10 starves a controller that creates a job's pods and services in bursts;
-  controller-runtime uses 20/30; we allow more because a TFJob with 100 workers needs ~200 writes to
-  start, and the server's API Priority and Fairness (429 + Retry-After, handled above) is the real
-  protection of the apiserver. ``qps <= 0`` disables the limiter.
+- Client-side throttling (:class:`RequestLimit`): a token bucket over *every* request (watches included),
+  ``qps``/``burst``, default 50/100; ``qps <= 0`` disables it. With ``auto_limit=True`` the bucket is only a
+  fallback: the first response carrying kube-apiserver's API Priority and Fairness headers
+  (``X-Kubernetes-PF-FlowSchema-UID`` / ``-PriorityLevel-UID``) lifts it for good, with one log line. That
+  is the ecosystem's current answer (controller-runtime turned its client-side limiter off by default on
+  SIG API Machinery's advice; Flux and cert-manager detect APF the same way): the server's APF protects it
+  by priority level and flow, and what it sends when it throttles — 429 + Retry-After — is retried above.
+  An explicit limit is always kept, APF or not (the caller decides; see docs/benchmarks/profiles).
+  :meth:`ApiClient.sibling` gives leader election a limit and a connection pool of its own.
 - Metrics (``registry`` passed in, none when ``None``): ``rest_client_requests_total{code,method,host}``
-  and ``rest_client_request_duration_seconds{verb,host}`` per attempt, ``rest_client_request_retries_total``.
+  and ``rest_client_request_duration_seconds{verb,host}`` per attempt, ``rest_client_request_retries_total``,
+  ``rest_client_rate_limiter_duration_seconds{verb,host}`` per attempt while a bucket applies.
 - Timeouts: each non-watch attempt has a total timeout (``request_timeout``, default 60 s — the
   apiserver's own limit); watches have none, only a connect timeout and an *inactivity* timeout (no byte
   for that long → :class:`~controller.runtime.errors.StreamStalled`).
@@ -84,6 +89,8 @@ __all__ = [
     "RequestAttributes",
     "RetryPolicy",
     "TokenBucket",
+    "RequestLimit",
+    "APF_HEADERS",
     "ApiClient",
     "WatchStream",
     "LineSplitter",
@@ -290,6 +297,57 @@ class TokenBucket:
             await self._clock.sleep_until(self._clock.now() + delay)
 
 
+# A kube-apiserver that runs API Priority and Fairness (on by default since 1.20, GA in 1.29) puts both on
+# every response it classifies, 429s included (kubernetes.io/docs/reference/debug-cluster/flow-control).
+APF_HEADERS = ("X-Kubernetes-PF-FlowSchema-UID", "X-Kubernetes-PF-PriorityLevel-UID")
+
+
+class RequestLimit:
+    """The client-side limit of an :class:`ApiClient`: a :class:`TokenBucket` (``qps > 0``), none
+    (``qps <= 0``), or, with ``auto``, a fallback bucket that the first response showing the server runs
+    API Priority and Fairness lifts for good (:meth:`observe`). APF queues, shares and rejects (429 +
+    Retry-After, which the client honours) by priority level on the server, so a second, blind limit in
+    the client only delays the controller; without APF (disabled, or a proxy that drops the headers) the
+    bucket stays. Each wait is recorded as ``rest_client_rate_limiter_duration_seconds`` while a bucket
+    applies (client-go's metric), so a dashboard shows when the client throttles itself.
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Clock, *, auto: bool = False,
+                 metrics: RestClientMetrics | None = None) -> None:
+        self.bucket: TokenBucket | None = TokenBucket(qps, burst, clock) if qps > 0 else None
+        # Still looking for the APF headers (only an auto limit with a bucket to lift does).
+        self.auto = auto and self.bucket is not None
+        self.lifted_by: str | None = None  # the header that lifted the bucket
+        self._clock = clock
+        self._metrics = metrics or RestClientMetrics.for_registry(None, "")
+
+    @property
+    def mode(self) -> str:
+        """``auto`` (fallback bucket, watching for APF), ``fixed`` (a bucket for good) or ``off``."""
+        return "off" if self.bucket is None else "auto" if self.auto else "fixed"
+
+    async def wait(self, method: str) -> None:
+        bucket = self.bucket
+        if bucket is None:
+            return
+        delay = bucket.reserve()
+        self._metrics.throttled(method, delay)
+        if delay > 0:
+            await self._clock.sleep_until(self._clock.now() + delay)
+
+    def observe(self, headers: Mapping[str, str]) -> bool:
+        """Lift the fallback bucket if ``headers`` (of any response) show APF; True when this call did."""
+        if not self.auto:
+            return False
+        for name in APF_HEADERS:
+            if name in headers:
+                self.auto = False
+                self.bucket = None
+                self.lifted_by = name
+                return True
+        return False
+
+
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
 
@@ -477,6 +535,7 @@ class ApiClient:
         *,
         qps: float = 50.0,
         burst: int = 100,
+        auto_limit: bool = False,
         retry: RetryPolicy | None = None,
         registry: Any = None,
         request_timeout: float = 60.0,
@@ -495,8 +554,9 @@ class ApiClient:
         self.connect_timeout = connect_timeout
         self.user_agent = user_agent
         self._clock = clock or MonotonicClock()
-        self._bucket = TokenBucket(qps, burst, self._clock)
+        self._registry = registry
         self._metrics = RestClientMetrics.for_registry(registry, self.host)
+        self.limit = RequestLimit(qps, burst, self._clock, auto=auto_limit, metrics=self._metrics)
         self._rest: RESTClientObject | None = None
         self._session: aiohttp.ClientSession | None = None
         self._env_proxy: tuple[yarl.URL, aiohttp.BasicAuth | None] | None = None
@@ -561,6 +621,16 @@ class ApiClient:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             return cls.in_cluster(**kwargs)
         return await cls.from_kubeconfig(**kwargs)
+
+    def sibling(self, *, qps: float, burst: int) -> "ApiClient":
+        """A client of the same server, credentials and settings with a request limit and a connection
+        pool of its own (close it separately). For leader election: its renewals must never wait behind
+        the controller's requests, in this client's bucket or for one of its connections."""
+        return ApiClient(
+            self.configuration, qps=qps, burst=burst, retry=self.retry, registry=self._registry,
+            request_timeout=self.request_timeout, connect_timeout=self.connect_timeout, user_agent=self.user_agent,
+            clock=self._clock,
+        )
 
     async def __aenter__(self) -> "ApiClient":
         return self
@@ -862,7 +932,7 @@ class ApiClient:
         attempt = 0
         while True:
             attempt += 1
-            await self._bucket.wait()
+            await self.limit.wait(method)
             try:
                 status, resp_headers, raw = await self._send(method, url, data, headers, client_timeout)
             except TransportError as exc:
@@ -874,6 +944,8 @@ class ApiClient:
                          delay=round(delay, 3), error=str(exc))
                 await self._clock.sleep_until(self._clock.now() + delay)
                 continue
+            if self.limit.auto:
+                self._observe_apf(resp_headers)
             if 200 <= status < 300:
                 return status, raw
             error = _name_permission(error_from_response(status, raw, resp_headers), method, url)
@@ -884,6 +956,13 @@ class ApiClient:
             log.info("retrying request", method=method, path=path, attempt=attempt, status=status,
                      reason=error.reason, delay=round(delay, 3))
             await self._clock.sleep_until(self._clock.now() + delay)
+
+    def _observe_apf(self, headers: Mapping[str, str]) -> None:
+        if self.limit.observe(headers):
+            log.info(
+                f"API Priority and Fairness detected on the server ({self.limit.lifted_by}): client-side rate "
+                "limit off; set --kube-api-qps to keep one", server=self.base_url,
+            )
 
     @staticmethod
     def _retryable(error: ApiError, idempotent: bool) -> bool:
@@ -942,7 +1021,7 @@ class ApiClient:
         self, url: str, headers: dict[str, str], timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
         """Open a streaming GET; on a non-2xx answer read the body and raise the typed error."""
-        await self._bucket.wait()
+        await self.limit.wait("GET")
         rest, session = self._transport()
         headers = dict(headers)
         await self._auth_headers(headers)
@@ -953,6 +1032,8 @@ class ApiClient:
                 "GET", yarl.URL(url, encoded=True), headers=headers, timeout=timeout, **self._request_kwargs(rest)
             )
             code = str(response.status)
+            if self.limit.auto:
+                self._observe_apf(response.headers)
             if not 200 <= response.status < 300:
                 try:
                     raw = await response.read()

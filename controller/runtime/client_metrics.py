@@ -19,6 +19,8 @@ Contract:
                                                                               ``"<error>"`` without a response
   rest_client_request_duration_seconds      histogram  verb, host             attempt latency up to headers
   rest_client_request_retries_total         counter    code, verb, host       attempts that were retried
+  rest_client_rate_limiter_duration_seconds histogram  verb, host             wait on the client-side limit,
+                                                                              per request while one applies
   informer_watch_restarts_total             counter    resource, reason       watch re-established (no relist)
   informer_relists_total                    counter    resource, reason       full lists (``initial`` first)
   informer_events_total                     counter    resource, type         watch events incl. BOOKMARK
@@ -106,6 +108,18 @@ class RestClientMetrics:
             ),
         )
 
+        self._throttle = _family(
+            registry,
+            "rest_client_rate_limiter_duration_seconds",
+            lambda: Histogram(
+                "rest_client_rate_limiter_duration_seconds",
+                "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+                ["verb", "host"],
+                buckets=REST_DURATION_BUCKETS,
+                registry=registry,
+            ),
+        )
+
         for method in HTTP_METHODS:
             self._duration.labels(verb=method, host=host)
             for code in FAILURE_CODES:
@@ -123,6 +137,9 @@ class RestClientMetrics:
     def retried(self, method: str, code: str) -> None:
         self._retries.labels(code=code, verb=method, host=self.host).inc()
 
+    def throttled(self, method: str, seconds: float) -> None:
+        self._throttle.labels(verb=method, host=self.host).observe(seconds)
+
 
 class _NullRestClientMetrics:
     host = ""
@@ -131,6 +148,9 @@ class _NullRestClientMetrics:
         return None
 
     def retried(self, method: str, code: str) -> None:
+        return None
+
+    def throttled(self, method: str, seconds: float) -> None:
         return None
 
 

@@ -10,6 +10,8 @@ Contract:
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
   ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
+- ``SimConfig.priority_and_fairness`` (default on): the API Priority and Fairness headers on every
+  response, as kube-apiserver sends them (controller/sim/flowcontrol.py).
 - ``SimConfig.podgroup_crds``: the gang schedulers whose CRDs are served from the start
   (controller/sim/crds); none by default.
 - ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py,
@@ -76,6 +78,9 @@ class SimConfig:
     # as on a cluster where neither is installed; ``kubectl apply -f controller/sim/crds/<name>`` adds
     # them later. A comma-separated string is accepted too.
     podgroup_crds: tuple[str, ...] | str = ()
+    # kube-apiserver --enable-priority-and-fairness (on by default since 1.20): every response names the
+    # flow schema and priority level of its request (controller/sim/flowcontrol.py); False omits them.
+    priority_and_fairness: bool = True
 
     def __post_init__(self) -> None:
         from controller.sim.crds import parse_schedulers
@@ -111,6 +116,7 @@ class SimCluster:
         self.faults = Faults(self, seed=self.config.fault_seed)
         self.server = SimServer(self.store, self.hub, self.faults, self)
         self.server.rv_wait_timeout = self.config.rv_wait_timeout
+        self.server.priority_and_fairness = self.config.priority_and_fairness
         self.kubelet: Any = None
         self.gc: Any = None
         if self.config.kubelet:

@@ -117,8 +117,8 @@ def injected_error(code: int, resource: str, name: str | None, message: str | No
     if code == 429:
         err = ApiError(429, "", message or "Too many requests, please try again later.", plain_text=True,
                        retry_after=retry_after if retry_after is not None else 1)
-        headers["X-Kubernetes-PF-FlowSchema-UID"] = "sim-flowschema"
-        headers["X-Kubernetes-PF-PriorityLevel-UID"] = "sim-prioritylevel"
+        # Its X-Kubernetes-PF-* headers are the server's, on every response while APF is on
+        # (controller/sim/flowcontrol.py); with APF off this is max-in-flight's 429, which has none.
         return err, headers
     if code == 500:
         err = errors.internal(message or "injected fault")

@@ -25,7 +25,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from controller.sim import errors
+from controller.sim import errors, flowcontrol
 from controller.sim.discovery import Discovery
 from controller.sim.errors import ApiError
 from controller.sim.faults import Faults
@@ -127,6 +127,8 @@ class SimServer:
         # Secure mode (controller/sim/auth.py): TLS, and authentication + authorization of every request.
         self.ssl_context: Any = None
         self.auth: Any = None
+        # kube-apiserver --enable-priority-and-fairness: classify every request, say so in two response headers
+        self.priority_and_fairness = True
 
     @property
     def url(self) -> str:
@@ -319,7 +321,17 @@ class SimServer:
             log.exception("internal error handling %s %s", request.method, path)
             response = self._error(errors.internal(f"simulator bug: {type(exc).__name__}: {exc}"))
         record.code = response.status
+        if self.priority_and_fairness and not response.prepared:  # a watch's were sent with its first byte
+            self._flow_headers(request, response.headers)
         return response
+
+    def _flow_headers(self, request: web.BaseRequest, headers: CIMultiDict) -> None:
+        """The APF classification headers (controller/sim/flowcontrol.py); none for a request authentication
+        refused, as the real filter chain authenticates first."""
+        if self.auth is None:
+            flowcontrol.stamp(headers, request.path, None)
+        elif (user := request.get(USER)) is not None:
+            flowcontrol.stamp(headers, request.path, user)
 
     async def _non_resource(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         if request.method != "GET" and request.method != "HEAD":
@@ -619,6 +631,8 @@ class SimServer:
         watcher = self.hub.open(rt.qualified, route.namespace, label_selector, field_selector, rv, encoder,
                                 request.headers.get("User-Agent", ""))
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
+        if self.priority_and_fairness:
+            self._flow_headers(request, response.headers)
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)  # headers go out now, before any event

@@ -16,14 +16,17 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from controller.runtime.client import (
     LEASES,
     NODES,
     PATCH_CONTENT_TYPES,
     PODS,
+    APF_HEADERS,
     ApiClient,
     LineSplitter,
+    RequestLimit,
     Resource,
     RetryPolicy,
     TokenBucket,
@@ -195,6 +198,50 @@ def test_token_bucket_burst_then_spacing():
     clock.advance(1.0)  # refills 10 tokens, capped at burst, minus the 3 owed
     assert bucket.reserve() == 0.0
     assert TokenBucket(qps=0, burst=0, clock=clock).reserve() == 0.0  # disabled
+
+
+APF = {"X-Kubernetes-PF-FlowSchema-UID": "f", "X-Kubernetes-PF-PriorityLevel-UID": "p"}
+
+
+def test_auto_limit_is_lifted_for_good_by_the_first_response_showing_priority_and_fairness():
+    clock = FakeClock()
+    limit = RequestLimit(10, 2, clock, auto=True)
+    assert limit.mode == "auto" and limit.bucket is not None
+    assert [limit.bucket.reserve() for _ in range(3)][-1] > 0  # the fallback bucket throttles meanwhile
+    assert limit.observe({"Content-Type": "application/json"}) is False and limit.mode == "auto"
+    assert limit.observe(APF) is True
+    assert (limit.mode, limit.bucket, limit.lifted_by) == ("off", None, "X-Kubernetes-PF-FlowSchema-UID")
+    assert limit.observe(APF) is False  # once: the caller logs once
+    assert limit.observe({}) is False and limit.mode == "off"  # a response without them does not restore it
+
+
+@pytest.mark.parametrize("header", APF_HEADERS)
+def test_either_apf_header_lifts_an_auto_limit(header):
+    limit = RequestLimit(10, 2, FakeClock(), auto=True)
+    assert limit.observe({header: "uid"}) and limit.lifted_by == header
+
+
+def test_an_explicit_limit_is_kept_with_priority_and_fairness_and_zero_means_none():
+    clock = FakeClock()
+    fixed = RequestLimit(10, 2, clock)
+    assert fixed.observe(APF) is False and fixed.mode == "fixed" and fixed.bucket is not None
+    off = RequestLimit(0, 0, clock, auto=True)  # nothing to lift
+    assert off.mode == "off" and off.observe(APF) is False and off.lifted_by is None
+
+
+async def test_limit_waits_are_recorded_only_while_a_bucket_applies():
+    registry = CollectorRegistry()
+    from controller.runtime.client_metrics import RestClientMetrics
+
+    limit = RequestLimit(1000, 5, FakeClock(), auto=True, metrics=RestClientMetrics.for_registry(registry, "h"))
+    for _ in range(3):
+        await limit.wait("GET")
+    labels = {"verb": "GET", "host": "h"}
+    assert registry.get_sample_value("rest_client_rate_limiter_duration_seconds_count", labels) == 3
+    limit.observe(APF)
+    for _ in range(100):  # far above the burst: no wait, nothing recorded
+        await limit.wait("GET")
+    assert registry.get_sample_value("rest_client_rate_limiter_duration_seconds_count", labels) == 3
 
 
 def test_retry_policy_delays():
@@ -450,6 +497,85 @@ def test_bad_server_url_is_rejected():
     configuration.host = "localhost:6443"
     with pytest.raises(ValueError, match="http"):
         ApiClient(configuration)
+
+
+# -- client-side limit against a server with / without API Priority and Fairness (scripted) ----------------
+
+
+def limiter_waits(registry: CollectorRegistry, url: str, verb: str = "GET") -> float:
+    value = registry.get_sample_value("rest_client_rate_limiter_duration_seconds_count",
+                                      {"verb": verb, "host": url.removeprefix("http://")})
+    return value or 0.0
+
+
+async def test_auto_limit_is_lifted_by_the_servers_apf_headers_with_one_log_line(scripted):
+    scripted.respond(json_response({"major": "1"}, headers=APF))
+    registry = CollectorRegistry()
+    with capture_logs() as logs:
+        async with make_client(scripted.url, qps=1000, burst=1, auto_limit=True, registry=registry) as client:
+            for _ in range(20):
+                await client.get("/version")
+            assert client.limit.mode == "off"
+    assert limiter_waits(registry, scripted.url) == 1  # only the first request met the bucket
+    lifted = [entry for entry in logs if "API Priority and Fairness detected" in entry["event"]]
+    assert len(lifted) == 1 and lifted[0]["log_level"] == "info"
+    assert "(X-Kubernetes-PF-FlowSchema-UID): client-side rate limit off; set --kube-api-qps" in lifted[0]["event"]
+
+
+@pytest.mark.parametrize(("apf", "auto", "mode"), [(False, True, "auto"), (True, False, "fixed")],
+                         ids=["auto-without-apf", "explicit-with-apf"])
+async def test_the_bucket_stays_without_apf_or_when_explicit(scripted, apf, auto, mode):
+    scripted.respond(json_response({"major": "1"}, headers=APF if apf else None))
+    registry = CollectorRegistry()
+    with capture_logs() as logs:
+        async with make_client(scripted.url, qps=1000, burst=1, auto_limit=auto, registry=registry) as client:
+            for _ in range(20):
+                await client.get("/version")
+            assert client.limit.mode == mode
+    assert limiter_waits(registry, scripted.url) == 20  # every request met the bucket
+    assert not [entry for entry in logs if "Priority and Fairness" in entry["event"]]
+
+
+async def test_apfs_own_429_lifts_an_auto_limit_and_is_retried(scripted):
+    # What APF sends when it throttles: plain text, Retry-After, and its headers.
+    scripted.respond(
+        lambda: web.Response(text="Too many requests, please try again later.\n", status=429,
+                             headers={"Retry-After": "1", **APF}),
+        json_response({"major": "1"}),
+    )
+    async with make_client(scripted.url, auto_limit=True) as client:
+        assert await client.get("/version") == {"major": "1"}
+        assert client.limit.mode == "off"
+    assert len(scripted.requests) == 2
+
+
+async def test_a_watch_response_lifts_an_auto_limit(scripted):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json", **APF})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{}}\n')
+        await response.write_eof()
+        return response
+
+    scripted.handler = handler
+    async with make_client(scripted.url, auto_limit=True) as client:
+        async with client.watch(PODS) as stream:
+            assert [event async for event in stream] == [{"type": "ADDED", "object": {}}]
+        assert client.limit.mode == "off"
+
+
+async def test_a_sibling_has_its_own_limit_and_connections_and_the_same_identity(scripted):
+    scripted.respond(json_response({"major": "1"}, headers=APF))
+    registry = CollectorRegistry()
+    async with make_client(scripted.url, auto_limit=True, registry=registry, user_agent="ctl (me)") as client:
+        async with client.sibling(qps=5, burst=10) as lease_client:
+            await client.get("/version")
+            await lease_client.get("/version")
+            assert client.limit.mode == "off" and lease_client.limit.mode == "fixed"  # its bucket stays
+            assert lease_client.limit.bucket is not None and lease_client.limit.bucket.qps == 5
+            assert lease_client._transport()[1] is not client._transport()[1]
+    assert [r[2]["User-Agent"] for r in scripted.requests] == ["ctl (me)", "ctl (me)"]
+    assert limiter_waits(registry, scripted.url) == 2  # one each: both record into the shared registry
 
 
 # -- watch stream reader (scripted) -----------------------------------------------------------------------
