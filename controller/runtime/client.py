@@ -560,6 +560,8 @@ class ApiClient:
         self._rest: RESTClientObject | None = None
         self._session: aiohttp.ClientSession | None = None
         self._env_proxy: tuple[yarl.URL, aiohttp.BasicAuth | None] | None = None
+        self._send_kwargs: dict[str, Any] = {}
+        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
         self._closed = False
 
     # -- construction ---------------------------------------------------------------------------------
@@ -666,12 +668,15 @@ class ApiClient:
                 connector_owner=False,
                 trust_env=False,
                 read_bufsize=2**21,  # as kubernetes-asyncio: one watch event can exceed aiohttp's default
+                # client-go's http.Client has no cookie jar either; the apiserver sets no cookies.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             if not self._rest.proxy:
                 try:
                     self._env_proxy = get_env_proxy_for_url(yarl.URL(self.base_url))
                 except LookupError:
                     self._env_proxy = None
+            self._send_kwargs = self._request_kwargs(self._rest)
         return self._rest, self._session
 
     # -- verbs ----------------------------------------------------------------------------------------
@@ -924,10 +929,7 @@ class ApiClient:
             idempotent = method in _IDEMPOTENT_METHODS or (
                 method == "PATCH" and headers.get("Content-Type") != PATCH_CONTENT_TYPES["json"]
             )
-        client_timeout = aiohttp.ClientTimeout(
-            total=timeout if timeout is not None else self.request_timeout,
-            sock_connect=self.connect_timeout,
-        )
+        client_timeout = self._timeout(timeout)
         policy = retry or self.retry
         attempt = 0
         while True:
@@ -994,14 +996,14 @@ class ApiClient:
     async def _send(
         self, method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: aiohttp.ClientTimeout
     ) -> tuple[int, Mapping[str, str], bytes]:
-        rest, session = self._transport()
+        _, session = self._transport()
         await self._auth_headers(headers)
         started = time.perf_counter()
         code = "<error>"
         try:
             async with session.request(
                 method, yarl.URL(url, encoded=True), data=data, headers=headers, timeout=timeout,
-                **self._request_kwargs(rest),
+                **self._send_kwargs,
             ) as response:
                 code = str(response.status)
                 raw = await response.read()
@@ -1022,14 +1024,14 @@ class ApiClient:
     ) -> aiohttp.ClientResponse:
         """Open a streaming GET; on a non-2xx answer read the body and raise the typed error."""
         await self.limit.wait("GET")
-        rest, session = self._transport()
+        _, session = self._transport()
         headers = dict(headers)
         await self._auth_headers(headers)
         started = time.perf_counter()
         code = "<error>"
         try:
             response = await session.request(
-                "GET", yarl.URL(url, encoded=True), headers=headers, timeout=timeout, **self._request_kwargs(rest)
+                "GET", yarl.URL(url, encoded=True), headers=headers, timeout=timeout, **self._send_kwargs
             )
             code = str(response.status)
             if self.limit.auto:
@@ -1053,6 +1055,16 @@ class ApiClient:
             self._metrics.observe("GET", code, time.perf_counter() - started)
 
     # -- helpers --------------------------------------------------------------------------------------
+
+    def _timeout(self, timeout: float | None) -> aiohttp.ClientTimeout:
+        total = timeout if timeout is not None else self.request_timeout
+        cached = self._timeouts.get((total, self.connect_timeout))
+        if cached is None:
+            # ClientTimeout is an attrs class (slow to build) and requests mostly share a few values.
+            cached = aiohttp.ClientTimeout(total=total, sock_connect=self.connect_timeout)
+            if len(self._timeouts) < 64:
+                self._timeouts[(total, self.connect_timeout)] = cached
+        return cached
 
     def _base_headers(self) -> dict[str, str]:
         return {"Accept": "application/json", "User-Agent": self.user_agent}

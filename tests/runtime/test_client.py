@@ -754,3 +754,29 @@ async def test_the_environments_proxy_is_honoured_and_no_proxy_excludes_hosts(sc
         with pytest.raises(TransportError):
             await client.get("/version")
     assert len(scripted.requests) == 1
+
+
+async def test_gzip_responses_are_asked_for_and_decoded(scripted):
+    # kube-apiserver compresses large responses (lists) when the request accepts gzip: the request path must
+    # keep asking for it and keep decoding it, whatever it skips for speed.
+    import gzip
+
+    body = orjson.dumps({"kind": "PodList", "items": [{"metadata": {"name": f"p{i}"}} for i in range(200)]})
+    scripted.respond(lambda: web.Response(body=gzip.compress(body), content_type="application/json",
+                                          headers={"Content-Encoding": "gzip"}))
+    async with make_client(scripted.url) as client:
+        listed = await client.list(PODS, namespace="ns")
+    assert len(listed["items"]) == 200
+    assert "gzip" in scripted.requests[0][2]["Accept-Encoding"]
+
+
+async def test_cookies_set_by_the_server_are_not_sent_back(scripted):
+    # client-go's http.Client has no cookie jar: a Set-Cookie (from a proxy in front of the apiserver, say)
+    # must not make later requests differ.
+    scripted.respond(lambda: web.Response(body=b"{}", content_type="application/json",
+                                          headers={"Set-Cookie": "session=abc; Path=/"}))
+    # A host name, not an IP: aiohttp's default jar ignores cookies of IP hosts.
+    async with make_client(scripted.url.replace("127.0.0.1", "localhost")) as client:
+        await client.get("/version")
+        await client.get("/version")
+    assert [r[2].get("Cookie") for r in scripted.requests] == [None, None]
