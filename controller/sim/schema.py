@@ -936,6 +936,22 @@ class StructuralSchema:
         self._prune_nulls(obj, self.schema)
         return removed_meta + sorted(removed)
 
+    def prune_status(self, obj: dict) -> list[str]:
+        """:meth:`prune` of an object whose every field but ``status`` is already pruned by this schema
+        (a stored object with a new status): the same result, walking the status only. Pruning works
+        field by field from the root, so the status is pruned alone inside a root of its own."""
+        if "status" not in obj:
+            return []
+        root = {"status": obj["status"]}
+        removed: list[str] = []
+        self._prune(root, self.schema, [], removed, embedded=True, root=True)
+        self._prune_nulls(root, self.schema)
+        if "status" in root:
+            obj["status"] = root["status"]
+        else:
+            del obj["status"]
+        return sorted(removed)
+
     def _prune(self, x: Any, s: dict | None, path: list[str], removed: list[str], *, embedded: bool, root: bool = False) -> None:
         if isinstance(s, dict) and s.get("x-kubernetes-preserve-unknown-fields"):
             self._skip_prune(x, s, path, removed)
@@ -1002,6 +1018,14 @@ class StructuralSchema:
     def apply_defaults(self, obj: dict) -> None:
         """Apply ``default`` values in place (parents must exist; defaults are deep-copied)."""
         _default(obj, self.schema, self._defaulting)
+
+    def apply_status_defaults(self, obj: dict) -> None:
+        """:meth:`apply_defaults` of an object whose every field but ``status`` is already defaulted by
+        this schema: defaults only the status (and gives a missing status its default, if any)."""
+        root = {"status": obj["status"]} if "status" in obj else {}
+        _default(root, self.schema, self._defaulting)
+        if "status" in root:
+            obj["status"] = root["status"]
 
     # -- field lookup ---------------------------------------------------------------------------
     def field_exists(self, path: list[str]) -> bool:

@@ -192,10 +192,14 @@ def rfc3339(ts: float) -> str:
 class _Bucket:
     """All objects of one resource type, plus that type's bounded change history."""
 
-    __slots__ = ("rt", "objects", "history", "history_rvs", "compacted_rv", "_sorted")
+    __slots__ = ("rt", "objects", "history", "history_rvs", "compacted_rv", "_sorted", "normalized")
 
     def __init__(self, rt: ResourceType, start_rv: int) -> None:
         self.rt = rt
+        # The CRD schema under which every stored object's fields (status aside) are known to be pruned
+        # and defaulted, or None when that is not known: a /status write then normalizes only the
+        # status it brings (see Store._update_existing).
+        self.normalized: Any = rt.schema if rt.custom else None
         self.objects: dict[tuple[str, str], dict] = {}
         self.history: deque[Event] = deque()
         self.history_rvs: deque[int] = deque()
@@ -300,7 +304,9 @@ class Store:
         bucket = self._buckets.get(rt.qualified)
         if bucket is None:
             bucket = self._buckets[rt.qualified] = _Bucket(rt, self.resource_version)
-        bucket.rt = rt  # a CRD update re-registers its type; objects stay
+        elif bucket.rt is not rt:  # a CRD update re-registers its type; objects stay
+            bucket.normalized = _still_normalized(bucket.normalized, rt.schema) if bucket.objects else rt.schema
+            bucket.rt = rt
         return bucket
 
     def _ns_key(self, rt: ResourceType, namespace: str | None) -> str:
@@ -911,6 +917,8 @@ class Store:
         ns = self._ns_key(rt, meta.get("namespace"))
         key = (ns, meta["name"])
         bucket = self._bucket(rt)
+        if rt.custom:
+            bucket.normalized = None  # the caller's object skipped pruning and defaulting
         existing = bucket.objects.get(key)
         if existing is None:
             self._check_namespace(rt, ns, meta["name"])
@@ -999,26 +1007,37 @@ class Store:
         if subresource == "status":
             # Only status changes through /status: everything else is the stored object's.
             # ``obj`` (and so its status) is owned. The rest is the stored object's: a built-in's is
-            # shared, with a fresh metadata dict for the RV; a custom resource's is copied because
-            # pruning and defaulting below walk the whole object and the stored one must not change.
+            # shared, with a fresh metadata dict for the RV; a custom resource's is copied when pruning
+            # and defaulting below must walk the whole object (the stored one must not change).
             new = dict(existing)
-            if "status" in obj:
-                new["status"] = obj["status"]
+            crd_schema = rt.schema if rt.custom else None
+            # The rest of a custom resource is already pruned and defaulted by this schema when the
+            # bucket says so (both are idempotent and work field by field): then only the status is
+            # normalized and the rest is shared, not copied (the TFJob status writes of a burst).
+            normalized = crd_schema is not None and bucket.normalized is crd_schema
+            if crd_schema is not None:
+                new.pop("status", None)  # the status goes last
+                if normalized:
+                    new["metadata"] = dict(existing["metadata"])
+                else:
+                    new = deep_copy(new)
+                if "status" in obj:
+                    new["status"] = obj["status"]
             else:
-                new.pop("status", None)
-            if rt.custom and rt.schema is not None:
-                status = new.pop("status", _MISSING)
-                new = deep_copy(new)
-                if status is not _MISSING:
-                    new["status"] = status
-            else:
+                if "status" in obj:
+                    new["status"] = obj["status"]
+                else:
+                    new.pop("status", None)
                 new["metadata"] = dict(existing["metadata"])
             obj = new
             meta = obj["metadata"]
-            if rt.custom and rt.schema is not None:
-                unknown = rt.schema.prune(obj)
+            if crd_schema is not None:
+                unknown = crd_schema.prune_status(obj) if normalized else crd_schema.prune(obj)
                 self._apply_field_validation(rt, obj, unknown, opts, warnings)
-                rt.schema.apply_defaults(obj)
+                if normalized:
+                    crd_schema.apply_status_defaults(obj)
+                else:
+                    crd_schema.apply_defaults(obj)
         else:
             meta["name"] = name
             if rt.namespaced:
@@ -1723,6 +1742,16 @@ class Store:
 
 
 _MISSING = object()
+
+
+def _still_normalized(before: Any, schema: Any) -> Any:
+    """The bucket's ``normalized`` mark after its CRD was re-registered with ``schema``: kept when the
+    schema is the same document (another field of the CRD changed), lost otherwise."""
+    if before is None or schema is None:
+        return None
+    if before.schema == schema.schema and before.server_minor == schema.server_minor:
+        return schema
+    return None
 
 
 def _same_ignoring_time(entries: list[dict], current: Any) -> bool:

@@ -7,6 +7,7 @@ import copy
 import os
 import uuid
 
+import orjson
 import pytest
 
 from controller.sim.errors import ApiError
@@ -546,6 +547,98 @@ def test_a_crd_update_brings_new_rules_and_defaults_not_remembered_ones(crd_stor
     with pytest.raises(ApiError, match="leave room for two"):
         crd_store.create("widgets.example.com", "default", widget("b", 3, maxReplicas=5))
     assert crd_store.create("widgets.example.com", "default", widget("c", 3, maxReplicas=6))["spec"]["size"] == "m"
+
+
+CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+
+
+def _status_crd(status_default: bool) -> dict:
+    crd = widget_crd()
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    root["properties"]["status"] = {
+        "type": "object",
+        **({"default": {"phase": "New"}} if status_default else {}),
+        "properties": {
+            "replicas": {"type": "integer"},
+            "phase": {"type": "string", "default": "Pending"},
+            "note": {"type": "string", "nullable": True},
+            "selector": {"type": "string"},
+            "conditions": {"type": "array", "items": {"type": "object", "properties": {
+                "type": {"type": "string"}, "status": {"type": "string", "default": "Unknown"}}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+    return crd
+
+
+STATUS_WRITES = [
+    pytest.param("update", {"replicas": 2, "phase": "Running"}, id="plain"),
+    pytest.param("update", {"replicas": 2, "extra": 1, "conditions": [{"type": "A", "x": 1}]}, id="unknown-fields"),
+    pytest.param("update", {"replicas": None, "note": None, "selector": None, "phase": None}, id="nulls"),
+    pytest.param("update", {"free": {"any": {"thing": [1, None]}}, "conditions": [{"type": "B"}]}, id="defaults"),
+    pytest.param("update", None, id="no-status"),
+    pytest.param("update", "null", id="null-status"),
+    pytest.param("merge", {"status": {"replicas": 3, "bogus": True}}, id="merge-patch"),
+    pytest.param("json", [{"op": "add", "path": "/status", "value": {"conditions": [{"type": "C"}]}}], id="json-patch"),
+    pytest.param("apply", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+                           "status": {"replicas": 4, "unknown": 1}}, id="apply"),
+]
+
+
+def _status_write(store: Store, how: str, status: object, validation: str) -> tuple[dict, list[str]]:
+    opts = WriteOptions(field_validation=validation, field_manager="tester", force=how == "apply")
+    if how == "update":
+        body = copy.deepcopy(store.get("widgets.example.com", "default", "w"))
+        body["spec"]["replicas"] = 7  # ignored through /status
+        if status is None:
+            body.pop("status", None)
+        else:
+            body["status"] = None if status == "null" else copy.deepcopy(status)
+        result = store.update_ex("widgets.example.com", "default", "w", body, "status", opts)
+    else:
+        result = store.patch_ex("widgets.example.com", "default", "w", how, copy.deepcopy(status), "status", opts)
+    return result.obj, result.warnings
+
+
+@pytest.mark.parametrize("status_default", [False, True])
+@pytest.mark.parametrize("validation", ["Warn", "Ignore"])
+@pytest.mark.parametrize(("how", "status"), STATUS_WRITES)
+def test_a_status_write_normalizing_only_the_status_stores_what_normalizing_everything_does(
+        clock: FakeClock, how: str, status: object, validation: str, status_default: bool) -> None:
+    """The fast path of a custom resource's /status write (the rest of the stored object is already
+    pruned and defaulted: only the new status is) against the full pass over the whole object."""
+    outcomes = []
+    for fast in (True, False):
+        store = Store(clock=clock)
+        store.create(CRDS, None, _status_crd(status_default))
+        store.create("widgets.example.com", "default", widget("w", 2, free={"kept": {"x": 1}}))
+        if status != "null":  # a first status, so the write changes one
+            store.patch("widgets.example.com", "default", "w", "merge", {"status": {"replicas": 1}}, "status")
+        bucket = store._buckets["widgets.example.com"]
+        assert bucket.normalized is not None
+        if not fast:
+            bucket.normalized = None
+        obj, warnings = _status_write(store, how, status, validation)
+        stored = store.get("widgets.example.com", "default", "w")
+        assert stored is obj
+        outcomes.append(orjson.dumps({**obj, "metadata": {**obj["metadata"], "uid": ""}}) + repr(warnings).encode())
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_status_write_after_a_schema_change_still_defaults_the_whole_object(crd_store: Store) -> None:
+    crd_store.create("widgets.example.com", "default", widget("w", 2))
+    crd = copy.deepcopy(crd_store.get(CRDS, None, "widgets.example.com"))
+    crd["metadata"]["labels"] = {"touched": "yes"}  # the schema stays: status writes stay on the fast path
+    crd_store.update(CRDS, None, "widgets.example.com", crd)
+    rt = crd_store.resource_type("widgets.example.com")
+    crd_store.get("widgets.example.com", "default", "w")
+    assert crd_store._bucket(rt).normalized is rt.schema
+    crd = copy.deepcopy(crd_store.get(CRDS, None, "widgets.example.com"))
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"] = {
+        "type": "string", "default": "m"}
+    crd_store.update(CRDS, None, "widgets.example.com", crd)
+    written = crd_store.patch("widgets.example.com", "default", "w", "merge", {"status": {"phase": "Up"}}, "status")
+    assert written["spec"]["size"] == "m" and written["status"] == {"phase": "Up"}
 
 
 def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
