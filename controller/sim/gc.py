@@ -94,7 +94,7 @@ class OwnerRef:
 class _Object:
     """What the GC remembers about one stored object."""
 
-    __slots__ = ("uid", "resource", "namespace", "name", "kind", "group", "owners", "deleting", "finalizers")
+    __slots__ = ("uid", "resource", "namespace", "name", "kind", "group", "owners", "deleting", "finalizers", "refs")
 
     def __init__(self, uid: str, resource: str, namespace: str, name: str, kind: str, group: str,
                  owners: tuple[OwnerRef, ...], deleting: bool, finalizers: tuple[str, ...]) -> None:
@@ -107,6 +107,9 @@ class _Object:
         self.owners = owners
         self.deleting = deleting
         self.finalizers = finalizers
+        # The metadata.ownerReferences ``owners`` was parsed from: most writes (status, labels) keep
+        # the stored list, so it is compared instead of parsed again.
+        self.refs: Any = None
 
     @property
     def foreground(self) -> bool:
@@ -205,15 +208,20 @@ class GarbageCollector:
         uid = meta.get("uid")
         if not uid:
             return
-        owners = _owners_of(meta)
+        refs = meta.get("ownerReferences")
         deleting = bool(meta.get("deletionTimestamp"))
         finalizers = tuple(meta.get("finalizers") or ())
         node = self._objects.get(uid)
+        if node is not None and (refs is node.refs or refs == node.refs):
+            owners = node.owners
+        else:
+            owners = _owners_of(meta)
         if node is None:
             node = _Object(uid, resource, meta.get("namespace") or "", meta.get("name", ""), str(obj.get("kind") or ""),
                            _group_of(obj), (), False, ())
             self._objects[uid] = node
             self._set_owners(node, owners)
+            node.refs = refs
             node.deleting, node.finalizers = deleting, finalizers
             if owners:
                 self._enqueue(uid)
@@ -221,6 +229,7 @@ class GarbageCollector:
                 self._enqueue(uid)
                 self._enqueue_dependents(uid)
             return
+        node.refs = refs
         if owners != node.owners:
             touched = {r.uid for r in node.owners} | {r.uid for r in owners}
             self._set_owners(node, owners)

@@ -141,6 +141,26 @@ async def test_dependent_is_kept_while_any_owner_exists_and_loses_dangling_refs(
         await rec.until(lambda: cm(store, "shared") is None)
 
 
+async def test_owner_reference_changes_are_followed_and_other_writes_keep_them() -> None:
+    """The index keeps a dependent's parsed owners across writes that leave ownerReferences alone
+    (labels, data) and follows the writes that change them (a new owner, blockOwnerDeletion)."""
+    async with collector() as (store, _gc, rec):
+        first = configmap(store, "first")
+        second = configmap(store, "second")
+        configmap(store, "dep", ref(first))
+        store.patch("configmaps", NS, "dep", "merge", {"metadata": {"labels": {"a": "b"}}, "data": {"k": "v"}})
+        store.patch("configmaps", NS, "dep", "merge", {"metadata": {"ownerReferences": [ref(second)]}})
+        store.delete("configmaps", NS, "first")
+        await rec.until(lambda: cm(store, "first") is None)
+        await anyio.wait_all_tasks_blocked()
+        assert cm(store, "dep") is not None  # its owner is "second" now
+        store.patch("configmaps", NS, "dep", "merge", {"metadata": {"ownerReferences": [ref(second, block=True)]}})
+        store.delete("configmaps", NS, "second", {"propagationPolicy": "Foreground"})
+        await anyio.wait_all_tasks_blocked()
+        await rec.until(lambda: cm(store, "dep") is None and cm(store, "second") is None)
+        assert rec.deleted_at("configmaps", "dep") <= rec.deleted_at("configmaps", "second")
+
+
 async def test_owner_resolved_by_uid_not_name() -> None:
     async with collector() as (store, _gc, rec):
         owner = configmap(store, "owner")
