@@ -407,7 +407,24 @@ def validate_name(rt: ResourceType, name: str) -> list[dict[str, str]]:
     return []
 
 
+# Keys that passed _validate_qualified_key: the same few label and annotation keys come with every
+# object a controller writes, so most checks are a set lookup. Bounded; only passes are kept.
+_VALID_KEYS: set[str] = set()
+_VALID_KEYS_MAX = 4096
+
+
 def _validate_qualified_key(field_path: str, key: str) -> list[dict[str, str]]:
+    if key in _VALID_KEYS:
+        return []
+    causes = _qualified_key_causes(field_path, key)
+    if not causes:
+        if len(_VALID_KEYS) >= _VALID_KEYS_MAX:
+            _VALID_KEYS.clear()
+        _VALID_KEYS.add(key)
+    return causes
+
+
+def _qualified_key_causes(field_path: str, key: str) -> list[dict[str, str]]:
     prefix, slash, name = key.rpartition("/")
     causes = []
     if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):

@@ -54,6 +54,28 @@ def test_created_objects_get_distinct_version_4_uids(store: Store) -> None:
     assert all(uuid.UUID(u).version == 4 and str(uuid.UUID(u)) == u for u in uids)
 
 
+@pytest.mark.parametrize("bound", [4096, 2])
+def test_label_and_annotation_keys_are_checked_on_every_write(store: Store, monkeypatch: pytest.MonkeyPatch,
+                                                              bound: int) -> None:
+    """Keys that passed are remembered (the same few come with every object); a bad key is refused
+    every time, with the same causes, whatever was remembered or forgotten before."""
+    from controller.sim import resources
+
+    monkeypatch.setattr(resources, "_VALID_KEYS_MAX", bound)
+    monkeypatch.setattr(resources, "_VALID_KEYS", set())
+    good = {"example.com/app": "a", "tier": "b", "x.y/z": "c"}
+    causes = []
+    for i in range(3):
+        store.create("configmaps", "default", {"metadata": {"name": f"ok{i}", "labels": good, "annotations": good}})
+        with raises(422, "Invalid") as ctx:
+            store.create("configmaps", "default", {"metadata": {"name": f"bad{i}", "labels": {**good, "-bad": "v"},
+                                                                "annotations": {"a/b/c": "v", **good}}})
+        causes.append(ctx.error.status()["details"]["causes"])
+    assert causes[0] == causes[1] == causes[2]
+    assert [c["field"] for c in causes[0]] == ["metadata.labels", "metadata.annotations"]
+    assert 0 < len(resources._VALID_KEYS) <= bound
+
+
 # ---------------------------------------------------------------- resourceVersion
 
 def test_one_global_rv_across_kinds_and_list_rv_is_the_counter(store: Store) -> None:
