@@ -361,7 +361,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             from controller.app import run
+            from controller.ops.collector import tune_collector
 
+            tune_collector()
             return anyio.run(run, run_options(args))
         if args.command in ("sim", "demo"):
             require_extra(secure=getattr(args, "secure", False))
