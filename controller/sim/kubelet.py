@@ -30,7 +30,9 @@ Contract:
 - Level-triggered: a pod is reconciled from the stored object plus the kubelet's per-uid memory
   (when its container instance started, what annotation values were already acted on). The store
   listener only marks pods dirty; one worker owned by :meth:`Kubelet.run` does the writes, never
-  from inside a listener callback.
+  from inside a listener callback. A status write of the kubelet's own does not mark its pod dirty:
+  the sync that made it already acted on everything that write contains (a real kubelet's status
+  manager does not resync a pod for its own update either).
 - Time: every simulated duration is multiplied by ``KubeletConfig.time_scale``. Timers live in one
   heap (one entry per pod, stale entries skipped) instead of one task per pod, so 100,000 pods cost
   memory proportional to their records, not to tasks. A timer for a deleted pod is dropped with its
@@ -57,6 +59,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Protocol
 
 import anyio
+import orjson
 import structlog
 
 from controller.sim.errors import ApiError, not_found
@@ -99,6 +102,8 @@ BACKOFF_RESET_SECONDS = 2 * BACKOFF_MAX_SECONDS
 # not scaled: it guards against hot loops, it is not simulated time).
 RETRY_AFTER_ERROR_SECONDS = 1.0
 RETRY_AFTER_CONFLICT_SECONDS = 0.05
+# Distinct pod placement shapes whose static filter results are kept (see Kubelet._static_fit).
+FIT_CACHE_SHAPES = 1024
 # Pods reconciled between checkpoints, so a burst of events never starves the API server.
 BATCH_CHECKPOINT = 256
 
@@ -413,6 +418,47 @@ def _node_affinity_matches(spec: dict, labels: dict, name: str) -> bool:
     return False
 
 
+def fit_error(total: int, reasons: dict[str, int], resource_failures: int) -> str:
+    """The FitError message with the default preemption's verdict: ``reasons`` counts the nodes each
+    filter reason rejected, ``resource_failures`` the nodes rejected for resources only (preemption
+    could free those; it cannot help the others)."""
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    preemption = []
+    if total - resource_failures:
+        preemption.append(f"{total - resource_failures} Preemption is not helpful for scheduling")
+    if resource_failures:
+        preemption.append(f"{resource_failures} No preemption victims found for incoming pod")
+    return (f"0/{total} nodes are available: {', '.join(parts)}. "
+            f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
+
+
+def _placement_key(spec: dict, forced: bool) -> Any:
+    """What the usage-independent filters read of a pod, as a hashable key (None: not cacheable)."""
+    tolerations = spec.get("tolerations")
+    selector = spec.get("nodeSelector")
+    affinity = spec.get("affinity")
+    if not tolerations and not selector and not affinity:
+        return forced
+    required = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    try:
+        return orjson.dumps([forced, tolerations, selector, required])
+    except TypeError:
+        return None
+
+
+def _resource_failures(node: "_Node", cpu: int, mem: int, extra: tuple[int, int, int] | None) -> list[str]:
+    """NodeResourcesFit: what ``node`` lacks for a pod requesting ``cpu``/``mem`` (plus ``extra``)."""
+    add_cpu, add_mem, add_pods = extra or (0, 0, 0)
+    failed = []
+    if node.used_pods + add_pods + 1 > node.pods:
+        failed.append("Too many pods")
+    if cpu and node.used_cpu_m + add_cpu + cpu > node.cpu_m:
+        failed.append("Insufficient cpu")
+    if mem and node.used_memory + add_mem + mem > node.memory:
+        failed.append("Insufficient memory")
+    return failed
+
+
 # --------------------------------------------------------------------------------------------
 # State.
 
@@ -554,6 +600,7 @@ class Kubelet:
         self._timer_seq = 0
         self._ips = _IPAllocator()
         self._images: dict[str, set[str]] = {}  # node -> images present on it
+        self._fit_cache: dict[Any, tuple[list[_Node], dict[str, int]]] = {}
         self.events = EventRecorder(store, self._scale)
         self.gang = GangScheduler(self, self.config.gang_scheduler_names)
         # What the listener's guards caught: a failure there silently stops scheduling (a gang, a pod),
@@ -562,6 +609,7 @@ class Kubelet:
         self._paused = False
         self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
         self._started = False
+        self._own_status_write: str | None = None  # uid of the pod whose status this kubelet is writing
 
     # ---------------------------------------------------------------- public API
 
@@ -783,7 +831,8 @@ class Kubelet:
         self._set_node_membership(rec, node_name)
         phase = (obj.get("status") or {}).get("phase")
         self._account(rec, node_name if node_name and phase not in TERMINAL_PHASES else None)
-        self._dirty[uid] = None
+        if uid != self._own_status_write:
+            self._dirty[uid] = None
 
     def _set_node_membership(self, rec: _PodRecord, node_name: str | None) -> None:
         if rec.node == node_name:
@@ -823,6 +872,7 @@ class Kubelet:
         if obj is None:
             return
         name = (obj.get("metadata") or {}).get("name", "")
+        self._fit_cache.clear()  # holds _Node objects and results of their spec
         if event_type == "DELETED":
             self._nodes.pop(name, None)
             self._mark_node_pods(name)
@@ -995,37 +1045,62 @@ class Kubelet:
                   extra: dict[str, tuple[int, int, int]] | None = None) -> tuple[str | None, str]:
         """kube-scheduler's Filter and Score for one pod: the chosen node, or None and the FitError
         message (with the default preemption's verdict). ``extra`` adds (cpu millicores, memory,
-        pods) per node name on top of what is bound there: pods a gang scheduler placed tentatively."""
+        pods) per node name on top of what is bound there: pods a gang scheduler placed tentatively.
+
+        The filters that read only the pod and the node's spec (unschedulable, taints, affinity) run
+        once per pod shape and node generation (:meth:`_static_fit`); only the resource fit and the
+        score, which read live usage, run per node for each pod. Same answer as :meth:`_filter` on
+        every node: the static filters come first in the plugin order, so a node they reject never
+        reaches the resource check either."""
         spec = pod.get("spec") or {}
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         total = len(self._nodes)
-        reasons: dict[str, int] = {}
-        resource_failures = 0
-        candidates: list[_Node] = []
-        forced_unschedulable = annotations.get(UNSCHEDULABLE) == "true"
-        tolerations = spec.get("tolerations") or []
         cpu, mem = requests
-        extra = extra or {}
-        for node in self._nodes.values():
-            failed = self._filter(node, spec, tolerations, forced_unschedulable, cpu, mem, extra.get(node.name))
+        passing, static_reasons = self._static_fit(spec, annotations.get(UNSCHEDULABLE) == "true")
+        reasons = dict(static_reasons)
+        resource_failures = 0
+        best: _Node | None = None
+        best_score: tuple[float, int, str] | None = None
+        score = self.score
+        for node in passing:
+            add = extra.get(node.name) if extra else None
+            failed = _resource_failures(node, cpu, mem, add)
             if failed:
-                if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
-                    resource_failures += 1
+                resource_failures += 1
                 for reason in failed:
                     reasons[reason] = reasons.get(reason, 0) + 1
-            else:
-                candidates.append(node)
-        if not candidates:
-            parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
-            preemption = []
-            if total - resource_failures:
-                preemption.append(f"{total - resource_failures} Preemption is not helpful for scheduling")
-            if resource_failures:
-                preemption.append(f"{resource_failures} No preemption victims found for incoming pod")
-            return None, (f"0/{total} nodes are available: {', '.join(parts)}. "
-                          f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
+                continue
+            node_score = score(node, cpu, mem, add)
+            if best_score is None or node_score < best_score:
+                best, best_score = node, node_score
+        if best is not None:
+            return best.name, ""
+        return None, fit_error(total, reasons, resource_failures)
 
-        return min(candidates, key=lambda node: self.score(node, cpu, mem, extra.get(node.name))).name, ""
+    def _static_fit(self, spec: dict, forced: bool) -> tuple[list[_Node], dict[str, int]]:
+        """The nodes that pass the filters independent of usage, and how many each of those filters
+        rejected, for a pod of this placement shape. Cached per shape until any node changes (every
+        node event replaces its :class:`_Node` and clears the cache), so a burst of pods from a few
+        templates filters the nodes a few times, not once per pod."""
+        key = _placement_key(spec, forced)
+        if key is not None:
+            hit = self._fit_cache.get(key)
+            if hit is not None:
+                return hit
+        tolerations = spec.get("tolerations") or []
+        passing: list[_Node] = []
+        reasons: dict[str, int] = {}
+        for node in self._nodes.values():
+            reason = self._static_filter(node, spec, tolerations, forced)
+            if reason is None:
+                passing.append(node)
+            else:
+                reasons[reason] = reasons.get(reason, 0) + 1
+        if key is not None:
+            if len(self._fit_cache) >= FIT_CACHE_SHAPES:
+                self._fit_cache.clear()  # shapes unique per pod (e.g. a hostname selector each)
+            self._fit_cache[key] = (passing, reasons)
+        return passing, reasons
 
     @staticmethod
     def score(node: _Node, cpu: int, mem: int, extra: tuple[int, int, int] | None = None) -> tuple[float, int, str]:
@@ -1038,25 +1113,25 @@ class Kubelet:
     def _filter(self, node: _Node, spec: dict, tolerations: list, forced: bool, cpu: int, mem: int,
                 extra: tuple[int, int, int] | None = None) -> list[str]:
         """The first failing filter's reasons for ``node``, in the default profile's plugin order."""
+        reason = self._static_filter(node, spec, tolerations, forced)
+        if reason is not None:
+            return [reason]
+        return _resource_failures(node, cpu, mem, extra)
+
+    @staticmethod
+    def _static_filter(node: _Node, spec: dict, tolerations: list, forced: bool) -> str | None:
+        """NodeUnschedulable, TaintToleration, NodeAffinity: the first one that rejects, or None."""
         if node.unschedulable and _tolerates(tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) is None:
-            return ["node(s) were unschedulable"]
+            return "node(s) were unschedulable"
         taints = node.taints
         if not node.ready and not any(t.get("key") in (TAINT_UNREACHABLE, TAINT_NOT_READY) for t in taints):
             taints = taints + [{"key": TAINT_NOT_READY, "effect": "NoSchedule"}]
         for taint in taints:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and _tolerates(tolerations, taint) is None:
-                return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '') or ''}}}"]
+                return f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '') or ''}}}"
         if forced or not _node_affinity_matches(spec, node.labels, node.name):
-            return ["node(s) didn't match Pod's node affinity/selector"]
-        add_cpu, add_mem, add_pods = extra or (0, 0, 0)
-        failed = []
-        if node.used_pods + add_pods + 1 > node.pods:
-            failed.append("Too many pods")
-        if cpu and node.used_cpu_m + add_cpu + cpu > node.cpu_m:
-            failed.append("Insufficient cpu")
-        if mem and node.used_memory + add_mem + mem > node.memory:
-            failed.append("Insufficient memory")
-        return failed
+            return "node(s) didn't match Pod's node affinity/selector"
+        return None
 
     def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str,
                             scheduler: str = DEFAULT_SCHEDULER, retry: bool = True) -> None:
@@ -1663,8 +1738,12 @@ class Kubelet:
         if not patch:
             return pod
         meta = pod["metadata"]
-        return self._store.patch("pods", meta.get("namespace"), meta["name"], "merge", {"status": patch},
-                                 subresource="status", field_manager="kubelet")
+        self._own_status_write = meta.get("uid")
+        try:
+            return self._store.patch("pods", meta.get("namespace"), meta["name"], "merge", {"status": patch},
+                                     subresource="status", field_manager="kubelet")
+        finally:
+            self._own_status_write = None
 
 
 _NODE_CONDITIONS = (

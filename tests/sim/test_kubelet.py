@@ -28,6 +28,7 @@ from controller.sim.kubelet import (
     UNSCHEDULABLE,
     Kubelet,
     KubeletConfig,
+    fit_error,
     image_size,
     go_duration,
     parse_quantity,
@@ -728,6 +729,29 @@ async def test_scheduling_is_one_write_with_pod_scheduled() -> None:
     assert [bool(o["spec"].get("nodeName")) for o in states].count(False) == 1  # only the created pod is unbound
 
 
+async def test_own_status_writes_do_not_trigger_another_sync() -> None:
+    """A pod start is three reconciles: scheduling, admission (ContainerCreating) and the start when its
+    delay is over. The kubelet's own status writes come back as watch events but are not new input; a
+    change by anyone else still is (the exit-code annotation below)."""
+    async with cluster(nodes=1) as (store, kubelet, rec):
+        syncs: dict[str, int] = {}
+        original = kubelet._sync
+
+        def counting(pod_record: Any) -> Any:
+            syncs[pod_record.name] = syncs.get(pod_record.name, 0) + 1
+            return original(pod_record)
+
+        kubelet._sync = counting  # type: ignore[method-assign]
+        store.create("pods", NS, make_pod("web", {START_SECONDS: "1"}, restart="Never"))
+        await rec.until(lambda: running(store, "web"))
+        await anyio.wait_all_tasks_blocked()
+        assert syncs == {"web": 3}
+        annotate(store, "web", **{EXIT_CODE: "3"})
+        await rec.until(lambda: phase(store, "web") == "Failed")
+        await anyio.wait_all_tasks_blocked()
+        assert syncs == {"web": 4}
+
+
 def test_qos_class_is_one_rule_for_the_api_server_and_the_kubelet() -> None:
     from controller.sim.resources import qos_class
 
@@ -808,3 +832,143 @@ async def test_eviction_and_unreachable_node_events() -> None:
         assert [(e[0], e[1], e[2], e[4]) for e in pod_events(store, "sim-node-0")] == [
             ("Normal", "NodeNotReady", "node-controller", "Node sim-node-0 status is now: NodeNotReady"),
             ("Normal", "NodeReady", "node-controller", "Node sim-node-0 status is now: NodeReady")]
+
+
+# ------------------------------------------------------------------------------------------------
+# The scheduler's fast path (per-shape static filter cache) against the brute-force filter.
+
+def brute_force_find_node(kubelet: Kubelet, pod: dict, requests: tuple[int, int],
+                          extra: dict[str, tuple[int, int, int]] | None = None) -> tuple[str | None, str]:
+    """What find_node answered before its cache: every filter on every node, then the best score."""
+    spec = pod.get("spec") or {}
+    forced = ((pod.get("metadata") or {}).get("annotations") or {}).get(UNSCHEDULABLE) == "true"
+    total = len(kubelet._nodes)
+    reasons: dict[str, int] = {}
+    resource_failures = 0
+    candidates = []
+    extra = extra or {}
+    for node in kubelet._nodes.values():
+        failed = kubelet._filter(node, spec, spec.get("tolerations") or [], forced, requests[0], requests[1],
+                                 extra.get(node.name))
+        if failed:
+            if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
+                resource_failures += 1
+            for reason in failed:
+                reasons[reason] = reasons.get(reason, 0) + 1
+        else:
+            candidates.append(node)
+    if not candidates:
+        return None, fit_error(total, reasons, resource_failures)
+    best = min(candidates, key=lambda n: kubelet.score(n, requests[0], requests[1], extra.get(n.name)))
+    return best.name, ""
+
+
+_TAINTS = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+           {"key": "dedicated", "value": "cpu", "effect": "NoExecute"},
+           {"key": "spot", "effect": "PreferNoSchedule"},
+           {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+_TOLERATIONS = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Exists"},
+                {"operator": "Exists", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+_EXPRESSIONS = [{"key": "zone", "operator": "In", "values": ["a"]},
+                {"key": "zone", "operator": "NotIn", "values": ["b"]},
+                {"key": "gpu", "operator": "Exists"},
+                {"key": "gpu", "operator": "DoesNotExist"},
+                {"key": "rank", "operator": "Gt", "values": ["2"]},
+                {"key": "rank", "operator": "Lt", "values": ["4"]}]
+
+
+def _node_object(index: int, labels: dict, taints: list, unschedulable: bool, ready: bool, pods: int,
+                 cpu: int, memory: int) -> dict:
+    name = f"n{index}"
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "spec": {"unschedulable": unschedulable, "taints": taints},
+            "status": {"allocatable": {"cpu": f"{cpu}m", "memory": str(memory), "pods": str(pods)},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "addresses": [{"type": "InternalIP", "address": f"10.0.0.{index + 1}"}]}}
+
+
+def _scheduler_strategies() -> tuple[Any, Any]:
+    from hypothesis import strategies as st
+
+    labels = st.fixed_dictionaries({}, optional={"zone": st.sampled_from(["a", "b"]), "gpu": st.just("yes"),
+                                                 "rank": st.sampled_from(["1", "3", "5", "x"])})
+    node = st.tuples(labels, st.lists(st.sampled_from(_TAINTS), max_size=2, unique_by=lambda t: orjson_key(t)),
+                     st.booleans(), st.booleans(), st.integers(1, 3), st.sampled_from([500, 1000, 4000]),
+                     st.sampled_from([2**30, 2**32]))
+    term = st.fixed_dictionaries({}, optional={
+        "matchExpressions": st.lists(st.sampled_from(_EXPRESSIONS), max_size=2),
+        "matchFields": st.lists(st.builds(lambda op, n: {"key": "metadata.name", "operator": op, "values": [f"n{n}"]},
+                                          st.sampled_from(["In", "NotIn"]), st.integers(0, 5)), max_size=1)})
+    spec = st.fixed_dictionaries({}, optional={
+        "tolerations": st.lists(st.sampled_from(_TOLERATIONS), max_size=3),
+        "nodeSelector": st.dictionaries(st.sampled_from(["zone", "gpu"]), st.sampled_from(["a", "b", "yes"]),
+                                        max_size=2),
+        "affinity": st.builds(lambda terms: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                              {"nodeSelectorTerms": terms}}},
+                              st.lists(term, min_size=1, max_size=2))})
+    pod = st.tuples(spec, st.booleans(), st.sampled_from([0, 100, 600]), st.sampled_from([0, 2**29, 2**31]))
+    return node, pod
+
+
+def orjson_key(obj: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def test_find_node_equals_brute_force_filter_as_nodes_and_usage_change() -> None:
+    """A table drawn by hypothesis: nodes with labels, taints, cordons, readiness, capacity and usage; pods
+    with tolerations, selectors, required affinity (expressions and fields), the unschedulable annotation,
+    requests and a gang's tentative placements. After every node change or binding the cached scheduler
+    chooses the node (or writes the FitError message) the brute-force filter does."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    node_st, pod_st = _scheduler_strategies()
+    step_st = st.one_of(
+        st.tuples(st.just("schedule"), pod_st, st.booleans()),
+        st.tuples(st.just("node"), st.integers(0, 5), node_st),
+        st.tuples(st.just("delete"), st.integers(0, 5)),
+        st.tuples(st.just("bind"), pod_st))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(node_st, min_size=1, max_size=6), st.lists(step_st, min_size=1, max_size=25))
+    def check(initial: list, steps: list) -> None:
+        async def run() -> None:
+            kubelet = Kubelet(Store(), KubeletConfig(nodes=0))
+            nodes: dict[int, dict] = {}
+            for i, args in enumerate(initial):
+                nodes[i] = _node_object(i, *args)
+                kubelet._on_node_event("ADDED", None, nodes[i])
+            for serial, step in enumerate(steps):
+                if step[0] == "node":
+                    _kind, i, args = step
+                    new = _node_object(i, *args)
+                    kubelet._on_node_event("MODIFIED" if i in nodes else "ADDED", nodes.get(i), new)
+                    nodes[i] = new
+                    continue
+                if step[0] == "delete":
+                    if step[1] in nodes:
+                        kubelet._on_node_event("DELETED", nodes.pop(step[1]), None)
+                    continue
+                (spec, forced, cpu, mem) = step[1]
+                pod = {"metadata": {"name": f"p{serial}", "uid": f"u{serial}",
+                                    "annotations": {UNSCHEDULABLE: "true"} if forced else {}},
+                       "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}}
+                extra = {"n0": (100, 2**28, 1), "n2": (0, 0, 2)} if step[0] == "schedule" and step[2] else None
+                if not kubelet._nodes:
+                    continue
+                chosen = kubelet.find_node(pod, (cpu, mem), extra)
+                assert chosen == brute_force_find_node(kubelet, pod, (cpu, mem), extra)
+                if step[0] == "bind" and chosen[0] is not None:
+                    # Accounted like a bound pod's ADDED event: usage changes, the static cache stays.
+                    kubelet._on_pod_event("ADDED", None, dict(pod, spec=dict(pod["spec"], nodeName=chosen[0]),
+                                                              status={"phase": "Pending"}))
+
+        anyio.run(run)
+
+    check()

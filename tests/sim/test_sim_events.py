@@ -7,6 +7,8 @@ import anyio
 
 from controller.sim.events import (
     COMBINED_PREFIX,
+    _micro_time,
+    _time,
     EventRecorder,
     EventTTL,
     node_reference,
@@ -201,3 +203,20 @@ async def test_events_expire_after_the_ttl_unless_written_again() -> None:
             while started not in deleted:  # no more writes: it expires too
                 await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
+
+
+def test_timestamps_are_formatted_as_go_formats_them() -> None:
+    """metav1.Time (whole seconds, truncated) and metav1.MicroTime (microseconds rounded half to even, as
+    datetime does), including the roundings that carry into the next second."""
+    import random
+    import time
+    from datetime import datetime, timezone
+
+    rng = random.Random(7)
+    stamps = [1_700_000_000 + rng.random() * 1e6 for _ in range(20_000)]
+    stamps += [1_700_000_000 + k + (j + 0.5) / 1e6 for k in range(3) for j in range(0, 1_000_000, 991)]
+    stamps += [1_700_000_000.9999995, 1_700_000_000.9999996, 1_700_000_000.0000005, 0.0, 1e-7, 12.5e-6]
+    for ts in stamps:
+        assert _micro_time(ts) == datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), ts
+        assert _time(ts) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)), ts
+    assert _micro_time(1_700_000_000.9999996) == "2023-11-14T22:13:21.000000Z"
