@@ -266,9 +266,11 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            if lease_client is not None:
-                await lease_client.close()
-            await client.close()
+            try:
+                if lease_client is not None:
+                    await lease_client.close()
+            finally:  # the main client's connections are closed even if the lease client's close fails
+                await client.close()
     return exit_code
 
 
