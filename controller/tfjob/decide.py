@@ -30,7 +30,6 @@ same pass.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -55,7 +54,8 @@ from .actions import (
 from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time
 from .conditions import sanitize as sanitize_conditions
 from .conditions import set_condition
-from .defaults import set_defaults
+from .defaults import defaulted
+from .jsoncopy import json_copy
 from .validation import summarize, validate, validate_pod_count
 
 
@@ -266,32 +266,12 @@ def decide(
     old_status: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
     if _managed_externally(job):
         # v1.9 managedBy (e.g. MultiKueue): another controller owns the job; write nothing.
-        return Decision((), (), (), _copy(old_status), None)
+        return Decision((), (), (), json_copy(old_status), None)
     errors = validate(job) or validate_pod_count(job, config.max_pods_per_job)
     if errors:
         return _Pass(job, old_status, [], [], now, config, pod_group).invalid(summarize(errors))
-    defaulted = _copy(job)
-    set_defaults(defaulted)
-    return _Pass(defaulted, old_status, pods, services, now, config, pod_group, priority_classes).run()
+    return _Pass(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes).run()
 
-
-_ATOMS = frozenset({str, int, float, bool, type(None)})
-
-
-def _copy(obj: Any) -> Any:
-    """A deep copy of a JSON document (dicts, lists, scalars): what decide copies comes from the API.
-
-    copy.deepcopy took ~56 us for a TFJob (memo and dispatch for every node), and the job is copied
-    (to default it) on every reconcile: this walk takes a fraction of that. Anything else is handed to
-    deepcopy, so the copy is exact whatever the input."""
-    kind = type(obj)
-    if kind is dict:
-        return {key: _copy(value) for key, value in obj.items()}
-    if kind is list:
-        return [_copy(value) for value in obj]
-    if kind in _ATOMS:
-        return obj
-    return copy.deepcopy(obj)
 
 
 def _earlier_incarnation(obj: dict[str, Any], job_name: str) -> bool:
@@ -425,8 +405,8 @@ class _Pass:
         return any(isinstance(a, CreatePodGroup | UpdatePodGroup) for a in self.actions)
 
     def _base_status(self) -> dict[str, Any]:
-        status = {k: _copy(v) for k, v in self.old_status.items()}
-        status["conditions"] = _copy(self.conditions)
+        status = json_copy(self.old_status)
+        status["conditions"] = json_copy(self.conditions)
         for key, value in (("startTime", self.start_time), ("completionTime", self.completion_time)):
             if value is None:
                 status.pop(key, None)
@@ -507,7 +487,7 @@ class _Pass:
     def _replica_statuses(self, counts: dict[str, _Counts] | None = None) -> dict[str, Any]:
         """replicaStatuses: fresh counts for spec types if given, else the old entries carried over;
         entries of types no longer in the spec are kept as upstream does; selector always filled."""
-        result = {k: _copy(v) for k, v in self.old_replica_statuses.items()}
+        result = json_copy(self.old_replica_statuses)
         for replica_type in self.types:
             if counts is not None:
                 result[replica_type] = counts[replica_type].to_status(self._selector(replica_type))

@@ -19,10 +19,10 @@ for validation to report) and never raise. Order of operations (upstream's):
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from . import api
+from .jsoncopy import json_copy
 
 _CANONICAL_TYPES = {t.lower(): t for t in api.REPLICA_TYPES}
 
@@ -36,7 +36,7 @@ def canonical_replica_type(key: object) -> str | None:
 
 def defaulted(job: dict[str, Any]) -> dict[str, Any]:
     """A defaulted deep copy of ``job``; the argument is not modified."""
-    copied = copy.deepcopy(job)
+    copied = json_copy(job)
     set_defaults(copied)
     return copied
 

@@ -13,10 +13,10 @@ they answer None / False instead of raising.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from . import api, tfconfig
+from .jsoncopy import json_copy
 from .conditions import parse_time
 
 
@@ -154,7 +154,7 @@ def build_pod(
     if template_meta.get("finalizers"):
         pod_meta["finalizers"] = list(template_meta["finalizers"])
 
-    pod_spec = copy.deepcopy(template.get("spec") or {})
+    pod_spec = json_copy(template.get("spec") or {})
     pod_spec["restartPolicy"] = pod_restart_policy(replica_spec["restartPolicy"])
     if tf_configs is None:
         tf_configs = tfconfig.TFConfigs(job, cluster_domain)

@@ -218,31 +218,26 @@ def test_decide_with_gang_scheduling_never_raises(data: st.DataObject, scheduler
     assert decide(job, pods, services, NOW, config, pod_group=pod_group, priority_classes={"high": 10}) == decision
 
 
-def _containers(value: Any) -> list[int]:
+def _mutable_parts(value: Any) -> list[int]:
+    """The ids of every dict and list in ``value`` (a tuple may be shared, as deepcopy shares one of
+    immutables: what it holds is looked into)."""
     if isinstance(value, dict):
-        return [id(value), *(i for v in value.values() for i in _containers(v))]
-    if isinstance(value, (list, tuple)):
-        return [id(value), *(i for v in value for i in _containers(v))]
+        return [id(value), *(i for v in value.values() for i in _mutable_parts(v))]
+    if isinstance(value, list):
+        return [id(value), *(i for v in value for i in _mutable_parts(v))]
+    if isinstance(value, tuple):
+        return [i for v in value for i in _mutable_parts(v)]
     return []
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.one_of(json_values, st.tuples(json_values, json_values), st.lists(st.tuples(json_values), max_size=3)))
 def test_the_copy_decide_makes_of_its_input_is_equal_and_shares_no_mutable_part(value: Any) -> None:
-    # decide copies the job (to default it) and the old status with its own walk instead of copy.deepcopy:
-    # the copy must be the same document, and mutating it must never reach the caller's (cached) object.
-    from controller.tfjob.decide import _copy
+    # decide copies the job (to default it), the old status and each pod template with json_copy instead
+    # of copy.deepcopy: the copy must be the same document, and mutating it must never reach the caller's
+    # (cached) object.
+    from controller.tfjob.jsoncopy import json_copy
 
-    copied = _copy(value)
+    copied = json_copy(value)
     assert repr(copied) == repr(value) and type(copied) is type(value)
-    mutable_ids = {id(c) for c in [value] if isinstance(c, (dict, list))}
-    originals = set(_containers(value)) | mutable_ids
-    assert not {i for i in _containers(copied) if i in originals and not _is_tuple_id(value, i)}
-
-
-def _is_tuple_id(value: Any, ident: int) -> bool:
-    # An immutable tuple may be shared (deepcopy shares a tuple of immutables too); what it holds is checked.
-    if isinstance(value, tuple) and id(value) == ident:
-        return True
-    children = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-    return any(_is_tuple_id(child, ident) for child in children)
+    assert not set(_mutable_parts(copied)) & set(_mutable_parts(value))
