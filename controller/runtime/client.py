@@ -291,10 +291,12 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
-    async def wait(self) -> None:
+    async def wait(self) -> float:
+        """Take a token, sleeping until it is due; the seconds slept."""
         delay = self.reserve()
         if delay > 0:
             await self._clock.sleep_until(self._clock.now() + delay)
+        return delay
 
 
 # A kube-apiserver that runs API Priority and Fairness (on by default since 1.20, GA in 1.29) puts both on
@@ -318,7 +320,6 @@ class RequestLimit:
         # Still looking for the APF headers (only an auto limit with a bucket to lift does).
         self.auto = auto and self.bucket is not None
         self.lifted_by: str | None = None  # the header that lifted the bucket
-        self._clock = clock
         self._metrics = metrics or RestClientMetrics.for_registry(None, "")
 
     @property
@@ -327,13 +328,8 @@ class RequestLimit:
         return "off" if self.bucket is None else "auto" if self.auto else "fixed"
 
     async def wait(self, method: str) -> None:
-        bucket = self.bucket
-        if bucket is None:
-            return
-        delay = bucket.reserve()
-        self._metrics.throttled(method, delay)
-        if delay > 0:
-            await self._clock.sleep_until(self._clock.now() + delay)
+        if self.bucket is not None:
+            self._metrics.throttled(method, await self.bucket.wait())
 
     def observe(self, headers: Mapping[str, str]) -> bool:
         """Lift the fallback bucket if ``headers`` (of any response) show APF; True when this call did."""
@@ -561,7 +557,7 @@ class ApiClient:
         self._session: aiohttp.ClientSession | None = None
         self._env_proxy: tuple[yarl.URL, aiohttp.BasicAuth | None] | None = None
         self._send_kwargs: dict[str, Any] = {}
-        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # by total, for this connect_timeout
         self._closed = False
 
     # -- construction ---------------------------------------------------------------------------------
@@ -946,8 +942,7 @@ class ApiClient:
                          delay=round(delay, 3), error=str(exc))
                 await self._clock.sleep_until(self._clock.now() + delay)
                 continue
-            if self.limit.auto:
-                self._observe_apf(resp_headers)
+            self._observe_apf(resp_headers)
             if 200 <= status < 300:
                 return status, raw
             error = _name_permission(error_from_response(status, raw, resp_headers), method, url)
@@ -960,7 +955,7 @@ class ApiClient:
             await self._clock.sleep_until(self._clock.now() + delay)
 
     def _observe_apf(self, headers: Mapping[str, str]) -> None:
-        if self.limit.observe(headers):
+        if self.limit.auto and self.limit.observe(headers):
             log.info(
                 f"API Priority and Fairness detected on the server ({self.limit.lifted_by}): client-side rate "
                 "limit off; set --kube-api-qps to keep one", server=self.base_url,
@@ -1034,8 +1029,7 @@ class ApiClient:
                 "GET", yarl.URL(url, encoded=True), headers=headers, timeout=timeout, **self._send_kwargs
             )
             code = str(response.status)
-            if self.limit.auto:
-                self._observe_apf(response.headers)
+            self._observe_apf(response.headers)
             if not 200 <= response.status < 300:
                 try:
                     raw = await response.read()
@@ -1058,12 +1052,12 @@ class ApiClient:
 
     def _timeout(self, timeout: float | None) -> aiohttp.ClientTimeout:
         total = timeout if timeout is not None else self.request_timeout
-        cached = self._timeouts.get((total, self.connect_timeout))
+        cached = self._timeouts.get(total)
         if cached is None:
             # ClientTimeout is an attrs class (slow to build) and requests mostly share a few values.
             cached = aiohttp.ClientTimeout(total=total, sock_connect=self.connect_timeout)
             if len(self._timeouts) < 64:
-                self._timeouts[(total, self.connect_timeout)] = cached
+                self._timeouts[total] = cached
         return cached
 
     def _base_headers(self) -> dict[str, str]:
