@@ -106,28 +106,30 @@ def _gang_schedulers(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _qps(text: str) -> float | str:
-    if text.strip().lower() == AUTO:
-        return AUTO
+def _requests_per_second(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of requests per second, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number of requests per second, got {text!r}") from None
     if value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a finite number >= 0 (0 disables the limit), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 disables the limit), got {text!r}")
     return value
 
 
-def _burst(text: str) -> int | str:
-    if text.strip().lower() == AUTO:
-        return AUTO
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or at least 1, got {value}")
-    return value
+def _auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag type that takes ``auto`` or what ``parse`` takes; parse's error then names both."""
+    def parse_flag(text: str) -> Any:
+        if text.strip().lower() == AUTO:
+            return AUTO
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(re.sub(r"^(expected|must be) ", r"\1 'auto' or ", str(exc))) from None
+    return parse_flag
+
+
+_qps = _auto_or(_requests_per_second)  # --kube-api-qps
+_burst = _auto_or(_positive_int)  # --kube-api-burst
 
 
 def _dns_suffix(text: str) -> str:
