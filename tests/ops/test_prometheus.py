@@ -79,6 +79,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
     await install(client)
     foreign = ForeignExporter()
     controller = ControllerProcess(sim_cluster.kubeconfig_path)
+    requests_before = sim_cluster.faults.mark()
     await controller.start()
     try:
         async with Prometheus(scrape_targets(controller, foreign)) as prom:
@@ -180,6 +181,19 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                        for r in panel("Retries / s")}
             assert close(retries.pop(("PUT", "429")), expected.throttled_writes), retries
             assert all(v == 0 for v in retries.values()), retries
+            # Client-side throttling: the simulator runs API Priority and Fairness, so the controller's client
+            # waited on its fallback bucket exactly once (GET /version, whose APF headers lifted it) and every
+            # other wait is leader election's own bucket, one per Lease request. Requests the simulator logged
+            # by the scrape were counted; any counted beyond them reached it just after (the bound is loose).
+            assert panel("Client-side throttling by verb"), "leader election's waits must show"
+            [waits] = await prom.query(f'sum(rest_client_rate_limiter_duration_seconds_count{{job="{SCRAPE_JOB}"}})', at)
+
+            def lease_requests(until: float) -> int:
+                return sum(1 for r in sim_cluster.faults.requests(requests_before, resource="leases.coordination.k8s.io")
+                           if r.time <= until)
+
+            assert lease_requests(at) <= float(waits["value"][1]) - 1 <= lease_requests(at + 5), (
+                waits, lease_requests(at), lease_requests(at + 5))
             assert set(values(panel("Seconds since the last watch event"), "resource")) == {
                 "pods", "services", "tfjobs.kubeflow.org"}
 
