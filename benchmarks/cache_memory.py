@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from controller.runtime.cache import default_transform  # noqa: E402
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, SERVICES, ApiClient  # noqa: E402
-from controller.sim.cluster import SimCluster, SimConfig  # noqa: E402
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from controller.tfjob.actions import CreatePod, CreateService  # noqa: E402
 from controller.tfjob.decide import DecideConfig, decide  # noqa: E402
 from controller.tfjob.executor import TFJOBS  # noqa: E402

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, ApiClient  # noqa: E402
-from controller.sim.cluster import SimCluster, SimConfig  # noqa: E402
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from controller.tfjob.executor import TFJOBS  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -16,7 +16,7 @@ What is measured, on the *same bytes* for every contender, in one run:
   watch with its ``iter_jsonlines`` reader and stdlib ``json``).
 
 The stream: a job lifecycle — TFJob worker pods ADDED, then each MODIFIED ``--updates-per-pod`` times
-(status transitions, annotation changes) — run through the simulated cluster (``controller.sim``;
+(status transitions, annotation changes) — run through the simulated cluster (``tfjob_sim``;
 default ``--source sim``) and watched once over HTTP; the exact bytes the simulator sent are recorded.
 ``--source synthetic`` renders the same lifecycle locally (with managedFields, as real pods have). The recorded
 stream carries the managedFields the simulator keeps, as a real apiserver's does; the same stream with them
@@ -217,7 +217,7 @@ async def sim_stream(events: int, updates_per_pod: int) -> bytes:
     bytes of one HTTP watch that delivers it (the simulator assigns uids, RVs, timestamps, managedFields)."""
     import aiohttp
 
-    from controller.sim.cluster import SimCluster, SimConfig
+    from tfjob_sim.cluster import SimCluster, SimConfig
 
     per_pod = updates_per_pod + 1
     count = max(1, events // per_pod)
@@ -604,7 +604,7 @@ def main() -> None:
     verdict_ka = informer / ka
     verdict_raw = informer / raw
     verdict_raw_wall = wall_median["this informer"] / raw_wall
-    source = "recorded from the simulated apiserver (controller.sim)" if args.source == "sim" else "synthetic"
+    source = "recorded from the simulated apiserver (tfjob_sim)" if args.source == "sim" else "synthetic"
     report = "\n".join([
         "# Informer benchmark: watch ingestion and cache memory",
         "",

@@ -32,7 +32,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from controller.ops.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from controller.runtime.client import ApiClient  # noqa: E402
-from controller.sim.cluster import SimCluster, SimConfig  # noqa: E402
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from tests.prometheus_harness import (  # noqa: E402
     FOREIGN_JOB,
     SCRAPE_JOB,

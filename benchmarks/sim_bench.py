@@ -55,9 +55,9 @@ def _server_main(conn, buffer_limit: int, secure: bool) -> None:
 
 
 async def _serve(conn, buffer_limit: int, secure: bool) -> None:
-    from controller.sim.cluster import SimCluster, SimConfig
-    from controller.sim.store import StoreConfig
-    from controller.sim.watch import WatchConfig
+    from tfjob_sim.cluster import SimCluster, SimConfig
+    from tfjob_sim.store import StoreConfig
+    from tfjob_sim.watch import WatchConfig
 
     config = SimConfig(kubelet=False, gc=False, store=StoreConfig(history_max_events=200_000),
                        watch=WatchConfig(buffer_limit=buffer_limit), secure=secure)

@@ -6,7 +6,7 @@ Layers, from the bottom up:
   runner, leader election). It knows nothing of TFJobs.
 - ``controller.tfjob``: the TFJob domain. The decision is a pure function of
   (job, pods, services, now); a thin executor applies its actions. It knows nothing of HTTP.
-- ``controller.sim``: a simulated Kubernetes cluster (API server, scheduler/kubelet, garbage
+- ``tfjob_sim``: a simulated Kubernetes cluster (API server, scheduler/kubelet, garbage
   collector, fault injection) used by tests, benchmarks and the demo. Production never uses it.
 - ``controller.ops``: the edge: metrics and health endpoints, logging, the command line.
 """

@@ -15,11 +15,13 @@ true/false. Upstream's ``CUSTOM_CLUSTER_DOMAIN`` is honoured after ``TFJOB_CONTR
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NoReturn
 
 import anyio
@@ -32,7 +34,6 @@ from controller.app import (
     FALLBACK_KUBE_API_QPS,
 )
 from controller.ops.http import parse_addr
-from controller.sim import MissingExtra, require_extra
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.gang import SCHEDULER_NAMES, VOLCANO
 
@@ -97,11 +98,30 @@ def _positive_float(text: str) -> float:
 _scale = _positive_float  # --time-scale of sim and demo
 
 
-def _gang_schedulers(text: str) -> tuple[str, ...]:
-    from controller.sim.crds import parse_schedulers
+class SimulatorMissing(RuntimeError):
+    """``sim`` and ``demo`` were asked for, but the simulated cluster is not installed (or its extras are not)."""
 
+
+SIM_INSTALL_HINT = "install it from a checkout with: pip install -e '.[sim]'"
+
+
+def _simulator() -> ModuleType:
+    """The simulator package, which ships apart from the controller: its own distribution (``sim/``),
+    installed by the ``[sim]`` extra, never in the controller's wheel or image."""
     try:
-        return parse_schedulers(text)
+        return importlib.import_module("tfjob_sim")
+    except ImportError as exc:
+        raise SimulatorMissing(f"the simulated cluster is not installed ({exc}); {SIM_INSTALL_HINT}") from None
+
+
+def _gang_schedulers(text: str) -> tuple[str, ...]:
+    try:
+        crds = importlib.import_module("tfjob_sim.crds")
+    except ImportError:
+        raise argparse.ArgumentTypeError(f"the simulated cluster is not installed; {SIM_INSTALL_HINT}") from None
+    try:
+        schedulers: tuple[str, ...] = crds.parse_schedulers(text)
+        return schedulers
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -368,14 +388,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             tune_collector()
             return anyio.run(run, run_options(args))
         if args.command in ("sim", "demo"):
-            require_extra(secure=getattr(args, "secure", False))
+            sim = _simulator()
+            try:
+                sim.require_extra(secure=getattr(args, "secure", False))
+            except sim.MissingExtra as exc:
+                raise SimulatorMissing(str(exc)) from None
         if args.command == "sim":
-            from controller.ops.simcmd import serve_sim
+            from tfjob_sim.serve import serve_sim
 
             return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure,
                              args.podgroup_crds, args.priority_and_fairness)
         if args.command == "demo":
-            from controller.ops.demo import demo
+            from tfjob_sim.demo import demo
 
             return anyio.run(demo, args.time_scale)
         if args.command == "crd":
@@ -385,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     except KeyboardInterrupt:
         return 130
-    except MissingExtra as exc:
+    except SimulatorMissing as exc:
         print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:

@@ -1,9 +1,9 @@
 """Shared fixtures: a running simulated cluster, and the real kubectl pointed at it.
 
-- ``sim_config``: the :class:`~controller.sim.cluster.SimConfig` used by ``sim_cluster``. Override it
+- ``sim_config``: the :class:`~tfjob_sim.cluster.SimConfig` used by ``sim_cluster``. Override it
   in a test module (define a fixture of the same name) to change nodes, time scale, history
   limits, bookmark period, or to disable the kubelet/GC.
-- ``sim_cluster`` (async): a started :class:`~controller.sim.cluster.SimCluster` with ``.url``,
+- ``sim_cluster`` (async): a started :class:`~tfjob_sim.cluster.SimCluster` with ``.url``,
   ``.kubeconfig_path`` (a temp file), ``.store``, ``.faults``; stopped after the test (a failure
   of its background tasks — kubelet, GC — fails the test at teardown).
 - ``kubectl``: runs the real kubectl binary with ``--kubeconfig`` and a per-test ``--cache-dir``
@@ -24,8 +24,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.watch import WatchConfig
+
+# The checkout's sources, not installed copies, also in every process a test starts (the controller,
+# the simulator, benchmarks): pyproject.toml's pytest `pythonpath` does it for this process.
+_CHECKOUT = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_CHECKOUT), str(_CHECKOUT / "sim"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 
 @pytest.fixture

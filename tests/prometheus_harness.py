@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.runtime.client import NAMESPACES, PODS, ApiClient
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 

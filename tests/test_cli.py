@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from controller.runtime.client import LEASES, PODS, ApiClient
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import CLI, ControllerProcess, clean_env, free_port
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
@@ -350,14 +350,31 @@ async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path,
     assert len(lines) == 1, lines
     assert lines[0].startswith("tfjob-controller sim: the simulated cluster needs the [sim] extra (cannot import ")
     assert module in lines[0]
-    assert lines[0].endswith("install it with: pip install 'tfjob-controller[sim]'")
+    assert lines[0].endswith("install it from a checkout with: pip install -e '.[sim]'")
     assert not (tmp_path / "kc").exists()  # it never started
+
+
+@pytest.mark.parametrize("command", [["sim", "--kubeconfig", "KC"], ["demo"], ["sim", "--kubeconfig", "KC",
+                                                                          "--podgroup-crds", "volcano"]])
+async def test_sim_and_demo_without_the_simulator_installed_say_how_to_install_it(tmp_path: Path, command):
+    # The simulator package itself missing, as after a plain `pip install .` of the controller.
+    args = [str(tmp_path / "kc") if arg == "KC" else arg for arg in command]
+    code = f"import sys; sys.modules['tfjob_sim'] = None; from controller.cli import main; sys.exit(main({args!r}))"
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    with anyio.fail_after(60):
+        out, err = await proc.communicate()
+    lines = err.decode().splitlines()
+    assert proc.returncode in (1, 2) and out == b"" and len(lines) == 1, (proc.returncode, lines)
+    assert "the simulated cluster is not installed" in lines[0]
+    assert lines[0].endswith("pip install -e '.[sim]'") or "pip install -e '.[sim]'" in lines[0], lines[0]
+    assert not (tmp_path / "kc").exists()
 
 
 async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_path: Path):
     """``tfjob-controller run`` as the shipped Deployment runs it: the ServiceAccount token and RBAC of
     manifests/, the cluster's CA verified, leader election in the controller's own namespace."""
-    from controller.sim.cluster import SimConfig
+    from tfjob_sim.cluster import SimConfig
     from tests.e2e.conftest import CONTROLLER_NAMESPACE, controller_kubeconfig
 
     config = SimConfig(nodes=2, time_scale=0.01, secure=True, kubeconfig_path=str(tmp_path / "admin"))

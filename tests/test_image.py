@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -150,13 +152,44 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
     ):
         result = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"pip {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    # What the image holds: no PYTHONPATH pointing back into the checkout (tests/conftest.py sets one).
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run([str(venv / "bin" / "tfjob-controller"), "--help"], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path)
+                            timeout=60, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: tfjob-controller")
     # Everything `run` imports loads with the locked set alone (--help imports only the CLI).
     result = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import controller.app, controller.tfjob.controller"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
     )
     assert result.returncode == 0, result.stderr
+    # The simulator is not part of the product: not in the installed package, and `sim`/`demo` say in one
+    # line how to get it.
+    installed = [path.relative_to(venv) for path in venv.rglob("*") if "sim" in path.name.lower()]
+    assert not [path for path in installed if "tfjob_sim" in str(path) or "/sim/" in f"/{path}/"], installed
+    for command in (["sim", "--kubeconfig", str(tmp_path / "kubeconfig")], ["demo"]):
+        result = subprocess.run([str(venv / "bin" / "tfjob-controller"), *command], capture_output=True, text=True,
+                                timeout=60, cwd=tmp_path, env=env)
+        assert result.returncode == 1, (command, result.stdout, result.stderr)
+        assert result.stderr.count("\n") == 1 and "pip install -e '.[sim]'" in result.stderr, result.stderr
+
+
+def test_the_wheel_carries_the_controller_and_no_simulator(tmp_path: Path) -> None:
+    # Built as a release would be, from the source tree, by the build backend pyproject.toml names.
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+         str(REPO)], capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    (wheel,) = tmp_path.glob("tfjob_controller-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert packages == {"controller"}, packages
+    assert "controller/cli.py" in names and "controller/py.typed" in names
+    assert not [name for name in names if "sim" in name.split("/")[1:2]], "no simulator module in the product"
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    sim_requirements = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: tfjob-sim")]
+    # Only extras (sim, and test/bench/docs which include it) bring the simulator; a plain install does not.
+    assert any("extra == 'sim'" in line for line in sim_requirements), sim_requirements
+    assert all("; extra ==" in line for line in sim_requirements), sim_requirements

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, NODES, PODS, SERVICES, ApiClient, Resource  # noqa: F401 (NODES: for tests)
 from controller.runtime.errors import AlreadyExists, NotFound
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS

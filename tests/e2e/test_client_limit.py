@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.runtime.client import PODS, ApiClient
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob

@@ -1,5 +1,5 @@
 """Gang scheduling end to end: the controller with ``--gang-scheduler-name`` against the simulated cluster
-serving both PodGroup CRDs (controller/sim/crds), plain and secure (the secure controller runs with the RBAC of
+serving both PodGroup CRDs (sim/tfjob_sim/crds), plain and secure (the secure controller runs with the RBAC of
 the mode's kustomize component, manifests/components/gang-*).
 
 Without the flag the controller must behave exactly as before: not one PodGroup request, even with the CRDs
@@ -22,7 +22,7 @@ import pytest
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, Resource
 from controller.runtime.errors import NotFound
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
     Operator,

@@ -27,7 +27,7 @@ import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.runtime.leaderelection import LeaderElector
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess, manifest_run_args
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.runtime.client import ApiClient
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob import api
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS

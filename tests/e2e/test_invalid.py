@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
     CRD_PATH,

@@ -24,7 +24,7 @@ import yaml
 
 from controller.runtime.client import PODS, SERVICES, ApiClient
 from controller.runtime.errors import NotFound
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
@@ -217,8 +217,8 @@ def assert_gang_used_equals_granted(cluster: SimCluster, scheduler: str) -> None
 
 
 async def install_pod_group_crds(client: ApiClient) -> None:
-    """Both schedulers' PodGroup CRDs, as `kubectl apply -f controller/sim/crds/...` installs them."""
-    from controller.sim.crds import crd_documents
+    """Both schedulers' PodGroup CRDs, as `kubectl apply -f sim/tfjob_sim/crds/...` installs them."""
+    from tfjob_sim.crds import crd_documents
 
     for scheduler in ("volcano", "scheduler-plugins"):
         for crd in crd_documents(scheduler):

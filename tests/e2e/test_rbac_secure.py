@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from controller.runtime.client import ApiClient, Resource
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import eventually, tfjob

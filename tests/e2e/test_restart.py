@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from controller.runtime.client import PODS
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from controller.tfjob.decide import DecideConfig
 from tests.e2e.conftest import (
     Operator,

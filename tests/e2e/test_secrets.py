@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from controller.runtime.client import EVENTS, PODS, ApiClient
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, FAST_FAILOVER, Operator, eventually, is_true, running_pods, tfjob

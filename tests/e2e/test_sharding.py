@@ -21,7 +21,7 @@ import anyio
 import yaml
 
 from controller.runtime.client import LEASES, NAMESPACES, PODS, ApiClient
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 

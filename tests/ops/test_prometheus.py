@@ -26,7 +26,7 @@ import pytest
 from controller.ops.catalogue import BY_NAME, UNCHARTED
 from controller.ops.monitoring import ALERTS, DASHBOARDS, Panel
 from controller.runtime.client import ApiClient
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from tests.prometheus_harness import (
     FOREIGN_JOB,
     SCRAPE_JOB,

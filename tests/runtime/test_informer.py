@@ -19,8 +19,8 @@ from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnkn
 from controller.runtime.client import CONFIGMAPS, NODES, ApiClient, Resource, RetryPolicy
 from controller.runtime.clock import FakeClock
 from controller.runtime.informer import Backoff, Informer, _BackoffState
-from controller.sim.cluster import SimConfig
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimConfig
+from tfjob_sim.watch import WatchConfig
 from tests.waiting import eventually
 
 NS = "default"

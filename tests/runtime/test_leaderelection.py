@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from controller.runtime.client import ApiClient, RetryPolicy
 from controller.runtime.errors import TransportError
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost, micro_time
-from controller.sim.cluster import SimConfig
+from tfjob_sim.cluster import SimConfig
 from tests.waiting import eventually, never
 
 NS = "default"

@@ -1,14 +1,14 @@
 """Fixtures of the simulator's store-level tests: a Store on a clock the test moves by hand.
 
 - ``clock``: a :class:`FakeClock` at 2023-11-14T22:13:20Z; assign ``clock.now`` to move time.
-- ``store``: a :class:`~controller.sim.store.Store` reading that clock (no HTTP, no kubelet, no GC).
+- ``store``: a :class:`~tfjob_sim.store.Store` reading that clock (no HTTP, no kubelet, no GC).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from controller.sim.store import Store
+from tfjob_sim.store import Store
 
 
 class FakeClock:
@@ -33,7 +33,7 @@ def store(clock: FakeClock) -> Store:
 def cel_cross_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every CEL rule a simulator test evaluates on the compiled fast path is evaluated by the
     interpreter too, and every result remembered for what a rule reads is checked against a fresh
-    evaluation; any difference fails the test (controller.sim.celcompile's promises)."""
-    from controller.sim import cel
+    evaluation; any difference fails the test (tfjob_sim.celcompile's promises)."""
+    from tfjob_sim import cel
 
     monkeypatch.setattr(cel, "CROSS_CHECK", True)

@@ -14,9 +14,9 @@ import yaml
 
 from controller.runtime.client import PODS, ApiClient, RetryPolicy
 from controller.runtime.errors import Forbidden, TransportError
-from controller.sim.auth import SecureMaterial
-from controller.sim.cluster import SimCluster, SimConfig, kubeconfig_document
-from controller.sim.rbac import Attributes, UserInfo, rule_allows
+from tfjob_sim.auth import SecureMaterial
+from tfjob_sim.cluster import SimCluster, SimConfig, kubeconfig_document
+from tfjob_sim.rbac import Attributes, UserInfo, rule_allows
 from tests.conftest import Kubectl
 from tests.waiting import eventually
 

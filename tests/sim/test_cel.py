@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.sim.cel import MISSING, CelCompileError, CelEvalError, CelRule
+from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule
 
 CONTAINER = {"type": "object", "required": ["name"],
              "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}
@@ -202,7 +202,7 @@ def test_library_functions(rule: str, value: object) -> None:
 
 
 def test_parse_is_cached_per_text() -> None:
-    from controller.sim import cel
+    from tfjob_sim import cel
 
     cel._parse.cache_clear()
     CelRule("self > 1")
@@ -210,7 +210,7 @@ def test_parse_is_cached_per_text() -> None:
     assert cel._parse.cache_info().hits >= 1
 
 
-# -- the compiled fast path (controller.sim.celcompile); conftest cross-checks every evaluation -----
+# -- the compiled fast path (tfjob_sim.celcompile); conftest cross-checks every evaluation -----
 
 
 def test_every_tfjob_crd_rule_runs_compiled() -> None:
@@ -336,7 +336,7 @@ def test_transition_rules_read_old_values_in_part_too() -> None:
 
 def test_a_rule_converts_only_the_parts_of_self_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A TFJob rule reading a replica count must not pay for converting the pod template to CEL."""
-    from controller.sim import cel
+    from tfjob_sim import cel
 
     monkeypatch.setattr(cel, "CROSS_CHECK", False)  # the interpreter would convert everything
     converted: list[object] = []
@@ -359,7 +359,7 @@ def test_results_are_remembered_by_what_the_rule_reads(monkeypatch: pytest.Monke
     """Distinct TFJobs (other images, other replica counts) share what their rules read: replica types,
     container names. Each rule is evaluated once per distinct view, and never answers for a value
     whose view differs."""
-    from controller.sim import cel
+    from tfjob_sim import cel
 
     monkeypatch.setattr(cel, "CROSS_CHECK", False)  # it re-evaluates remembered results
     keys_only = CelRule("self.all(k, k.matches('^[a-z]+$')) && self.filter(k, k == 'b').size() <= 1", REPLICA_SPECS)

@@ -10,8 +10,8 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.watch import WatchConfig
 from tests.sim.crds import widget, widget_crd
 
 

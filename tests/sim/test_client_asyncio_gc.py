@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from tests.waiting import eventually
 
 

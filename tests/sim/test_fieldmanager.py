@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.sim import fieldmanager
-from controller.sim.errors import ApiError
-from controller.sim.store import Store, WriteOptions
+from tfjob_sim import fieldmanager
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import Store, WriteOptions
 from controller.tfjob.crd import build_crd
 from tests.conftest import Kubectl
 from tests.sim.conftest import FakeClock

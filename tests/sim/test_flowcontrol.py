@@ -1,4 +1,4 @@
-"""The simulator's API Priority and Fairness headers (controller/sim/flowcontrol.py): on every classified
+"""The simulator's API Priority and Fairness headers (sim/tfjob_sim/flowcontrol.py): on every classified
 response while APF is on, as kube-apiserver sends them (watches and 429s included); on none with
 ``priority_and_fairness=False`` (kube-apiserver's ``--enable-priority-and-fairness=false``), an injected
 429 included; the flow schema follows the requester."""
@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.flowcontrol import CLASSES, FLOW_SCHEMA_HEADER, PRIORITY_LEVEL_HEADER
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.flowcontrol import CLASSES, FLOW_SCHEMA_HEADER, PRIORITY_LEVEL_HEADER
 
 CMS = "/api/v1/namespaces/default/configmaps"
 

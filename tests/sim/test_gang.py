@@ -1,4 +1,4 @@
-"""The simulated gang schedulers (controller/sim/gang.py) on a cluster with little capacity (two nodes
+"""The simulated gang schedulers (sim/tfjob_sim/gang.py) on a cluster with little capacity (two nodes
 of 4 CPUs): all-or-nothing placement per PodGroup, admission of Volcano groups before their pods
 exist, lowering minMember, pods beyond minMember placed one by one, PodGroup phases and counts as
 each scheduler writes them, the messages of unplaceable gangs, and the real kubectl showing it all.
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.crds import crd_dir
-from controller.sim.store import Store
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.crds import crd_dir
+from tfjob_sim.store import Store
+from tfjob_sim.watch import WatchConfig
 from tests.conftest import Kubectl
 from tests.waiting import eventually, never
 

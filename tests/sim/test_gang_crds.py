@@ -1,7 +1,7 @@
 """The gang schedulers' CRDs in the simulated cluster: absent by default (a controller started with
 --gang-scheduler-name must be testable against a cluster without them), served on request with the
 names, short names, printer columns, validation and subresources the upstream projects publish, and
-installable later with ``kubectl apply -f controller/sim/crds/<scheduler>``."""
+installable later with ``kubectl apply -f sim/tfjob_sim/crds/<scheduler>``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from controller.cli import parse_args
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.crds import crd_dir
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.crds import crd_dir
+from tfjob_sim.watch import WatchConfig
 from tests.conftest import Kubectl, _kubectl_binary
 from tests.controller_process import CLI, clean_env
 

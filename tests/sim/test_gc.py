@@ -15,9 +15,9 @@ from typing import Any, AsyncIterator, Callable
 import anyio
 import pytest
 
-from controller.sim.gc import GarbageCollector, GCConfig
-from controller.sim.kubelet import IGNORE_SIGTERM, Kubelet, KubeletConfig
-from controller.sim.store import Store
+from tfjob_sim.gc import GarbageCollector, GCConfig
+from tfjob_sim.kubelet import IGNORE_SIGTERM, Kubelet, KubeletConfig
+from tfjob_sim.store import Store
 
 SCALE = 0.01
 NS = "default"

@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from tests.sim.crds import pod, widget, widget_crd
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

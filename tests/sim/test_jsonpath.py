@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from controller.sim.jsonpath import (
+from tfjob_sim.jsonpath import (
     JSONPathError,
     JSONPathEvalError,
     compile_path,

@@ -11,7 +11,7 @@ import anyio
 import pytest
 import yaml
 
-from controller.sim.cluster import SimCluster
+from tfjob_sim.cluster import SimCluster
 from tests.conftest import Kubectl
 from tests.sim.crds import widget_crd
 

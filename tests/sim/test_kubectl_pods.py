@@ -9,9 +9,9 @@ import re
 
 import yaml
 
-from controller.sim.cluster import SimCluster
-from controller.sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
-from controller.sim.logs import LOG, LOG_INTERVAL_SECONDS
+from tfjob_sim.cluster import SimCluster
+from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
+from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
 from tests.conftest import Kubectl
 from tests.waiting import eventually
 

@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.kubelet import IGNORE_SIGTERM
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import IGNORE_SIGTERM
 from tests.conftest import Kubectl
 
 

@@ -15,8 +15,8 @@ from typing import Any, AsyncIterator, Callable
 import anyio
 import pytest
 
-from controller.sim.errors import ApiError
-from controller.sim.kubelet import (
+from tfjob_sim.errors import ApiError
+from tfjob_sim.kubelet import (
     EVICT,
     EXIT_CODE,
     IGNORE_SIGTERM,
@@ -33,7 +33,7 @@ from controller.sim.kubelet import (
     go_duration,
     parse_quantity,
 )
-from controller.sim.store import Store
+from tfjob_sim.store import Store
 
 SCALE = 0.01
 NS = "default"
@@ -753,7 +753,7 @@ async def test_own_status_writes_do_not_trigger_another_sync() -> None:
 
 
 def test_qos_class_is_one_rule_for_the_api_server_and_the_kubelet() -> None:
-    from controller.sim.resources import qos_class
+    from tfjob_sim.resources import qos_class
 
     def spec(*resources: dict) -> dict:
         return {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(resources)]}

@@ -1,4 +1,4 @@
-"""GET pods/{name}/log as kube-apiserver and the kubelet answer it (controller/sim/logs.py): options
+"""GET pods/{name}/log as kube-apiserver and the kubelet answer it (sim/tfjob_sim/logs.py): options
 and their validation, container choice, the kubelet's status rules, follow, and the real
 kubernetes-asyncio client reading it."""
 
@@ -14,9 +14,9 @@ import orjson
 import pytest
 from kubernetes_asyncio import client, config
 
-from controller.sim.cluster import SimCluster
-from controller.sim.kubelet import EXIT_CODE, START_SECONDS, UNSCHEDULABLE
-from controller.sim.logs import LOG, LOG_INTERVAL_SECONDS
+from tfjob_sim.cluster import SimCluster
+from tfjob_sim.kubelet import EXIT_CODE, START_SECONDS, UNSCHEDULABLE
+from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
 from tests.waiting import eventually
 
 PODS = "/api/v1/namespaces/default/pods"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller.sim.errors import ApiError
-from controller.sim.patch import (
+from tfjob_sim.errors import ApiError
+from tfjob_sim.patch import (
     MAX_JSON_PATCH_OPERATIONS,
     STRATEGIC_MERGE_KINDS,
     json_patch,

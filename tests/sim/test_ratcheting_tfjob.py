@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.sim.errors import ApiError
-from controller.sim.store import CRD_RESOURCE, Store
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import CRD_RESOURCE, Store
 from tests.e2e.conftest import CRD_PATH, tfjob
 
 TFJOBS = "tfjobs.kubeflow.org"

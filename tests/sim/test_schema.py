@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from controller.sim import schema as schema_module
-from controller.sim.errors import invalid
-from controller.sim.schema import StructuralSchema, go_json, go_quote, validate_crd
+from tfjob_sim import schema as schema_module
+from tfjob_sim.errors import invalid
+from tfjob_sim.schema import StructuralSchema, go_json, go_quote, validate_crd
 
 BLOCKED = {
     "reason": "FieldValueInvalid",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.sim.errors import ApiError
-from controller.sim.store import Store
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import Store
 from tests.sim.crds import pod
-from controller.sim.selectors import (
+from tfjob_sim.selectors import (
     POD_FIELDS,
     FieldSelector,
     LabelSelector,

@@ -1,11 +1,11 @@
-"""The simulated components' event recorders (controller.sim.events): client-go's aggregation,
+"""The simulated components' event recorders (tfjob_sim.events): client-go's aggregation,
 spam filter and series, and the fast write path storing what the API write would store."""
 
 from __future__ import annotations
 
 import anyio
 
-from controller.sim.events import (
+from tfjob_sim.events import (
     COMBINED_PREFIX,
     _micro_time,
     _time,
@@ -15,7 +15,7 @@ from controller.sim.events import (
     object_reference,
     truncate_note,
 )
-from controller.sim.store import Store
+from tfjob_sim.store import Store
 
 NS = "default"
 

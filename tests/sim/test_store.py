@@ -10,8 +10,8 @@ import uuid
 import orjson
 import pytest
 
-from controller.sim.errors import ApiError
-from controller.sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
 from tests.sim.conftest import FakeClock
 from tests.sim.crds import pod, widget, widget_crd
 
@@ -59,7 +59,7 @@ def test_label_and_annotation_keys_are_checked_on_every_write(store: Store, monk
                                                               bound: int) -> None:
     """Keys that passed are remembered (the same few come with every object); a bad key is refused
     every time, with the same causes, whatever was remembered or forgotten before."""
-    from controller.sim import resources
+    from tfjob_sim import resources
 
     monkeypatch.setattr(resources, "_VALID_KEYS_MAX", bound)
     monkeypatch.setattr(resources, "_VALID_KEYS", set())

@@ -1,9 +1,9 @@
-"""Server-side Table printing of custom resources (controller/sim/table.py)."""
+"""Server-side Table printing of custom resources (sim/tfjob_sim/table.py)."""
 
 from __future__ import annotations
 
-from controller.sim.resources import ResourceType
-from controller.sim.table import to_table
+from tfjob_sim.resources import ResourceType
+from tfjob_sim.table import to_table
 
 
 def _widgets(columns: list[dict]) -> ResourceType:

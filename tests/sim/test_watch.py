@@ -12,8 +12,8 @@ import anyio
 import orjson
 import pytest
 
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.watch import WatchConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.watch import WatchConfig
 from tests.sim.crds import pod
 from tests.waiting import eventually
 

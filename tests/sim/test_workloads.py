@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from controller.sim.cluster import SimCluster
-from controller.sim.workloads import pod_template_hash
+from tfjob_sim.cluster import SimCluster
+from tfjob_sim.workloads import pod_template_hash
 from tests.conftest import Kubectl
 from tests.waiting import eventually
 

@@ -2,8 +2,8 @@
 superset of upstream's for valid jobs, and its rules reject exactly the invalid TFJobs with the
 messages users will see from ``kubectl apply``.
 
-Objects are validated by the simulator's structural-schema validator (``controller.sim.schema``,
-which evaluates the CEL rules with ``controller.sim.cel`` on RE2, as cel-go does), so the tests pin
+Objects are validated by the simulator's structural-schema validator (``tfjob_sim.schema``,
+which evaluates the CEL rules with ``tfjob_sim.cel`` on RE2, as cel-go does), so the tests pin
 the exact causes a user sees from ``kubectl apply``.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.sim.cel import CelRule
-from controller.sim.jsonpath import evaluate as jsonpath_evaluate
-from controller.sim.jsonpath import format_cell
-from controller.sim.schema import StructuralSchema, validate_crd
+from tfjob_sim.cel import CelRule
+from tfjob_sim.jsonpath import evaluate as jsonpath_evaluate
+from tfjob_sim.jsonpath import format_cell
+from tfjob_sim.schema import StructuralSchema, validate_crd
 from controller.tfjob import crd as crd_module
 from controller.tfjob.crd import (
     QUANTITY_PATTERN,
@@ -46,7 +46,7 @@ def _schema() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Validation as the simulated apiserver does it (controller.sim.schema): the messages below are the
+# Validation as the simulated apiserver does it (tfjob_sim.schema): the messages below are the
 # ones `kubectl apply` prints.
 
 _NOT_CHECKED = "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid"

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, SERVICES, ApiClient
-from controller.sim.cluster import SimCluster, SimConfig
-from controller.sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
 from controller.tfjob.actions import CreatePod, CreateService
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import TFJOBS

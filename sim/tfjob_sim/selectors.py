@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controller.sim.errors import bad_request
+from tfjob_sim.errors import bad_request
 
 __all__ = [
     "POD_FIELDS",

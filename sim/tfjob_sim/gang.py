@@ -9,7 +9,7 @@ events as the real ones do (/work/shared/reference/gang-scheduling.md §2-§4 de
 
 Contract:
 - A scheduler is installed when its PodGroup CRD is served (``SimConfig.podgroup_crds`` or
-  ``kubectl apply -f controller/sim/crds/<name>``); before that its pods are left alone, as on a
+  ``kubectl apply -f sim/tfjob_sim/crds/<name>``); before that its pods are left alone, as on a
   cluster without it. Which ``spec.schedulerName`` belongs to which is
   ``KubeletConfig.gang_scheduler_names`` (``volcano`` and ``scheduler-plugins-scheduler``).
 - Membership: Volcano, annotation ``scheduling.k8s.io/group-name`` on a pod of a Volcano scheduler
@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from controller.sim.errors import ApiError
-from controller.sim.events import object_reference
-from controller.sim.resources import set_condition
-from controller.sim.store import CRD_RESOURCE
+from tfjob_sim.errors import ApiError
+from tfjob_sim.events import object_reference
+from tfjob_sim.resources import set_condition
+from tfjob_sim.store import CRD_RESOURCE
 
 if TYPE_CHECKING:
-    from controller.sim.kubelet import Kubelet
+    from tfjob_sim.kubelet import Kubelet
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ OVERCOMMIT_FACTOR = 1.2
 # The Helm chart's permitWaitingTimeSeconds (the plugin default is 60); scheduleTimeoutSeconds wins.
 PERMIT_WAITING_SECONDS = 10
 VOLCANO_COMPONENT = "volcano"
-# What the simulated nodes account (controller.sim.kubelet.pod_requests: cpu and memory, plus pods).
+# What the simulated nodes account (tfjob_sim.kubelet.pod_requests: cpu and memory, plus pods).
 MODELLED_RESOURCES = frozenset({"cpu", "memory", "pods"})
 SP_CONTROLLER = "scheduler-plugins-controller"
 
@@ -809,7 +809,7 @@ def _omitempty(obj: dict) -> dict:
 def _resource_vector(resources: Any) -> dict[str, float] | None:
     """minResources as amounts in the units the nodes are accounted in (cpu millicores, bytes, pods);
     None if a quantity is invalid. Resources the simulated nodes do not model are left out."""
-    from controller.sim.kubelet import parse_quantity
+    from tfjob_sim.kubelet import parse_quantity
 
     if not isinstance(resources, dict):
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.sim import errors
+from tfjob_sim import errors
 
 
 def parse_bool(value: str | None) -> bool:

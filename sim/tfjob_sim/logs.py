@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controller.sim import errors
-from controller.sim.query import int_param, parse_bool
-from controller.sim.resources import forbidden, invalid_value
+from tfjob_sim import errors
+from tfjob_sim.query import int_param, parse_bool
+from tfjob_sim.resources import forbidden, invalid_value
 
 if TYPE_CHECKING:
-    from controller.sim.store import Store
+    from tfjob_sim.store import Store
 
 LOG = "sim.tfjob.dev/log"
 LOG_INTERVAL_SECONDS = "sim.tfjob.dev/log-interval-seconds"

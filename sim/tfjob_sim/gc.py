@@ -41,7 +41,7 @@ from typing import Any, Callable, Protocol
 import anyio
 import structlog
 
-from controller.sim.errors import ApiError
+from tfjob_sim.errors import ApiError
 
 log = structlog.get_logger(__name__)
 

@@ -20,7 +20,7 @@ Contract:
   request without valid credentials gets the 401 Status. Authenticated users also get
   ``system:authenticated``; ServiceAccounts get ``system:serviceaccounts`` and
   ``system:serviceaccounts:<ns>``.
-- Authorization is :class:`~controller.sim.rbac.RBACAuthorizer`; resource requests are described
+- Authorization is :class:`~tfjob_sim.rbac.RBACAuthorizer`; resource requests are described
   like kube-apiserver's RequestInfo (a request for a namespace object has that namespace as its
   namespace); other paths, ``/_sim/`` included, are non-resource URLs (cluster-admin has ``*``).
 - :meth:`AuthLayer.serve` answers the create-only APIs: TokenRequest
@@ -44,9 +44,9 @@ from typing import Any
 
 import orjson
 
-from controller.sim import errors
-from controller.sim.errors import ApiError
-from controller.sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
+from tfjob_sim import errors
+from tfjob_sim.errors import ApiError
+from tfjob_sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
 
 try:
     from cryptography import x509

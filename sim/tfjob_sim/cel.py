@@ -40,7 +40,7 @@ import lark.exceptions
 import orjson
 import re2
 
-from controller.sim.celcompile import Deferred, Fallback, compile_tree, int64
+from tfjob_sim.celcompile import Deferred, Fallback, compile_tree, int64
 
 __all__ = [
     "MISSING",

@@ -11,10 +11,10 @@ Contract:
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
   ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
 - ``SimConfig.priority_and_fairness`` (default on): the API Priority and Fairness headers on every
-  response, as kube-apiserver sends them (controller/sim/flowcontrol.py).
+  response, as kube-apiserver sends them (sim/tfjob_sim/flowcontrol.py).
 - ``SimConfig.podgroup_crds``: the gang schedulers whose CRDs are served from the start
-  (controller/sim/crds); none by default.
-- ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py,
+  (sim/tfjob_sim/crds); none by default.
+- ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (sim/tfjob_sim/auth.py,
   rbac.py); the bootstrap ClusterRoles and bindings are created then (a plain cluster has none, as
   nothing is authorized there). ``.secure`` holds the CA and the admin token;
   :meth:`service_account_kubeconfig` writes a ServiceAccount's kubeconfig with a TokenRequest token.
@@ -39,11 +39,11 @@ from typing import Any
 import anyio
 import yaml
 
-from controller.sim.events import EventTTL
-from controller.sim.faults import Faults
-from controller.sim.server import SimServer
-from controller.sim.store import Store, StoreConfig
-from controller.sim.watch import WatchConfig, WatchHub
+from tfjob_sim.events import EventTTL
+from tfjob_sim.faults import Faults
+from tfjob_sim.server import SimServer
+from tfjob_sim.store import Store, StoreConfig
+from tfjob_sim.watch import WatchConfig, WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class SimConfig:
     time_scale: float = 1.0
     kubelet: bool = True
     gc: bool = True
-    # The deployment and replicaset controllers (controller/sim/workloads.py).
+    # The deployment and replicaset controllers (sim/tfjob_sim/workloads.py).
     workloads: bool = True
     kubeconfig_path: str | None = None
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -70,20 +70,20 @@ class SimConfig:
     fault_seed: int | None = None
     # kube-apiserver --event-ttl (simulated seconds): Events not written again within it are deleted.
     event_ttl_seconds: float = 3600.0
-    # HTTPS with a generated CA, authentication and RBAC (controller/sim/auth.py); the kubeconfig's
+    # HTTPS with a generated CA, authentication and RBAC (sim/tfjob_sim/auth.py); the kubeconfig's
     # user is the cluster admin (a bearer token of a user in group system:masters).
     secure: bool = False
     # Gang schedulers whose CRDs are served from the start ("volcano": PodGroup and Queue of
     # scheduling.volcano.sh; "scheduler-plugins": PodGroup of scheduling.x-k8s.io). None by default,
-    # as on a cluster where neither is installed; ``kubectl apply -f controller/sim/crds/<name>`` adds
+    # as on a cluster where neither is installed; ``kubectl apply -f sim/tfjob_sim/crds/<name>`` adds
     # them later. A comma-separated string is accepted too.
     podgroup_crds: tuple[str, ...] | str = ()
     # kube-apiserver --enable-priority-and-fairness (on by default since 1.20): every response names the
-    # flow schema and priority level of its request (controller/sim/flowcontrol.py); False omits them.
+    # flow schema and priority level of its request (sim/tfjob_sim/flowcontrol.py); False omits them.
     priority_and_fairness: bool = True
 
     def __post_init__(self) -> None:
-        from controller.sim.crds import parse_schedulers
+        from tfjob_sim.crds import parse_schedulers
 
         self.podgroup_crds = parse_schedulers(self.podgroup_crds)
 
@@ -120,28 +120,28 @@ class SimCluster:
         self.kubelet: Any = None
         self.gc: Any = None
         if self.config.kubelet:
-            from controller.sim.kubelet import Kubelet, KubeletConfig
+            from tfjob_sim.kubelet import Kubelet, KubeletConfig
 
             self.kubelet = Kubelet(self.store, KubeletConfig(nodes=self.config.nodes,
                                                              time_scale=self.config.time_scale,
                                                              **self.config.kubelet_options))
         if self.config.gc:
-            from controller.sim.gc import GarbageCollector, GCConfig
+            from tfjob_sim.gc import GarbageCollector, GCConfig
 
             self.gc = GarbageCollector(self.store, GCConfig(time_scale=self.config.time_scale,
                                                             **self.config.gc_options))
         self.workloads: Any = None
         if self.config.workloads:
-            from controller.sim.workloads import WorkloadConfig, WorkloadControllers
+            from tfjob_sim.workloads import WorkloadConfig, WorkloadControllers
 
             self.workloads = WorkloadControllers(self.store, WorkloadConfig(time_scale=self.config.time_scale))
         self.event_ttl = EventTTL(self.store, self.config.event_ttl_seconds, self.config.time_scale)
-        self.secure: Any = None  # controller.sim.auth.SecureMaterial in secure mode
+        self.secure: Any = None  # tfjob_sim.auth.SecureMaterial in secure mode
         self._cert_dir: str | None = None
         if self.config.secure:
             self._make_secure()
         self._install_podgroup_crds()
-        from controller.sim.rbac import ClusterRoleAggregator
+        from tfjob_sim.rbac import ClusterRoleAggregator
 
         self.aggregator = ClusterRoleAggregator(self.store)
         self.kubeconfig_path: str | None = self.config.kubeconfig_path
@@ -152,9 +152,9 @@ class SimCluster:
         self._restart_lock = asyncio.Lock()
 
     def _make_secure(self) -> None:
-        from controller.sim import rbac
-        from controller.sim.auth import AuthLayer, SecureMaterial
-        from controller.sim.resources import secure_types
+        from tfjob_sim import rbac
+        from tfjob_sim.auth import AuthLayer, SecureMaterial
+        from tfjob_sim.resources import secure_types
 
         self.secure = SecureMaterial.generate(self.config.host)
         self._cert_dir = tempfile.mkdtemp(prefix="sim-pki-")
@@ -166,8 +166,8 @@ class SimCluster:
             self.store.create(resource, None, obj, field_manager="kube-apiserver")
 
     def _install_podgroup_crds(self) -> None:
-        from controller.sim.crds import crd_documents
-        from controller.sim.store import CRD_RESOURCE
+        from tfjob_sim.crds import crd_documents
+        from tfjob_sim.store import CRD_RESOURCE
 
         for scheduler in self.config.podgroup_crds:
             for crd in crd_documents(scheduler):
@@ -268,7 +268,7 @@ class SimCluster:
     def write_kubeconfig(self, path: str | os.PathLike) -> str:
         target = Path(path)
         if self.secure is not None:
-            from controller.sim.auth import admin_kubeconfig_user
+            from tfjob_sim.auth import admin_kubeconfig_user
 
             document = kubeconfig_document(self.url, ca_cert=self.secure.ca_cert,
                                            user=admin_kubeconfig_user(self.secure))

@@ -17,7 +17,7 @@ import hashlib
 
 import orjson
 
-from controller.sim.resources import Registry, ResourceType, SUBRESOURCE_KINDS
+from tfjob_sim.resources import Registry, ResourceType, SUBRESOURCE_KINDS
 
 SERVER_VERSION = {
     "major": "1",

@@ -13,7 +13,7 @@ Contract (other modules depend on it):
 - Returned dicts are the store's own, shared with every other reader: callers MUST NOT mutate them
   (copy first). The store never mutates an object after it has been stored; every write builds a
   new dict.
-- Errors are :class:`~controller.sim.errors.ApiError` with the real Status body.
+- Errors are :class:`~tfjob_sim.errors.ApiError` with the real Status body.
 - Every committed change bumps :attr:`Store.resource_version` once, is appended to the resource's
   bounded history (for watch resume / exact-RV lists / continue tokens) and is then reported to the
   event sinks (the watch hub) and to the listeners added with :meth:`Store.add_listener`.
@@ -41,9 +41,9 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from controller.sim import errors, fieldmanager
-from controller.sim.errors import ApiError
-from controller.sim.resources import (
+from tfjob_sim import errors, fieldmanager
+from tfjob_sim.errors import ApiError
+from tfjob_sim.resources import (
     OBJECT_META_FIELDS,
     Registry,
     ResourceType,
@@ -342,7 +342,7 @@ class Store:
 
     def parse_selectors(self, rt: ResourceType, label_selector: str, field_selector: str):
         """Parsed (label, field) selectors or None for empty ones; 400 on syntax errors. Cached."""
-        from controller.sim import selectors
+        from tfjob_sim import selectors
 
         label = None
         if label_selector:
@@ -668,7 +668,7 @@ class Store:
         if rt.custom and rt.schema is not None:
             causes += rt.schema.validate(obj, old, status_only=status_only)
         if rt.qualified == CRD_RESOURCE:
-            from controller.sim import schema
+            from tfjob_sim import schema
 
             causes += schema.validate_crd(obj)
         if causes:
@@ -910,7 +910,7 @@ class Store:
         exactly what the API write would store (defaults, validity, ``metadata.managedFields``). Only
         the store's own fields are set: ``uid`` and ``creationTimestamp`` (kept on replace) and the
         resourceVersion; a create needs an active namespace. For high-volume writers whose objects have
-        a fixed shape (the simulated components' Events, see controller.sim.events): the full write
+        a fixed shape (the simulated components' Events, see tfjob_sim.events): the full write
         pipeline costs several times more. The store takes ``obj`` over (no copy)."""
         rt = self.resource_type(resource)
         meta = obj["metadata"]
@@ -1127,7 +1127,7 @@ class Store:
 
     def patch_ex(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
                  subresource: str | None = None, opts: WriteOptions | None = None) -> WriteResult:
-        from controller.sim import patch as patch_mod
+        from tfjob_sim import patch as patch_mod
 
         opts = opts or WriteOptions()
         rt = self.resource_type(resource)
@@ -1183,7 +1183,7 @@ class Store:
             patched = patch_mod.merge_patch(existing, patch, share=True)
         else:
             # No copy: the patch engines' results share no mutable structure with their inputs
-            # (controller/sim/patch.py contract), so the update pipeline may write into them.
+            # (sim/tfjob_sim/patch.py contract), so the update pipeline may write into them.
             patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind,
                                         strip_status=rt.status_subresource and subresource != "status")
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
@@ -1688,7 +1688,7 @@ class Store:
 
     def _serve_crd(self, crd: dict) -> None:
         """(Re)register the resource type a CRD defines; called after every committed CRD change."""
-        from controller.sim.schema import StructuralSchema
+        from tfjob_sim.schema import StructuralSchema
 
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}

@@ -23,7 +23,7 @@ really runs), driven by pod annotations so tests and ``kubectl annotate`` can st
 ===================================== ====================================================
 
 Contract:
-- All writes go through the :class:`~controller.sim.store.Store` API, so they have exactly the
+- All writes go through the :class:`~tfjob_sim.store.Store` API, so they have exactly the
   semantics of API writes (RV bumps, watch events, no-op suppression, graceful deletion). Status is
   written through the ``status`` subresource; the scheduler binds through ``Store.bind`` (one
   write: ``spec.nodeName`` once plus PodScheduled=True).
@@ -62,12 +62,12 @@ import anyio
 import orjson
 import structlog
 
-from controller.sim.errors import ApiError, not_found
-from controller.sim.events import EventRecorder, node_reference, object_reference
-from controller.sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_RESOURCES, GANG_SCHEDULERS, GangScheduler
-from controller.sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
-from controller.sim.resources import qos_class, set_condition, with_transition
-from controller.sim.store import rfc3339
+from tfjob_sim.errors import ApiError, not_found
+from tfjob_sim.events import EventRecorder, node_reference, object_reference
+from tfjob_sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_RESOURCES, GANG_SCHEDULERS, GangScheduler
+from tfjob_sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
+from tfjob_sim.resources import qos_class, set_condition, with_transition
+from tfjob_sim.store import rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -117,7 +117,7 @@ SIM_KUBELET_VERSION = "v1.31.0"
 
 
 class StoreLike(Protocol):
-    """The subset of controller.sim.store.Store this module uses (see the Store docstring)."""
+    """The subset of tfjob_sim.store.Store this module uses (see the Store docstring)."""
 
     resource_version: int
 
@@ -157,7 +157,7 @@ class KubeletConfig:
     pod_gc_orphan_seconds: float = 40.0
     node_name_prefix: str = "sim-node-"
     # spec.schedulerName -> the gang scheduler it selects ("volcano" or "scheduler-plugins"); each
-    # runs only while its PodGroup CRD is served (controller/sim/gang.py).
+    # runs only while its PodGroup CRD is served (sim/tfjob_sim/gang.py).
     gang_scheduler_names: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_GANG_SCHEDULER_NAMES))
 
     def __post_init__(self) -> None:
@@ -1023,7 +1023,7 @@ class Kubelet:
             self._unschedulable.pop(rec.uid, None)
             return None
         scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
-        # A gang scheduler's pod in a PodGroup is placed with its group (controller/sim/gang.py); one
+        # A gang scheduler's pod in a PodGroup is placed with its group (sim/tfjob_sim/gang.py); one
         # without a group is scheduled here under that scheduler's name; any other scheduler's pod
         # (or a gang scheduler's whose CRD is not served): nobody here binds it.
         if scheduler != DEFAULT_SCHEDULER and self.gang.handles(pod, scheduler) != "single":

@@ -8,7 +8,7 @@ Only request bodies are decoded (responses are always JSON, which every such cli
 
 Contract: :func:`decode` takes the raw body (``k8s\\x00`` magic + ``runtime.Unknown`` envelope) and
 returns the object as the JSON dict the same request would have carried, or raises an
-:class:`~controller.sim.errors.ApiError` (400 for a malformed body, 415 for a kind whose schema is
+:class:`~tfjob_sim.errors.ApiError` (400 for a malformed body, 415 for a kind whose schema is
 not modelled here). Field numbers follow the upstream ``generated.proto`` files; empty optional
 scalars are dropped, as Go's ``omitempty`` JSON encoding would.
 """
@@ -19,8 +19,8 @@ import base64
 import time
 from typing import Any
 
-from controller.sim import errors
-from controller.sim.errors import ApiError
+from tfjob_sim import errors
+from tfjob_sim.errors import ApiError
 
 MAGIC = b"k8s\x00"
 

@@ -7,7 +7,7 @@ front of it) produces: APF-style plain-text 429 with Retry-After, Status bodies 
 dropped connections, added latency; watch-level faults live in the watch hub and the cluster.
 
 Contract:
-- :class:`Faults` is owned by a :class:`~controller.sim.cluster.SimCluster`; the HTTP server calls
+- :class:`Faults` is owned by a :class:`~tfjob_sim.cluster.SimCluster`; the HTTP server calls
   :meth:`Faults.check` before handling a request and :meth:`Faults.record` after.
 - Verbs are the apiserver's audit verbs: get, list, watch, create, update, patch, delete,
   deletecollection. A request's *resource key* is the qualified plural, plus ``/subresource`` for
@@ -30,11 +30,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.sim import errors
-from controller.sim.errors import ApiError
+from tfjob_sim import errors
+from tfjob_sim.errors import ApiError
 
 if TYPE_CHECKING:
-    from controller.sim.cluster import SimCluster
+    from tfjob_sim.cluster import SimCluster
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 VERBS = frozenset({"get", "list", "watch"}) | WRITE_VERBS
@@ -118,7 +118,7 @@ def injected_error(code: int, resource: str, name: str | None, message: str | No
         err = ApiError(429, "", message or "Too many requests, please try again later.", plain_text=True,
                        retry_after=retry_after if retry_after is not None else 1)
         # Its X-Kubernetes-PF-* headers are the server's, on every response while APF is on
-        # (controller/sim/flowcontrol.py); with APF off this is max-in-flight's 429, which has none.
+        # (sim/tfjob_sim/flowcontrol.py); with APF off this is max-in-flight's 429, which has none.
         return err, headers
     if code == 500:
         err = errors.internal(message or "injected fault")

@@ -39,9 +39,9 @@ import anyio
 import orjson
 import structlog
 
-from controller.sim.errors import ApiError
-from controller.sim.selectors import label_selector_from_dict
-from controller.sim.store import Store, WriteOptions, deep_copy, rfc3339
+from tfjob_sim.errors import ApiError
+from tfjob_sim.selectors import label_selector_from_dict
+from tfjob_sim.store import Store, WriteOptions, deep_copy, rfc3339
 
 log = structlog.get_logger(__name__)
 

@@ -16,16 +16,15 @@ from tempfile import TemporaryDirectory
 from typing import Any, Awaitable, Callable
 
 import anyio
-import yaml
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, PODS, ApiClient
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
+from controller.tfjob.crd import build_crd
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 
 
 class DemoFailed(Exception):
@@ -79,7 +78,7 @@ async def _story(cluster: SimCluster) -> None:
     assert cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, registry=registry)
     try:
-        await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(CRD_FILE.read_text()))
+        await client.create(CUSTOM_RESOURCE_DEFINITIONS, build_crd())
         say("Installed the TFJob CRD (manifests/crd/kubeflow.org_tfjobs.yaml).")
         # A worker's first failover is replaced at once; repeats of the same index back off 10 s doubling
         # to 5 min (kubelet's crash-loop rule). The demo shortens the back-off to 1 s.

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from controller.sim.errors import ApiError, bad_request, unsupported_media_type
+from tfjob_sim.errors import ApiError, bad_request, unsupported_media_type
 
 __all__ = [
     "MAX_JSON_PATCH_OPERATIONS",

@@ -28,4 +28,4 @@ def require_extra(secure: bool = False) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise MissingExtra(f"the simulated cluster needs the [sim] extra (cannot import {name}: {exc}); "
-                               "install it with: pip install 'tfjob-controller[sim]'") from None
+                               "install it from a checkout with: pip install -e '.[sim]'") from None

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from controller.sim import selectors
+from tfjob_sim import selectors
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -90,7 +90,7 @@ class ResourceType:
     extra_field_names: frozenset[str] = frozenset()
     custom: bool = False
     scale: ScaleSpec | None = None
-    schema: Any = None  # controller.sim.schema.StructuralSchema for custom resources
+    schema: Any = None  # tfjob_sim.schema.StructuralSchema for custom resources
     printer_columns: list[dict] = field(default_factory=list)
     crd_name: str | None = None
     served_versions: tuple[str, ...] = ()
@@ -250,7 +250,7 @@ def builtin_types() -> list[ResourceType]:
 
 
 def secure_types() -> list[ResourceType]:
-    """What secure mode serves in addition (controller/sim/auth.py answers them; nothing is stored):
+    """What secure mode serves in addition (sim/tfjob_sim/auth.py answers them; nothing is stored):
     ServiceAccounts with the TokenRequest subresource, and the create-only review APIs."""
     sa = next(rt for rt in builtin_types() if rt.plural == "serviceaccounts")
     sa.subresources = ("token",)

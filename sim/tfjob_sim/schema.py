@@ -19,7 +19,7 @@ message forms are taken from the real code paths (kube-openapi ``validate`` → 
   version has the same schema, ``additionalPrinterColumns[0].JSONPath``) as the real server reports.
 
 Causes are dicts ``{"reason", "message", "field"}`` (``field`` omitted when empty), ready for
-:func:`controller.sim.errors.invalid`. Everything here is pure: no I/O, no clocks, no asyncio.
+:func:`tfjob_sim.errors.invalid`. Everything here is pure: no I/O, no clocks, no asyncio.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 import re2
 
-from controller.sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
+from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
 
 __all__ = [
     "DEFAULT_SERVER_MINOR",
@@ -147,7 +147,7 @@ def _go_v(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        from controller.sim.jsonpath import _go_float  # the shared Go float formatter
+        from tfjob_sim.jsonpath import _go_float  # the shared Go float formatter
 
         return _go_float(value)
     return str(value)

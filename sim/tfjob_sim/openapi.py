@@ -19,7 +19,7 @@ import hashlib
 
 import orjson
 
-from controller.sim.resources import Registry, ResourceType
+from tfjob_sim.resources import Registry, ResourceType
 
 _FIELD_VALIDATION = {
     "name": "fieldValidation",

@@ -4,7 +4,7 @@ Why: kubectl's human-readable output comes from the server (Accept ``as=Table``)
 kubectl falls back to NAME/AGE for every type and never shows a CRD's additionalPrinterColumns.
 
 Contract: :func:`to_table` turns stored objects into one Table dict (one row per object) for a
-:class:`~controller.sim.resources.ResourceType`. Columns: the kubectl printers' for the common
+:class:`~tfjob_sim.resources.ResourceType`. Columns: the kubectl printers' for the common
 built-ins (pods, namespaces, nodes, services, configmaps, secrets, leases, events), a CRD's
 ``additionalPrinterColumns`` (with the implicit Name first, Age when none are declared), and the
 default Name / Created At for everything else. ``include_object`` is ``None`` | ``Metadata`` |
@@ -18,9 +18,9 @@ import logging
 import time
 from typing import Any, Callable
 
-from controller.sim import errors
-from controller.sim.resources import ResourceType
-from controller.sim.selectors import label_selector_from_dict
+from tfjob_sim import errors
+from tfjob_sim.resources import ResourceType
+from tfjob_sim.selectors import label_selector_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def _parse_time(text: str | None) -> float | None:
 
 
 def _age(obj: dict, now: float) -> str:
-    from controller.sim.jsonpath import human_duration
+    from tfjob_sim.jsonpath import human_duration
 
     created = _parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
     if created is None:
@@ -59,7 +59,7 @@ def _age(obj: dict, now: float) -> str:
 
 
 def _since(text: str | None, now: float) -> str:
-    from controller.sim.jsonpath import human_duration
+    from tfjob_sim.jsonpath import human_duration
 
     when = _parse_time(text)
     return "<unknown>" if when is None else human_duration(now - when)
@@ -261,7 +261,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]
 
 
 def _custom_columns(rt: ResourceType) -> tuple[list[dict], Callable[[dict, float], list]]:
-    from controller.sim import jsonpath
+    from tfjob_sim import jsonpath
 
     declared = rt.printer_columns
     if not declared:

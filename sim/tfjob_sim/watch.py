@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import orjson
 
-from controller.sim.resources import ResourceType
-from controller.sim.store import CRD_RESOURCE, Event, Store, with_resource_version
+from tfjob_sim.resources import ResourceType
+from tfjob_sim.store import CRD_RESOURCE, Event, Store, with_resource_version
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class WatchHub:
     def open(self, resource: str, namespace: str | None, label_selector: str, field_selector: str,
              resource_version: str | None, encoder: Encoder | None = None, user_agent: str = "") -> Watcher:
         """Register a watcher and queue its initial lines (see the module contract). Raises ApiError."""
-        from controller.sim.store import parse_rv
+        from tfjob_sim.store import parse_rv
 
         store = self.store
         rt = store.resource_type(resource)

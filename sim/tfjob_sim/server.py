@@ -25,21 +25,21 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from controller.sim import errors, flowcontrol
-from controller.sim.discovery import Discovery
-from controller.sim.errors import ApiError
-from controller.sim.faults import Faults
-from controller.sim.logs import serve_pod_log
-from controller.sim.openapi import OpenAPI
-from controller.sim.query import int_param as _int_param
-from controller.sim.query import parse_bool
-from controller.sim.resources import ResourceType
-from controller.sim.store import Store, WriteOptions, WriteResult, parse_rv, rv_too_large
-from controller.sim.table import to_table
-from controller.sim.watch import WatchHub, json_line
+from tfjob_sim import errors, flowcontrol
+from tfjob_sim.discovery import Discovery
+from tfjob_sim.errors import ApiError
+from tfjob_sim.faults import Faults
+from tfjob_sim.logs import serve_pod_log
+from tfjob_sim.openapi import OpenAPI
+from tfjob_sim.query import int_param as _int_param
+from tfjob_sim.query import parse_bool
+from tfjob_sim.resources import ResourceType
+from tfjob_sim.store import Store, WriteOptions, WriteResult, parse_rv, rv_too_large
+from tfjob_sim.table import to_table
+from tfjob_sim.watch import WatchHub, json_line
 
 if TYPE_CHECKING:
-    from controller.sim.cluster import SimCluster
+    from tfjob_sim.cluster import SimCluster
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class SimServer:
         self.rv_wait_timeout = 3.0
         self.shutting_down = False
         self.restarts = 0
-        # Secure mode (controller/sim/auth.py): TLS, and authentication + authorization of every request.
+        # Secure mode (sim/tfjob_sim/auth.py): TLS, and authentication + authorization of every request.
         self.ssl_context: Any = None
         self.auth: Any = None
         # kube-apiserver --enable-priority-and-fairness: classify every request, say so in two response headers
@@ -326,7 +326,7 @@ class SimServer:
         return response
 
     def _flow_headers(self, request: web.BaseRequest, headers: CIMultiDict) -> None:
-        """The APF classification headers (controller/sim/flowcontrol.py); none for a request authentication
+        """The APF classification headers (sim/tfjob_sim/flowcontrol.py); none for a request authentication
         refused, as the real filter chain authenticates first."""
         if self.auth is None:
             flowcontrol.stamp(headers, request.path, None)
@@ -376,7 +376,7 @@ class SimServer:
                 raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind}): couldn't "
                                          f"get version/kind; json parse error: {exc}") from None
         if ctype == "application/vnd.kubernetes.protobuf":
-            from controller.sim import protobuf
+            from tfjob_sim import protobuf
 
             return protobuf.decode(raw)
         if ctype in ("application/yaml", "application/x-yaml", "text/yaml") and allow_yaml:

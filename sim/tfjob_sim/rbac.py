@@ -36,8 +36,8 @@ from typing import Any
 import anyio
 import structlog
 
-from controller.sim.errors import ApiError
-from controller.sim.selectors import label_selector_from_dict
+from tfjob_sim.errors import ApiError
+from tfjob_sim.selectors import label_selector_from_dict
 
 log = structlog.get_logger(__name__)
 

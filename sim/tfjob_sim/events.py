@@ -26,7 +26,7 @@ Events apart, and ``kubectl describe`` reads core/v1.
 Speed: a write through the full request pipeline costs ~0.3 ms, mostly field-ownership tracking.
 The first event of each field shape goes through it (validated, managedFields computed); later
 events of the same shape reuse that ownership record with a new time and are committed with
-:meth:`~controller.sim.store.Store.put_internal`, which stores what the API write would have
+:meth:`~tfjob_sim.store.Store.put_internal`, which stores what the API write would have
 stored. Durations of the recorders (600 s, 300 s, 30 min, 6 min) are simulated seconds, multiplied
 by ``time_scale`` like every other simulated duration; timestamps are wall clock.
 
@@ -45,8 +45,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from controller.sim.errors import ApiError
-from controller.sim.store import rfc3339
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import rfc3339
 
 # client-go tools/record/events_cache.go
 MAX_LRU_ENTRIES = 4096

@@ -12,7 +12,7 @@ import sys
 import anyio
 
 from controller.ops.collector import tune_collector
-from controller.sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 
 async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False,
