@@ -22,8 +22,9 @@ import platform
 import sys
 import tempfile
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import yaml
@@ -33,23 +34,40 @@ sys.path.insert(0, str(ROOT))
 
 from controller.runtime.cache import default_transform  # noqa: E402
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, SERVICES, ApiClient  # noqa: E402
-from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from controller.tfjob.actions import CreatePod, CreateService  # noqa: E402
 from controller.tfjob.decide import DecideConfig, decide  # noqa: E402
 from controller.tfjob.executor import TFJOBS  # noqa: E402
 from controller.tfjob.trim import trim_pod, trim_service  # noqa: E402
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 
 
 def manifest(name: str) -> dict[str, Any]:
     def replica(count: int) -> dict[str, Any]:
-        return {"replicas": count, "restartPolicy": "ExitCode", "template": {"spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0",
-                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]}}}
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"enableDynamicWorker": True, "tfReplicaSpecs": {"PS": replica(1), "Worker": replica(4)}}}
+        return {
+            "replicas": count,
+            "restartPolicy": "ExitCode",
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "tensorflow",
+                            "image": "tensorflow/tensorflow:2.15.0",
+                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                        }
+                    ],
+                }
+            },
+        }
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"enableDynamicWorker": True, "tfReplicaSpecs": {"PS": replica(1), "Worker": replica(4)}},
+    }
 
 
 async def sample_objects(jobs: int) -> dict[str, list[bytes]]:
@@ -66,8 +84,9 @@ async def sample_objects(jobs: int) -> dict[str, list[bytes]]:
                         await client.create(PODS, action.pod, namespace="default")
                     elif isinstance(action, CreateService):
                         await client.create(SERVICES, action.service, namespace="default")
-                await client.replace(TFJOBS, {**job, "status": decision.status}, namespace="default",
-                                     subresource="status")
+                await client.replace(
+                    TFJOBS, {**job, "status": decision.status}, namespace="default", subresource="status"
+                )
             for _ in range(600):
                 pods = (await client.list(PODS, namespace="default"))["items"]
                 if len(pods) == 5 * jobs and all(p["status"].get("phase") == "Running" for p in pods):

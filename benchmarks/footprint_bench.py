@@ -28,7 +28,7 @@ import platform
 import socket
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, ApiClient  # noqa: E402
-from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from controller.tfjob.executor import TFJOBS  # noqa: E402
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -77,8 +77,11 @@ def job(name: str, workers: int) -> dict[str, Any]:
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"enableDynamicWorker": True, "runPolicy": {},
-                 "tfReplicaSpecs": {"PS": replicas(1), "Worker": replicas(workers)}},
+        "spec": {
+            "enableDynamicWorker": True,
+            "runPolicy": {},
+            "tfReplicaSpecs": {"PS": replicas(1), "Worker": replicas(workers)},
+        },
     }
 
 
@@ -104,10 +107,15 @@ class Sampler:
         wall = time.monotonic() - start[0]
         cpu = cpu_seconds(self.pid) - start[1]
         rss = self.rss or [memory_kib(self.pid)["VmRSS"]]
-        return {"wall_s": wall, "cpu_s": cpu, "cores": cpu / wall if wall else 0.0,
-                "rss_max_mib": max(rss) / 1024, "rss_end_mib": rss[-1] / 1024}
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "cores": cpu / wall if wall else 0.0,
+            "rss_max_mib": max(rss) / 1024,
+            "rss_end_mib": rss[-1] / 1024,
+        }
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._task = asyncio.get_running_loop().create_task(self._loop())
         return self
 
@@ -125,15 +133,33 @@ async def wait_for(check: Any, timeout: float, what: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    cluster = SimCluster(SimConfig(nodes=max(3, args.jobs // 10), time_scale=0.01,
-                                   kubeconfig_path=f"/tmp/footprint-{os.getpid()}.kubeconfig"))
+    cluster = SimCluster(
+        SimConfig(
+            nodes=max(3, args.jobs // 10), time_scale=0.01, kubeconfig_path=f"/tmp/footprint-{os.getpid()}.kubeconfig"
+        )
+    )
     await cluster.start()
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, qps=0)
-    await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load((ROOT / "manifests/crd/kubeflow.org_tfjobs.yaml").read_text()))
+    await client.create(
+        CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load((ROOT / "manifests/crd/kubeflow.org_tfjobs.yaml").read_text())
+    )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "controller", "--log-level", "warning", "run", "--kubeconfig", cluster.kubeconfig_path,
-        "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-addr", f"127.0.0.1:{free_port()}",
-        "--leader-election-namespace", "default", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "controller",
+        "--log-level",
+        "warning",
+        "run",
+        "--kubeconfig",
+        cluster.kubeconfig_path,
+        "--metrics-addr",
+        f"127.0.0.1:{free_port()}",
+        "--health-addr",
+        f"127.0.0.1:{free_port()}",
+        "--leader-election-namespace",
+        "default",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     pods_per_job = 1 + args.workers
     total_pods = args.jobs * pods_per_job
@@ -141,8 +167,11 @@ async def main(args: argparse.Namespace) -> None:
 
     async def running_pods() -> int:
         items = (await client.list(PODS, namespace="default"))["items"]
-        return sum(1 for p in items if p.get("status", {}).get("phase") == "Running"
-                   and not p["metadata"].get("deletionTimestamp"))
+        return sum(
+            1
+            for p in items
+            if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        )
 
     try:
         with Sampler(proc.pid) as sampler:
@@ -152,6 +181,7 @@ async def main(args: argparse.Namespace) -> None:
             async def leading() -> bool:
                 nonlocal lease_held
                 from controller.runtime.client import LEASES
+
                 try:
                     lease = await client.get(LEASES, "tfjob-controller", namespace="default")
                 except Exception:
@@ -164,8 +194,9 @@ async def main(args: argparse.Namespace) -> None:
             phases["idle (caches empty)"] = sampler.end_phase(start)
 
             start = sampler.start_phase()
-            await asyncio.gather(*(client.create(TFJOBS, job(f"job-{i}", args.workers), namespace="default")
-                                   for i in range(args.jobs)))
+            await asyncio.gather(
+                *(client.create(TFJOBS, job(f"job-{i}", args.workers), namespace="default") for i in range(args.jobs))
+            )
 
             async def all_running() -> bool:
                 return await running_pods() == total_pods
@@ -192,7 +223,7 @@ async def main(args: argparse.Namespace) -> None:
     lines = [
         "# Controller footprint (sizes the Deployment's requests)",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, Python "
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, Python "
         f"{platform.python_version()}, {os.cpu_count()} CPUs (shared with other work: CPU figures are upper bounds), "
         f"by `benchmarks/footprint_bench.py --jobs {args.jobs} --workers {args.workers}`: `tfjob-controller run` "
         "in its own process against the simulated cluster.",
@@ -201,8 +232,10 @@ async def main(args: argparse.Namespace) -> None:
         "|---|---|---|---|---|---|",
     ]
     for name, p in phases.items():
-        lines.append(f"| {name} | {p['wall_s']:.1f} | {p['cpu_s']:.2f} | {p['cores']:.3f} | "
-                     f"{p['rss_max_mib']:.1f} | {p['rss_end_mib']:.1f} |")
+        lines.append(
+            f"| {name} | {p['wall_s']:.1f} | {p['cpu_s']:.2f} | {p['cores']:.3f} | "
+            f"{p['rss_max_mib']:.1f} | {p['rss_end_mib']:.1f} |"
+        )
     lines += ["", f"Peak resident set over the whole run (VmHWM): {hwm:.1f} MiB.", ""]
     text = "\n".join(lines)
     print(text)

@@ -47,15 +47,15 @@ import json
 import multiprocessing
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
 import tracemalloc
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -92,39 +92,91 @@ def synthetic_pod(i: int, rv: int) -> dict[str, Any]:
                 "training.kubeflow.org/job-role": "master" if i % 100 == 0 else "",
             },
             "annotations": {"sidecar.istio.io/inject": "false"},
-            "ownerReferences": [{
-                "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": job, "uid": job_uid,
-                "controller": True, "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "TFJob",
+                    "name": job,
+                    "uid": job_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
             "managedFields": [
-                {"manager": "tfjob-controller", "operation": "Update", "apiVersion": "v1", "time": ts,
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {
-                     "f:training.kubeflow.org/job-name": {}, "f:training.kubeflow.org/replica-index": {},
-                     "f:training.kubeflow.org/replica-type": {}}, "f:ownerReferences": {}},
-                     "f:spec": {"f:containers": {'k:{"name":"tensorflow"}': {".": {}, "f:image": {}, "f:env": {}}},
-                                "f:restartPolicy": {}}}},
-                {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": ts,
-                 "fieldsType": "FieldsV1", "subresource": "status", "fieldsV1": {"f:status": {
-                     "f:conditions": {}, "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {},
-                     "f:podIP": {}, "f:podIPs": {}, "f:startTime": {}}}},
+                {
+                    "manager": "tfjob-controller",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": ts,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {
+                            "f:labels": {
+                                "f:training.kubeflow.org/job-name": {},
+                                "f:training.kubeflow.org/replica-index": {},
+                                "f:training.kubeflow.org/replica-type": {},
+                            },
+                            "f:ownerReferences": {},
+                        },
+                        "f:spec": {
+                            "f:containers": {'k:{"name":"tensorflow"}': {".": {}, "f:image": {}, "f:env": {}}},
+                            "f:restartPolicy": {},
+                        },
+                    },
+                },
+                {
+                    "manager": "kubelet",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": ts,
+                    "fieldsType": "FieldsV1",
+                    "subresource": "status",
+                    "fieldsV1": {
+                        "f:status": {
+                            "f:conditions": {},
+                            "f:containerStatuses": {},
+                            "f:hostIP": {},
+                            "f:phase": {},
+                            "f:podIP": {},
+                            "f:podIPs": {},
+                            "f:startTime": {},
+                        }
+                    },
+                },
             ],
         },
         "spec": {
-            "containers": [{
-                "name": "tensorflow",
-                "image": "kubeflow/tf-mnist-with-summaries:latest",
-                "command": ["python", "/var/tf_mnist/mnist_with_summaries.py"],
-                "ports": [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}],
-                "env": [{"name": "TF_CONFIG", "value": json.dumps({
-                    "cluster": {"worker": [f"{job}-worker-{k}.{NAMESPACE}.svc:2222" for k in range(4)]},
-                    "task": {"type": "worker", "index": i % 100}, "environment": "cloud"})}],
-                "resources": {"limits": {"cpu": "1", "memory": "2Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
-                "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
-                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-                "imagePullPolicy": "Always",
-            }],
+            "containers": [
+                {
+                    "name": "tensorflow",
+                    "image": "kubeflow/tf-mnist-with-summaries:latest",
+                    "command": ["python", "/var/tf_mnist/mnist_with_summaries.py"],
+                    "ports": [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}],
+                    "env": [
+                        {
+                            "name": "TF_CONFIG",
+                            "value": json.dumps(
+                                {
+                                    "cluster": {"worker": [f"{job}-worker-{k}.{NAMESPACE}.svc:2222" for k in range(4)]},
+                                    "task": {"type": "worker", "index": i % 100},
+                                    "environment": "cloud",
+                                }
+                            ),
+                        }
+                    ],
+                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
+                    "volumeMounts": [
+                        {
+                            "name": "kube-api-access",
+                            "readOnly": True,
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                        }
+                    ],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "Always",
+                }
+            ],
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 30,
             "dnsPolicy": "ClusterFirst",
@@ -135,13 +187,28 @@ def synthetic_pod(i: int, rv: int) -> dict[str, Any]:
             "hostname": name,
             "subdomain": job,
             "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                 "tolerationSeconds": 300},
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
             ],
-            "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "volumes": [
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}],
+                    },
+                }
+            ],
             "priority": 0,
             "enableServiceLinks": True,
             "preemptionPolicy": "PreemptLowerPriority",
@@ -156,18 +223,36 @@ def synthetic_pod(i: int, rv: int) -> dict[str, Any]:
             "podIP": f"10.244.{i % 8}.{i % 250 + 2}",
             "podIPs": [{"ip": f"10.244.{i % 8}.{i % 250 + 2}"}],
             "startTime": ts,
-            "containerStatuses": [{
-                "name": "tensorflow", "state": {"running": {"startedAt": ts}}, "lastState": {},
-                "ready": True, "restartCount": 0, "image": "kubeflow/tf-mnist-with-summaries:latest",
-                "imageID": "docker-pullable://kubeflow/tf-mnist-with-summaries@sha256:" + "ab" * 32,
-                "containerID": "containerd://" + f"{i:064x}", "started": True,
-            }],
+            "containerStatuses": [
+                {
+                    "name": "tensorflow",
+                    "state": {"running": {"startedAt": ts}},
+                    "lastState": {},
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "kubeflow/tf-mnist-with-summaries:latest",
+                    "imageID": "docker-pullable://kubeflow/tf-mnist-with-summaries@sha256:" + "ab" * 32,
+                    "containerID": "containerd://" + f"{i:064x}",
+                    "started": True,
+                }
+            ],
             "qosClass": "Guaranteed",
         },
     }
 
 
-PHASES = ("Pending", "Pending", "Running", "Running", "Running", "Running", "Running", "Running", "Succeeded", "Succeeded")
+PHASES = (
+    "Pending",
+    "Pending",
+    "Running",
+    "Running",
+    "Running",
+    "Running",
+    "Running",
+    "Running",
+    "Succeeded",
+    "Succeeded",
+)
 
 
 def lifecycle_event(pod: dict[str, Any], step: int, rv: int) -> dict[str, Any]:
@@ -240,21 +325,38 @@ async def sim_stream(events: int, updates_per_pod: int) -> bytes:
                     break
                 name = pod["metadata"]["name"]
                 if step == 0:
-                    store.create("pods", NAMESPACE, {k: v for k, v in pod.items() if k != "status"},
-                                 field_manager="tfjob-controller")
+                    store.create(
+                        "pods",
+                        NAMESPACE,
+                        {k: v for k, v in pod.items() if k != "status"},
+                        field_manager="tfjob-controller",
+                    )
                 elif step % 2:
                     status = dict(pod["status"], phase=PHASES[step % len(PHASES)], message=f"step {step}")
-                    store.patch("pods", NAMESPACE, name, "merge", {"status": status}, subresource="status",
-                                field_manager="kubelet")
+                    store.patch(
+                        "pods",
+                        NAMESPACE,
+                        name,
+                        "merge",
+                        {"status": status},
+                        subresource="status",
+                        field_manager="kubelet",
+                    )
                 else:
-                    store.patch("pods", NAMESPACE, name, "merge",
-                                {"metadata": {"annotations": {"bench/step": str(step)}}},
-                                field_manager="tfjob-controller")
+                    store.patch(
+                        "pods",
+                        NAMESPACE,
+                        name,
+                        "merge",
+                        {"metadata": {"annotations": {"bench/step": str(step)}}},
+                        field_manager="tfjob-controller",
+                    )
                 written += 1
             if written == events:
                 break
-        url = (f"{cluster.url}/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={start_rv}"
-               "&timeoutSeconds=120")
+        url = (
+            f"{cluster.url}/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={start_rv}&timeoutSeconds=120"
+        )
         buf = bytearray()
         async with aiohttp.ClientSession() as session, session.get(url) as resp:
             resp.raise_for_status()
@@ -273,14 +375,15 @@ async def sim_stream(events: int, updates_per_pod: int) -> bytes:
 # -- replay server (separate process) ----------------------------------------------------------------------
 
 
-def _serve(streams: dict[str, str], port_queue: "multiprocessing.Queue[int]") -> None:
+def _serve(streams: dict[str, str], port_queue: multiprocessing.Queue[int]) -> None:
     """Serve each recorded stream as the watch of namespace ``name`` (and an empty list at RV 1)."""
     from aiohttp import web
 
     data = {ns: Path(path).read_bytes() for ns, path in streams.items()}
     chunk = 64 * 1024
-    empty_list = orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": LIST_RV},
-                               "items": []})
+    empty_list = orjson.dumps(
+        {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": LIST_RV}, "items": []}
+    )
 
     async def pods(request: web.Request) -> web.StreamResponse:
         stream = data.get(request.match_info["ns"])
@@ -292,7 +395,7 @@ def _serve(streams: dict[str, str], port_queue: "multiprocessing.Queue[int]") ->
         await response.prepare(request)
         try:
             for i in range(0, len(stream), chunk):
-                await response.write(stream[i:i + chunk])
+                await response.write(stream[i : i + chunk])
             # Keep the watch open like a quiet server until the client hangs up.
             await asyncio.sleep(3600)
         except ConnectionError:
@@ -379,7 +482,8 @@ async def run_informer(url: str, ns: str, events: int, keep: dict | None, transf
 
 
 async def run_k8s_asyncio(url: str, ns: str, events: int, keep: dict | None) -> int:
-    from kubernetes_asyncio import client as k8s, watch
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio import watch
 
     configuration = k8s.Configuration()
     configuration.host = url
@@ -387,8 +491,9 @@ async def run_k8s_asyncio(url: str, ns: str, events: int, keep: dict | None) -> 
     async with k8s.ApiClient(configuration) as api:
         core = k8s.CoreV1Api(api)
         async with watch.Watch() as w:
-            async for event in w.stream(core.list_namespaced_pod, ns, resource_version=LIST_RV,
-                                        allow_watch_bookmarks=True):
+            async for event in w.stream(
+                core.list_namespaced_pod, ns, resource_version=LIST_RV, allow_watch_bookmarks=True
+            ):
                 if keep is not None:
                     keep[event["object"].metadata.name] = event["object"]
                 count += 1
@@ -414,8 +519,7 @@ async def run_kopf(url: str, ns: str, events: int, keep: dict | None) -> int:
     resource = references.Resource(group="", version="v1", plural="pods", namespaced=True)
     pause: asyncio.Future = asyncio.get_running_loop().create_future()
     count = 0
-    stream = watching.continuous_watch(settings=settings, resource=resource, namespace=ns,
-                                       operator_pause_waiter=pause)
+    stream = watching.continuous_watch(settings=settings, resource=resource, namespace=ns, operator_pause_waiter=pause)
     try:
         async for raw in stream:
             if not isinstance(raw, dict) or raw.get("type") is None:
@@ -513,8 +617,12 @@ def cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=40000, help="events in the stream (default 40000)")
-    parser.add_argument("--updates-per-pod", type=int, default=9,
-                        help="MODIFIED events per pod after its ADDED (default 9: 4,000 pods for 40,000 events)")
+    parser.add_argument(
+        "--updates-per-pod",
+        type=int,
+        default=9,
+        help="MODIFIED events per pod after its ADDED (default 9: 4,000 pods for 40,000 events)",
+    )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per contender (median reported)")
     parser.add_argument("--source", choices=("sim", "synthetic"), default="sim")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "informer.md"))
@@ -536,8 +644,11 @@ def main() -> None:
         lifecycle = synthetic_stream(args.events, args.updates_per_pod)
     growing = synthetic_stream(args.events, 0)
     bare = without_managed_fields(lifecycle)
-    paths = {"bench": ROOT / ".bench-informer-lifecycle.bin", "grow": ROOT / ".bench-informer-growing.bin",
-             "bare": ROOT / ".bench-informer-bare.bin"}
+    paths = {
+        "bench": ROOT / ".bench-informer-lifecycle.bin",
+        "grow": ROOT / ".bench-informer-growing.bin",
+        "bare": ROOT / ".bench-informer-bare.bin",
+    }
     paths["bench"].write_bytes(lifecycle)
     paths["grow"].write_bytes(growing)
     paths["bare"].write_bytes(bare)
@@ -550,27 +661,39 @@ def main() -> None:
     try:
         url = f"http://127.0.0.1:{port_queue.get(timeout=60)}"
         rates: dict[str, list[tuple[float, float]]] = {name: [] for name in CONTENDERS}
-        grow_rates: dict[str, list[tuple[float, float]]] = {"raw ceiling, keeping every object": [],
-                                                            "this informer": []}
+        grow_rates: dict[str, list[tuple[float, float]]] = {
+            "raw ceiling, keeping every object": [],
+            "this informer": [],
+        }
         bare_rates: dict[str, list[tuple[float, float]]] = {raw_name: [], "this informer": []}
         for run in range(args.runs):
-            order = names[run % len(names):] + names[:run % len(names)]
+            order = names[run % len(names) :] + names[: run % len(names)]
             for name in order:
                 wall, cpu = asyncio.run(timed(CONTENDERS[name], url, "bench", args.events))
                 rates[name].append((wall, cpu))
-                print(f"run {run + 1}/{args.runs} {name:42s} {wall:>10,.0f} events/s wall {cpu:>10,.0f} per CPU-s",
-                      flush=True)
+                print(
+                    f"run {run + 1}/{args.runs} {name:42s} {wall:>10,.0f} events/s wall {cpu:>10,.0f} per CPU-s",
+                    flush=True,
+                )
             grow_rates["raw ceiling, keeping every object"].append(
-                asyncio.run(timed(run_raw, url, "grow", args.events, keep_all=True)))
+                asyncio.run(timed(run_raw, url, "grow", args.events, keep_all=True))
+            )
             grow_rates["this informer"].append(asyncio.run(timed(run_informer, url, "grow", args.events)))
-            print(f"run {run + 1}/{args.runs} growing cache: "
-                  + ", ".join(f"{k} {v[-1][1]:,.0f}/CPU-s" for k, v in grow_rates.items()), flush=True)
+            print(
+                f"run {run + 1}/{args.runs} growing cache: "
+                + ", ".join(f"{k} {v[-1][1]:,.0f}/CPU-s" for k, v in grow_rates.items()),
+                flush=True,
+            )
             for name in (raw_name, "this informer") if run % 2 else ("this informer", raw_name):
                 bare_rates[name].append(asyncio.run(timed(CONTENDERS[name], url, "bare", args.events)))
-            print(f"run {run + 1}/{args.runs} without managedFields: "
-                  + ", ".join(f"{k} {v[-1][1]:,.0f}/CPU-s" for k, v in bare_rates.items()), flush=True)
-        memory = {name: asyncio.run(memory_per_object(fn, url, "bench", args.events))
-                  for name, fn in CONTENDERS.items()}
+            print(
+                f"run {run + 1}/{args.runs} without managedFields: "
+                + ", ".join(f"{k} {v[-1][1]:,.0f}/CPU-s" for k, v in bare_rates.items()),
+                flush=True,
+            )
+        memory = {
+            name: asyncio.run(memory_per_object(fn, url, "bench", args.events)) for name, fn in CONTENDERS.items()
+        }
     finally:
         server.terminate()
         server.join(10)
@@ -598,78 +721,78 @@ def main() -> None:
         f"| {name} | {med(v, 1):,.0f} | {med(v, 1) / bare_raw:.0%} | {med(v, 0):,.0f} |"
         for name, v in bare_rates.items()
     ]
-    grow_rows = [
-        f"| {name} | {med(v, 1):,.0f} | {med(v, 0):,.0f} |" for name, v in grow_rates.items()
-    ]
+    grow_rows = [f"| {name} | {med(v, 1):,.0f} | {med(v, 0):,.0f} |" for name, v in grow_rates.items()]
     verdict_ka = informer / ka
     verdict_raw = informer / raw
     verdict_raw_wall = wall_median["this informer"] / raw_wall
     source = "recorded from the simulated apiserver (tfjob_sim)" if args.source == "sim" else "synthetic"
-    report = "\n".join([
-        "# Informer benchmark: watch ingestion and cache memory",
-        "",
-        f"- Date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {os.cpu_count()} CPUs (nproc), {cpu_model()}; Python {platform.python_version()}; "
-        f"{platform.system()} {platform.release()} (shared with other jobs while measuring)",
-        f"- Stream ({source}): {args.events:,} pod watch events — {distinct:,} TFJob worker pods ADDED, then "
-        f"{args.updates_per_pod} MODIFIED each — {len(lifecycle) / 1e6:.1f} MB, {len(lifecycle) / args.events:,.0f} "
-        "bytes/event; replayed from a separate process in 64 KiB chunks to every contender",
-        f"- Method: median of {args.runs} runs per contender (order rotated), each timed from the first event "
-        "received to the last event handled (one-time setup — TLS context, session, the informer's list — excluded). Primary figure: events per CPU-second of the client process (this 2-core machine is "
-        "shared with other jobs, which makes wall-clock rates swing by 2x between runs; the replay server runs in "
-        "its own process, so client CPU time is exactly the client's work); wall-clock events/s shown too. "
-        "Memory = bytes per cached pod (tracemalloc: bytes freed when the retained pods are dropped after the "
-        "whole stream)",
-        f"- Command: `.venv/bin/python benchmarks/informer_bench.py --events {args.events} --runs {args.runs} "
-        f"--updates-per-pod {args.updates_per_pod} --source {args.source}`",
-        "",
-        "| contender | events per CPU-s (median) | range | of raw ceiling | events/s wall (median) | of raw (wall) "
-        "| bytes per cached pod |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *rows,
-        "",
-        f"Informer vs kubernetes-asyncio Watch: **{verdict_ka:.1f}x** per CPU-second (target >= 10x: "
-        f"{'met' if verdict_ka >= 10 else 'NOT met'}). Informer vs raw ceiling: **{verdict_raw:.0%}** per "
-        f"CPU-second (target >= 50 %: {'met' if verdict_raw >= 0.5 else 'NOT met'}); {verdict_raw_wall:.0%} "
-        "by wall clock.",
-        "",
-        "## The same stream without managedFields",
-        "",
-        f"Every event of the stream above with `metadata.managedFields` removed ({len(bare) / args.events:,.0f} "
-        "bytes/event), timed in the same runs: what a client sees from an apiserver that does not track field "
-        "ownership (the simulator before 2026-12-03). Not what a real cluster sends; shown so the ratio above can "
-        "be read against the earlier figure.",
-        "",
-        "| contender | events per CPU-s (median) | of raw ceiling | events/s wall (median) |",
-        "|---|---:|---:|---:|",
-        *bare_rows,
-        "",
-        f"## Growing cache: {args.events:,} distinct pods, all ADDED (synthetic)",
-        "",
-        "| contender | events per CPU-s (median) | events/s wall (median) |",
-        "|---|---:|---:|",
-        *grow_rows,
-        "",
-        "## Notes",
-        "",
-        "- The informer's figure includes what the raw ceiling skips: event interpretation, the default transform",
-        "  (managedFields and the last-applied annotation dropped), keeping the latest state of every pod (each",
-        "  update frees the previous one, whose memory is no longer in the CPU cache), the indexed cache, and one",
-        "  handler call per event. `intern_transform` also interns shared metadata strings (namespace, label and",
-        "  annotation values, owner references); `compact_transform` also the shared spec/container strings.",
-        "- Like every real apiserver, the simulator keeps `metadata.managedFields` on every object (entries for",
-        "  the creator, the kubelet's status writes and the annotation writer here): every contender decodes them;",
-        "  the informer's default transform drops them before caching, so they cost it nothing in memory. The",
-        "  table without them shows how much of the ratio comes from decoding work both sides share.",
-        "- kopf and the raw reader keep no cache; their memory figure is their decoded dicts held in a dict by name",
-        "  (kubernetes-asyncio: its V1Pod models). In the timed runs none of them retains anything.",
-        "- Growing cache: when every event adds an object, CPython's cyclic GC keeps traversing the growing heap of",
-        "  cached dicts (see the raw reader that keeps every object). The informer pauses the collector during",
-        "  each synchronous batch, so it runs once per batch instead of every 700 allocations. A process can go",
-        "  further after its caches have synced with `gc.freeze()` (cached pods hold no reference cycles) — a",
-        "  process-level choice, so not made by the informer.",
-        "",
-    ])
+    report = "\n".join(
+        [
+            "# Informer benchmark: watch ingestion and cache memory",
+            "",
+            f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+            f"- Machine: {os.cpu_count()} CPUs (nproc), {cpu_model()}; Python {platform.python_version()}; "
+            f"{platform.system()} {platform.release()} (shared with other jobs while measuring)",
+            f"- Stream ({source}): {args.events:,} pod watch events — {distinct:,} TFJob worker pods ADDED, then "
+            f"{args.updates_per_pod} MODIFIED each — {len(lifecycle) / 1e6:.1f} MB, {len(lifecycle) / args.events:,.0f} "
+            "bytes/event; replayed from a separate process in 64 KiB chunks to every contender",
+            f"- Method: median of {args.runs} runs per contender (order rotated), each timed from the first event "
+            "received to the last event handled (one-time setup — TLS context, session, the informer's list — excluded). Primary figure: events per CPU-second of the client process (this 2-core machine is "
+            "shared with other jobs, which makes wall-clock rates swing by 2x between runs; the replay server runs in "
+            "its own process, so client CPU time is exactly the client's work); wall-clock events/s shown too. "
+            "Memory = bytes per cached pod (tracemalloc: bytes freed when the retained pods are dropped after the "
+            "whole stream)",
+            f"- Command: `.venv/bin/python benchmarks/informer_bench.py --events {args.events} --runs {args.runs} "
+            f"--updates-per-pod {args.updates_per_pod} --source {args.source}`",
+            "",
+            "| contender | events per CPU-s (median) | range | of raw ceiling | events/s wall (median) | of raw (wall) "
+            "| bytes per cached pod |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Informer vs kubernetes-asyncio Watch: **{verdict_ka:.1f}x** per CPU-second (target >= 10x: "
+            f"{'met' if verdict_ka >= 10 else 'NOT met'}). Informer vs raw ceiling: **{verdict_raw:.0%}** per "
+            f"CPU-second (target >= 50 %: {'met' if verdict_raw >= 0.5 else 'NOT met'}); {verdict_raw_wall:.0%} "
+            "by wall clock.",
+            "",
+            "## The same stream without managedFields",
+            "",
+            f"Every event of the stream above with `metadata.managedFields` removed ({len(bare) / args.events:,.0f} "
+            "bytes/event), timed in the same runs: what a client sees from an apiserver that does not track field "
+            "ownership (the simulator before 2026-12-03). Not what a real cluster sends; shown so the ratio above can "
+            "be read against the earlier figure.",
+            "",
+            "| contender | events per CPU-s (median) | of raw ceiling | events/s wall (median) |",
+            "|---|---:|---:|---:|",
+            *bare_rows,
+            "",
+            f"## Growing cache: {args.events:,} distinct pods, all ADDED (synthetic)",
+            "",
+            "| contender | events per CPU-s (median) | events/s wall (median) |",
+            "|---|---:|---:|",
+            *grow_rows,
+            "",
+            "## Notes",
+            "",
+            "- The informer's figure includes what the raw ceiling skips: event interpretation, the default transform",
+            "  (managedFields and the last-applied annotation dropped), keeping the latest state of every pod (each",
+            "  update frees the previous one, whose memory is no longer in the CPU cache), the indexed cache, and one",
+            "  handler call per event. `intern_transform` also interns shared metadata strings (namespace, label and",
+            "  annotation values, owner references); `compact_transform` also the shared spec/container strings.",
+            "- Like every real apiserver, the simulator keeps `metadata.managedFields` on every object (entries for",
+            "  the creator, the kubelet's status writes and the annotation writer here): every contender decodes them;",
+            "  the informer's default transform drops them before caching, so they cost it nothing in memory. The",
+            "  table without them shows how much of the ratio comes from decoding work both sides share.",
+            "- kopf and the raw reader keep no cache; their memory figure is their decoded dicts held in a dict by name",
+            "  (kubernetes-asyncio: its V1Pod models). In the timed runs none of them retains anything.",
+            "- Growing cache: when every event adds an object, CPython's cyclic GC keeps traversing the growing heap of",
+            "  cached dicts (see the raw reader that keeps every object). The informer pauses the collector during",
+            "  each synchronous batch, so it runs once per batch instead of every 700 allocations. A process can go",
+            "  further after its caches have synced with `gc.freeze()` (cached pods hold no reference cycles) — a",
+            "  process-level choice, so not made by the informer.",
+            "",
+        ]
+    )
     print()
     print(report)
     out = Path(args.out)

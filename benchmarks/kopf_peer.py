@@ -138,11 +138,13 @@ async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf
         pod_list = [_plain(p) for p in pods.get(uid, [])]
         service_list = [_plain(s) for s in services.get(uid, [])]
         indexed = {("pod", o["metadata"]["name"]) for o in pod_list} | {
-            ("service", o["metadata"]["name"]) for o in service_list}
+            ("service", o["metadata"]["name"]) for o in service_list
+        }
         unseen = _unseen[uid] = _unseen.get(uid, set()) - indexed
         # A deletion is visible once the object is terminating or gone.
         undead = _undead[uid] = _undead.get(uid, set()) & {
-            o["metadata"]["uid"] for o in pod_list + service_list if not o["metadata"].get("deletionTimestamp")}
+            o["metadata"]["uid"] for o in pod_list + service_list if not o["metadata"].get("deletionTimestamp")
+        }
         if unseen or undead:
             return  # our writes are still on their way to the indexes; their events reconcile again
         decision = decide(job, pod_list, service_list, _dt.datetime.now(_dt.UTC))
@@ -153,7 +155,8 @@ async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf
             if previous is not None:
                 previous.cancel()
             _timers[uid] = asyncio.get_running_loop().call_later(
-                decision.requeue_after, _wake, uid, jobs, pods, services)
+                decision.requeue_after, _wake, uid, jobs, pods, services
+            )
 
 
 def _wake(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf.Index) -> None:
@@ -173,25 +176,42 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
             if isinstance(action, CreatePod):
                 unseen.add(("pod", action.pod["metadata"]["name"]))
                 await core.create_namespaced_pod(namespace, action.pod)
-                kopf.event(job, type="Normal", reason="SuccessfulCreatePod",
-                           message=f"Created pod: {action.pod['metadata']['name']}")
+                kopf.event(
+                    job,
+                    type="Normal",
+                    reason="SuccessfulCreatePod",
+                    message=f"Created pod: {action.pod['metadata']['name']}",
+                )
             elif isinstance(action, CreateService):
                 unseen.add(("service", action.service["metadata"]["name"]))
                 await core.create_namespaced_service(namespace, action.service)
-                kopf.event(job, type="Normal", reason="SuccessfulCreateService",
-                           message=f"Created service: {action.service['metadata']['name']}")
+                kopf.event(
+                    job,
+                    type="Normal",
+                    reason="SuccessfulCreateService",
+                    message=f"Created service: {action.service['metadata']['name']}",
+                )
             elif isinstance(action, DeletePod):
                 undead.add(action.uid)
-                await core.delete_namespaced_pod(action.name, namespace, body=k8s.V1DeleteOptions(
-                    preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
+                await core.delete_namespaced_pod(
+                    action.name,
+                    namespace,
+                    body=k8s.V1DeleteOptions(
+                        preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"
+                    ),
+                )
                 kopf.event(job, type="Normal", reason="SuccessfulDeletePod", message=f"Deleted pod: {action.name}")
             elif isinstance(action, DeleteService):
                 undead.add(action.uid)
-                await core.delete_namespaced_service(action.name, namespace, body=k8s.V1DeleteOptions(
-                    preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"))
+                await core.delete_namespaced_service(
+                    action.name,
+                    namespace,
+                    body=k8s.V1DeleteOptions(
+                        preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"
+                    ),
+                )
             elif isinstance(action, DeleteJob):
-                await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                             job["metadata"]["name"])
+                await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"])
                 return
         except ApiException as exc:
             if exc.status not in (404, 409):  # already created / already gone
@@ -203,7 +223,8 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
         return
     try:
         stored = await custom.replace_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status})
+            GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"], {**job, "status": decision.status}
+        )
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -222,8 +243,14 @@ def _forget(uid: str) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(type: str, body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index,
-                    services_by_owner: kopf.Index, **_: Any) -> None:
+async def job_event(
+    type: str,
+    body: kopf.Body,
+    jobs_by_uid: kopf.Index,
+    pods_by_owner: kopf.Index,
+    services_by_owner: kopf.Index,
+    **_: Any,
+) -> None:
     if type == "DELETED":
         _forget(body["metadata"]["uid"])
     else:
@@ -234,8 +261,9 @@ async def job_event(type: str, body: kopf.Body, jobs_by_uid: kopf.Index, pods_by
 
 @kopf.on.event("", "v1", "pods", labels=LABELS)
 @kopf.on.event("", "v1", "services", labels=LABELS)
-async def child_event(body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index,
-                      services_by_owner: kopf.Index, **_: Any) -> None:
+async def child_event(
+    body: kopf.Body, jobs_by_uid: kopf.Index, pods_by_owner: kopf.Index, services_by_owner: kopf.Index, **_: Any
+) -> None:
     owner = _owner(body)
     if owner:
         with IN_PROGRESS.track_inprogress():

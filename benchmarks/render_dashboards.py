@@ -32,18 +32,18 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from controller.ops.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from controller.runtime.client import ApiClient  # noqa: E402
-from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 from tests.prometheus_harness import (  # noqa: E402
     FOREIGN_JOB,
     SCRAPE_JOB,
     ControllerProcess,
     ForeignExporter,
-    install,
     Prometheus,
+    install,
     play_scenario,
     scrape_targets,
     substitute,
 )
+from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 
 OUT = REPO / "docs" / "images"
 RATE_WINDOW = "10s"  # Grafana's $__rate_interval for a 1 s scrape interval and a short range
@@ -107,8 +107,15 @@ async def _draw_panel(ax: plt.Axes, prom: Prometheus, panel: Panel, start: float
         ax.invert_yaxis()
         ax.margins(x=0.25)
     ax.tick_params(axis="both", labelsize=7)
-    ax.text(0.0, -0.32 if panel.kind == "timeseries" else -0.2, "\n".join(textwrap.wrap(panel.description, 75)),
-            transform=ax.transAxes, fontsize=6, va="top", color="#555555")
+    ax.text(
+        0.0,
+        -0.32 if panel.kind == "timeseries" else -0.2,
+        "\n".join(textwrap.wrap(panel.description, 75)),
+        transform=ax.transAxes,
+        fontsize=6,
+        va="top",
+        color="#555555",
+    )
 
 
 async def render(dashboard: Dashboard, prom: Prometheus, start: float, end: float) -> Path:
@@ -119,10 +126,13 @@ async def render(dashboard: Dashboard, prom: Prometheus, start: float, end: floa
     flat = list(axes.flat)
     for ax, panel in zip(flat, panels):
         await _draw_panel(ax, prom, panel, start, end)
-    for ax in flat[len(panels):]:
+    for ax in flat[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"{dashboard.title}  (job={SCRAPE_JOB}, all namespaces; real Prometheus data from "
-                 f"benchmarks/render_dashboards.py; a foreign {FOREIGN_JOB} exports the same names)", fontsize=11)
+    fig.suptitle(
+        f"{dashboard.title}  (job={SCRAPE_JOB}, all namespaces; real Prometheus data from "
+        f"benchmarks/render_dashboards.py; a foreign {FOREIGN_JOB} exports the same names)",
+        fontsize=11,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.98), h_pad=4.5)
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{Path(dashboard.file).stem}.png"
@@ -149,8 +159,10 @@ async def main() -> None:
                 end = time.time()
                 for dashboard in DASHBOARDS:
                     print(f"wrote {(await render(dashboard, prom, start, end)).relative_to(REPO)}")
-                print(f"scenario: {expected.failovers} failovers, {expected.scaled_down} pods scaled down, "
-                      f"{len(expected.jobs_by_state)} jobs, {end - start:.0f} s")
+                print(
+                    f"scenario: {expected.failovers} failovers, {expected.scaled_down} pods scaled down, "
+                    f"{len(expected.jobs_by_state)} jobs, {end - start:.0f} s"
+                )
         finally:
             await client.close()
             await controller.stop()

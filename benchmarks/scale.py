@@ -148,8 +148,11 @@ def cli(*args: str) -> list[str]:
 
 async def start_sim(tmp: Path, nodes: int, sim_args: Sequence[str] = ()) -> tuple[Child, str, str]:
     kubeconfig = tmp / "sim.kubeconfig"
-    child = Child("simulator", cli("sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes),
-                                   *sim_args), tmp / "sim.log")
+    child = Child(
+        "simulator",
+        cli("sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--nodes", str(nodes), *sim_args),
+        tmp / "sim.log",
+    )
     assert child.proc.stdout is not None
     line = await asyncio.to_thread(child.proc.stdout.readline)
     match = re.search(r"serving at (\S+)", line.decode())
@@ -170,8 +173,15 @@ class Sim:
         self.url = url
         self.session = session
 
-    async def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201),
-                   content_type: str = "application/json") -> Any:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        ok: Iterable[int] = (200, 201),
+        content_type: str = "application/json",
+    ) -> Any:
         data = orjson.dumps(body) if body is not None else None
         headers = {"User-Agent": BENCH_AGENT, "Content-Type": content_type, "Accept": "application/json"}
         async with self.session.request(method, self.url + path, data=data, headers=headers) as resp:
@@ -192,12 +202,22 @@ class Sim:
     async def history(self, resource: str, since: int) -> dict[str, Any]:
         return await self.call("GET", f"/_sim/history?resource={resource}&since={since}")
 
-    async def bulk(self, resource: str, items: list[dict], subresource: str | None = None,
-                   namespace: str = NAMESPACE, chunk: int = 500) -> list[dict]:
+    async def bulk(
+        self,
+        resource: str,
+        items: list[dict],
+        subresource: str | None = None,
+        namespace: str = NAMESPACE,
+        chunk: int = 500,
+    ) -> list[dict]:
         written: list[dict] = []
         for start in range(0, len(items), chunk):
-            body = {"resource": resource, "namespace": namespace, "items": items[start:start + chunk],
-                    "fieldManager": CONTROLLER_AGENT}
+            body = {
+                "resource": resource,
+                "namespace": namespace,
+                "items": items[start : start + chunk],
+                "fieldManager": CONTROLLER_AGENT,
+            }
             if subresource:
                 body["subresource"] = subresource
             answer = await self.call("POST", "/_sim/objects", body)
@@ -290,8 +310,17 @@ class Controller:
 
 def start_controller(tmp: Path, kubeconfig: str, extra: list[str], tag: str = "controller") -> Controller:
     metrics, health = free_port(), free_port()
-    argv = cli("run", "--kubeconfig", kubeconfig, "--no-leader-elect", "--metrics-addr", f"127.0.0.1:{metrics}",
-               "--health-addr", f"127.0.0.1:{health}", *extra)
+    argv = cli(
+        "run",
+        "--kubeconfig",
+        kubeconfig,
+        "--no-leader-elect",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics}",
+        "--health-addr",
+        f"127.0.0.1:{health}",
+        *extra,
+    )
     child = Child(tag, argv, tmp / f"{tag}.log")
     return Controller(child, f"http://127.0.0.1:{metrics}", f"http://127.0.0.1:{health}")
 
@@ -316,8 +345,16 @@ class Peer:
 def start_peer(tmp: Path, kubeconfig: str) -> Peer:
     port = free_port()
     env = {**os.environ, "KUBECONFIG": kubeconfig, "KOPF_PEER_METRICS_PORT": str(port)}
-    argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces", "--quiet",
-            str(ROOT / "benchmarks" / "kopf_peer.py")]
+    argv = [
+        sys.executable,
+        "-m",
+        "kopf",
+        "run",
+        "--standalone",
+        "--all-namespaces",
+        "--quiet",
+        str(ROOT / "benchmarks" / "kopf_peer.py"),
+    ]
     return Peer(Child("kopf-peer", argv, tmp / "kopf-peer.log", env), f"http://127.0.0.1:{port}")
 
 
@@ -389,9 +426,23 @@ class Profiles:
         spy = Path(sys.executable).with_name("py-spy")
         for name, pid in processes.items():
             raw = tmp / f"{label}-{name}.raw"
-            proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--format", "raw", "-o", str(raw),
-                                     "--nonblocking", "--rate", "50"], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [
+                    str(spy),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "--nonblocking",
+                    "--rate",
+                    "50",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             self._running.append((f"{label}-{name}", proc, raw))
 
     def stop(self, description: str) -> None:
@@ -403,8 +454,10 @@ class Profiles:
             if raw.exists():
                 out = PROFILES / f"scale-{name}.txt"
                 out.parent.mkdir(parents=True, exist_ok=True)
-                header = (f"py-spy (50 Hz, nonblocking) of the {name.rsplit('-', 1)[1]} process during {description}; "
-                          f"git {git_commit()}, {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, load {loadavg()}.")
+                header = (
+                    f"py-spy (50 Hz, nonblocking) of the {name.rsplit('-', 1)[1]} process during {description}; "
+                    f"git {git_commit()}, {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC, load {loadavg()}."
+                )
                 text = fold(raw.read_text(), 30).replace(str(ROOT) + "/", "")
                 out.write_text(header + "\n\n" + re.sub(r"\S*site-packages/", "", text))
         self._running = []
@@ -475,8 +528,9 @@ async def converge_directly(sim: Sim, names: list[str], workers: int, nodes: int
     async def all_running() -> bool:
         # One pod that is not Running is enough to wait longer (the store's history of 60,000 pods is
         # longer than the simulator retains, so count nothing: ask for a counterexample).
-        waiting = await sim.call("GET", PODS_PATH.format(ns=NAMESPACE)
-                                 + "?limit=1&fieldSelector=status.phase!%3DRunning")
+        waiting = await sim.call(
+            "GET", PODS_PATH.format(ns=NAMESPACE) + "?limit=1&fieldSelector=status.phase!%3DRunning"
+        )
         return not waiting["items"]
 
     await until(f"{len(pods)} loaded pods Running", all_running, timeout=600, interval=1.0)
@@ -572,8 +626,9 @@ class Env:
     profiles: Profiles = field(default_factory=lambda: Profiles(False))
 
     def profile(self, label: str) -> None:
-        self.profiles.start(label, {"kopf" if self.peer else "controller": self.actor.pid,
-                                    "sim": self.sim_child.pid}, self.tmp)
+        self.profiles.start(
+            label, {"kopf" if self.peer else "controller": self.actor.pid, "sim": self.sim_child.pid}, self.tmp
+        )
 
     @property
     def actor(self) -> Child:
@@ -609,6 +664,7 @@ async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str]
 async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
     if peer:
         env.peer = start_peer(env.tmp, env.kubeconfig)
+
         # kopf has no readiness endpoint: it is ready once it watches TFJobs.
         async def watching() -> bool:
             env.peer.child.check()
@@ -624,8 +680,9 @@ async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
 Fold = Callable[[dict], None]
 
 
-async def settle(what: str, env: Env, history: History, fold: dict[str, Fold], done: Callable[[], bool],
-                 timeout: float) -> bool:
+async def settle(
+    what: str, env: Env, history: History, fold: dict[str, Fold], done: Callable[[], bool], timeout: float
+) -> bool:
     """Feed every change of the history to ``fold`` (by resource, each event once, in commit order)
     until ``done()``; then stop polling and feed it the rest. True = timed out."""
     seen = dict.fromkeys(fold, 0)
@@ -724,8 +781,14 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
             elif "Running" in (ev.get("true") or ()):
                 running_at.setdefault(ev["name"], ev["time"])
 
-        timed_out = await settle("all jobs Running", env, history, {"pods": pod, TFJOBS: job},
-                                 lambda: len(running_at) >= n and len(pods_seen) >= n * per_job, args.timeout)
+        timed_out = await settle(
+            "all jobs Running",
+            env,
+            history,
+            {"pods": pod, TFJOBS: job},
+            lambda: len(running_at) >= n and len(pods_seen) >= n * per_job,
+            args.timeout,
+        )
         env.profiles.stop(f"a burst of {n} TFJobs ({per_job} pods each) created at once, until all are Running")
         figures = await actor_figures(env, phase)
         t0 = min(job_created.values())
@@ -781,19 +844,27 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
                 assert env.peer is not None
                 await wait_peer_idle(env.peer, env.session, n * (1 + 2 * per_job), args.catchup_timeout)
         except TimeoutError:
-            return {"scenario": "failover" + (" (kopf peer)" if peer else ""), "jobs": n, "setup_s": setup,
-                    "caught_up_s": None, "timed_out": True, "controller_cpu_s": env.actor.cpu(),
-                    "skipped": f"it had not caught up with {n} converged jobs ({n * (1 + 2 * per_job)} objects) "
-                               f"{args.catchup_timeout:.0f} s after it started"}
+            return {
+                "scenario": "failover" + (" (kopf peer)" if peer else ""),
+                "jobs": n,
+                "setup_s": setup,
+                "caught_up_s": None,
+                "timed_out": True,
+                "controller_cpu_s": env.actor.cpu(),
+                "skipped": f"it had not caught up with {n} converged jobs ({n * (1 + 2 * per_job)} objects) "
+                f"{args.catchup_timeout:.0f} s after it started",
+            }
         caught_up = time.time() - started
         catchup_writes = writes_of(agent_totals(await env.sim.requests_by_agent(start_mark), env.agent))
         phase = await begin(env, f"failover{'-peer' if peer else ''}{getattr(args, 'tag', '')}")
         history = phase.history
         rng = random.Random(11)
-        targets = rng.sample([(job, i) for job in names for i in range(workers)],
-                             min(n * workers, int(args.rate * args.duration)))
-        old_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.sim.list(PODS_PATH.format(
-            ns=NAMESPACE))}
+        targets = rng.sample(
+            [(job, i) for job in names for i in range(workers)], min(n * workers, int(args.rate * args.duration))
+        )
+        old_uids = {
+            p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.sim.list(PODS_PATH.format(ns=NAMESPACE))
+        }
         plan = [(f"{job}-worker-{i}", DISRUPTIONS[k % len(DISRUPTIONS)]) for k, (job, i) in enumerate(targets)]
         tasks = []
         start = time.monotonic()
@@ -806,8 +877,11 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         # When each disruption reached the simulator: its own receipt time of our request.
         arrived = {}
         for record in await env.sim.requests(phase.mark):
-            if record["userAgent"] == BENCH_AGENT and record["name"] and record["verb"] in ("delete", "create",
-                                                                                             "patch"):
+            if (
+                record["userAgent"] == BENCH_AGENT
+                and record["name"]
+                and record["verb"] in ("delete", "create", "patch")
+            ):
                 arrived.setdefault(record["name"], record["time"])
         kinds = dict(plan)
         gone: dict[str, float] = {}
@@ -833,10 +907,18 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
             if "Failed" in (ev.get("true") or ()):
                 failed.add(ev["name"])
 
-        timed_out = await settle("every disrupted worker Running again", env, history, {"pods": pod, TFJOBS: job},
-                                 lambda: len(running) >= len(kinds), args.timeout)
-        env.profiles.stop(f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
-                          "every disrupted worker runs again")
+        timed_out = await settle(
+            "every disrupted worker Running again",
+            env,
+            history,
+            {"pods": pod, TFJOBS: job},
+            lambda: len(running) >= len(kinds),
+            args.timeout,
+        )
+        env.profiles.stop(
+            f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
+            "every disrupted worker runs again"
+        )
         figures = await actor_figures(env, phase)
         per_kind = {}
         for kind in (*DISRUPTIONS, "all"):
@@ -876,8 +958,15 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
         history = phase.history
         excess = {f"{job}-worker-{i}" for job in names for i in range(after, before)}
         patch = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": after}}}}
-        await fan_out(env.sim.call("PATCH", TFJOBS_PATH.format(ns=NAMESPACE) + f"/{name}", patch,
-                                   content_type="application/merge-patch+json") for name in names)
+        await fan_out(
+            env.sim.call(
+                "PATCH",
+                TFJOBS_PATH.format(ns=NAMESPACE) + f"/{name}",
+                patch,
+                content_type="application/merge-patch+json",
+            )
+            for name in names
+        )
         gone: dict[str, float] = {}
         scaled: dict[str, float] = {}
 
@@ -889,8 +978,14 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
             if ev["type"] == "MODIFIED":
                 scaled.setdefault(ev["name"], ev["time"])
 
-        timed_out = await settle("all excess workers gone", env, history, {"pods": pod, TFJOBS: job},
-                                 lambda: len(gone) >= len(excess), args.timeout)
+        timed_out = await settle(
+            "all excess workers gone",
+            env,
+            history,
+            {"pods": pod, TFJOBS: job},
+            lambda: len(gone) >= len(excess),
+            args.timeout,
+        )
         env.profiles.stop(f"{n} jobs scaling Worker {before} -> {after} at once, until every excess pod is gone")
         idle = await wait_idle(env.controller, env.session, 0, args.timeout)
         figures = await actor_figures(env, phase)
@@ -961,10 +1056,15 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -998,44 +1098,65 @@ def summarize(name: str, runs: list[dict]) -> list[str]:
     """The table row of one scenario: the median of its runs."""
     lines = []
     if runs[0].get("skipped"):
-        lines.append(f"| {runs[0]['scenario']} | {runs[0].get('jobs', '-')} jobs | not measured: {runs[0]['skipped']} "
-                     "| - | - |")
+        lines.append(
+            f"| {runs[0]['scenario']} | {runs[0].get('jobs', '-')} jobs | not measured: {runs[0]['skipped']} | - | - |"
+        )
     elif name == "kopf peer self-check":
         r = runs[0]
-        lines.append(f"| {name} | {r['jobs']} jobs | passed: a burst creates each pod and service once and reaches "
-                     f"Running; a start on converged jobs writes nothing; {r['disruptions']} failovers (one of "
-                     "each kind) replaced, 0 Failed | must pass | yes |")
+        lines.append(
+            f"| {name} | {r['jobs']} jobs | passed: a burst creates each pod and service once and reaches "
+            f"Running; a start on converged jobs writes nothing; {r['disruptions']} failovers (one of "
+            "each kind) replaced, 0 Failed | must pass | yes |"
+        )
     elif name.startswith("burst"):
-        lines.append(f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods"
-                     f"{f', {len(runs)} runs' if len(runs) > 1 else ''} | "
-                     f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
-                     f"{med(runs, 'requests_per_job'):.1f} requests/job; CPU {med(runs, 'controller_cpu_s'):.0f} s "
-                     f"(simulator {med(runs, 'sim_cpu_s'):.0f} s) | all Running <= 30 s | "
-                     f"{'yes' if (med(runs, 'all_running_s') or 1e9) <= 30 else 'no'} |")
+        lines.append(
+            f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods"
+            f"{f', {len(runs)} runs' if len(runs) > 1 else ''} | "
+            f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
+            f"{med(runs, 'requests_per_job'):.1f} requests/job; CPU {med(runs, 'controller_cpu_s'):.0f} s "
+            f"(simulator {med(runs, 'sim_cpu_s'):.0f} s) | all Running <= 30 s | "
+            f"{'yes' if (med(runs, 'all_running_s') or 1e9) <= 30 else 'no'} |"
+        )
     elif name.startswith("failover"):
         r = runs[0]
         lat = r["latency"]["all"]
         ok = lat["gone_to_create"]["n"] and lat["gone_to_create"]["p99"] <= 0.25 and not r["jobs_failed"]
         writes = f", {r['catchup_writes']} writes" if "catchup_writes" in r else ""
-        caught_up = (f" (disruptions began once it had caught up with the jobs: {fmt_s(r['caught_up_s'])} after "
-                     f"it started{writes})") if r.get("caught_up_s") is not None else ""
-        lines.append(f"| {r['scenario']} | {r['jobs']} jobs, {r['disruptions']} disruptions at "
-                     f"{r['rate']:.0f}/s{caught_up} | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; "
-                     f"disruption -> create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
-                     f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {r['jobs_failed']}; "
-                     f"CPU {r['controller_cpu_s']:.0f} s | p99 gone -> create <= 250 ms, 0 Failed | "
-                     f"{'yes' if ok else 'no'} |")
+        caught_up = (
+            (
+                f" (disruptions began once it had caught up with the jobs: {fmt_s(r['caught_up_s'])} after "
+                f"it started{writes})"
+            )
+            if r.get("caught_up_s") is not None
+            else ""
+        )
+        lines.append(
+            f"| {r['scenario']} | {r['jobs']} jobs, {r['disruptions']} disruptions at "
+            f"{r['rate']:.0f}/s{caught_up} | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; "
+            f"disruption -> create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
+            f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {r['jobs_failed']}; "
+            f"CPU {r['controller_cpu_s']:.0f} s | p99 gone -> create <= 250 ms, 0 Failed | "
+            f"{'yes' if ok else 'no'} |"
+        )
     elif name == "scaledown":
-        lines.append(f"| scale-down storm | {runs[0]['jobs']} jobs, Worker {runs[0]['from_to']} | all excess pods gone "
-                     f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job; "
-                     f"CPU {med(runs, 'controller_cpu_s'):.0f} s | - | - |")
+        lines.append(
+            f"| scale-down storm | {runs[0]['jobs']} jobs, Worker {runs[0]['from_to']} | all excess pods gone "
+            f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job; "
+            f"CPU {med(runs, 'controller_cpu_s'):.0f} s | - | - |"
+        )
     elif name == "coldstart":
         r = runs[0]
-        ok = (not r["timed_out"] and r["all_reconciled_s"] <= 60 and r["writes"] == 0
-              and r["controller_peak_rss_mib"] <= 1024)
-        lines.append(f"| cold start | {r['jobs']} jobs / {r['pods']} pods | ready {fmt_s(med(runs, 'ready_s'))} / all "
-                     f"reconciled {fmt_s(med(runs, 'all_reconciled_s'))} / {r['writes']} writes / peak RSS "
-                     f"{r['controller_peak_rss_mib']:.0f} MiB | <= 60 s, 0 writes, <= 1 GiB | {'yes' if ok else 'no'} |")
+        ok = (
+            not r["timed_out"]
+            and r["all_reconciled_s"] <= 60
+            and r["writes"] == 0
+            and r["controller_peak_rss_mib"] <= 1024
+        )
+        lines.append(
+            f"| cold start | {r['jobs']} jobs / {r['pods']} pods | ready {fmt_s(med(runs, 'ready_s'))} / all "
+            f"reconciled {fmt_s(med(runs, 'all_reconciled_s'))} / {r['writes']} writes / peak RSS "
+            f"{r['controller_peak_rss_mib']:.0f} MiB | <= 60 s, 0 writes, <= 1 GiB | {'yes' if ok else 'no'} |"
+        )
     return lines
 
 
@@ -1049,16 +1170,23 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     ours, peer = results.get("burst"), results.get("burst (kopf peer)")
     if ours and peer:
         a, b = med(ours, "all_running_s"), med(peer, "all_running_s")
-        cpu = (f"; CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s "
-               f"({med(peer, 'controller_cpu_s') / med(ours, 'controller_cpu_s'):.1f}x)")
+        cpu = (
+            f"; CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s "
+            f"({med(peer, 'controller_cpu_s') / med(ours, 'controller_cpu_s'):.1f}x)"
+        )
         if a and b:
-            rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
-                        f"({a:.1f} s vs {b:.1f} s to all Running){cpu} | >= 5x | {'yes' if b / a >= 5 else 'no'} |")
+            rows.append(
+                f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
+                f"({a:.1f} s vs {b:.1f} s to all Running){cpu} | >= 5x | {'yes' if b / a >= 5 else 'no'} |"
+            )
         else:
-            rows.append(f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | ours {fmt_s(a)}, peer {fmt_s(b)} to all "
-                        "Running | >= 5x | no |")
+            rows.append(
+                f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | ours {fmt_s(a)}, peer {fmt_s(b)} to all "
+                "Running | >= 5x | no |"
+            )
     ours, peer = results.get("failover, at the peer's scale"), results.get("failover (kopf peer)")
     if ours and peer:
+
         def gone(run: dict) -> dict:
             return run["latency"]["all"]["gone_to_create"] if "latency" in run else {"n": 0}
 
@@ -1067,12 +1195,16 @@ def peer_rows(results: dict[str, list[dict]]) -> list[str]:
 
         a, b = gone(ours[0]), gone(peer[0])
         lower = bool(a["n"]) and (not b["n"] or a["p99"] < b["p99"])  # no replacement at all is the worst p99
-        rows.append(f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {p99(a)} vs the "
-                    f"peer's {p99(b)} | lower p99 | {'yes' if lower else 'no'} |")
+        rows.append(
+            f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {p99(a)} vs the "
+            f"peer's {p99(b)} | lower p99 | {'yes' if lower else 'no'} |"
+        )
         a_up, b_up = ours[0].get("caught_up_s"), peer[0].get("caught_up_s")
-        rows.append(f"| start on converged jobs: ours vs kopf peer | {ours[0]['jobs']} jobs | caught up in "
-                    f"{fmt_s(a_up)} vs the peer's {fmt_s(b_up)}"
-                    f"{f' ({b_up / a_up:.1f}x)' if a_up and b_up else ''} | - | - |")
+        rows.append(
+            f"| start on converged jobs: ours vs kopf peer | {ours[0]['jobs']} jobs | caught up in "
+            f"{fmt_s(a_up)} vs the peer's {fmt_s(b_up)}"
+            f"{f' ({b_up / a_up:.1f}x)' if a_up and b_up else ''} | - | - |"
+        )
     return rows
 
 
@@ -1091,8 +1223,12 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], lo
         "",
         f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
         f"The runs below took {took:.0f} minutes in all (the sum of their `wall_s`)"
-        + (f"; the load average (1/5/15 min) was {load_at_start} when this command started and {loadavg()} when "
-           "it ended" if load_at_start else "; merged from earlier runs' output (`--merge-log`)")
+        + (
+            f"; the load average (1/5/15 min) was {load_at_start} when this command started and {loadavg()} when "
+            "it ended"
+            if load_at_start
+            else "; merged from earlier runs' output (`--merge-log`)"
+        )
         + "; each run says when it was measured (`at`), on which commit (`git`) and the load before and after "
         "it (`load`).",
         "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
@@ -1110,7 +1246,7 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], lo
     if path.exists():
         previous = path.read_text()
         if ANALYSIS in previous:
-            analysis = previous[previous.index(ANALYSIS):previous.index(RAW) if RAW in previous else None]
+            analysis = previous[previous.index(ANALYSIS) : previous.index(RAW) if RAW in previous else None]
     if analysis:
         out += ["", analysis.rstrip()]
     out += ["", RAW, ""]
@@ -1137,8 +1273,9 @@ async def scenario_burst_unlimited(args: argparse.Namespace) -> dict[str, Any]:
     """The burst with the controller's client-side rate limit out of the way: the next bound."""
     if not controller_supports("--kube-api-qps"):
         return {"scenario": "burst, client rate limit off", "skipped": "this build has no --kube-api-qps flag"}
-    unlimited = argparse.Namespace(**{**vars(args), "controller_arg": [*args.controller_arg, *UNLIMITED],
-                                      "tag": "-unlimited"})
+    unlimited = argparse.Namespace(
+        **{**vars(args), "controller_arg": [*args.controller_arg, *UNLIMITED], "tag": "-unlimited"}
+    )
     result = await scenario_burst(unlimited)
     result["scenario"] = "burst, client rate limit off"
     return result
@@ -1149,8 +1286,17 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
     instead of measuring as slow: a burst must create each pod and service exactly once and reach
     Running; a start on converged jobs must write nothing; one failover of each kind must be replaced
     and run again with no job Failed."""
-    small = argparse.Namespace(**{**vars(args), "jobs": 5, "rate": 3.0, "duration": 1.0, "profile": False,
-                                  "timeout": 120.0, "catchup_timeout": 120.0})
+    small = argparse.Namespace(
+        **{
+            **vars(args),
+            "jobs": 5,
+            "rate": 3.0,
+            "duration": 1.0,
+            "profile": False,
+            "timeout": 120.0,
+            "catchup_timeout": 120.0,
+        }
+    )
     burst = await scenario_burst(small, peer=True)
     failover = await scenario_failover(small, peer=True)
     objects = small.jobs * (1 + small.workers)
@@ -1159,23 +1305,30 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"burst: {burst['running']} of {small.jobs} jobs Running")
     for kind in ("pods", "services"):
         if burst["request_breakdown"].get(f"create {kind}") != objects:
-            problems.append(f"burst: {burst['request_breakdown'].get(f'create {kind}')} {kind} creates for "
-                            f"{objects} {kind}")
+            problems.append(
+                f"burst: {burst['request_breakdown'].get(f'create {kind}')} {kind} creates for {objects} {kind}"
+            )
     if failover.get("skipped"):
         problems.append(f"failover: {failover['skipped']}")
     else:
         if failover["catchup_writes"]:
             problems.append(f"start on converged jobs: {failover['catchup_writes']} writes")
         if failover["timed_out"] or failover["running_again"] != failover["disruptions"]:
-            problems.append(f"failover: {failover['running_again']} of {failover['disruptions']} disrupted "
-                            "workers Running again")
+            problems.append(
+                f"failover: {failover['running_again']} of {failover['disruptions']} disrupted workers Running again"
+            )
         if failover["jobs_failed"]:
             problems.append(f"failover: {failover['jobs_failed']} jobs Failed")
     if problems:
         raise RuntimeError("the kopf peer is broken: " + "; ".join(problems))
-    return {"scenario": "kopf peer self-check", "jobs": small.jobs, "passed": True,
-            "burst_requests_per_job": burst["requests_per_job"], "disruptions": failover["disruptions"],
-            "failover_requests": failover["requests"]}
+    return {
+        "scenario": "kopf peer self-check",
+        "jobs": small.jobs,
+        "passed": True,
+        "burst_requests_per_job": burst["requests_per_job"],
+        "disruptions": failover["disruptions"],
+        "failover_requests": failover["requests"],
+    }
 
 
 @dataclass(frozen=True)
@@ -1200,8 +1353,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scaledown": Scenario("scaledown", scenario_scaledown),
     "coldstart": Scenario("coldstart", scenario_coldstart),
 }
-GROUPS = {"all": list(SCENARIOS), "peer": ["peer-check", "burst-peer", "failover-small", "failover-peer"],
-          "report": []}
+GROUPS = {"all": list(SCENARIOS), "peer": ["peer-check", "burst-peer", "failover-small", "failover-peer"], "report": []}
 
 
 def at_peer_scale(args: argparse.Namespace) -> argparse.Namespace:
@@ -1244,8 +1396,11 @@ async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=(*SCENARIOS, *GROUPS),
-                        help="'report' runs nothing: it rewrites the report from --merge-log files")
+    parser.add_argument(
+        "scenario",
+        choices=(*SCENARIOS, *GROUPS),
+        help="'report' runs nothing: it rewrites the report from --merge-log files",
+    )
     parser.add_argument("--jobs", type=int, default=1000, help="jobs in burst/failover/scaledown (default 1000)")
     parser.add_argument("--workers", type=int, default=4, help="dynamic workers per job (default 4)")
     parser.add_argument("--cold-jobs", type=int, default=10_000, help="jobs in coldstart (default 10000)")
@@ -1253,31 +1408,58 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="failover: seconds of disruptions")
     parser.add_argument("--runs", type=int, default=3, help="runs of our burst (the median is reported)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a scenario may take to converge")
-    parser.add_argument("--peer-jobs", type=int, default=300,
-                        help="jobs in the kopf peer's failover and ours beside it (default 300: the peer catches up "
-                             "with them in about a minute)")
-    parser.add_argument("--catchup-timeout", type=float, default=1800.0,
-                        help="failover: seconds the kopf peer may take to catch up with the converged jobs before "
-                             "the disruptions start (its index pre-population grows with the square of the objects)")
-    parser.add_argument("--controller-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8")
-    parser.add_argument("--sim-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument for `tfjob-controller sim` (repeatable), e.g. "
-                             "--sim-arg=--no-priority-and-fairness: a server without APF, where the controller's "
-                             "default keeps its fallback bucket")
-    parser.add_argument("--profile", action="store_true",
-                        help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/")
+    parser.add_argument(
+        "--peer-jobs",
+        type=int,
+        default=300,
+        help="jobs in the kopf peer's failover and ours beside it (default 300: the peer catches up "
+        "with them in about a minute)",
+    )
+    parser.add_argument(
+        "--catchup-timeout",
+        type=float,
+        default=1800.0,
+        help="failover: seconds the kopf peer may take to catch up with the converged jobs before "
+        "the disruptions start (its index pre-population grows with the square of the objects)",
+    )
+    parser.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for `tfjob-controller run` (repeatable), e.g. --controller-arg=--workers=8",
+    )
+    parser.add_argument(
+        "--sim-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for `tfjob-controller sim` (repeatable), e.g. "
+        "--sim-arg=--no-priority-and-fairness: a server without APF, where the controller's "
+        "default keeps its fallback bucket",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/",
+    )
     parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")
-    parser.add_argument("--merge-log", action="append", default=[], metavar="FILE",
-                        help="also report the results an earlier run printed (its stdout); newer results win")
+    parser.add_argument(
+        "--merge-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also report the results an earlier run printed (its stdout); newer results win",
+    )
     args = parser.parse_args()
     merged: dict[str, list[dict]] = {}
     for log in args.merge_log:
         merged.update(load_log(Path(log)))
     load_at_start = loadavg() if args.scenario != "report" else None
     results = {**merged, **asyncio.run(run_all(args))}
-    output = args.output or (str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report")
-                             else None)
+    output = args.output or (
+        str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report") else None
+    )
     if output:
         write_report(Path(output), results, sys.argv, load_at_start)
         print(f"wrote {output}")

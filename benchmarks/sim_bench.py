@@ -42,13 +42,20 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-POD_TEMPLATE = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "", "labels": {"app": "bench", "tier": "web"}},
-                "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
-                                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+POD_TEMPLATE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "", "labels": {"app": "bench", "tier": "web"}},
+    "spec": {
+        "containers": [
+            {"name": "main", "image": "busybox:1.36", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
+        ]
+    },
+}
 
 
 # ------------------------------------------------------------------------------------ server side
+
 
 def _server_main(conn, buffer_limit: int, secure: bool) -> None:
     asyncio.run(_serve(conn, buffer_limit, secure))
@@ -59,8 +66,13 @@ async def _serve(conn, buffer_limit: int, secure: bool) -> None:
     from tfjob_sim.store import StoreConfig
     from tfjob_sim.watch import WatchConfig
 
-    config = SimConfig(kubelet=False, gc=False, store=StoreConfig(history_max_events=200_000),
-                       watch=WatchConfig(buffer_limit=buffer_limit), secure=secure)
+    config = SimConfig(
+        kubelet=False,
+        gc=False,
+        store=StoreConfig(history_max_events=200_000),
+        watch=WatchConfig(buffer_limit=buffer_limit),
+        secure=secure,
+    )
     cluster = SimCluster(config)
     await cluster.start()
     loop = asyncio.get_running_loop()
@@ -90,8 +102,13 @@ async def _serve(conn, buffer_limit: int, secure: bool) -> None:
                 store.create("configmaps", "default", {"metadata": {"name": "ticker"}, "data": {"n": "0"}})
                 started = time.perf_counter()
                 for i in range(count):
-                    store.update_ex("configmaps", "default", "ticker",
-                                    {"metadata": {"name": "ticker"}, "data": {"n": str(i + 1)}}, owned=True)
+                    store.update_ex(
+                        "configmaps",
+                        "default",
+                        "ticker",
+                        {"metadata": {"name": "ticker"}, "data": {"n": str(i + 1)}},
+                        owned=True,
+                    )
                     if i % 200 == 0:
                         await asyncio.sleep(0)  # let the watch streams write
                 conn.send(("generated", time.perf_counter() - started))
@@ -145,6 +162,7 @@ class Server:
 
 # ------------------------------------------------------------------------------------ phases
 
+
 def pod_bodies(count: int) -> list[bytes]:
     bodies = []
     for i in range(count):
@@ -191,8 +209,7 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def bench_creates(bodies: list[bytes], path: str, concurrency: int,
-                        tfjobs: bool = False) -> tuple[float, float]:
+async def bench_creates(bodies: list[bytes], path: str, concurrency: int, tfjobs: bool = False) -> tuple[float, float]:
     """(creates/s, server CPU microseconds per create)."""
     server = Server()
     try:
@@ -248,10 +265,14 @@ async def bench_watch(watchers: int, events: int) -> tuple[float, float]:
         async with server.session(watchers + 2) as session:
             async with session.get(server.url + "/api/v1/namespaces/default/configmaps") as resp:
                 rv = (await resp.json())["metadata"]["resourceVersion"]
-            responses = [await session.get(server.url + "/api/v1/namespaces/default/configmaps",
-                                           params={"watch": "true", "resourceVersion": rv},
-                                           timeout=aiohttp.ClientTimeout(total=None))
-                         for _ in range(watchers)]
+            responses = [
+                await session.get(
+                    server.url + "/api/v1/namespaces/default/configmaps",
+                    params={"watch": "true", "resourceVersion": rv},
+                    timeout=aiohttp.ClientTimeout(total=None),
+                )
+                for _ in range(watchers)
+            ]
             while (await server.call("watchers", "configmaps"))[1] < watchers:
                 await asyncio.sleep(0.01)
             expected = events + 1  # the ticker's ADDED plus every update
@@ -279,6 +300,7 @@ async def bench_watch(watchers: int, events: int) -> tuple[float, float]:
 
 # ------------------------------------------------------------------------------------ report
 
+
 def machine() -> dict[str, str]:
     model = "unknown"
     try:
@@ -288,8 +310,12 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"nproc": str(os.cpu_count()), "cpu": model, "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "nproc": str(os.cpu_count()),
+        "cpu": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 TFJOBS_PATH = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
@@ -300,16 +326,21 @@ async def tfjobs_only(args: argparse.Namespace, load_before: str) -> int:
     for run in range(args.runs):
         same.append(await bench_creates(tfjob_bodies(args.tfjobs, False), TFJOBS_PATH, args.concurrency, True))
         distinct.append(await bench_creates(tfjob_bodies(args.tfjobs, True), TFJOBS_PATH, args.concurrency, True))
-        print(f"run {run + 1}: TFJobs {same[-1][0]:,.0f}/s ({same[-1][1]:,.0f} us server CPU each) one template, "
-              f"{distinct[-1][0]:,.0f}/s ({distinct[-1][1]:,.0f} us) all distinct", flush=True)
+        print(
+            f"run {run + 1}: TFJobs {same[-1][0]:,.0f}/s ({same[-1][1]:,.0f} us server CPU each) one template, "
+            f"{distinct[-1][0]:,.0f}/s ({distinct[-1][1]:,.0f} us) all distinct",
+            flush=True,
+        )
     med = statistics.median
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rate_same, rate_distinct = med(r for r, _ in same), med(r for r, _ in distinct)
-    print(f"{args.tfjobs:,} TFJob creates, {args.concurrency} concurrent clients, medians of {args.runs} runs, "
-          f"load average {load_before} before, {load_after} after:\n"
-          f"  one template: {rate_same:,.0f} creates/s, {med(c for _, c in same):,.0f} us server CPU each\n"
-          f"  all distinct: {rate_distinct:,.0f} creates/s, {med(c for _, c in distinct):,.0f} us server CPU each "
-          f"({rate_distinct / rate_same:.2f}x one template)")
+    print(
+        f"{args.tfjobs:,} TFJob creates, {args.concurrency} concurrent clients, medians of {args.runs} runs, "
+        f"load average {load_before} before, {load_after} after:\n"
+        f"  one template: {rate_same:,.0f} creates/s, {med(c for _, c in same):,.0f} us server CPU each\n"
+        f"  all distinct: {rate_distinct:,.0f} creates/s, {med(c for _, c in distinct):,.0f} us server CPU each "
+        f"({rate_distinct / rate_same:.2f}x one template)"
+    )
     return 0 if rate_same >= 1000 and rate_distinct >= 1000 else 1
 
 
@@ -321,11 +352,15 @@ async def main() -> int:
     parser.add_argument("--tfjobs", type=int, default=5_000, help="TFJob creates (CRD schema + CEL validation)")
     parser.add_argument("--list-pods", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--secure", action="store_true",
-                        help="against the secure mode (HTTPS, bearer token, authentication and RBAC)")
+    parser.add_argument(
+        "--secure", action="store_true", help="against the secure mode (HTTPS, bearer token, authentication and RBAC)"
+    )
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "sim.md"))
-    parser.add_argument("--only", choices=["tfjobs"],
-                        help="only the TFJob creates (one template and all distinct); prints, writes no report")
+    parser.add_argument(
+        "--only",
+        choices=["tfjobs"],
+        help="only the TFJob creates (one template and all distinct); prints, writes no report",
+    )
     args = parser.parse_args()
     Server.secure = args.secure
     if args.runs < 1 or args.pods < 1 or args.list_pods < 1 or args.events < 1:
@@ -354,31 +389,61 @@ async def main() -> int:
         per, total = await bench_watch(10, args.events)
         ten.append(per)
         ten_total.append(total)
-        print(f"run {run + 1}: {creates[-1]:,.0f} creates/s; TFJobs {jobs_same[-1]:,.0f}/s (one template), "
-              f"{jobs_distinct[-1]:,.0f}/s (all distinct); list {args.list_pods:,} pods {lists[-1]:.2f} s "
-              f"(+{decodes[-1]:.2f} s decode, {sizes[-1] / 1e6:.0f} MB); watch 1: {one[-1]:,.0f} ev/s; "
-              f"watch 10: {ten[-1]:,.0f} ev/s each, {ten_total[-1]:,.0f} total", flush=True)
+        print(
+            f"run {run + 1}: {creates[-1]:,.0f} creates/s; TFJobs {jobs_same[-1]:,.0f}/s (one template), "
+            f"{jobs_distinct[-1]:,.0f}/s (all distinct); list {args.list_pods:,} pods {lists[-1]:.2f} s "
+            f"(+{decodes[-1]:.2f} s decode, {sizes[-1] / 1e6:.0f} MB); watch 1: {one[-1]:,.0f} ev/s; "
+            f"watch 10: {ten[-1]:,.0f} ev/s each, {ten_total[-1]:,.0f} total",
+            flush=True,
+        )
 
     med = statistics.median
     rows = [
-        ("Create pods over HTTP", f"{args.pods:,} pods, {args.concurrency} concurrent clients",
-         f"{med(creates):,.0f} creates/s ({med(cpu_pod):,.0f} us server CPU each)", ">= 1,000/s",
-         med(creates) >= 1000),
-        ("Create TFJobs over HTTP (CRD schema + CEL)", f"{args.tfjobs:,} jobs from one template, "
-         f"{args.concurrency} concurrent clients", f"{med(jobs_same):,.0f} creates/s ({med(cpu_same):,.0f} us server "
-         "CPU each)", ">= 1,000/s", med(jobs_same) >= 1000),
-        ("Create TFJobs over HTTP (CRD schema + CEL)", f"{args.tfjobs:,} jobs, no two replica specs alike",
-         f"{med(jobs_distinct):,.0f} creates/s ({med(cpu_distinct):,.0f} us server CPU each)", ">= 1,000/s",
-         med(jobs_distinct) >= 1000),
-        ("List pods over HTTP", f"{args.list_pods:,} pods, one unpaginated LIST ({med(sizes) / 1e6:.0f} MB)",
-         f"{med(lists):.2f} s (+{med(decodes):.2f} s client decode)", "<= 3 s", med(lists) <= 3.0),
-        ("Watch delivery, 1 watcher", f"{args.events:,} events", f"{med(one):,.0f} events/s", ">= 20,000/s",
-         med(one) >= 20_000),
-        ("Watch delivery, 10 watchers", f"{args.events:,} events each",
-         f"{med(ten):,.0f} events/s per watcher ({med(ten_total):,.0f} total)", "-", True),
+        (
+            "Create pods over HTTP",
+            f"{args.pods:,} pods, {args.concurrency} concurrent clients",
+            f"{med(creates):,.0f} creates/s ({med(cpu_pod):,.0f} us server CPU each)",
+            ">= 1,000/s",
+            med(creates) >= 1000,
+        ),
+        (
+            "Create TFJobs over HTTP (CRD schema + CEL)",
+            f"{args.tfjobs:,} jobs from one template, {args.concurrency} concurrent clients",
+            f"{med(jobs_same):,.0f} creates/s ({med(cpu_same):,.0f} us server CPU each)",
+            ">= 1,000/s",
+            med(jobs_same) >= 1000,
+        ),
+        (
+            "Create TFJobs over HTTP (CRD schema + CEL)",
+            f"{args.tfjobs:,} jobs, no two replica specs alike",
+            f"{med(jobs_distinct):,.0f} creates/s ({med(cpu_distinct):,.0f} us server CPU each)",
+            ">= 1,000/s",
+            med(jobs_distinct) >= 1000,
+        ),
+        (
+            "List pods over HTTP",
+            f"{args.list_pods:,} pods, one unpaginated LIST ({med(sizes) / 1e6:.0f} MB)",
+            f"{med(lists):.2f} s (+{med(decodes):.2f} s client decode)",
+            "<= 3 s",
+            med(lists) <= 3.0,
+        ),
+        (
+            "Watch delivery, 1 watcher",
+            f"{args.events:,} events",
+            f"{med(one):,.0f} events/s",
+            ">= 20,000/s",
+            med(one) >= 20_000,
+        ),
+        (
+            "Watch delivery, 10 watchers",
+            f"{args.events:,} events each",
+            f"{med(ten):,.0f} events/s per watcher ({med(ten_total):,.0f} total)",
+            "-",
+            True,
+        ),
     ]
     info = machine()
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    date = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Simulated apiserver benchmark",
         "",
@@ -390,19 +455,29 @@ async def main() -> int:
         "rates count complete event lines received (no per-event decoding: the ceiling of any reader). Where a TFJob "
         "create's CPU goes, with and without distinct replica specs: [profiles/README.md](profiles/README.md#"
         "simulator-tfjob-creates-whose-replica-specs-all-differ-issue-11-item-4).",
-        *(["Secure mode: HTTPS (the cluster's CA verified), the admin's bearer token, every request authenticated "
-           "and authorized; the targets are the default plain-HTTP mode's."] if args.secure else []),
+        *(
+            [
+                "Secure mode: HTTPS (the cluster's CA verified), the admin's bearer token, every request authenticated "
+                "and authorized; the targets are the default plain-HTTP mode's."
+            ]
+            if args.secure
+            else []
+        ),
         "",
         "| Measurement | Workload | Result | Target | Met |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| {name} | {load} | {result} | {target} | {'yes' if met else 'NO'} |"
-              for name, load, result, target, met in rows]
+    lines += [
+        f"| {name} | {load} | {result} | {target} | {'yes' if met else 'NO'} |"
+        for name, load, result, target, met in rows
+    ]
     lines += ["", "Raw runs:", ""]
     for i in range(args.runs):
-        lines.append(f"- run {i + 1}: {creates[i]:,.0f} creates/s; TFJobs {jobs_same[i]:,.0f}/s (one template), "
-                     f"{jobs_distinct[i]:,.0f}/s (distinct); list {lists[i]:.2f} s (+{decodes[i]:.2f} s "
-                     f"decode); 1 watcher {one[i]:,.0f} ev/s; 10 watchers {ten[i]:,.0f} ev/s each")
+        lines.append(
+            f"- run {i + 1}: {creates[i]:,.0f} creates/s; TFJobs {jobs_same[i]:,.0f}/s (one template), "
+            f"{jobs_distinct[i]:,.0f}/s (distinct); list {lists[i]:.2f} s (+{decodes[i]:.2f} s "
+            f"decode); 1 watcher {one[i]:,.0f} ev/s; 10 watchers {ten[i]:,.0f} ev/s each"
+        )
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("\n".join(lines) + "\n")

@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         progress=lambda line: print(line, flush=True),
     )
     result = anyio.run(run_soak, config)
-    command = f"benchmarks/soak.py --seed {args.seed} --minutes {args.minutes:g} --jobs {args.jobs} " \
-              f"--leader-kills {args.leader_kills}"
+    command = (
+        f"benchmarks/soak.py --seed {args.seed} --minutes {args.minutes:g} --jobs {args.jobs} "
+        f"--leader-kills {args.leader_kills}"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     earlier = previous_rows(args.output.read_text()) if args.output.exists() else []
     args.output.write_text(render_markdown(result, command, bounds, earlier))

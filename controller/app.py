@@ -29,8 +29,8 @@ import yaml
 from kubernetes_asyncio.config.config_exception import ConfigException
 from prometheus_client import (
     CollectorRegistry,
-    GCCollector,
     Gauge,
+    GCCollector,
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
@@ -41,8 +41,8 @@ from controller.runtime.client import USER_AGENT, ApiClient, RetryPolicy
 from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError, Unauthorized
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost
 from controller.tfjob.controller import MissingPodGroupCRD, TFJobController, check_pod_group_crd
-from controller.tfjob.gang import gang_of
 from controller.tfjob.decide import DecideConfig
+from controller.tfjob.gang import gang_of
 
 LEASE_NAME = "tfjob-controller"
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
@@ -72,8 +72,11 @@ def client_limit(qps: float | str, burst: int | str) -> dict[str, float | int | 
     An explicit QPS: that bucket for good; an ``auto`` burst is then twice the QPS (the fallback's ratio).
     """
     if qps == AUTO:
-        return {"qps": FALLBACK_KUBE_API_QPS, "burst": FALLBACK_KUBE_API_BURST if burst == AUTO else int(burst),
-                "auto_limit": True}
+        return {
+            "qps": FALLBACK_KUBE_API_QPS,
+            "burst": FALLBACK_KUBE_API_BURST if burst == AUTO else int(burst),
+            "auto_limit": True,
+        }
     rate = float(qps)
     if rate <= 0:
         return {"qps": 0.0, "burst": 1, "auto_limit": False}
@@ -173,8 +176,9 @@ async def wait_for_api_server(client: ApiClient, timeout: float) -> None:
                 raise StartupError(f"the API server at {client.base_url} rejected the credentials: {exc}") from None
             except (ApiError, TransportError, ResponseDecodeError) as exc:
                 if last is None:
-                    log.warning("API server not reachable yet; waiting", server=client.base_url, error=str(exc),
-                                timeout=timeout)
+                    log.warning(
+                        "API server not reachable yet; waiting", server=client.base_url, error=str(exc), timeout=timeout
+                    )
                 last = exc
             await anyio.sleep(1.0)  # a retry period, not synchronisation
     raise StartupError(f"cannot reach the API server at {client.base_url} within {timeout:g} s: {last}")

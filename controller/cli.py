@@ -138,6 +138,7 @@ def _requests_per_second(text: str) -> float:
 
 def _auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """A flag type that takes ``auto`` or what ``parse`` takes; parse's error then names both."""
+
     def parse_flag(text: str) -> Any:
         if text.strip().lower() == AUTO:
             return AUTO
@@ -145,6 +146,7 @@ def _auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
             return parse(text)
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentTypeError(re.sub(r"^(expected|must be) ", r"\1 'auto' or ", str(exc))) from None
+
     return parse_flag
 
 
@@ -156,8 +158,13 @@ def _dns_suffix(text: str) -> str:
     text = text.strip().strip(".")
     labels = text.split(".") if text else []
     for label in labels:
-        if not (0 < len(label) <= 63 and label.replace("-", "").isalnum() and label.isascii()
-                and label[0] != "-" and label[-1] != "-"):
+        if not (
+            0 < len(label) <= 63
+            and label.replace("-", "").isalnum()
+            and label.isascii()
+            and label[0] != "-"
+            and label[-1] != "-"
+        ):
             raise argparse.ArgumentTypeError(f"not a DNS domain (e.g. cluster.local): {text!r}")
     return text.lower()
 
@@ -225,14 +232,15 @@ class Option:
         if self.kind == "switch":
             parser.add_argument(self.flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif self.kind == "list":
-            parser.add_argument(self.flag, action="append", default=None, type=self.type, metavar=self.metavar,
-                                help=help_text)
+            parser.add_argument(
+                self.flag, action="append", default=None, type=self.type, metavar=self.metavar, help=help_text
+            )
         elif self.kind == "pair":
-            parser.add_argument(self.flag, nargs=2, default=None, type=self.type, metavar=self.metavar,
-                                help=help_text)
+            parser.add_argument(self.flag, nargs=2, default=None, type=self.type, metavar=self.metavar, help=help_text)
         else:
-            parser.add_argument(self.flag, default=None, type=self.type, metavar=self.metavar, choices=self.choices,
-                                help=help_text)
+            parser.add_argument(
+                self.flag, default=None, type=self.type, metavar=self.metavar, choices=self.choices, help=help_text
+            )
 
     def resolve(self, given: Any, environ: Mapping[str, str]) -> tuple[Any, str | None]:
         """(value, error): the command line's value, else the environment's, else the default."""
@@ -267,46 +275,104 @@ class Option:
 
 GLOBAL_OPTIONS = (
     Option("--log-level", "log level", "info", choices=("debug", "info", "warning", "error")),
-    Option("--log-format", "log format (default: console on a terminal, json otherwise)",
-           choices=("json", "console")),
+    Option("--log-format", "log format (default: console on a terminal, json otherwise)", choices=("json", "console")),
 )
 
 # The flags of `run`. Each maps onto one field of controller.app.RunOptions (same name).
 RUN_OPTIONS = (
-    Option("--kubeconfig", "kubeconfig file (default: in-cluster configuration, then $KUBECONFIG, then "
-           "~/.kube/config)", metavar="PATH"),
-    Option("--namespace", "watch only this namespace (repeatable; default: all namespaces)", [], kind="list",
-           metavar="NS", field="namespaces"),
-    Option("--workers", "concurrent reconciles (a reconcile mostly waits on the API server, and a failover must not "
-           "queue behind other jobs' work; see docs/benchmarks/profiles)", 16, type=_positive_int, metavar="N"),
+    Option(
+        "--kubeconfig",
+        "kubeconfig file (default: in-cluster configuration, then $KUBECONFIG, then ~/.kube/config)",
+        metavar="PATH",
+    ),
+    Option(
+        "--namespace",
+        "watch only this namespace (repeatable; default: all namespaces)",
+        [],
+        kind="list",
+        metavar="NS",
+        field="namespaces",
+    ),
+    Option(
+        "--workers",
+        "concurrent reconciles (a reconcile mostly waits on the API server, and a failover must not "
+        "queue behind other jobs' work; see docs/benchmarks/profiles)",
+        16,
+        type=_positive_int,
+        metavar="N",
+    ),
     Option("--metrics-addr", "serve /metrics here", ("0.0.0.0", 8080), type=_addr, metavar="HOST:PORT"),
     Option("--health-addr", "serve /healthz and /readyz here", ("0.0.0.0", 8081), type=_addr, metavar="HOST:PORT"),
-    Option("--kube-api-qps", "client-side limit of API requests per second, watches included. 'auto': none when "
-           "the API server runs API Priority and Fairness (its responses say so), else "
-           f"{FALLBACK_KUBE_API_QPS:g}/s; a number is always honoured; 0 disables it (see docs/benchmarks/profiles)",
-           DEFAULT_KUBE_API_QPS, type=_qps, metavar="QPS|auto"),
-    Option("--kube-api-burst", "requests allowed at once above --kube-api-qps. 'auto': "
-           f"{FALLBACK_KUBE_API_BURST} with an 'auto' QPS, else twice the QPS", DEFAULT_KUBE_API_BURST,
-           type=_burst, metavar="N|auto"),
+    Option(
+        "--kube-api-qps",
+        "client-side limit of API requests per second, watches included. 'auto': none when "
+        "the API server runs API Priority and Fairness (its responses say so), else "
+        f"{FALLBACK_KUBE_API_QPS:g}/s; a number is always honoured; 0 disables it (see docs/benchmarks/profiles)",
+        DEFAULT_KUBE_API_QPS,
+        type=_qps,
+        metavar="QPS|auto",
+    ),
+    Option(
+        "--kube-api-burst",
+        "requests allowed at once above --kube-api-qps. 'auto': "
+        f"{FALLBACK_KUBE_API_BURST} with an 'auto' QPS, else twice the QPS",
+        DEFAULT_KUBE_API_BURST,
+        type=_burst,
+        metavar="N|auto",
+    ),
     Option("--leader-elect", "hold a Lease so that only one replica acts", True, kind="switch"),
-    Option("--leader-election-namespace", "namespace of the Lease (default: the pod's namespace, else 'default')",
-           metavar="NS"),
-    Option("--leader-election-id", "name of the Lease; give each shard of a split cluster its own",
-           "tfjob-controller", type=_object_name, metavar="NAME"),
-    Option("--cluster-domain", "DNS suffix appended to the service addresses in TF_CONFIG (e.g. cluster.local)",
-           "", type=_dns_suffix, metavar="DOMAIN", fallback_env=("CUSTOM_CLUSTER_DOMAIN",)),
-    Option("--max-pods-per-job", "a job asking for more pods (all replica types together) fails validation",
-           DecideConfig.max_pods_per_job, type=_positive_int, metavar="N"),
-    Option("--failover-backoff", "back-off of repeat failovers of one dynamic worker index (the first is replaced "
-           "as soon as its pod is gone): BASE seconds before the second, doubling per failover up to CAP",
-           (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
-           type=_positive_float, kind="pair", metavar=("BASE", "CAP")),
-    Option("--gang-scheduler-name", "gang-schedule every job with this scheduler: a PodGroup per job, its pods "
-           "scheduled all or nothing (volcano, or scheduler-plugins / scheduler-plugins-scheduler: the coscheduling "
-           "plugin, whose name pods get); needs that scheduler's PodGroup CRD. Default: no gang scheduling",
-           "", type=_gang_scheduler, metavar="NAME"),
-    Option("--startup-timeout", "give up (exit 1) when the API server cannot be reached for this many seconds "
-           "at start", 30.0, type=_positive_float, metavar="SECONDS"),
+    Option(
+        "--leader-election-namespace",
+        "namespace of the Lease (default: the pod's namespace, else 'default')",
+        metavar="NS",
+    ),
+    Option(
+        "--leader-election-id",
+        "name of the Lease; give each shard of a split cluster its own",
+        "tfjob-controller",
+        type=_object_name,
+        metavar="NAME",
+    ),
+    Option(
+        "--cluster-domain",
+        "DNS suffix appended to the service addresses in TF_CONFIG (e.g. cluster.local)",
+        "",
+        type=_dns_suffix,
+        metavar="DOMAIN",
+        fallback_env=("CUSTOM_CLUSTER_DOMAIN",),
+    ),
+    Option(
+        "--max-pods-per-job",
+        "a job asking for more pods (all replica types together) fails validation",
+        DecideConfig.max_pods_per_job,
+        type=_positive_int,
+        metavar="N",
+    ),
+    Option(
+        "--failover-backoff",
+        "back-off of repeat failovers of one dynamic worker index (the first is replaced "
+        "as soon as its pod is gone): BASE seconds before the second, doubling per failover up to CAP",
+        (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
+        type=_positive_float,
+        kind="pair",
+        metavar=("BASE", "CAP"),
+    ),
+    Option(
+        "--gang-scheduler-name",
+        "gang-schedule every job with this scheduler: a PodGroup per job, its pods "
+        "scheduled all or nothing (volcano, or scheduler-plugins / scheduler-plugins-scheduler: the coscheduling "
+        "plugin, whose name pods get); needs that scheduler's PodGroup CRD. Default: no gang scheduling",
+        "",
+        type=_gang_scheduler,
+        metavar="NAME",
+    ),
+    Option(
+        "--startup-timeout",
+        "give up (exit 1) when the API server cannot be reached for this many seconds at start",
+        30.0,
+        type=_positive_float,
+        metavar="SECONDS",
+    ),
 )
 
 
@@ -317,9 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="run the TFJob controller against a cluster",
+        "run",
+        help="run the TFJob controller against a cluster",
         description="Run the TFJob controller. Every flag can also be set by the environment variable shown "
-                    "with it; the command line wins.",
+        "with it; the command line wins.",
     )
     for option in RUN_OPTIONS:
         option.add_to(run)
@@ -328,20 +395,36 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
     sim.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for the cluster here")
     sim.add_argument("--nodes", type=_positive_int, default=3, help="Ready nodes (default 3)")
-    sim.add_argument("--time-scale", type=_scale, default=1.0,
-                     help="multiplier of simulated durations (pod start, grace periods); default 1")
-    sim.add_argument("--secure", action="store_true",
-                     help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
-                          "ServiceAccount tokens via 'kubectl create token', used with 'kubectl --token') and "
-                          "RBAC authorization")
-    sim.add_argument("--podgroup-crds", type=_gang_schedulers, default=(), metavar="SCHEDULERS",
-                     help="serve these gang schedulers' CRDs and schedule their pods: a comma-separated list of "
-                          "volcano (PodGroup and Queue of scheduling.volcano.sh) and scheduler-plugins (PodGroup of "
-                          "scheduling.x-k8s.io); default none, as on a cluster without a gang scheduler")
-    sim.add_argument("--priority-and-fairness", action=argparse.BooleanOptionalAction, default=True,
-                     help="name the API Priority and Fairness flow schema and priority level of every request in "
-                          "the X-Kubernetes-PF-* response headers, as kube-apiserver does by default; "
-                          "--no-priority-and-fairness is a server with --enable-priority-and-fairness=false")
+    sim.add_argument(
+        "--time-scale",
+        type=_scale,
+        default=1.0,
+        help="multiplier of simulated durations (pod start, grace periods); default 1",
+    )
+    sim.add_argument(
+        "--secure",
+        action="store_true",
+        help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
+        "ServiceAccount tokens via 'kubectl create token', used with 'kubectl --token') and "
+        "RBAC authorization",
+    )
+    sim.add_argument(
+        "--podgroup-crds",
+        type=_gang_schedulers,
+        default=(),
+        metavar="SCHEDULERS",
+        help="serve these gang schedulers' CRDs and schedule their pods: a comma-separated list of "
+        "volcano (PodGroup and Queue of scheduling.volcano.sh) and scheduler-plugins (PodGroup of "
+        "scheduling.x-k8s.io); default none, as on a cluster without a gang scheduler",
+    )
+    sim.add_argument(
+        "--priority-and-fairness",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="name the API Priority and Fairness flow schema and priority level of every request in "
+        "the X-Kubernetes-PF-* response headers, as kube-apiserver does by default; "
+        "--no-priority-and-fairness is a server with --enable-priority-and-fairness=false",
+    )
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
@@ -396,8 +479,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sim":
             from tfjob_sim.serve import serve_sim
 
-            return anyio.run(serve_sim, args.port, args.kubeconfig, args.nodes, args.time_scale, args.secure,
-                             args.podgroup_crds, args.priority_and_fairness)
+            return anyio.run(
+                serve_sim,
+                args.port,
+                args.kubeconfig,
+                args.nodes,
+                args.time_scale,
+                args.secure,
+                args.podgroup_crds,
+                args.priority_and_fairness,
+            )
         if args.command == "demo":
             from tfjob_sim.demo import demo
 

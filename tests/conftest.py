@@ -57,8 +57,11 @@ async def sim_cluster(sim_config: SimConfig, tmp_path: Path) -> AsyncIterator[Si
 def _kubectl_binary() -> str:
     found = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK) else None)
     if found is None:
-        pytest.fail("kubectl is required for this test but was not found on PATH or at /usr/bin/kubectl; "
-                    "install the kubectl binary (https://kubernetes.io/docs/tasks/tools/)", pytrace=False)
+        pytest.fail(
+            "kubectl is required for this test but was not found on PATH or at /usr/bin/kubectl; "
+            "install the kubectl binary (https://kubernetes.io/docs/tasks/tools/)",
+            pytrace=False,
+        )
     return found
 
 
@@ -77,12 +80,17 @@ class Kubectl:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, "--kubeconfig", self.kubeconfig, "--cache-dir", str(self.cache_dir), *args]
 
-    async def __call__(self, *args: str, input: str | bytes | None = None, timeout: float = 30.0
-                       ) -> tuple[int, str, str]:
+    async def __call__(
+        self, *args: str, input: str | bytes | None = None, timeout: float = 30.0
+    ) -> tuple[int, str, str]:
         data = input.encode() if isinstance(input, str) else input
         proc = await asyncio.create_subprocess_exec(
-            *self.argv(*args), stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env)
+            *self.argv(*args),
+            stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
         try:
             with anyio.fail_after(timeout):
                 out, err = await proc.communicate(data)
@@ -96,8 +104,12 @@ class Kubectl:
     async def spawn(self, *args: str) -> asyncio.subprocess.Process:
         """Start a long-running kubectl (e.g. ``get -w``); the caller reads and terminates it."""
         return await asyncio.create_subprocess_exec(
-            *self.argv(*args), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.env)
+            *self.argv(*args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
 
 
 @pytest.fixture

@@ -49,7 +49,9 @@ def free_port() -> int:
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The test's environment without any TFJOB_CONTROLLER_* / CUSTOM_CLUSTER_DOMAIN of the caller's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TFJOB_CONTROLLER_") and k != "CUSTOM_CLUSTER_DOMAIN"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("TFJOB_CONTROLLER_") and k != "CUSTOM_CLUSTER_DOMAIN"
+    }
     return {**env, **(extra or {})}
 
 
@@ -59,17 +61,29 @@ class ControllerProcess:
     def __init__(self, *run_args: str, env: dict[str, str] | None = None) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
-        self.argv = [*CLI, "--log-format", "json", "run", "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
-                     "--health-addr", f"127.0.0.1:{self.health_port}", *run_args]
+        self.argv = [
+            *CLI,
+            "--log-format",
+            "json",
+            "run",
+            "--metrics-addr",
+            f"127.0.0.1:{self.metrics_port}",
+            "--health-addr",
+            f"127.0.0.1:{self.health_port}",
+            *run_args,
+        ]
         self.env = clean_env(env)
         self.proc: asyncio.subprocess.Process | None = None
         self.lines: list[str] = []
         self._reader: asyncio.Task[None] | None = None
 
-    async def start(self) -> "ControllerProcess":
+    async def start(self) -> ControllerProcess:
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, env=self.env,
+            *self.argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
         )
         self._reader = asyncio.get_running_loop().create_task(self._read())
         return self
@@ -129,7 +143,7 @@ class ControllerProcess:
             await self.proc.wait()
             raise AssertionError("the controller did not exit within 30 s of SIGTERM") from None
 
-    async def __aenter__(self) -> "ControllerProcess":
+    async def __aenter__(self) -> ControllerProcess:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -33,9 +33,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.runtime.client import NAMESPACES, PODS, ApiClient
-from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
+from tfjob_sim.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "grafana" / "alerts.yaml"
@@ -102,7 +102,7 @@ class Prometheus:
             ],
         }
 
-    async def __aenter__(self) -> "Prometheus":
+    async def __aenter__(self) -> Prometheus:
         root = Path(self._dir.name)
         (root / "prometheus.yml").write_text(yaml.safe_dump(self.config()))
         log = self.log.open("wb")
@@ -161,8 +161,9 @@ class Prometheus:
         return data["result"]
 
     async def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        data = await self._api("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                               "step": f"{step:g}"})
+        data = await self._api(
+            "query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        )
         return data["result"]
 
     async def rule_states(self) -> list[dict[str, Any]]:
@@ -235,11 +236,26 @@ class ControllerProcess:
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "controller", "run", "--kubeconfig", self.kubeconfig, "--workers", "2",
-            "--metrics-addr", f"127.0.0.1:{self.metrics_port}", "--health-addr", f"127.0.0.1:{self.health_port}",
-            "--leader-election-namespace", "default", "--failover-backoff", "1", "2",
+            sys.executable,
+            "-m",
+            "controller",
+            "run",
+            "--kubeconfig",
+            self.kubeconfig,
+            "--workers",
+            "2",
+            "--metrics-addr",
+            f"127.0.0.1:{self.metrics_port}",
+            "--health-addr",
+            f"127.0.0.1:{self.health_port}",
+            "--leader-election-namespace",
+            "default",
+            "--failover-backoff",
+            "1",
+            "2",
             *(arg for namespace in self.namespaces for arg in ("--namespace", namespace)),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
 
     async def scrape(self) -> str:
@@ -331,11 +347,30 @@ async def play_scenario(cluster: SimCluster, client: ApiClient) -> Expected:
     # A dynamic job that loses workers three ways, then scales 3 -> 5 -> 2.
     await client.create(TFJOBS, tfjob("elastic", workers=3, restart_policy="ExitCode"), namespace="default")
     # Two plain jobs in another namespace: one fails (exit 1 under Never), one succeeds.
-    await client.create(TFJOBS, tfjob("doomed", workers=1, dynamic=False, restart_policy="Never",
-                                      annotations={RUN_SECONDS: "200", EXIT_CODE: "1"}, namespace="team-b"),
-                        namespace="team-b")
-    await client.create(TFJOBS, tfjob("finisher", workers=1, dynamic=False, restart_policy="Never",
-                                      annotations={RUN_SECONDS: "200"}, namespace="team-b"), namespace="team-b")
+    await client.create(
+        TFJOBS,
+        tfjob(
+            "doomed",
+            workers=1,
+            dynamic=False,
+            restart_policy="Never",
+            annotations={RUN_SECONDS: "200", EXIT_CODE: "1"},
+            namespace="team-b",
+        ),
+        namespace="team-b",
+    )
+    await client.create(
+        TFJOBS,
+        tfjob(
+            "finisher",
+            workers=1,
+            dynamic=False,
+            restart_policy="Never",
+            annotations={RUN_SECONDS: "200"},
+            namespace="team-b",
+        ),
+        namespace="team-b",
+    )
     expected.created = 3
 
     await eventually(lambda: _running_workers(client, "elastic"), timeout=90, what="elastic's workers running")

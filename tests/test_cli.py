@@ -5,25 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import shutil
-
 import aiohttp
 import anyio
 import pytest
+import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
-from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import CLI, ControllerProcess, clean_env, free_port
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
+from tfjob_sim.cluster import SimCluster
 
-import yaml
 
 @pytest.fixture
 def kubectl_binary() -> str:
@@ -56,12 +55,18 @@ def last_line(stderr: str) -> str:
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     return path
 
 
@@ -76,7 +81,10 @@ async def test_bad_arguments_get_one_line_and_exit_2():
     assert rc == 2 and "invalid address '8080'" in only_line(err)
     rc, _, err = await run_cli("run", "--no-such-flag")
     assert rc == 2
-    assert only_line(err) == "tfjob-controller: error: unrecognized arguments: --no-such-flag (see tfjob-controller --help)"
+    assert (
+        only_line(err)
+        == "tfjob-controller: error: unrecognized arguments: --no-such-flag (see tfjob-controller --help)"
+    )
     rc, _, err = await run_cli("run", "--cluster-domain", "not a domain")
     assert rc == 2 and "argument --cluster-domain: not a DNS domain" in only_line(err)
     rc, _, err = await run_cli("run", "--failover-backoff", "30", "10")
@@ -99,7 +107,9 @@ async def test_a_bad_environment_variable_gets_one_line_naming_it_and_exit_2():
     rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_LEADER_ELECT": "maybe"})
     assert rc == 2 and "TFJOB_CONTROLLER_LEADER_ELECT: expected true or false, got 'maybe'" in only_line(err)
     rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_LOG_LEVEL": "loud"})
-    assert rc == 2 and only_line(err).startswith("tfjob-controller: error: environment variable TFJOB_CONTROLLER_LOG_LEVEL")
+    assert rc == 2 and only_line(err).startswith(
+        "tfjob-controller: error: environment variable TFJOB_CONTROLLER_LOG_LEVEL"
+    )
 
 
 async def test_bad_api_limits_get_one_line_whether_flag_or_environment():
@@ -116,18 +126,21 @@ async def test_bad_api_limits_get_one_line_whether_flag_or_environment():
     )
 
 
-@pytest.mark.parametrize(("qps", "burst", "settings"), [
-    # auto: the 500/1000 fallback bucket, lifted when the server shows API Priority and Fairness
-    (None, None, {"qps": 500.0, "burst": 1000, "auto_limit": True}),
-    ("AUTO", "auto", {"qps": 500.0, "burst": 1000, "auto_limit": True}),
-    ("auto", "7", {"qps": 500.0, "burst": 7, "auto_limit": True}),
-    # a number is a bucket for good; an auto burst is then twice the QPS
-    ("50", None, {"qps": 50.0, "burst": 100, "auto_limit": False}),
-    ("0.2", None, {"qps": 0.2, "burst": 1, "auto_limit": False}),
-    ("50", "3", {"qps": 50.0, "burst": 3, "auto_limit": False}),
-    # 0: no limit at all, whatever the burst
-    ("0", "3", {"qps": 0.0, "burst": 1, "auto_limit": False}),
-])
+@pytest.mark.parametrize(
+    ("qps", "burst", "settings"),
+    [
+        # auto: the 500/1000 fallback bucket, lifted when the server shows API Priority and Fairness
+        (None, None, {"qps": 500.0, "burst": 1000, "auto_limit": True}),
+        ("AUTO", "auto", {"qps": 500.0, "burst": 1000, "auto_limit": True}),
+        ("auto", "7", {"qps": 500.0, "burst": 7, "auto_limit": True}),
+        # a number is a bucket for good; an auto burst is then twice the QPS
+        ("50", None, {"qps": 50.0, "burst": 100, "auto_limit": False}),
+        ("0.2", None, {"qps": 0.2, "burst": 1, "auto_limit": False}),
+        ("50", "3", {"qps": 50.0, "burst": 3, "auto_limit": False}),
+        # 0: no limit at all, whatever the burst
+        ("0", "3", {"qps": 0.0, "burst": 1, "auto_limit": False}),
+    ],
+)
 def test_api_limit_flags_become_the_clients_settings(qps, burst, settings):
     from controller.app import client_limit
     from controller.cli import parse_args, run_options
@@ -164,8 +177,14 @@ async def test_an_unreachable_cluster_is_waited_for_then_reported_in_one_line(tm
     kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
     started = anyio.current_time()
     rc, _, err = await run_cli(
-        "run", "--kubeconfig", str(kubeconfig), "--metrics-addr", f"127.0.0.1:{free_port()}",
-        "--health-addr", f"127.0.0.1:{free_port()}", env={"TFJOB_CONTROLLER_STARTUP_TIMEOUT": "2"},
+        "run",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--metrics-addr",
+        f"127.0.0.1:{free_port()}",
+        "--health-addr",
+        f"127.0.0.1:{free_port()}",
+        env={"TFJOB_CONTROLLER_STARTUP_TIMEOUT": "2"},
     )
     assert rc == 1
     assert last_line(err).startswith(
@@ -218,7 +237,9 @@ def test_the_environment_configures_run_and_the_command_line_wins():
 def test_upstreams_custom_cluster_domain_is_honoured_after_ours():
     from controller.cli import parse_args, run_options
 
-    assert run_options(parse_args(["run"], {"CUSTOM_CLUSTER_DOMAIN": "cluster.local"})).cluster_domain == "cluster.local"
+    assert (
+        run_options(parse_args(["run"], {"CUSTOM_CLUSTER_DOMAIN": "cluster.local"})).cluster_domain == "cluster.local"
+    )
     both = {"CUSTOM_CLUSTER_DOMAIN": "cluster.local", "TFJOB_CONTROLLER_CLUSTER_DOMAIN": "corp.example"}
     assert run_options(parse_args(["run"], both)).cluster_domain == "corp.example"
     assert run_options(parse_args(["run", "--cluster-domain", "x.y"], both)).cluster_domain == "x.y"
@@ -239,8 +260,15 @@ async def test_demo_runs_the_story_to_the_end():
 async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
     """``tfjob-controller sim`` in a subprocess: yields the URL it prints; SIGTERM must end it with 0."""
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "sim", "--port", "0", "--kubeconfig", str(kubeconfig), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *CLI,
+        "sim",
+        "--port",
+        "0",
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None
@@ -259,8 +287,17 @@ async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, k
     kubeconfig = tmp_path / "kc"
     async with sim_process(kubeconfig, "--nodes", "2"):
         get = await asyncio.create_subprocess_exec(
-            kubectl_binary, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
-            "get", "nodes", "-o", "name", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            kubectl_binary,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "get",
+            "nodes",
+            "-o",
+            "name",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "HOME": str(tmp_path)},
         )
         with anyio.fail_after(30):
@@ -269,8 +306,9 @@ async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, k
         assert out.decode().split() == ["node/sim-node-0", "node/sim-node-1"]
 
 
-@pytest.mark.parametrize(("flag", "headers"), [([], True), (["--no-priority-and-fairness"], False)],
-                         ids=["apf", "no-apf"])
+@pytest.mark.parametrize(
+    ("flag", "headers"), [([], True), (["--no-priority-and-fairness"], False)], ids=["apf", "no-apf"]
+)
 async def test_sim_sends_the_priority_and_fairness_headers_unless_told_not_to(tmp_path: Path, flag, headers):
     async with sim_process(tmp_path / "kc", "--nodes", "1", *flag) as url:
         async with aiohttp.ClientSession() as http, http.get(url + "/api/v1/namespaces") as response:
@@ -284,10 +322,20 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
     metrics_port, health_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "run", "--kubeconfig", sim_cluster.kubeconfig_path, "--workers", "2",
-        "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", f"127.0.0.1:{health_port}",
-        "--leader-election-namespace", "default",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *CLI,
+        "run",
+        "--kubeconfig",
+        sim_cluster.kubeconfig_path,
+        "--workers",
+        "2",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics_port}",
+        "--health-addr",
+        f"127.0.0.1:{health_port}",
+        "--leader-election-namespace",
+        "default",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     stderr = b""
     try:
@@ -295,7 +343,9 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
         await client.create(TFJOBS, tfjob("cli", workers=2), namespace="default")
 
         async def pods_running() -> bool:
-            pods = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=cli"))["items"]
+            pods = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=cli"))[
+                "items"
+            ]
             return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
 
         await eventually(pods_running, timeout=30, what="the controller process to create the job's pods")
@@ -339,10 +389,13 @@ async def test_run_reconciles_serves_metrics_and_health_and_releases_the_lease(s
 async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path, module: str):
     # The extra's module made unimportable, as in an install without [sim] (cryptography: secure mode).
     secure = ", '--secure'" if module == "cryptography" else ""
-    code = (f"import sys; sys.modules[{module!r}] = None; from controller.cli import main; "
-            f"sys.exit(main(['sim', '--kubeconfig', {str(tmp_path / 'kc')!r}{secure}]))")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; from controller.cli import main; "
+        f"sys.exit(main(['sim', '--kubeconfig', {str(tmp_path / 'kc')!r}{secure}]))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     with anyio.fail_after(60):
         out, err = await proc.communicate()
     assert proc.returncode == 1 and out == b""
@@ -354,14 +407,16 @@ async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path,
     assert not (tmp_path / "kc").exists()  # it never started
 
 
-@pytest.mark.parametrize("command", [["sim", "--kubeconfig", "KC"], ["demo"], ["sim", "--kubeconfig", "KC",
-                                                                          "--podgroup-crds", "volcano"]])
+@pytest.mark.parametrize(
+    "command", [["sim", "--kubeconfig", "KC"], ["demo"], ["sim", "--kubeconfig", "KC", "--podgroup-crds", "volcano"]]
+)
 async def test_sim_and_demo_without_the_simulator_installed_say_how_to_install_it(tmp_path: Path, command):
     # The simulator package itself missing, as after a plain `pip install .` of the controller.
     args = [str(tmp_path / "kc") if arg == "KC" else arg for arg in command]
     code = f"import sys; sys.modules['tfjob_sim'] = None; from controller.cli import main; sys.exit(main({args!r}))"
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     with anyio.fail_after(60):
         out, err = await proc.communicate()
     lines = err.decode().splitlines()
@@ -374,8 +429,8 @@ async def test_sim_and_demo_without_the_simulator_installed_say_how_to_install_i
 async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_path: Path):
     """``tfjob-controller run`` as the shipped Deployment runs it: the ServiceAccount token and RBAC of
     manifests/, the cluster's CA verified, leader election in the controller's own namespace."""
-    from tfjob_sim.cluster import SimConfig
     from tests.e2e.conftest import CONTROLLER_NAMESPACE, controller_kubeconfig
+    from tfjob_sim.cluster import SimConfig
 
     config = SimConfig(nodes=2, time_scale=0.01, secure=True, kubeconfig_path=str(tmp_path / "admin"))
     async with SimCluster(config) as cluster:
@@ -385,17 +440,30 @@ async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_pat
             kubeconfig = await controller_kubeconfig(cluster, admin)
             assert "token" in yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]
             proc = await asyncio.create_subprocess_exec(
-                *CLI, "run", "--kubeconfig", kubeconfig, "--workers", "2",
-                "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-addr", f"127.0.0.1:{free_port()}",
-                "--leader-election-namespace", CONTROLLER_NAMESPACE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                *CLI,
+                "run",
+                "--kubeconfig",
+                kubeconfig,
+                "--workers",
+                "2",
+                "--metrics-addr",
+                f"127.0.0.1:{free_port()}",
+                "--health-addr",
+                f"127.0.0.1:{free_port()}",
+                "--leader-election-namespace",
+                CONTROLLER_NAMESPACE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )
             try:
                 await admin.create(TFJOBS, tfjob("secure", workers=2), namespace="default")
 
                 async def pods_running() -> bool:
-                    pods = (await admin.list(PODS, namespace="default",
-                                             label_selector="training.kubeflow.org/job-name=secure"))["items"]
+                    pods = (
+                        await admin.list(
+                            PODS, namespace="default", label_selector="training.kubeflow.org/job-name=secure"
+                        )
+                    )["items"]
                     return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
 
                 await eventually(pods_running, timeout=60, what="the controller process to create the job's pods")
@@ -419,8 +487,9 @@ async def test_a_missing_crd_is_reported_once_with_the_fix_and_the_controller_st
     assert sim_cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
     try:
-        async with ControllerProcess("--kubeconfig", sim_cluster.kubeconfig_path,
-                                     "--leader-election-namespace", "default") as controller:
+        async with ControllerProcess(
+            "--kubeconfig", sim_cluster.kubeconfig_path, "--leader-election-namespace", "default"
+        ) as controller:
             missing = "the TFJob CRD (tfjobs.kubeflow.org) is not installed"
             await eventually(lambda: controller.logged(missing), timeout=60, what="the missing CRD to be reported")
             [record] = controller.logged(missing)
@@ -435,8 +504,9 @@ async def test_a_missing_crd_is_reported_once_with_the_fix_and_the_controller_st
             await client.create(TFJOBS, tfjob("late", workers=2), namespace="default")
 
             async def pods_running() -> bool:
-                pods = (await client.list(PODS, namespace="default",
-                                          label_selector="training.kubeflow.org/job-name=late"))["items"]
+                pods = (
+                    await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=late")
+                )["items"]
                 return len([p for p in pods if p.get("status", {}).get("phase") == "Running"]) == 2
 
             await eventually(pods_running, timeout=60, what="the controller to start once the CRD exists")
@@ -455,7 +525,8 @@ async def test_an_unknown_gang_scheduler_gets_one_line_whether_flag_or_environme
     )
     rc, _, err = await run_cli("run", env={"TFJOB_CONTROLLER_GANG_SCHEDULER_NAME": "None"})  # upstream's quirk value
     assert rc == 2 and "environment variable TFJOB_CONTROLLER_GANG_SCHEDULER_NAME: unknown gang scheduler 'None'" in (
-        only_line(err))
+        only_line(err)
+    )
 
 
 def test_the_gang_scheduler_name_reaches_the_decision():
@@ -469,15 +540,26 @@ def test_the_gang_scheduler_name_reaches_the_decision():
     assert run_options(parse_args(flag, env)).gang_scheduler_name == "scheduler-plugins-scheduler"
 
 
-@pytest.mark.parametrize("scheduler, crd", [("volcano", "podgroups.scheduling.volcano.sh"),
-                                            ("scheduler-plugins", "podgroups.scheduling.x-k8s.io")])
+@pytest.mark.parametrize(
+    "scheduler, crd",
+    [("volcano", "podgroups.scheduling.volcano.sh"), ("scheduler-plugins", "podgroups.scheduling.x-k8s.io")],
+)
 async def test_gang_scheduling_without_the_pod_group_crd_exits_at_once_naming_it(
     sim_cluster: SimCluster, scheduler: str, crd: str
 ):
     assert sim_cluster.kubeconfig_path
     rc, _, err = await run_cli(
-        "--log-format", "json", "run", "--kubeconfig", sim_cluster.kubeconfig_path, "--gang-scheduler-name", scheduler,
-        "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-addr", f"127.0.0.1:{free_port()}",
+        "--log-format",
+        "json",
+        "run",
+        "--kubeconfig",
+        sim_cluster.kubeconfig_path,
+        "--gang-scheduler-name",
+        scheduler,
+        "--metrics-addr",
+        f"127.0.0.1:{free_port()}",
+        "--health-addr",
+        f"127.0.0.1:{free_port()}",
     )
     assert rc == 1
     installer = "Volcano" if scheduler == "volcano" else "scheduler-plugins (its PodGroup CRD)"

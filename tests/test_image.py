@@ -87,7 +87,9 @@ def test_the_base_is_pinned_by_digest_with_its_tag() -> None:
     text = DOCKERFILE.read_text()
     [base] = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
     assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base), base
-    assert all(rest.split()[0] == "${PYTHON_IMAGE}" for stage in stages() for keyword, rest in stage if keyword == "FROM")
+    assert all(
+        rest.split()[0] == "${PYTHON_IMAGE}" for stage in stages() for keyword, rest in stage if keyword == "FROM"
+    )
 
 
 def test_dependencies_come_from_the_lock_in_a_layer_before_the_source() -> None:
@@ -99,7 +101,9 @@ def test_dependencies_come_from_the_lock_in_a_layer_before_the_source() -> None:
     lock_install = next(i for i, run in enumerate(runs) if "-r requirements.lock" in run)
     assert "--no-deps" in runs[lock_install], "exactly the locked set: nothing resolved at build time"
     source_copy = next(i for i, (keyword, rest) in enumerate(build) if keyword == "COPY" and "controller" in rest)
-    install_index = next(i for i, (keyword, rest) in enumerate(build) if keyword == "RUN" and "-r requirements.lock" in rest)
+    install_index = next(
+        i for i, (keyword, rest) in enumerate(build) if keyword == "RUN" and "-r requirements.lock" in rest
+    )
     assert install_index < source_copy, "the dependency layer must not depend on the source"
     assert any("pip --python /opt/venv/bin/python check" in run for run in runs)
     for _, rest in build:
@@ -154,14 +158,24 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
         assert result.returncode == 0, f"pip {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     # What the image holds: no PYTHONPATH pointing back into the checkout (tests/conftest.py sets one).
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run([str(venv / "bin" / "tfjob-controller"), "--help"], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path, env=env)
+    result = subprocess.run(
+        [str(venv / "bin" / "tfjob-controller"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: tfjob-controller")
     # Everything `run` imports loads with the locked set alone (--help imports only the CLI).
     result = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import controller.app, controller.tfjob.controller"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     # The simulator is not part of the product: not in the installed package, and `sim`/`demo` say in one
@@ -169,8 +183,14 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
     installed = [path.relative_to(venv) for path in venv.rglob("*") if "sim" in path.name.lower()]
     assert not [path for path in installed if "tfjob_sim" in str(path) or "/sim/" in f"/{path}/"], installed
     for command in (["sim", "--kubeconfig", str(tmp_path / "kubeconfig")], ["demo"]):
-        result = subprocess.run([str(venv / "bin" / "tfjob-controller"), *command], capture_output=True, text=True,
-                                timeout=60, cwd=tmp_path, env=env)
+        result = subprocess.run(
+            [str(venv / "bin" / "tfjob-controller"), *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+        )
         assert result.returncode == 1, (command, result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and "pip install -e '.[sim]'" in result.stderr, result.stderr
 
@@ -178,8 +198,21 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
 def test_the_wheel_carries_the_controller_and_no_simulator(tmp_path: Path) -> None:
     # Built as a release would be, from the source tree, by the build backend pyproject.toml names.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-         str(REPO)], capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     (wheel,) = tmp_path.glob("tfjob_controller-*.whl")

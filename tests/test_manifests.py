@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 import yaml
 
 from tests.test_image import instructions
@@ -56,13 +55,15 @@ def _rendered() -> str:
 @functools.cache
 def _manifest_objects() -> tuple[tuple[str, dict[str, Any]], ...]:
     # Parsed once: the CRD alone is 200 KB of YAML. Callers must not mutate the objects.
-    return tuple(
-        (f"{doc['kind']}/{doc['metadata']['name']}", doc) for doc in yaml.safe_load_all(_rendered()) if doc
-    )
+    return tuple((f"{doc['kind']}/{doc['metadata']['name']}", doc) for doc in yaml.safe_load_all(_rendered()) if doc)
 
 
 def _one(kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [obj for _, obj in _manifest_objects() if obj["kind"] == kind and (name is None or obj["metadata"]["name"] == name)]
+    found = [
+        obj
+        for _, obj in _manifest_objects()
+        if obj["kind"] == kind and (name is None or obj["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
@@ -118,7 +119,9 @@ def _kubernetes_validate(path: Path) -> subprocess.CompletedProcess[str]:
     assert tool.exists(), "kubernetes-validate is part of the test extra: pip install -e '.[test]'"
     return subprocess.run(
         [str(tool), "--kubernetes-version", KUBERNETES_VERSION, "--strict", "--quiet", str(path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -322,7 +325,15 @@ def test_user_roles_aggregate_into_edit_and_view() -> None:
     assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
     assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     edit_permissions = _permissions(edit)
-    assert edit_permissions[("kubeflow.org", "tfjobs")] >= {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert edit_permissions[("kubeflow.org", "tfjobs")] >= {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+    }
     # `kubectl scale tfjob/NAME` reads and writes the scale subresource.
     assert edit_permissions[("kubeflow.org", "tfjobs/scale")] >= {"get", "update", "patch"}
     # The status is the controller's: users read it and cannot write it.
@@ -369,10 +380,16 @@ def _rendered_with(component: str, workdir: str) -> tuple[dict[str, Any], ...]:
     root = Path(workdir) / component
     root.mkdir(parents=True)
     relative = Path(*[".."] * len(root.parts[1:])) / Path(*MANIFESTS.parts[1:])
-    (root / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [str(relative)], "components": [str(relative / "components" / component)],
-    }))
+    (root / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [str(relative)],
+                "components": [str(relative / "components" / component)],
+            }
+        )
+    )
     result = subprocess.run([_kubectl(), "kustomize", str(root)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
@@ -387,11 +404,13 @@ def test_gang_components_add_podgroup_rbac_and_the_flag_and_nothing_else(tmp_pat
         role_name = f"tfjob-controller-{component}"
         assert objects.keys() - plain.keys() == {("ClusterRole", role_name), ("ClusterRoleBinding", role_name)}
         assert _permissions(objects[("ClusterRole", role_name)]) == {
-            (group, "podgroups"): {"list", "watch", "create", "update", "delete"}}
+            (group, "podgroups"): {"list", "watch", "create", "update", "delete"}
+        }
         binding = objects[("ClusterRoleBinding", role_name)]
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name}
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
-                                        "namespace": CONTROLLER_NAMESPACE}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}
+        ]
         deployment = objects[("Deployment", "tfjob-controller")]
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e["value"] for e in container["env"]}
@@ -399,14 +418,18 @@ def test_gang_components_add_podgroup_rbac_and_the_flag_and_nothing_else(tmp_pat
         # Only that variable was added; everything else is the plain install.
         plain_container = _controller_container()
         assert {k: v for k, v in env.items() if k != "TFJOB_CONTROLLER_GANG_SCHEDULER_NAME"} == {
-            e["name"]: e["value"] for e in plain_container["env"]}
+            e["name"]: e["value"] for e in plain_container["env"]
+        }
         assert parse_args(container["args"], environ=env).gang_scheduler_name == scheduler
         for key, obj in plain.items():
             if key != ("Deployment", "tfjob-controller"):
                 assert objects[key] == obj, key
         # The plain install grants nothing on PodGroups.
-        assert not any(resource == "podgroups" for role in (obj for obj in plain.values() if obj["kind"] == "ClusterRole")
-                       for (_, resource) in _permissions(role))
+        assert not any(
+            resource == "podgroups"
+            for role in (obj for obj in plain.values() if obj["kind"] == "ClusterRole")
+            for (_, resource) in _permissions(role)
+        )
         rendered = tmp_path / f"{component}.yaml"
         rendered.write_text(yaml.safe_dump_all(objects.values()))
         result = _kubernetes_validate(rendered)

@@ -63,6 +63,7 @@ async def never(
             if inspect.isawaitable(value):
                 value = await value
             if value:
-                pytest.fail(f"happened within {within} s although it must not: {what or check}; value: {value!r}",
-                            pytrace=False)
+                pytest.fail(
+                    f"happened within {within} s although it must not: {what or check}; value: {value!r}", pytrace=False
+                )
             await anyio.sleep(interval)

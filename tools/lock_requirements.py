@@ -36,11 +36,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         venv, report = Path(tmp) / "venv", Path(tmp) / "report.json"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--dry-run", "--ignore-installed",
-                        "--report", str(report), str(ROOT)], check=True)
+        subprocess.run(
+            [
+                str(venv / "bin" / "pip"),
+                "install",
+                "--quiet",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                str(ROOT),
+            ],
+            check=True,
+        )
         installs = json.loads(report.read_text())["install"]
     pins = sorted((i["metadata"]["name"], i["metadata"]["version"]) for i in installs if not i.get("is_direct"))
-    LOCK.write_text(HEADER + "".join(f"{name}=={version}\n" for name, version in sorted(pins, key=lambda p: p[0].lower())))
+    LOCK.write_text(
+        HEADER + "".join(f"{name}=={version}\n" for name, version in sorted(pins, key=lambda p: p[0].lower()))
+    )
     print(f"wrote {LOCK} ({len(pins)} packages)")
     return 0
 

@@ -90,7 +90,9 @@ async def _serve(app: web.Application, addr: tuple[str, int], ready: Callable[[i
             await runner.cleanup()
 
 
-async def serve_metrics(registry: CollectorRegistry, addr: tuple[str, int], ready: Callable[[int], None] | None = None) -> None:
+async def serve_metrics(
+    registry: CollectorRegistry, addr: tuple[str, int], ready: Callable[[int], None] | None = None
+) -> None:
     """Serve ``/metrics`` until cancelled. ``ready`` receives the bound port (useful with port 0)."""
     await _serve(_metrics_app(registry), addr, ready)
 

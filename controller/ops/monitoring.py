@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from controller.ops.catalogue import BY_NAME, CATALOGUE, SYNTHETIC
+from controller.ops.catalogue import BY_NAME, CATALOGUE
 
 SCRAPE_JOB = "tfjob-controller"
 CONTROLLER = "tfjob-controller"  # the controller / queue / lease name
@@ -139,118 +139,284 @@ CONTROLLER_HEALTH = Dashboard(
     file="controller-health.json",
     variables=("job", "namespace", "instance"),
     rows=(
-        Row("Overview", (
-            Panel("Targets up", "Scrape targets of this job that answer (1) or not (0). All 0 or none: the "
-                  "controller is down (alert TFJobControllerDown).",
-                  (_q(f"up{{{INSTANCE}}}", "{{instance}}"),), kind="stat", width=6),
-            Panel("Leader", "1 for the replica holding the Lease (tfjob-controller unless --leader-election-id "
-                  "says otherwise), 0 for standbys. Exactly one replica per Lease should show 1 (alert "
-                  "TFJobControllerNoLeader).",
-                  (_q(f"leader_election_master_status{{{INSTANCE}}}", "{{instance}} {{name}}"),),
-                  kind="stat", width=6),
-            Panel("Version", "The tfjob-controller version each replica runs (tfjob_controller_build_info).",
-                  (_q(f"tfjob_controller_build_info{{{INSTANCE}}}", "{{instance}} {{version}}"),),
-                  kind="stat", width=6),
-            Panel("Uptime", "Seconds since each replica's process started; a drop is a restart.",
-                  (_q(f"time() - process_start_time_seconds{{{INSTANCE}}}", "{{instance}}"),), unit="s",
-                  kind="stat", width=6),
-        )),
-        Row("Reconcile", (
-            Panel("Reconciles / s by result", "How often jobs are reconciled and how each pass ended: success, "
-                  "error (retried with back-off), requeue, requeue_after (a timed transition).",
-                  (_q(f"sum by (result) (rate(controller_runtime_reconcile_total{{{_CTRL}}}[$__rate_interval]))",
-                      "{{result}}"),), unit="ops"),
-            Panel("Reconcile errors / s", "Reconciles that raised, in total and by kind; the controller log has "
-                  "the job key and error. throttled, server_error, transport, conflict and not_found are routine "
-                  "under load (one warning line each); forbidden, invalid, api_error and unexpected (a traceback "
-                  "in the log) need a human. A sustained ratio over 10% fires TFJobControllerReconcileErrors.",
-                  (_q(f"sum(rate(controller_runtime_reconcile_errors_total{{{_CTRL}}}[$__rate_interval]))",
-                      "errors"),
-                   _q(f"sum by (reason) (rate(controller_runtime_reconcile_errors_by_reason_total{{{_CTRL}}}"
-                      "[$__rate_interval]))", "{{reason}}")), unit="ops"),
-            Panel("Reconcile duration", "p50 and p99 of one reconcile (decision plus API writes). Seconds-long "
-                  "p99s mean a slow API server.",
-                  _quantiles("controller_runtime_reconcile_time_seconds", _CTRL), unit="s"),
-            Panel("Busy workers", "Workers processing a job now, against --workers. Always at the maximum: the "
-                  "controller is saturated; raise --workers or look at API latency.",
-                  (_q(f"sum by (instance) (controller_runtime_active_workers{{{_CTRL}}})", "busy {{instance}}"),
-                   _q(f"sum by (instance) (controller_runtime_max_concurrent_reconciles{{{_CTRL}}})",
-                      "max {{instance}}"))),
-        )),
-        Row("Work queue", (
-            Panel("Queue depth", "Jobs waiting for a worker. A backlog that keeps growing fires "
-                  "TFJobControllerWorkqueueBacklogGrowing.",
-                  (_q(f"sum by (instance) (workqueue_depth{{{_QUEUE}}})", "{{instance}}"),)),
-            Panel("Adds and retries / s", "Jobs queued (every watch event of a job or its pods queues it once) "
-                  "and rate-limited retries after errors or conflicts.",
-                  (_q(f"sum(rate(workqueue_adds_total{{{_QUEUE}}}[$__rate_interval]))", "adds"),
-                   _q(f"sum(rate(workqueue_retries_total{{{_QUEUE}}}[$__rate_interval]))", "retries")),
-                  unit="ops"),
-            Panel("Queue wait", "p50 and p99 of how long a queued job waits for a worker: high with a shallow "
-                  "queue means the workers are busy for long.",
-                  _quantiles("workqueue_queue_duration_seconds", _QUEUE), unit="s"),
-            Panel("Processing time", "p50 and p99 of the time a worker spends on a job (the reconcile plus "
-                  "queue bookkeeping).",
-                  _quantiles("workqueue_work_duration_seconds", _QUEUE), unit="s"),
-            Panel("Stuck work", "Age of the longest-running item and the summed age of all items in progress; "
-                  "steadily growing means a worker is stuck.",
-                  (_q(f"max(workqueue_longest_running_processor_seconds{{{_QUEUE}}})", "longest"),
-                   _q(f"sum(workqueue_unfinished_work_seconds{{{_QUEUE}}})", "unfinished")), unit="s"),
-        )),
-        Row("Watches", (
-            Panel("Seconds since the last watch event", "Per watched resource, time since the last event or "
-                  "bookmark (bookmarks arrive about once a minute). Over 5 minutes fires "
-                  "TFJobControllerWatchStalled: the controller acts on a stale cache.",
-                  (_q(f"time() - max by (resource) (informer_last_event_timestamp_seconds{{{INSTANCE}}} > 0)",
-                      "{{resource}}"),), unit="s"),
-            Panel("Watch restarts and relists", "Watches re-established by reason (timeout and closed are "
-                  "routine; stalled, throttled and error are not) and full relists (initial at start, expired "
-                  "after a 410).",
-                  (_q(f"sum by (resource, reason) (increase(informer_watch_restarts_total{{{INSTANCE}}}"
-                      "[$__rate_interval]))", "restart {{resource}} {{reason}}"),
-                   _q(f"sum by (resource, reason) (increase(informer_relists_total{{{INSTANCE}}}"
-                      "[$__rate_interval]))", "relist {{resource}} {{reason}}"))),
-            Panel("Watch events / s", "Events received per resource and type; BOOKMARKs show a live but quiet "
-                  "watch.",
-                  (_q(f"sum by (resource, type) (rate(informer_events_total{{{INSTANCE}}}[$__rate_interval]))",
-                      "{{resource}} {{type}}"),), unit="ops"),
-            Panel("Cached objects", "Objects in each informer's cache (TFJobs, and the pods and services the "
-                  "controller owns): the controller's memory grows with these.",
-                  (_q(f"sum by (resource) (informer_cache_objects{{{INSTANCE}}})", "{{resource}}"),)),
-        )),
-        Row("API server", (
-            Panel("Requests / s by verb and code", "Every HTTP attempt to the API server by verb and status "
-                  "code; <error> is an attempt without a response.",
-                  (_q(f"sum by (method, code) (rate(rest_client_requests_total{{{INSTANCE}}}[$__rate_interval]))"
-                      " > 0", "{{method}} {{code}}"),), unit="reqps"),
-            Panel("Throttled and failed requests / s", "429 (API priority and fairness throttling), 5xx and "
-                  "requests without a response. Over 5% of all requests fires TFJobControllerAPIErrors.",
-                  (_q(f'sum by (method, code) (rate(rest_client_requests_total{{{INSTANCE}, '
-                      'code=~"429|5..|<error>"}[$__rate_interval]))', "{{method}} {{code}}"),), unit="reqps"),
-            Panel("Retries / s", "Requests retried after a 429 (honouring Retry-After), a 5xx or a transport "
-                  "error, by verb and code.",
-                  (_q(f"sum by (verb, code) (rate(rest_client_request_retries_total{{{INSTANCE}}}"
-                      "[$__rate_interval]))", "{{verb}} {{code}}"),), unit="reqps"),
-            Panel("Request latency p99 by verb", "p99 of API request latency up to the response headers (watch "
-                  "requests excluded by their nature: they end at the response headers).",
-                  _quantiles("rest_client_request_duration_seconds", INSTANCE, by="verb"), unit="s"),
-            Panel("Client-side throttling by verb", "Wait on the controller's own request limit (--kube-api-qps) "
-                  "before sending (and leader election's own small bucket). With the default auto limit and an API "
-                  "server that runs API Priority and Fairness, only leader election's requests show; a steady wait "
-                  "means a bucket, not the server, paces the controller.",
-                  _quantiles("rest_client_rate_limiter_duration_seconds", INSTANCE, by="verb"), unit="s"),
-        )),
-        Row("Process", (
-            Panel("CPU", "CPU cores used by each replica's process.",
-                  (_q(f"rate(process_cpu_seconds_total{{{INSTANCE}}}[$__rate_interval])", "{{instance}}"),),
-                  unit="short"),
-            Panel("Memory", "Resident memory of each replica's process; compare with the container's limit.",
-                  (_q(f"process_resident_memory_bytes{{{INSTANCE}}}", "{{instance}}"),), unit="bytes"),
-            Panel("Events dropped / s", "Kubernetes Events the controller could not write, by reason; they are "
-                  "logged instead, but `kubectl describe tfjob` will miss them.",
-                  (_q(f"sum by (reason) (rate(events_dropped_total{{{INSTANCE}}}[$__rate_interval]))",
-                      "{{reason}}"),), unit="ops"),
-        )),
+        Row(
+            "Overview",
+            (
+                Panel(
+                    "Targets up",
+                    "Scrape targets of this job that answer (1) or not (0). All 0 or none: the "
+                    "controller is down (alert TFJobControllerDown).",
+                    (_q(f"up{{{INSTANCE}}}", "{{instance}}"),),
+                    kind="stat",
+                    width=6,
+                ),
+                Panel(
+                    "Leader",
+                    "1 for the replica holding the Lease (tfjob-controller unless --leader-election-id "
+                    "says otherwise), 0 for standbys. Exactly one replica per Lease should show 1 (alert "
+                    "TFJobControllerNoLeader).",
+                    (_q(f"leader_election_master_status{{{INSTANCE}}}", "{{instance}} {{name}}"),),
+                    kind="stat",
+                    width=6,
+                ),
+                Panel(
+                    "Version",
+                    "The tfjob-controller version each replica runs (tfjob_controller_build_info).",
+                    (_q(f"tfjob_controller_build_info{{{INSTANCE}}}", "{{instance}} {{version}}"),),
+                    kind="stat",
+                    width=6,
+                ),
+                Panel(
+                    "Uptime",
+                    "Seconds since each replica's process started; a drop is a restart.",
+                    (_q(f"time() - process_start_time_seconds{{{INSTANCE}}}", "{{instance}}"),),
+                    unit="s",
+                    kind="stat",
+                    width=6,
+                ),
+            ),
+        ),
+        Row(
+            "Reconcile",
+            (
+                Panel(
+                    "Reconciles / s by result",
+                    "How often jobs are reconciled and how each pass ended: success, "
+                    "error (retried with back-off), requeue, requeue_after (a timed transition).",
+                    (
+                        _q(
+                            f"sum by (result) (rate(controller_runtime_reconcile_total{{{_CTRL}}}[$__rate_interval]))",
+                            "{{result}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+                Panel(
+                    "Reconcile errors / s",
+                    "Reconciles that raised, in total and by kind; the controller log has "
+                    "the job key and error. throttled, server_error, transport, conflict and not_found are routine "
+                    "under load (one warning line each); forbidden, invalid, api_error and unexpected (a traceback "
+                    "in the log) need a human. A sustained ratio over 10% fires TFJobControllerReconcileErrors.",
+                    (
+                        _q(
+                            f"sum(rate(controller_runtime_reconcile_errors_total{{{_CTRL}}}[$__rate_interval]))",
+                            "errors",
+                        ),
+                        _q(
+                            f"sum by (reason) (rate(controller_runtime_reconcile_errors_by_reason_total{{{_CTRL}}}"
+                            "[$__rate_interval]))",
+                            "{{reason}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+                Panel(
+                    "Reconcile duration",
+                    "p50 and p99 of one reconcile (decision plus API writes). Seconds-long "
+                    "p99s mean a slow API server.",
+                    _quantiles("controller_runtime_reconcile_time_seconds", _CTRL),
+                    unit="s",
+                ),
+                Panel(
+                    "Busy workers",
+                    "Workers processing a job now, against --workers. Always at the maximum: the "
+                    "controller is saturated; raise --workers or look at API latency.",
+                    (
+                        _q(f"sum by (instance) (controller_runtime_active_workers{{{_CTRL}}})", "busy {{instance}}"),
+                        _q(
+                            f"sum by (instance) (controller_runtime_max_concurrent_reconciles{{{_CTRL}}})",
+                            "max {{instance}}",
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        Row(
+            "Work queue",
+            (
+                Panel(
+                    "Queue depth",
+                    "Jobs waiting for a worker. A backlog that keeps growing fires "
+                    "TFJobControllerWorkqueueBacklogGrowing.",
+                    (_q(f"sum by (instance) (workqueue_depth{{{_QUEUE}}})", "{{instance}}"),),
+                ),
+                Panel(
+                    "Adds and retries / s",
+                    "Jobs queued (every watch event of a job or its pods queues it once) "
+                    "and rate-limited retries after errors or conflicts.",
+                    (
+                        _q(f"sum(rate(workqueue_adds_total{{{_QUEUE}}}[$__rate_interval]))", "adds"),
+                        _q(f"sum(rate(workqueue_retries_total{{{_QUEUE}}}[$__rate_interval]))", "retries"),
+                    ),
+                    unit="ops",
+                ),
+                Panel(
+                    "Queue wait",
+                    "p50 and p99 of how long a queued job waits for a worker: high with a shallow "
+                    "queue means the workers are busy for long.",
+                    _quantiles("workqueue_queue_duration_seconds", _QUEUE),
+                    unit="s",
+                ),
+                Panel(
+                    "Processing time",
+                    "p50 and p99 of the time a worker spends on a job (the reconcile plus queue bookkeeping).",
+                    _quantiles("workqueue_work_duration_seconds", _QUEUE),
+                    unit="s",
+                ),
+                Panel(
+                    "Stuck work",
+                    "Age of the longest-running item and the summed age of all items in progress; "
+                    "steadily growing means a worker is stuck.",
+                    (
+                        _q(f"max(workqueue_longest_running_processor_seconds{{{_QUEUE}}})", "longest"),
+                        _q(f"sum(workqueue_unfinished_work_seconds{{{_QUEUE}}})", "unfinished"),
+                    ),
+                    unit="s",
+                ),
+            ),
+        ),
+        Row(
+            "Watches",
+            (
+                Panel(
+                    "Seconds since the last watch event",
+                    "Per watched resource, time since the last event or "
+                    "bookmark (bookmarks arrive about once a minute). Over 5 minutes fires "
+                    "TFJobControllerWatchStalled: the controller acts on a stale cache.",
+                    (
+                        _q(
+                            f"time() - max by (resource) (informer_last_event_timestamp_seconds{{{INSTANCE}}} > 0)",
+                            "{{resource}}",
+                        ),
+                    ),
+                    unit="s",
+                ),
+                Panel(
+                    "Watch restarts and relists",
+                    "Watches re-established by reason (timeout and closed are "
+                    "routine; stalled, throttled and error are not) and full relists (initial at start, expired "
+                    "after a 410).",
+                    (
+                        _q(
+                            f"sum by (resource, reason) (increase(informer_watch_restarts_total{{{INSTANCE}}}"
+                            "[$__rate_interval]))",
+                            "restart {{resource}} {{reason}}",
+                        ),
+                        _q(
+                            f"sum by (resource, reason) (increase(informer_relists_total{{{INSTANCE}}}"
+                            "[$__rate_interval]))",
+                            "relist {{resource}} {{reason}}",
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Watch events / s",
+                    "Events received per resource and type; BOOKMARKs show a live but quiet watch.",
+                    (
+                        _q(
+                            f"sum by (resource, type) (rate(informer_events_total{{{INSTANCE}}}[$__rate_interval]))",
+                            "{{resource}} {{type}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+                Panel(
+                    "Cached objects",
+                    "Objects in each informer's cache (TFJobs, and the pods and services the "
+                    "controller owns): the controller's memory grows with these.",
+                    (_q(f"sum by (resource) (informer_cache_objects{{{INSTANCE}}})", "{{resource}}"),),
+                ),
+            ),
+        ),
+        Row(
+            "API server",
+            (
+                Panel(
+                    "Requests / s by verb and code",
+                    "Every HTTP attempt to the API server by verb and status "
+                    "code; <error> is an attempt without a response.",
+                    (
+                        _q(
+                            f"sum by (method, code) (rate(rest_client_requests_total{{{INSTANCE}}}[$__rate_interval]))"
+                            " > 0",
+                            "{{method}} {{code}}",
+                        ),
+                    ),
+                    unit="reqps",
+                ),
+                Panel(
+                    "Throttled and failed requests / s",
+                    "429 (API priority and fairness throttling), 5xx and "
+                    "requests without a response. Over 5% of all requests fires TFJobControllerAPIErrors.",
+                    (
+                        _q(
+                            f"sum by (method, code) (rate(rest_client_requests_total{{{INSTANCE}, "
+                            'code=~"429|5..|<error>"}[$__rate_interval]))',
+                            "{{method}} {{code}}",
+                        ),
+                    ),
+                    unit="reqps",
+                ),
+                Panel(
+                    "Retries / s",
+                    "Requests retried after a 429 (honouring Retry-After), a 5xx or a transport "
+                    "error, by verb and code.",
+                    (
+                        _q(
+                            f"sum by (verb, code) (rate(rest_client_request_retries_total{{{INSTANCE}}}"
+                            "[$__rate_interval]))",
+                            "{{verb}} {{code}}",
+                        ),
+                    ),
+                    unit="reqps",
+                ),
+                Panel(
+                    "Request latency p99 by verb",
+                    "p99 of API request latency up to the response headers (watch "
+                    "requests excluded by their nature: they end at the response headers).",
+                    _quantiles("rest_client_request_duration_seconds", INSTANCE, by="verb"),
+                    unit="s",
+                ),
+                Panel(
+                    "Client-side throttling by verb",
+                    "Wait on the controller's own request limit (--kube-api-qps) "
+                    "before sending (and leader election's own small bucket). With the default auto limit and an API "
+                    "server that runs API Priority and Fairness, only leader election's requests show; a steady wait "
+                    "means a bucket, not the server, paces the controller.",
+                    _quantiles("rest_client_rate_limiter_duration_seconds", INSTANCE, by="verb"),
+                    unit="s",
+                ),
+            ),
+        ),
+        Row(
+            "Process",
+            (
+                Panel(
+                    "CPU",
+                    "CPU cores used by each replica's process.",
+                    (_q(f"rate(process_cpu_seconds_total{{{INSTANCE}}}[$__rate_interval])", "{{instance}}"),),
+                    unit="short",
+                ),
+                Panel(
+                    "Memory",
+                    "Resident memory of each replica's process; compare with the container's limit.",
+                    (_q(f"process_resident_memory_bytes{{{INSTANCE}}}", "{{instance}}"),),
+                    unit="bytes",
+                ),
+                Panel(
+                    "Events dropped / s",
+                    "Kubernetes Events the controller could not write, by reason; they are "
+                    "logged instead, but `kubectl describe tfjob` will miss them.",
+                    (
+                        _q(
+                            f"sum by (reason) (rate(events_dropped_total{{{INSTANCE}}}[$__rate_interval]))",
+                            "{{reason}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+            ),
+        ),
     ),
 )
 
@@ -262,51 +428,117 @@ TRAINING_JOBS = Dashboard(
     file="training-jobs.json",
     variables=("job", "namespace", "job_namespace"),
     rows=(
-        Row("Jobs", (
-            Panel("Jobs by state", "TFJobs known to the leader by state, now. Pending: the controller has not "
-                  "written a status yet.",
-                  (_q(f"sum by (state) (tfjob_jobs{{{JOBS}}})", "{{state}}"),), kind="bargauge"),
-            Panel("Jobs created, succeeded, failed in range", "TFJobs created, succeeded, failed, restarted "
-                  "(non-dynamic replica restarts) and deleted by TTL in the selected time range.",
-                  tuple(_q(f"sum(increase(training_operator_jobs_{kind}_total{{{JOBS}}}[$__range]))", kind)
-                        for kind in ("created", "successful", "failed", "restarted", "deleted")),
-                  kind="bargauge"),
-            Panel("Jobs by state over time", "TFJobs by state, over time.",
-                  (_q(f"sum by (state) (tfjob_jobs{{{JOBS}}}) > 0", "{{state}}"),)),
-        )),
-        Row("Dynamic workers", (
-            Panel("Failovers by reason in range", "Dynamic workers replaced in the selected range, by cause: "
-                  "Deleted, Evicted, Preempted, NodeLost, Disrupted, OOMKilled, Error. Over 20 in 10 minutes "
-                  "in one namespace fires TFJobWorkerFailoverStorm.",
-                  (_q(f"sum by (reason) (increase(tfjob_worker_failovers_total{{{JOBS}}}[$__range]))",
-                      "{{reason}}"),), kind="bargauge"),
-            Panel("Workers removed by scale-down in range", "Worker pods removed because a job's Worker "
-                  "replicas were lowered (kubectl scale), in the selected range.",
-                  (_q(f"sum(increase(tfjob_worker_scaled_down_total{{{JOBS}}}[$__range]))", "scaled down"),),
-                  kind="stat"),
-            Panel("Failovers / s by reason", "The failover rate over time, by cause.",
-                  (_q(f"sum by (reason) (rate(tfjob_worker_failovers_total{{{JOBS}}}[$__rate_interval])) > 0",
-                      "{{reason}}"),), unit="ops"),
-            Panel("Failover latency", "p50 and p99 of the time from the controller seeing a worker fail or go "
-                  "until its replacement runs (the back-off of 10 s doubling to 5 min included).",
-                  _quantiles("tfjob_worker_failover_seconds", JOBS), unit="s"),
-            Panel("Time to Running", "p50 and p99 of the time from a TFJob's creation until all its replicas run "
-                  "(scheduling and image pulls dominate).",
-                  _quantiles("tfjob_job_time_to_running_seconds", JOBS), unit="s"),
-        )),
-        Row("Jobs that need attention", (
-            Panel("Degraded jobs", "Running jobs with fewer running workers than they asked for (a failover "
-                  "in progress, or replacements that cannot be scheduled).",
-                  (_q(f"sum by (job_namespace) (tfjob_jobs_degraded{{{JOBS}}})", "{{job_namespace}}"),)),
-            Panel("Longest degraded", "How long the longest-degraded job has been below its desired workers. "
-                  "Over 15 minutes fires TFJobsDegradedForLong.",
-                  (_q(f"max by (job_namespace) (tfjob_jobs_degraded_longest_seconds{{{JOBS}}})",
-                      "{{job_namespace}}"),), unit="s"),
-            Panel("Oldest job not yet Running", "Age of the oldest job that has not reached Running. Over 30 "
-                  "minutes fires TFJobsStuckNotRunning (unschedulable pods, missing images, quota).",
-                  (_q(f"max by (job_namespace) (tfjob_jobs_not_running_longest_seconds{{{JOBS}}})",
-                      "{{job_namespace}}"),), unit="s"),
-        )),
+        Row(
+            "Jobs",
+            (
+                Panel(
+                    "Jobs by state",
+                    "TFJobs known to the leader by state, now. Pending: the controller has not written a status yet.",
+                    (_q(f"sum by (state) (tfjob_jobs{{{JOBS}}})", "{{state}}"),),
+                    kind="bargauge",
+                ),
+                Panel(
+                    "Jobs created, succeeded, failed in range",
+                    "TFJobs created, succeeded, failed, restarted "
+                    "(non-dynamic replica restarts) and deleted by TTL in the selected time range.",
+                    tuple(
+                        _q(f"sum(increase(training_operator_jobs_{kind}_total{{{JOBS}}}[$__range]))", kind)
+                        for kind in ("created", "successful", "failed", "restarted", "deleted")
+                    ),
+                    kind="bargauge",
+                ),
+                Panel(
+                    "Jobs by state over time",
+                    "TFJobs by state, over time.",
+                    (_q(f"sum by (state) (tfjob_jobs{{{JOBS}}}) > 0", "{{state}}"),),
+                ),
+            ),
+        ),
+        Row(
+            "Dynamic workers",
+            (
+                Panel(
+                    "Failovers by reason in range",
+                    "Dynamic workers replaced in the selected range, by cause: "
+                    "Deleted, Evicted, Preempted, NodeLost, Disrupted, OOMKilled, Error. Over 20 in 10 minutes "
+                    "in one namespace fires TFJobWorkerFailoverStorm.",
+                    (
+                        _q(
+                            f"sum by (reason) (increase(tfjob_worker_failovers_total{{{JOBS}}}[$__range]))",
+                            "{{reason}}",
+                        ),
+                    ),
+                    kind="bargauge",
+                ),
+                Panel(
+                    "Workers removed by scale-down in range",
+                    "Worker pods removed because a job's Worker "
+                    "replicas were lowered (kubectl scale), in the selected range.",
+                    (_q(f"sum(increase(tfjob_worker_scaled_down_total{{{JOBS}}}[$__range]))", "scaled down"),),
+                    kind="stat",
+                ),
+                Panel(
+                    "Failovers / s by reason",
+                    "The failover rate over time, by cause.",
+                    (
+                        _q(
+                            f"sum by (reason) (rate(tfjob_worker_failovers_total{{{JOBS}}}[$__rate_interval])) > 0",
+                            "{{reason}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+                Panel(
+                    "Failover latency",
+                    "p50 and p99 of the time from the controller seeing a worker fail or go "
+                    "until its replacement runs (the back-off of 10 s doubling to 5 min included).",
+                    _quantiles("tfjob_worker_failover_seconds", JOBS),
+                    unit="s",
+                ),
+                Panel(
+                    "Time to Running",
+                    "p50 and p99 of the time from a TFJob's creation until all its replicas run "
+                    "(scheduling and image pulls dominate).",
+                    _quantiles("tfjob_job_time_to_running_seconds", JOBS),
+                    unit="s",
+                ),
+            ),
+        ),
+        Row(
+            "Jobs that need attention",
+            (
+                Panel(
+                    "Degraded jobs",
+                    "Running jobs with fewer running workers than they asked for (a failover "
+                    "in progress, or replacements that cannot be scheduled).",
+                    (_q(f"sum by (job_namespace) (tfjob_jobs_degraded{{{JOBS}}})", "{{job_namespace}}"),),
+                ),
+                Panel(
+                    "Longest degraded",
+                    "How long the longest-degraded job has been below its desired workers. "
+                    "Over 15 minutes fires TFJobsDegradedForLong.",
+                    (
+                        _q(
+                            f"max by (job_namespace) (tfjob_jobs_degraded_longest_seconds{{{JOBS}}})",
+                            "{{job_namespace}}",
+                        ),
+                    ),
+                    unit="s",
+                ),
+                Panel(
+                    "Oldest job not yet Running",
+                    "Age of the oldest job that has not reached Running. Over 30 "
+                    "minutes fires TFJobsStuckNotRunning (unschedulable pods, missing images, quota).",
+                    (
+                        _q(
+                            f"max by (job_namespace) (tfjob_jobs_not_running_longest_seconds{{{JOBS}}})",
+                            "{{job_namespace}}",
+                        ),
+                    ),
+                    unit="s",
+                ),
+            ),
+        ),
     ),
 )
 
@@ -315,12 +547,21 @@ DASHBOARDS = (CONTROLLER_HEALTH, TRAINING_JOBS)
 _VARIABLES: dict[str, tuple[str, str, str]] = {
     # name -> (label, query, help)
     "job": ("Scrape job", "label_values(tfjob_controller_build_info, job)", "the Prometheus job of the controller"),
-    "namespace": ("Namespace", 'label_values(tfjob_controller_build_info{job="$job"}, namespace)',
-                  "the controller's Kubernetes namespace"),
-    "instance": ("Instance", 'label_values(tfjob_controller_build_info{job="$job", namespace=~"$namespace"}, instance)',
-                 "controller replicas"),
-    "job_namespace": ("TFJob namespace", 'label_values(tfjob_jobs{job="$job", namespace=~"$namespace"}, job_namespace)',
-                      "namespaces of the TFJobs"),
+    "namespace": (
+        "Namespace",
+        'label_values(tfjob_controller_build_info{job="$job"}, namespace)',
+        "the controller's Kubernetes namespace",
+    ),
+    "instance": (
+        "Instance",
+        'label_values(tfjob_controller_build_info{job="$job", namespace=~"$namespace"}, instance)',
+        "controller replicas",
+    ),
+    "job_namespace": (
+        "TFJob namespace",
+        'label_values(tfjob_jobs{job="$job", namespace=~"$namespace"}, job_namespace)',
+        "namespaces of the TFJobs",
+    ),
 }
 
 
@@ -374,13 +615,21 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
         "targets": targets,
     }
     if panel.kind == "timeseries":
-        out["fieldConfig"]["defaults"]["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
-                                                    "showPoints": "never"}
-        out["options"] = {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["max", "lastNotNull"]},
-                          "tooltip": {"mode": "multi", "sort": "desc"}}
+        out["fieldConfig"]["defaults"]["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10,
+            "showPoints": "never",
+        }
+        out["options"] = {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["max", "lastNotNull"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
     else:
-        out["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                          "orientation": "horizontal"}
+        out["options"] = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+        }
     return out
 
 
@@ -389,8 +638,16 @@ def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
     next_id = 1
     y = 0
     for row in dashboard.rows:
-        panels.append({"type": "row", "id": next_id, "title": row.title, "collapsed": False,
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
+        panels.append(
+            {
+                "type": "row",
+                "id": next_id,
+                "title": row.title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
         next_id += 1
         y += 1
         x = 0
@@ -401,9 +658,19 @@ def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
             next_id += 1
             x += panel.width
         y += 8
-    datasource = {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-                  "current": {}, "hide": 0, "refresh": 1, "regex": "", "options": [], "includeAll": False,
-                  "multi": False}
+    datasource = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "refresh": 1,
+        "regex": "",
+        "options": [],
+        "includeAll": False,
+        "multi": False,
+    }
     return {
         "__inputs": [],
         "uid": dashboard.uid,
@@ -596,8 +863,11 @@ def prometheus_rule() -> dict[str, Any]:
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         # prometheus/role: what older kube-prometheus releases' ruleSelector asks for (newer ones select all).
-        "metadata": {"name": "tfjob-controller", "namespace": "tfjob-controller",
-                     "labels": {**_labels(), "prometheus": "k8s", "role": "alert-rules"}},
+        "metadata": {
+            "name": "tfjob-controller",
+            "namespace": "tfjob-controller",
+            "labels": {**_labels(), "prometheus": "k8s", "role": "alert-rules"},
+        },
         "spec": rules_document(),
     }
 
@@ -623,8 +893,12 @@ def service_monitor() -> dict[str, Any]:
         "spec": {
             # job="tfjob-controller" (the value of this Service label), which the alerting rules select.
             "jobLabel": "app.kubernetes.io/name",
-            "selector": {"matchLabels": {"app.kubernetes.io/name": "tfjob-controller",
-                                         "app.kubernetes.io/component": "controller"}},
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "tfjob-controller",
+                    "app.kubernetes.io/component": "controller",
+                }
+            },
             "namespaceSelector": {"matchNames": ["tfjob-controller"]},
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
         },
@@ -639,9 +913,10 @@ def prometheus_rbac() -> list[dict[str, Any]]:
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": "prometheus-k8s", "namespace": "tfjob-controller", "labels": _labels()},
-        "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                   "verbs": ["get", "list", "watch"]}],
+        "rules": [
+            {"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        ],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -715,15 +990,17 @@ def generated_files() -> dict[Path, str]:
     files[monitoring / "kustomization.yaml"] = (
         "# kube-prometheus integration: `kubectl apply -k manifests/monitoring/` on a cluster that runs the\n"
         "# Prometheus Operator (ServiceMonitor, PrometheusRule), Grafana's dashboard sidecar (ConfigMaps\n"
-        "# labelled grafana_dashboard=\"1\") and kube-prometheus' prometheus-k8s (a Role lets it discover the\n"
+        '# labelled grafana_dashboard="1") and kube-prometheus\' prometheus-k8s (a Role lets it discover the\n'
         "# controller). Not part of manifests/kustomization.yaml, so the base install works where those CRDs\n"
         "# are absent.\n"
         + MONITORING_HEADER
-        + _yaml({
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": ["servicemonitor.yaml", "prometheus_rbac.yaml", "prometheusrule.yaml", "dashboards.yaml"],
-        })
+        + _yaml(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["servicemonitor.yaml", "prometheus_rbac.yaml", "prometheusrule.yaml", "dashboards.yaml"],
+            }
+        )
     )
     files[Path("docs/metrics.md")] = metrics_doc()
     return files

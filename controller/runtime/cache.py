@@ -26,7 +26,8 @@ memory-bound deployments).
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 __all__ = [
     "DeletedFinalStateUnknown",
@@ -64,7 +65,7 @@ class DeletedFinalStateUnknown(NamedTuple):
     obj: dict[str, Any] | None
 
     @staticmethod
-    def unwrap(obj_or_tombstone: "dict[str, Any] | DeletedFinalStateUnknown") -> dict[str, Any] | None:
+    def unwrap(obj_or_tombstone: dict[str, Any] | DeletedFinalStateUnknown) -> dict[str, Any] | None:
         """The object inside a tombstone, or the object itself."""
         if isinstance(obj_or_tombstone, DeletedFinalStateUnknown):
             return obj_or_tombstone.obj
@@ -307,8 +308,15 @@ def intern_transform(obj: dict[str, Any]) -> dict[str, Any]:
 # Scalar strings that thousands of pods of one job share (nodes, images, policies). Unique strings
 # (hostname, uid) are left alone: interning them costs time and saves nothing.
 _SHARED_SPEC_FIELDS = (
-    "nodeName", "schedulerName", "serviceAccountName", "serviceAccount", "restartPolicy", "dnsPolicy",
-    "priorityClassName", "preemptionPolicy", "subdomain",
+    "nodeName",
+    "schedulerName",
+    "serviceAccountName",
+    "serviceAccount",
+    "restartPolicy",
+    "dnsPolicy",
+    "priorityClassName",
+    "preemptionPolicy",
+    "subdomain",
 )
 _SHARED_CONTAINER_FIELDS = ("name", "image", "imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy")
 

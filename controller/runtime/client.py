@@ -52,8 +52,9 @@ import os
 import random
 import re
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import aiohttp
@@ -195,7 +196,7 @@ class RequestAttributes:
     name: str = ""
 
     @classmethod
-    def of(cls, method: str, url: str) -> "RequestAttributes | None":
+    def of(cls, method: str, url: str) -> RequestAttributes | None:
         """Attributes of a request to ``url`` (absolute or a path); None for non-resource paths."""
         parts = urlsplit(url)
         segments = [unquote(s) for s in parts.path.strip("/").split("/") if s]
@@ -219,8 +220,14 @@ class RequestAttributes:
         elif method == "DELETE" and not name:
             verb = "deletecollection"
         else:
-            verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-                    "DELETE": "delete"}.get(method, method.lower())
+            verb = {
+                "GET": "get",
+                "HEAD": "get",
+                "POST": "create",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+            }.get(method, method.lower())
         return cls(verb, group, resource, subresource, namespace, name)
 
     def describe(self) -> str:
@@ -314,8 +321,9 @@ class RequestLimit:
     applies (client-go's metric), so a dashboard shows when the client throttles itself.
     """
 
-    def __init__(self, qps: float, burst: int, clock: Clock, *, auto: bool = False,
-                 metrics: RestClientMetrics | None = None) -> None:
+    def __init__(
+        self, qps: float, burst: int, clock: Clock, *, auto: bool = False, metrics: RestClientMetrics | None = None
+    ) -> None:
         self.bucket: TokenBucket | None = TokenBucket(qps, burst, clock) if qps > 0 else None
         # Still looking for the APF headers (only an auto limit with a bucket to lift does).
         self.auto = auto and self.bucket is not None
@@ -429,8 +437,14 @@ class WatchStream:
     :class:`ResponseDecodeError` for a line that is not JSON.
     """
 
-    def __init__(self, client: "ApiClient", url: str, headers: dict[str, str], timeout: aiohttp.ClientTimeout,
-                 inactivity_timeout: float | None) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        url: str,
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
+        inactivity_timeout: float | None,
+    ) -> None:
         self._client = client
         self._url = url
         self._headers = headers
@@ -443,7 +457,7 @@ class WatchStream:
         self._closed = False
         self.bytes_read = 0
 
-    async def __aenter__(self) -> "WatchStream":
+    async def __aenter__(self) -> WatchStream:
         await self.open()
         return self
 
@@ -498,7 +512,7 @@ class WatchStream:
         async for lines in self.lines():
             yield decode_lines(lines)
 
-    def __aiter__(self) -> "WatchStream":
+    def __aiter__(self) -> WatchStream:
         return self
 
     async def __anext__(self) -> dict[str, Any]:
@@ -563,7 +577,7 @@ class ApiClient:
     # -- construction ---------------------------------------------------------------------------------
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs: Any) -> "ApiClient":
+    async def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs: Any) -> ApiClient:
         """Client for ``context`` (default: the current context) of the kubeconfig at ``path`` (default:
         the first entry of ``$KUBECONFIG``, else ``~/.kube/config``). Exec-plugin credentials are
         re-run when they expire."""
@@ -599,7 +613,7 @@ class ApiClient:
         ca_path: str = SERVICE_CERT_FILENAME,
         environ: Mapping[str, str] | None = None,
         **kwargs: Any,
-    ) -> "ApiClient":
+    ) -> ApiClient:
         """Client from the pod's service account. The token file is re-read every minute (projected
         service-account tokens rotate), via kubernetes-asyncio's refresh hook."""
         configuration = Configuration()
@@ -613,24 +627,30 @@ class ApiClient:
         return cls(configuration, **kwargs)
 
     @classmethod
-    async def default(cls, **kwargs: Any) -> "ApiClient":
+    async def default(cls, **kwargs: Any) -> ApiClient:
         """In-cluster when ``KUBERNETES_SERVICE_HOST`` is set, else the kubeconfig (see
         :meth:`from_kubeconfig`)."""
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             return cls.in_cluster(**kwargs)
         return await cls.from_kubeconfig(**kwargs)
 
-    def sibling(self, *, qps: float, burst: int) -> "ApiClient":
+    def sibling(self, *, qps: float, burst: int) -> ApiClient:
         """A client of the same server, credentials and settings with a request limit and a connection
         pool of its own (close it separately). For leader election: its renewals must never wait behind
         the controller's requests, in this client's bucket or for one of its connections."""
         return ApiClient(
-            self.configuration, qps=qps, burst=burst, retry=self.retry, registry=self._registry,
-            request_timeout=self.request_timeout, connect_timeout=self.connect_timeout, user_agent=self.user_agent,
+            self.configuration,
+            qps=qps,
+            burst=burst,
+            retry=self.retry,
+            registry=self._registry,
+            request_timeout=self.request_timeout,
+            connect_timeout=self.connect_timeout,
+            user_agent=self.user_agent,
             clock=self._clock,
         )
 
-    async def __aenter__(self) -> "ApiClient":
+    async def __aenter__(self) -> ApiClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -887,8 +907,14 @@ class ApiClient:
         """Send one request (with retries: ``retry``, default the client's), return the decoded JSON body
         (``{}`` when empty)."""
         _, raw = await self.request_raw(
-            method, path, params=params, body=body, content_type=content_type, idempotent=idempotent,
-            timeout=timeout, retry=retry,
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type,
+            idempotent=idempotent,
+            timeout=timeout,
+            retry=retry,
         )
         if not raw:
             return {}
@@ -938,8 +964,14 @@ class ApiClient:
                     raise
                 delay = policy.delay(attempt, None)
                 self._metrics.retried(method, "<error>")
-                log.info("retrying request after transport error", method=method, path=path, attempt=attempt,
-                         delay=round(delay, 3), error=str(exc))
+                log.info(
+                    "retrying request after transport error",
+                    method=method,
+                    path=path,
+                    attempt=attempt,
+                    delay=round(delay, 3),
+                    error=str(exc),
+                )
                 await self._clock.sleep_until(self._clock.now() + delay)
                 continue
             self._observe_apf(resp_headers)
@@ -950,15 +982,23 @@ class ApiClient:
                 raise error
             delay = policy.delay(attempt, error.retry_after)
             self._metrics.retried(method, str(status))
-            log.info("retrying request", method=method, path=path, attempt=attempt, status=status,
-                     reason=error.reason, delay=round(delay, 3))
+            log.info(
+                "retrying request",
+                method=method,
+                path=path,
+                attempt=attempt,
+                status=status,
+                reason=error.reason,
+                delay=round(delay, 3),
+            )
             await self._clock.sleep_until(self._clock.now() + delay)
 
     def _observe_apf(self, headers: Mapping[str, str]) -> None:
         if self.limit.auto and self.limit.observe(headers):
             log.info(
                 f"API Priority and Fairness detected on the server ({self.limit.lifted_by}): client-side rate "
-                "limit off; set --kube-api-qps to keep one", server=self.base_url,
+                "limit off; set --kube-api-qps to keep one",
+                server=self.base_url,
             )
 
     @staticmethod
@@ -997,7 +1037,11 @@ class ApiClient:
         code = "<error>"
         try:
             async with session.request(
-                method, yarl.URL(url, encoded=True), data=data, headers=headers, timeout=timeout,
+                method,
+                yarl.URL(url, encoded=True),
+                data=data,
+                headers=headers,
+                timeout=timeout,
                 **self._send_kwargs,
             ) as response:
                 code = str(response.status)
@@ -1086,4 +1130,3 @@ class ApiClient:
         if dry_run:
             params["dryRun"] = "All"
         return params
-

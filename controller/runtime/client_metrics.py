@@ -35,7 +35,8 @@ Contract:
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -59,7 +60,7 @@ WATCH_RESTART_REASONS = ("timeout", "closed", "short", "stalled", "throttled", "
 RELIST_REASONS = ("initial", "expired", "error")
 
 _T = TypeVar("_T")
-_families: "weakref.WeakKeyDictionary[CollectorRegistry, dict[str, object]]" = weakref.WeakKeyDictionary()
+_families: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, object]] = weakref.WeakKeyDictionary()
 
 
 def _family(registry: CollectorRegistry, name: str, build: Callable[[], _T]) -> _T:
@@ -131,7 +132,7 @@ class RestClientMetrics:
         self._observe_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     @classmethod
-    def for_registry(cls, registry: CollectorRegistry | None, host: str) -> "RestClientMetrics":
+    def for_registry(cls, registry: CollectorRegistry | None, host: str) -> RestClientMetrics:
         return cls(registry, host) if registry is not None else _NullRestClientMetrics()  # type: ignore[return-value]
 
     def observe(self, method: str, code: str, seconds: float) -> None:
@@ -235,7 +236,7 @@ class InformerMetrics:
         self._objects = objects.labels(resource=resource)
 
     @classmethod
-    def for_registry(cls, registry: CollectorRegistry | None, resource: str) -> "InformerMetrics":
+    def for_registry(cls, registry: CollectorRegistry | None, resource: str) -> InformerMetrics:
         return cls(registry, resource) if registry is not None else _NullInformerMetrics()  # type: ignore[return-value]
 
     def watch_restart(self, reason: str) -> None:
@@ -295,7 +296,7 @@ class LeaderElectionMetrics:
         self._status.set(0)
 
     @classmethod
-    def for_registry(cls, registry: CollectorRegistry | None, name: str) -> "LeaderElectionMetrics":
+    def for_registry(cls, registry: CollectorRegistry | None, name: str) -> LeaderElectionMetrics:
         return cls(registry, name) if registry is not None else _NullLeaderElectionMetrics()  # type: ignore[return-value]
 
     def leading(self, is_leading: bool) -> None:

@@ -39,9 +39,10 @@ import math
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 import structlog
@@ -62,7 +63,7 @@ COMBINED_PREFIX = "(combined from similar events): "
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -141,7 +142,9 @@ class EventRecorder:
         self._last_stamp = 0
         self._dropping = False  # a warning was logged for the current run of drops
         self._dropped = (
-            Counter("events_dropped", "Events that could not be written to the API server", ["reason"], registry=registry)
+            Counter(
+                "events_dropped", "Events that could not be written to the API server", ["reason"], registry=registry
+            )
             if registry is not None
             else None
         )

@@ -62,18 +62,19 @@ from __future__ import annotations
 import gc
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import anyio
 import orjson
 import structlog
 
 from controller.runtime.cache import (
-    DeletedFinalStateUnknown,
-    IndexFunc,
-    Indexer,
     NAMESPACE_INDEX,
+    DeletedFinalStateUnknown,
+    Indexer,
+    IndexFunc,
     default_transform,
 )
 from controller.runtime.client import ApiClient, Resource
@@ -373,8 +374,9 @@ class _Reflector:
                     delay = await self._backoff.sleep()
                     # A 403 will not heal by itself: say so at error level (the message names the permission).
                     report = self._log.error if isinstance(exc, Forbidden) else self._log.warning
-                    report("list failed; retrying", error=str(exc), error_type=type(exc).__name__,
-                           retry_in=round(delay, 3))
+                    report(
+                        "list failed; retrying", error=str(exc), error_type=type(exc).__name__, retry_in=round(delay, 3)
+                    )
                     continue
                 need_list = False
             try:
@@ -392,8 +394,12 @@ class _Reflector:
                 delay = await self._backoff.sleep()
                 report = self._log.error if isinstance(exc, Forbidden) else self._log.info
                 report(
-                    "watch failed", error=str(exc), error_type=type(exc).__name__, relist=need_list,
-                    resource_version=self.last_rv, retried_after=round(delay, 3),
+                    "watch failed",
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                    relist=need_list,
+                    resource_version=self.last_rv,
+                    retried_after=round(delay, 3),
                 )
                 if need_list:
                     continue
@@ -636,4 +642,3 @@ class _Reflector:
             metrics.cache_objects(len(cache))
         if error is not None:
             raise error
-

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import copy
 import random
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 import structlog
@@ -56,8 +57,8 @@ class LeadershipLost(Exception):
 
 def micro_time(when: datetime | None = None) -> str:
     """``metav1.MicroTime`` rendering: UTC with exactly 6 fractional digits."""
-    when = when or datetime.now(timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    when = when or datetime.now(UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class _Signal:
@@ -181,15 +182,19 @@ class LeaderElector:
         self._set_leading(True)
         self._log.info("acquired lease")
 
-    async def _watch_lease(self, changed: "_Signal") -> None:
+    async def _watch_lease(self, changed: _Signal) -> None:
         """Wake the acquire loop when the holder releases the Lease (``holderIdentity`` empty)."""
         selector = f"metadata.name={self.name}"
         resource_version = (self._lease or {}).get("metadata", {}).get("resourceVersion")
         while True:
             try:
                 async with self.client.watch(
-                    LEASES, namespace=self.namespace, field_selector=selector, resource_version=resource_version,
-                    timeout_seconds=300, allow_watch_bookmarks=False,
+                    LEASES,
+                    namespace=self.namespace,
+                    field_selector=selector,
+                    resource_version=resource_version,
+                    timeout_seconds=300,
+                    allow_watch_bookmarks=False,
                 ) as stream:
                     async for event in stream:
                         obj = event.get("object") or {}

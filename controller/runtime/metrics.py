@@ -261,7 +261,9 @@ class ReconcileMetrics:
         self.registry = registry
         families = _reconcile_families_for(registry)
         # Pre-create every result series so they are exported at 0 before the first reconcile, like c-r.
-        self._total = {result: families.total.labels(controller=controller, result=result) for result in RECONCILE_RESULTS}
+        self._total = {
+            result: families.total.labels(controller=controller, result=result) for result in RECONCILE_RESULTS
+        }
         self._errors = families.errors.labels(controller=controller)
         self._errors_by_reason = {
             reason: families.errors_by_reason.labels(controller=controller, reason=reason) for reason in ERROR_REASONS

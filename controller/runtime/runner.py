@@ -70,7 +70,9 @@ class Result:
         if self.requeue_after is not None and (
             math.isnan(self.requeue_after) or math.isinf(self.requeue_after) or self.requeue_after < 0
         ):
-            raise ValueError(f"Result.requeue_after must be a finite number of seconds >= 0, got {self.requeue_after!r}")
+            raise ValueError(
+                f"Result.requeue_after must be a finite number of seconds >= 0, got {self.requeue_after!r}"
+            )
 
 
 Reconciler = Callable[[str], Awaitable[Result | None]]

@@ -119,11 +119,7 @@ def set_condition(
             continue
         if cond_type == api.COND_RUNNING and existing_type == api.COND_RESTARTING:
             continue
-        if (
-            terminal
-            and existing_type in (api.COND_RUNNING, api.COND_RESTARTING)
-            and existing.get("status") != FALSE
-        ):
+        if terminal and existing_type in (api.COND_RUNNING, api.COND_RESTARTING) and existing.get("status") != FALSE:
             # Upstream flips only the status (timestamps untouched); we do it for Restarting too.
             existing = {**existing, "status": FALSE}
         result.append(existing)
@@ -139,7 +135,5 @@ def sanitize(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         return []
     return [
-        c
-        for c in raw
-        if isinstance(c, dict) and isinstance(c.get("type"), str) and isinstance(c.get("status"), str)
+        c for c in raw if isinstance(c, dict) and isinstance(c.get("type"), str) and isinstance(c.get("status"), str)
     ]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -47,13 +47,14 @@ from controller.runtime.cache import (
     object_key,
 )
 from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from controller.runtime.errors import ApiError, Conflict, ResponseDecodeError, TransportError
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.runner import Controller, Result
-from controller.runtime.errors import ApiError, Conflict, ResponseDecodeError, TransportError
 from controller.runtime.served import resource_served, wait_until_served
-from controller.tfjob import api, gang as ganglib
+from controller.tfjob import api
+from controller.tfjob import gang as ganglib
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
@@ -90,8 +91,7 @@ async def check_pod_group_crd(client: ApiClient, gang: ganglib.Gang) -> None:
     if not served:
         installer = "Volcano" if gang.volcano else "scheduler-plugins (its PodGroup CRD)"
         raise MissingPodGroupCRD(
-            f"PodGroup CRD {gang.crd_name} is not installed: install {installer} "
-            "or run without --gang-scheduler-name"
+            f"PodGroup CRD {gang.crd_name} is not installed: install {installer} or run without --gang-scheduler-name"
         )
 
 
@@ -117,7 +117,7 @@ class TFJobController:
         workers: int = 1,
         decide_config: DecideConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
         informer_options: dict[str, Any] | None = None,
         crd_poll: float = 2.0,
     ) -> None:
@@ -148,7 +148,10 @@ class TFJobController:
         registry.register(self.observer)
         self.recorder = EventRecorder(client, api.CONTROLLER_NAME, registry)
         self.executor = Executor(
-            client, self.expectations, self.recorder, self.metrics,
+            client,
+            self.expectations,
+            self.recorder,
+            self.metrics,
             pod_groups=pod_group_resource(self.gang) if self.gang is not None else None,
         )
         # Read-your-writes for our own status writes: key -> (the resourceVersion our write replaced, the

@@ -219,8 +219,7 @@ class _ModelSchemaBuilder:
             if (class_name, attr) in FREE_FORM_OBJECT_FIELDS:
                 return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
             raise SchemaGenerationError(
-                f"{class_name}.{attr} is typed 'object': classify it in INT_OR_STRING_FIELDS or"
-                " FREE_FORM_OBJECT_FIELDS"
+                f"{class_name}.{attr} is typed 'object': classify it in INT_OR_STRING_FIELDS or FREE_FORM_OBJECT_FIELDS"
             )
         if hasattr(getattr(self._models, type_name, None), "openapi_types"):
             return self.model(type_name)
@@ -322,9 +321,7 @@ def _run_policy_schema() -> dict[str, Any]:
             "managedBy": {
                 "type": "string",
                 "enum": list(api.MANAGED_BY_ALLOWED),
-                "x-kubernetes-validations": [
-                    _rule("self == oldSelf", "spec.runPolicy.managedBy is immutable")
-                ],
+                "x-kubernetes-validations": [_rule("self == oldSelf", "spec.runPolicy.managedBy is immutable")],
             },
             "schedulingPolicy": {
                 "type": "object",
@@ -474,11 +471,13 @@ def _generated_names_rule() -> dict[str, Any]:
     # Written with conditionals: && and || evaluate both sides (in the simulator; cel-go short-circuits), and
     # this runs on every create. orValue, not value(): value() of an absent optional is an error.
     old = "oldSelf.orValue(self)"
-    no_pods = f"(has(self.spec.tfReplicaSpecs[k].replicas) && self.spec.tfReplicaSpecs[k].replicas <= 0)"
+    no_pods = "(has(self.spec.tfReplicaSpecs[k].replicas) && self.spec.tfReplicaSpecs[k].replicas <= 0)"
     fits = f"size(self.metadata.name) + {suffix('self')} <= {limit}"
     # On update, a type whose names were already too long may keep (or shorten) them.
-    tolerated = (f"oldSelf.hasValue() ? (k in {old}.spec.tfReplicaSpecs ? ({has_pods(old)}"
-                 f" && {suffix(old)} >= {suffix('self')}) : false) : false")
+    tolerated = (
+        f"oldSelf.hasValue() ? (k in {old}.spec.tfReplicaSpecs ? ({has_pods(old)}"
+        f" && {suffix(old)} >= {suffix('self')}) : false) : false"
+    )
     return {
         # A name already longer than a label is reported by the DNS-1035 rule alone.
         "rule": f"size(self.metadata.name) > {limit} ? true :"

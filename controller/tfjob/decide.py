@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import api, gang as ganglib, pods as podlib, tfconfig
+from . import api, tfconfig
+from . import gang as ganglib
+from . import pods as podlib
 from .actions import (
     Action,
     CreatePod,
@@ -51,9 +53,8 @@ from .actions import (
     MetricInc,
     UpdatePodGroup,
 )
-from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time
+from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time, set_condition
 from .conditions import sanitize as sanitize_conditions
-from .conditions import set_condition
 from .defaults import defaulted
 from .jsoncopy import json_copy
 from .validation import summarize, validate, validate_pod_count
@@ -144,7 +145,9 @@ class WorkerRecord:
         code = raw.get("exitCode")
         return WorkerRecord(
             state=raw["state"],
-            failovers=failovers if isinstance(failovers, int) and not isinstance(failovers, bool) and failovers > 0 else 0,
+            failovers=failovers
+            if isinstance(failovers, int) and not isinstance(failovers, bool) and failovers > 0
+            else 0,
             last_failover_time=text("lastFailoverTime"),
             last_reason=text("lastReason"),
             retry_after=text("retryAfter"),
@@ -191,11 +194,7 @@ def worker0_completed(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     one pod, Succeeded, whose ``tensorflow`` container exited 0. True if there is no Worker spec."""
     if api.WORKER not in job["spec"]["tfReplicaSpecs"]:
         return True
-    slot0 = [
-        p
-        for p in pods
-        if podlib.replica_type_label(p) == api.WORKER.lower() and podlib.replica_index(p) == 0
-    ]
+    slot0 = [p for p in pods if podlib.replica_type_label(p) == api.WORKER.lower() and podlib.replica_index(p) == 0]
     if len(slot0) != 1:
         return False
     pod = slot0[0]
@@ -273,7 +272,6 @@ def decide(
     return _Pass(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes).run()
 
 
-
 def _earlier_incarnation(obj: dict[str, Any], job_name: str) -> bool:
     refs = podlib.metadata(obj).get("ownerReferences")
     return isinstance(refs, list) and any(
@@ -330,7 +328,9 @@ class _Pass:
         # that the garbage collector has yet to remove (the new job's own group follows it).
         self.foreign_pod_group = (
             pod_group
-            if self.gang is not None and isinstance(pod_group, dict) and not owned_groups
+            if self.gang is not None
+            and isinstance(pod_group, dict)
+            and not owned_groups
             and not _earlier_incarnation(pod_group, self.name)
             else None
         )
@@ -639,10 +639,12 @@ class _Pass:
         if existing is None and self.foreign_pod_group is not None:
             # Upstream's Create fails AlreadyExists and it logs; say it where the user looks instead.
             self._event(
-                api.EVENT_WARNING, api.EV_FAILED_CREATE_POD_GROUP,
+                api.EVENT_WARNING,
+                api.EV_FAILED_CREATE_POD_GROUP,
                 f"PodGroup {self.namespace}/{self.name} exists and is not controlled by TFJob {self.name}; "
-                "the job's pods wait for it to be deleted" if self.gang.volcano else
-                f"PodGroup {self.namespace}/{self.name} exists and is not controlled by TFJob {self.name}; "
+                "the job's pods wait for it to be deleted"
+                if self.gang.volcano
+                else f"PodGroup {self.namespace}/{self.name} exists and is not controlled by TFJob {self.name}; "
                 "the job's pods join it as it is",
             )
             return ganglib.blocks_pods(self.gang, None)
@@ -653,7 +655,11 @@ class _Pass:
             is_true(self.conditions, api.COND_RESTARTING) and any(not podlib.is_terminating(p) for p in self.pods)
         )
         spec = ganglib.desired_spec(
-            self.gang, self.job, existing, dynamic=self.dynamic, running=running,
+            self.gang,
+            self.job,
+            existing,
+            dynamic=self.dynamic,
+            running=running,
             priority_classes=self.priority_classes,
         )
         if existing is None:
@@ -1138,11 +1144,7 @@ class _Pass:
         running_message = f"TFJob {self.namespace}/{self.name} is running."
         if terminal is None:
             if restarting:
-                failing = next(
-                    t
-                    for t in self.types
-                    if counts[t].failed > 0 and not (self.dynamic and t == api.WORKER)
-                )
+                failing = next(t for t in self.types if counts[t].failed > 0 and not (self.dynamic and t == api.WORKER))
                 self._set(
                     api.COND_RESTARTING,
                     TRUE,

@@ -153,9 +153,7 @@ class Executor:
             elif isinstance(action, CreatePod):
                 creations.append(partial(self._create, job_key, job, PODS, POD_KIND, namespace, action.pod))
             elif isinstance(action, CreateService):
-                creations.append(
-                    partial(self._create, job_key, job, SERVICES, SERVICE_KIND, namespace, action.service)
-                )
+                creations.append(partial(self._create, job_key, job, SERVICES, SERVICE_KIND, namespace, action.service))
             elif isinstance(action, DeletePod):
                 deletions.append(
                     partial(
@@ -286,8 +284,12 @@ class Executor:
             if not isinstance(exc, Conflict):  # a stale cache: retried quietly, as for the job's status
                 self._pod_group_failed(job, create, name, namespace, str(exc))
             raise
-        self.log.info("created podgroup" if create else "updated podgroup", job=job_key, name=name,
-                      spec=action.pod_group.get("spec"))
+        self.log.info(
+            "created podgroup" if create else "updated podgroup",
+            job=job_key,
+            name=name,
+            spec=action.pod_group.get("spec"),
+        )
         return True
 
     def _pod_group_failed(self, job: dict[str, Any], create: bool, name: str, namespace: str, why: str) -> None:
@@ -311,13 +313,21 @@ class Executor:
         except (NotFound, Conflict):
             return  # gone already, or a newer group under that name that this decision did not see
         except (ApiError, TransportError) as exc:
-            self.recorder.record(job, api.EVENT_NORMAL, api.EV_JOB_TERMINATED, "Job has been terminated. Deleting PodGroup")
-            self.recorder.record(job, api.EVENT_WARNING, api.EV_FAILED_DELETE_POD_GROUP,
-                                 f"Error deleting: unable to delete PodGroup: {exc}")
+            self.recorder.record(
+                job, api.EVENT_NORMAL, api.EV_JOB_TERMINATED, "Job has been terminated. Deleting PodGroup"
+            )
+            self.recorder.record(
+                job,
+                api.EVENT_WARNING,
+                api.EV_FAILED_DELETE_POD_GROUP,
+                f"Error deleting: unable to delete PodGroup: {exc}",
+            )
             raise
         self.log.info("deleted podgroup", job=f"{namespace}/{action.name}")
         self.recorder.record(job, api.EVENT_NORMAL, api.EV_JOB_TERMINATED, "Job has been terminated. Deleting PodGroup")
-        self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_POD_GROUP, f"Deleted PodGroup: {action.name}")
+        self.recorder.record(
+            job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_POD_GROUP, f"Deleted PodGroup: {action.name}"
+        )
 
     async def _delete_job(self, job: dict[str, Any], namespace: str, reason: str) -> bool:
         """Delete the job itself (TTL). True when this call deleted it."""

@@ -158,11 +158,22 @@ def _spec(obj: dict[str, Any] | None) -> dict[str, Any]:
 
 # --- minResources ------------------------------------------------------------------------------------
 _SUFFIXES: Final = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
 }
 _BINARY: Final = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 _DECIMAL: Final = ("E", "P", "T", "G", "M", "k", "", "m", "u", "n")
@@ -308,7 +319,9 @@ def desired_spec(
     return spec
 
 
-def new_pod_group(gang: Gang, job: dict[str, Any], owner_reference: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def new_pod_group(
+    gang: Gang, job: dict[str, Any], owner_reference: dict[str, Any], spec: dict[str, Any]
+) -> dict[str, Any]:
     """The PodGroup to create: named like the job, controlled by it, the job's annotations copied (upstream
     copies them at create only), no labels."""
     meta = job["metadata"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import api, tfconfig
-from .jsoncopy import json_copy
 from .conditions import parse_time
+from .jsoncopy import json_copy
 
 
 # --- small safe accessors ------------------------------------------------------------------------

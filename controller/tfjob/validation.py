@@ -121,9 +121,14 @@ def validate_pod_count(job: Any, max_pods: int) -> list[FieldError]:
         total += replicas if _is_int(replicas) and replicas > 0 else (api.DEFAULT_REPLICAS if replicas is None else 0)
     if total <= max_pods:
         return []
-    return [FieldError(FORBIDDEN, "spec.tfReplicaSpecs",
-                       f"the job asks for {total} pods in total, more than this controller's limit of "
-                       f"{max_pods} pods per job (--max-pods-per-job)")]
+    return [
+        FieldError(
+            FORBIDDEN,
+            "spec.tfReplicaSpecs",
+            f"the job asks for {total} pods in total, more than this controller's limit of "
+            f"{max_pods} pods per job (--max-pods-per-job)",
+        )
+    ]
 
 
 def validate(job: Any) -> list[FieldError]:
@@ -190,13 +195,16 @@ def _validate_generated_names(name: str, replica_specs: dict[str, Any], errors: 
                 longest = generated
     if len(longest) > limit:
         allowed = limit - (len(longest) - len(name))
-        errors.append(FieldError(
-            INVALID, "metadata.name",
-            f"must be no more than {allowed} characters for this job: the name of each of its pods and services, "
-            f"<name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters, and "
-            f"{json.dumps(longest)} has {len(longest)}",
-            name,
-        ))
+        errors.append(
+            FieldError(
+                INVALID,
+                "metadata.name",
+                f"must be no more than {allowed} characters for this job: the name of each of its pods and services, "
+                f"<name>-<replica type>-<index>, must be a DNS-1035 label of at most {limit} characters, and "
+                f"{json.dumps(longest)} has {len(longest)}",
+                name,
+            )
+        )
 
 
 def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> None:
@@ -217,9 +225,7 @@ def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> Non
             errors.append(_not_supported(f"{field}[{key}]", key, api.REPLICA_TYPES))
             continue
         if canonical in seen:
-            errors.append(
-                FieldError(DUPLICATE, f"{field}[{key}]", f"same replica type as {seen[canonical]!r}", key)
-            )
+            errors.append(FieldError(DUPLICATE, f"{field}[{key}]", f"same replica type as {seen[canonical]!r}", key))
             continue
         seen[canonical] = key
         _validate_replica_spec(f"{field}[{key}]", replica_spec, errors)
@@ -298,9 +304,7 @@ def _validate_template_metadata(field: str, metadata: Any, errors: list[FieldErr
         ):
             errors.append(FieldError(INVALID, f"{field}.{key}", "must be a map of string to string", mapping))
     finalizers = metadata.get("finalizers")
-    if finalizers is not None and (
-        not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)
-    ):
+    if finalizers is not None and (not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)):
         errors.append(FieldError(INVALID, f"{field}.finalizers", "must be a list of strings", finalizers))
 
 

@@ -27,5 +27,7 @@ def require_extra(secure: bool = False) -> None:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise MissingExtra(f"the simulated cluster needs the [sim] extra (cannot import {name}: {exc}); "
-                               "install it from a checkout with: pip install -e '.[sim]'") from None
+            raise MissingExtra(
+                f"the simulated cluster needs the [sim] extra (cannot import {name}: {exc}); "
+                "install it from a checkout with: pip install -e '.[sim]'"
+            ) from None

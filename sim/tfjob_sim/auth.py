@@ -58,7 +58,8 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the CLI's one-line message
     raise ModuleNotFoundError(
         "the simulator's secure mode needs the 'cryptography' package: pip install 'tfjob-controller[sim]'",
-        name=exc.name) from exc
+        name=exc.name,
+    ) from exc
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUDIENCE = ISSUER
@@ -79,13 +80,14 @@ def _b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _pem(cert: "x509.Certificate") -> bytes:
+def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _key_pem(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 @dataclass
@@ -99,25 +101,49 @@ class SecureMaterial:
     signing_key: Any  # ec.EllipticCurvePrivateKey
 
     @classmethod
-    def generate(cls, host: str) -> "SecureMaterial":
-        now = _dt.datetime.now(_dt.timezone.utc)
+    def generate(cls, host: str) -> SecureMaterial:
+        now = _dt.datetime.now(_dt.UTC)
         not_before, not_after = now - _dt.timedelta(minutes=5), now + _dt.timedelta(days=365)
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-              .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
-              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-              .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, key_cert_sign=True,
-                                           crl_sign=False, content_commitment=False, data_encipherment=False,
-                                           key_agreement=False, encipher_only=False, decipher_only=False),
-                             critical=True)
-              .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-              .sign(ca_key, hashes.SHA256()))
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=True,
+                    key_cert_sign=True,
+                    crl_sign=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
 
         key = ec.generate_private_key(ec.SECP256R1())
-        names: list[x509.GeneralName] = [x509.DNSName(n) for n in (
-            "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local")]
+        names: list[x509.GeneralName] = [
+            x509.DNSName(n)
+            for n in (
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            )
+        ]
         ips = {"127.0.0.1"}
         try:
             ips.add(str(ipaddress.ip_address(host)))
@@ -125,18 +151,23 @@ class SecureMaterial:
             if host != "localhost":
                 names.append(x509.DNSName(host))
         names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(ips)]
-        server = (x509.CertificateBuilder()
-                  .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-                  .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                  .not_valid_before(not_before).not_valid_after(not_after)
-                  .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                  .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                  .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                                 critical=False)
-                  .add_extension(x509.SubjectAlternativeName(names), critical=False)
-                  .sign(ca_key, hashes.SHA256()))
-        return cls(_pem(ca), _pem(server), _key_pem(key), secrets.token_urlsafe(32),
-                   ec.generate_private_key(ec.SECP256R1()))
+        server = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        return cls(
+            _pem(ca), _pem(server), _key_pem(key), secrets.token_urlsafe(32), ec.generate_private_key(ec.SECP256R1())
+        )
 
     def server_ssl_context(self, directory: str) -> ssl.SSLContext:
         """TLS for the server (the key is written to ``directory``, readable by its owner only)."""
@@ -156,6 +187,7 @@ class SecureMaterial:
 
 # ------------------------------------------------------------------------------------ tokens
 
+
 class TokenIssuer:
     """ES256 JWTs with the claims kube-apiserver puts in a ServiceAccount token."""
 
@@ -163,8 +195,9 @@ class TokenIssuer:
         self._key = key
         self._public = key.public_key()
         digest = hashes.Hash(hashes.SHA256())
-        digest.update(self._public.public_bytes(serialization.Encoding.DER,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+        digest.update(
+            self._public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         self._kid = _b64url(digest.finalize())
 
     def issue(self, claims: dict) -> str:
@@ -247,8 +280,12 @@ class AuthLayer:
                 if info.get(kind):
                     extra[f"authentication.kubernetes.io/{kind}-name"] = [info[kind]["name"]]
                     extra[f"authentication.kubernetes.io/{kind}-uid"] = [info[kind]["uid"]]
-            user = UserInfo(f"system:serviceaccount:{namespace}:{name}", uid,
-                            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED), extra)
+            user = UserInfo(
+                f"system:serviceaccount:{namespace}:{name}",
+                uid,
+                ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED),
+                extra,
+            )
             if len(self._token_cache) > 10_000:
                 self._token_cache.clear()
             cached = self._token_cache[token] = (user, claims)
@@ -276,15 +313,17 @@ class AuthLayer:
             info = _path_resource(path)
             if info is not None:
                 group, version, namespace, resource, name, subresource = info
-                return Attributes(user, _path_verb(method, name), True, group, version, resource, subresource,
-                                  name, namespace)
+                return Attributes(
+                    user, _path_verb(method, name), True, group, version, resource, subresource, name, namespace
+                )
             return Attributes(user, method.lower() if method != "HEAD" else "get", False, path=path)
         rt = route.rt
         namespace = route.namespace or ""
         if rt.plural == "namespaces" and not rt.group and route.name:
             namespace = route.name  # RequestInfo: a namespace object is in its own namespace
-        return Attributes(user, verb, True, rt.group, rt.version, rt.plural, route.subresource or "",
-                          route.name or "", namespace)
+        return Attributes(
+            user, verb, True, rt.group, rt.version, rt.plural, route.subresource or "", route.name or "", namespace
+        )
 
     def admit(self, headers: Any, method: str, path: str, route: Any, verb: str) -> UserInfo:
         """The authenticated user of a request it may make; raises the 401 or 403 Status otherwise."""
@@ -303,8 +342,12 @@ class AuthLayer:
 
     def serves(self, route: Any) -> bool:
         rt = route.rt
-        return route.subresource == "token" and rt.plural == SERVICE_ACCOUNTS and not rt.group or \
-            (rt.group, rt.plural) in _REVIEW_KINDS
+        return (
+            route.subresource == "token"
+            and rt.plural == SERVICE_ACCOUNTS
+            and not rt.group
+            or (rt.group, rt.plural) in _REVIEW_KINDS
+        )
 
     def serve(self, route: Any, body: Any, user: UserInfo) -> dict:
         """The 201 body of a TokenRequest or review ``body`` sent by ``user``."""
@@ -315,49 +358,92 @@ class AuthLayer:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind})")
         if body.get("kind") not in (None, kind):
-            raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the expected kind "
-                                     f"({kind})")
+            raise errors.bad_request(
+                f"the kind in the data ({body.get('kind')}) does not match the expected kind ({kind})"
+            )
         spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-        out = {"kind": kind, "apiVersion": f"{rt.group}/v1",
-               "metadata": {"creationTimestamp": None, **{k: v for k, v in (body.get("metadata") or {}).items()
-                                                           if k in ("name", "namespace", "labels", "annotations")}}}
+        out = {
+            "kind": kind,
+            "apiVersion": f"{rt.group}/v1",
+            "metadata": {
+                "creationTimestamp": None,
+                **{
+                    k: v
+                    for k, v in (body.get("metadata") or {}).items()
+                    if k in ("name", "namespace", "labels", "annotations")
+                },
+            },
+        }
         if kind == "SelfSubjectReview":
             return {**out, "status": {"userInfo": user.to_api()}}
         if kind == "TokenReview":
             token = spec.get("token") or ""
             reviewed = self.authenticate_token(token) if isinstance(token, str) and token else None
-            status: dict[str, Any] = {"authenticated": True, "user": reviewed.to_api(),
-                                      "audiences": [AUDIENCE]} if reviewed else {"user": {}}
+            status: dict[str, Any] = (
+                {"authenticated": True, "user": reviewed.to_api(), "audiences": [AUDIENCE]}
+                if reviewed
+                else {"user": {}}
+            )
             return {**out, "spec": spec, "status": status}
         if kind == "SelfSubjectRulesReview":
             namespace = spec.get("namespace") or ""
             if not namespace:
                 raise errors.bad_request("no namespace on request")
             resource_rules, non_resource_rules, error = self.authorizer.rules_for(user, namespace)
-            status = {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
-                      "incomplete": bool(error)}
+            status = {
+                "resourceRules": resource_rules,
+                "nonResourceRules": non_resource_rules,
+                "incomplete": bool(error),
+            }
             if error:
                 status["evaluationError"] = error
             return {**out, "spec": spec, "status": status}
         subject = user
         if kind == "SubjectAccessReview":
             if not spec.get("user") and not spec.get("groups"):
-                raise errors.invalid(kind, "", [{"reason": "FieldValueRequired", "field": "spec.user",
-                                                 "message": "Required value: at least one of user or group must "
-                                                            "be specified"}], rt.group)
-            subject = UserInfo(spec.get("user") or "", spec.get("uid") or "", tuple(spec.get("groups") or ()),
-                               spec.get("extra") or {})
+                raise errors.invalid(
+                    kind,
+                    "",
+                    [
+                        {
+                            "reason": "FieldValueRequired",
+                            "field": "spec.user",
+                            "message": "Required value: at least one of user or group must be specified",
+                        }
+                    ],
+                    rt.group,
+                )
+            subject = UserInfo(
+                spec.get("user") or "", spec.get("uid") or "", tuple(spec.get("groups") or ()), spec.get("extra") or {}
+            )
         resource = spec.get("resourceAttributes")
         non_resource = spec.get("nonResourceAttributes")
         if bool(resource) == bool(non_resource):
-            raise errors.invalid(kind, "", [{"reason": "FieldValueRequired", "field": "spec.resourceAttributes",
-                                             "message": "Required value: exactly one of nonResourceAttributes or "
-                                                        "resourceAttributes must be specified"}], rt.group)
+            raise errors.invalid(
+                kind,
+                "",
+                [
+                    {
+                        "reason": "FieldValueRequired",
+                        "field": "spec.resourceAttributes",
+                        "message": "Required value: exactly one of nonResourceAttributes or "
+                        "resourceAttributes must be specified",
+                    }
+                ],
+                rt.group,
+            )
         if resource:
-            attrs = Attributes(subject, resource.get("verb", ""), True, resource.get("group", ""),
-                               resource.get("version", ""), resource.get("resource", ""),
-                               resource.get("subresource", ""), resource.get("name", ""),
-                               resource.get("namespace", ""))
+            attrs = Attributes(
+                subject,
+                resource.get("verb", ""),
+                True,
+                resource.get("group", ""),
+                resource.get("version", ""),
+                resource.get("resource", ""),
+                resource.get("subresource", ""),
+                resource.get("name", ""),
+                resource.get("namespace", ""),
+            )
         else:
             attrs = Attributes(subject, non_resource.get("verb", ""), False, path=non_resource.get("path", ""))
         allowed, reason = self.authorizer.authorize(attrs)
@@ -375,8 +461,9 @@ class AuthLayer:
         if not isinstance(body, dict):
             raise errors.bad_request("the object provided is unrecognized (must be of type TokenRequest)")
         if body.get("kind") not in (None, "TokenRequest"):
-            raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the expected kind "
-                                     "(TokenRequest)")
+            raise errors.bad_request(
+                f"the kind in the data ({body.get('kind')}) does not match the expected kind (TokenRequest)"
+            )
         sa = self.store.get(SERVICE_ACCOUNTS, namespace, name)
         if sa is None:
             raise errors.not_found(SERVICE_ACCOUNTS, name)
@@ -387,54 +474,91 @@ class AuthLayer:
         if not isinstance(expiration, int) or isinstance(expiration, bool):
             raise errors.bad_request("spec.expirationSeconds must be an integer")
         if expiration < MIN_EXPIRATION:
-            raise errors.invalid("TokenRequest", "", [{
-                "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
-                "message": f"Invalid value: {expiration}: may not specify a duration less than 10 minutes"}],
-                "authentication.k8s.io")
-        if expiration > 2 ** 32:
-            raise errors.invalid("TokenRequest", "", [{
-                "reason": "FieldValueInvalid", "field": "spec.expirationSeconds",
-                "message": f"Invalid value: {expiration}: may not specify a duration larger than 2^32 seconds"}],
-                "authentication.k8s.io")
+            raise errors.invalid(
+                "TokenRequest",
+                "",
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "spec.expirationSeconds",
+                        "message": f"Invalid value: {expiration}: may not specify a duration less than 10 minutes",
+                    }
+                ],
+                "authentication.k8s.io",
+            )
+        if expiration > 2**32:
+            raise errors.invalid(
+                "TokenRequest",
+                "",
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "spec.expirationSeconds",
+                        "message": f"Invalid value: {expiration}: may not specify a duration larger than 2^32 seconds",
+                    }
+                ],
+                "authentication.k8s.io",
+            )
         audiences = spec.get("audiences") or [AUDIENCE]
         now = int(self.clock())
-        info: dict[str, Any] = {"namespace": namespace,
-                                "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}
+        info: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}
         bound = spec.get("boundObjectRef")
         if isinstance(bound, dict) and bound:
             kind = bound.get("kind")
             resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
             if resource is None or bound.get("apiVersion", "v1") != "v1":
-                raise errors.bad_request(f"cannot bind token to object of type {bound.get('apiVersion', '')}, "
-                                         f"Kind={kind}")
+                raise errors.bad_request(
+                    f"cannot bind token to object of type {bound.get('apiVersion', '')}, Kind={kind}"
+                )
             obj = self.store.get(resource, None if kind == "Node" else namespace, bound.get("name", ""))
             if obj is None:
                 raise errors.not_found(resource, bound.get("name", ""))
             if bound.get("uid") and bound["uid"] != obj["metadata"]["uid"]:
-                raise ApiError(409, "Conflict",
-                               f"Operation cannot be fulfilled on {resource} \"{bound.get('name')}\": the UID in the "
-                               f"bound object reference ({bound['uid']}) does not match the UID in record. The "
-                               "object might have been deleted and then recreated")
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource} "{bound.get("name")}": the UID in the '
+                    f"bound object reference ({bound['uid']}) does not match the UID in record. The "
+                    "object might have been deleted and then recreated",
+                )
             if kind == "Pod" and (obj.get("spec") or {}).get("serviceAccountName") != name:
-                raise errors.bad_request(f'cannot bind token for serviceaccount "{name}" to pod running with '
-                                         "different serviceaccount name.")
+                raise errors.bad_request(
+                    f'cannot bind token for serviceaccount "{name}" to pod running with different serviceaccount name.'
+                )
             info[kind.lower()] = {"name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
-        claims = {"aud": audiences, "exp": now + expiration, "iat": now, "iss": ISSUER, "jti": str(uuid.uuid4()),
-                  "kubernetes.io": info, "nbf": now, "sub": f"system:serviceaccount:{namespace}:{name}"}
+        claims = {
+            "aud": audiences,
+            "exp": now + expiration,
+            "iat": now,
+            "iss": ISSUER,
+            "jti": str(uuid.uuid4()),
+            "kubernetes.io": info,
+            "nbf": now,
+            "sub": f"system:serviceaccount:{namespace}:{name}",
+        }
         token = self.tokens.issue(claims)
-        expires = _dt.datetime.fromtimestamp(now + expiration, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        meta = {"name": name, "namespace": namespace,
-                "creationTimestamp": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "metadata": meta,
-                "spec": {"audiences": audiences, "expirationSeconds": expiration,
-                         "boundObjectRef": bound if isinstance(bound, dict) and bound else None},
-                "status": {"token": token, "expirationTimestamp": expires}}
+        expires = _dt.datetime.fromtimestamp(now + expiration, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        return {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": meta,
+            "spec": {
+                "audiences": audiences,
+                "expirationSeconds": expiration,
+                "boundObjectRef": bound if isinstance(bound, dict) and bound else None,
+            },
+            "status": {"token": token, "expirationTimestamp": expires},
+        }
 
 
 def admin_kubeconfig_user(material: SecureMaterial) -> dict:
     """The kubeconfig user entry of the cluster admin."""
     return {"token": material.admin_token}
-
 
 
 def _path_resource(path: str) -> tuple[str, str, str, str, str, str] | None:

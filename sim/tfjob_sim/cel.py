@@ -31,7 +31,8 @@ import base64
 import datetime as _dt
 import functools
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import celpy
 import celpy.celtypes as ct
@@ -264,8 +265,20 @@ EXTRA_FUNCTIONS: dict[str, Any] = {
 _MACROS = {"has", "all", "exists", "exists_one", "map", "filter", "min", "reduce"}
 _KNOWN_FUNCTIONS = frozenset(celpy.evaluation.base_functions) | frozenset(EXTRA_FUNCTIONS) | _MACROS
 # ... and these identifiers name types (``type(x) == int``).
-_TYPE_IDENTS = {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
-                "duration", "timestamp"}
+_TYPE_IDENTS = {
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+    "duration",
+    "timestamp",
+}
 
 # ----------------------------------------------------------------------------------------------
 # JSON <-> CEL values, by schema
@@ -341,7 +354,7 @@ def to_cel(value: Any, schema: dict | None = None, *, is_root: bool = False) -> 
             if fmt == "date-time":
                 return ct.TimestampType(value)
             if fmt == "date":
-                return ct.TimestampType(_dt.datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=_dt.timezone.utc))
+                return ct.TimestampType(_dt.datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=_dt.UTC))
             if fmt == "duration":
                 return ct.DurationType(value)
             if fmt == "byte":
@@ -369,8 +382,9 @@ def _items_schema(schema: dict) -> dict | None:
 def _root_metadata(meta: Any) -> ct.MapType:
     """At the resource root, ``self.metadata`` holds only ``name`` and ``generateName``."""
     meta = meta if isinstance(meta, dict) else {}
-    return ct.MapType({ct.StringType(k): ct.StringType(meta[k]) for k in ("name", "generateName")
-                       if isinstance(meta.get(k), str)})
+    return ct.MapType(
+        {ct.StringType(k): ct.StringType(meta[k]) for k in ("name", "generateName") if isinstance(meta.get(k), str)}
+    )
 
 
 class _Lazy(Deferred):
@@ -477,7 +491,9 @@ def _snippet(text: str, line: int, column0: int) -> str:
 
 
 def _compile_error(text: str, line: int, column0: int, message: str) -> CelCompileError:
-    return CelCompileError(f"compilation failed: ERROR: <input>:{line}:{column0 + 1}: {message}{_snippet(text, line, column0)}")
+    return CelCompileError(
+        f"compilation failed: ERROR: <input>:{line}:{column0 + 1}: {message}{_snippet(text, line, column0)}"
+    )
 
 
 def _syntax_error(text: str, exc: celpy.CELParseError) -> CelCompileError:
@@ -528,8 +544,10 @@ class _Checker:
         props = dict(schema.get("properties") or {})
         props.setdefault("apiVersion", {"type": "string"})
         props.setdefault("kind", {"type": "string"})
-        props["metadata"] = {"type": "object", "properties": {"name": {"type": "string"},
-                                                              "generateName": {"type": "string"}}}
+        props["metadata"] = {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "generateName": {"type": "string"}},
+        }
         return {**schema, "properties": props}
 
     def check(self, tree: lark.Tree) -> None:
@@ -584,8 +602,9 @@ class _Checker:
             if name not in _KNOWN_FUNCTIONS:
                 # cel-go locates a call at its '(' token
                 line, col = _token_pos(method)
-                raise _compile_error(self.text, line, col + len(name),
-                                     f"undeclared reference to '{name}' (in container '')")
+                raise _compile_error(
+                    self.text, line, col + len(name), f"undeclared reference to '{name}' (in container '')"
+                )
             for arg in arg_nodes:
                 self._type(arg, scope)
             return None
@@ -594,8 +613,9 @@ class _Checker:
             args = node.children[1] if len(node.children) > 1 else None
             if name not in _KNOWN_FUNCTIONS:
                 line, col = _token_pos(node.children[0])
-                raise _compile_error(self.text, line, col + len(name),
-                                     f"undeclared reference to '{name}' (in container '')")
+                raise _compile_error(
+                    self.text, line, col + len(name), f"undeclared reference to '{name}' (in container '')"
+                )
             if isinstance(args, lark.Tree):
                 for arg in args.children:
                     self._type(arg, scope)
@@ -658,7 +678,9 @@ def _eval_message(exc: celpy.CELEvalError) -> CelEvalError:
         name = re.search(r"undeclared reference to '([^']*)'", message)
         return CelEvalError(f"no such attribute(s): {name.group(1) if name else '?'}")
     if kind is ZeroDivisionError:
-        return CelEvalError("modulus by zero" if "modulus" in message and "divide" not in message else "division by zero")
+        return CelEvalError(
+            "modulus by zero" if "modulus" in message and "divide" not in message else "division by zero"
+        )
     if kind is IndexError:
         return CelEvalError("index out of bounds")
     if "overflow" in message:
@@ -717,8 +739,14 @@ class CelRule:
             return self._evaluate(self_value, old_self, optional_old_self)
         observed = self._observed
         try:
-            key = orjson.dumps((self_value if observed is None else observed.project(self_value), old_self is MISSING,
-                                None if old_self is MISSING else old_self, optional_old_self))
+            key = orjson.dumps(
+                (
+                    self_value if observed is None else observed.project(self_value),
+                    old_self is MISSING,
+                    None if old_self is MISSING else old_self,
+                    optional_old_self,
+                )
+            )
         except TypeError:  # not plain JSON (e.g. an integer beyond 64 bits): evaluate without the memo
             return self._evaluate(self_value, old_self, optional_old_self)
         found = memo.get(key)
@@ -730,7 +758,9 @@ class CelRule:
         elif CROSS_CHECK:  # a remembered result must be what evaluating this very value gives
             fresh = self._outcome(self_value, old_self, optional_old_self)
             if type(fresh) is not type(found) or fresh != found:
-                raise AssertionError(f"CEL {self.rule!r} remembered {found!r} for {self_value!r}, which gives {fresh!r}")
+                raise AssertionError(
+                    f"CEL {self.rule!r} remembered {found!r} for {self_value!r}, which gives {fresh!r}"
+                )
         if isinstance(found, tuple):  # a remembered evaluation error; a fresh exception each time
             raise CelEvalError(found[0], no_such_overload=found[1])
         return found
@@ -742,14 +772,18 @@ class CelRule:
         except CelEvalError as exc:
             return (str(exc), exc.no_such_overload)
 
-    def _activation(self, self_value: Any, old_self: Any, optional_old_self: bool,
-                    convert: Any = to_cel) -> dict[str, Any]:
+    def _activation(
+        self, self_value: Any, old_self: Any, optional_old_self: bool, convert: Any = to_cel
+    ) -> dict[str, Any]:
         """CEL values of ``self`` and ``oldSelf`` (``convert=_deferred``: built as far as they are read)."""
         activation: dict[str, Any] = {"self": convert(self_value, self.schema, is_root=self.is_root)}
         if optional_old_self:
             # Whole: an optional's value reaches the rule only through value()/orValue() calls.
-            activation["oldSelf"] = _Optional() if old_self is MISSING else _Optional(
-                make=lambda: to_cel(old_self, self.schema, is_root=self.is_root))
+            activation["oldSelf"] = (
+                _Optional()
+                if old_self is MISSING
+                else _Optional(make=lambda: to_cel(old_self, self.schema, is_root=self.is_root))
+            )
         elif old_self is not MISSING:
             activation["oldSelf"] = convert(old_self, self.schema, is_root=self.is_root)
         return activation
@@ -785,4 +819,3 @@ class CelRule:
         if not isinstance(result, ct.BoolType):
             raise CelEvalError(f"rule did not evaluate to a bool, got {type(result).__name__}")
         return bool(result)
-

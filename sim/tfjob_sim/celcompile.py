@@ -42,10 +42,22 @@ from celpy.evaluation import CELEvalError, NameContainer, base_functions, eval_e
 
 Run = Callable[[dict[str, Any]], Any]
 
-_RELATIONS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_", "relation_gt": "_>_",
-              "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_"}
-_ARITHMETIC = {"addition_add": "_+_", "addition_sub": "_-_", "multiplication_mul": "_*_",
-               "multiplication_div": "_/_", "multiplication_mod": "_%_"}
+_RELATIONS = {
+    "relation_lt": "_<_",
+    "relation_le": "_<=_",
+    "relation_ge": "_>=_",
+    "relation_gt": "_>_",
+    "relation_eq": "_==_",
+    "relation_ne": "_!=_",
+    "relation_in": "_in_",
+}
+_ARITHMETIC = {
+    "addition_add": "_+_",
+    "addition_sub": "_-_",
+    "multiplication_mul": "_*_",
+    "multiplication_div": "_/_",
+    "multiplication_mod": "_%_",
+}
 _MACROS = {"all", "exists", "exists_one", "filter", "map"}
 _AND = eval_error("no such overload", TypeError)(ct.logical_and)
 _OR = eval_error("no such overload", TypeError)(ct.logical_or)
@@ -165,8 +177,12 @@ class Compiled:
         self.observed = observed
 
 
-def compile_tree(tree: lark.Tree, functions: Mapping[str, Callable[..., Any]],
-                 literal: Callable[[lark.Tree], Any], variables: frozenset[str]) -> Compiled | None:
+def compile_tree(
+    tree: lark.Tree,
+    functions: Mapping[str, Callable[..., Any]],
+    literal: Callable[[lark.Tree], Any],
+    variables: frozenset[str],
+) -> Compiled | None:
     """Closures for ``tree``; None if some construct is not compiled. ``literal(tree)`` evaluates a
     literal subtree with the interpreter (once, here); ``variables`` are the rule's bound names."""
     table = {**base_functions, **functions}
@@ -302,8 +318,20 @@ def _macro_variable(args: Any) -> str | None:
     return str(idents[0].children[0]) if len(idents) == 1 else None
 
 
-_PASS_THROUGH = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
-                           "unary", "member", "primary", "paren_expr"})
+_PASS_THROUGH = frozenset(
+    {
+        "expr",
+        "conditionalor",
+        "conditionaland",
+        "relation",
+        "addition",
+        "multiplication",
+        "unary",
+        "member",
+        "primary",
+        "paren_expr",
+    }
+)
 
 
 def _value_or_error(run: Run, env: dict[str, Any]) -> Any:
@@ -598,6 +626,7 @@ class _Compiler:
             return collection, results
 
         if name == "filter":
+
             def filter_(env: dict[str, Any]) -> Any:
                 collection, results = strict(env)
                 if not all(isinstance(r, ct.BoolType) for r in results):

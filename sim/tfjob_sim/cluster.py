@@ -88,8 +88,7 @@ class SimConfig:
         self.podgroup_crds = parse_schedulers(self.podgroup_crds)
 
 
-def kubeconfig_document(url: str, name: str = "sim", *, ca_cert: bytes | None = None,
-                        user: dict | None = None) -> dict:
+def kubeconfig_document(url: str, name: str = "sim", *, ca_cert: bytes | None = None, user: dict | None = None) -> dict:
     """A kubeconfig whose current context points at ``url``: no authentication, or (secure mode) the
     CA that signed the server's certificate and the given user credentials."""
     cluster: dict[str, Any] = {"server": url}
@@ -122,14 +121,18 @@ class SimCluster:
         if self.config.kubelet:
             from tfjob_sim.kubelet import Kubelet, KubeletConfig
 
-            self.kubelet = Kubelet(self.store, KubeletConfig(nodes=self.config.nodes,
-                                                             time_scale=self.config.time_scale,
-                                                             **self.config.kubelet_options))
+            self.kubelet = Kubelet(
+                self.store,
+                KubeletConfig(
+                    nodes=self.config.nodes, time_scale=self.config.time_scale, **self.config.kubelet_options
+                ),
+            )
         if self.config.gc:
             from tfjob_sim.gc import GarbageCollector, GCConfig
 
-            self.gc = GarbageCollector(self.store, GCConfig(time_scale=self.config.time_scale,
-                                                            **self.config.gc_options))
+            self.gc = GarbageCollector(
+                self.store, GCConfig(time_scale=self.config.time_scale, **self.config.gc_options)
+            )
         self.workloads: Any = None
         if self.config.workloads:
             from tfjob_sim.workloads import WorkloadConfig, WorkloadControllers
@@ -193,7 +196,7 @@ class SimCluster:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> "SimCluster":
+    async def start(self) -> SimCluster:
         await self.server.start(self.config.host, self.config.port)
         if self.kubeconfig_path:
             self.write_kubeconfig(self.kubeconfig_path)
@@ -244,7 +247,7 @@ class SimCluster:
                 owner, self._owner = self._owner, None
                 await owner
 
-    async def __aenter__(self) -> "SimCluster":
+    async def __aenter__(self) -> SimCluster:
         return await self.start()
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -270,16 +273,18 @@ class SimCluster:
         if self.secure is not None:
             from tfjob_sim.auth import admin_kubeconfig_user
 
-            document = kubeconfig_document(self.url, ca_cert=self.secure.ca_cert,
-                                           user=admin_kubeconfig_user(self.secure))
+            document = kubeconfig_document(
+                self.url, ca_cert=self.secure.ca_cert, user=admin_kubeconfig_user(self.secure)
+            )
         else:
             document = kubeconfig_document(self.url)
         _write_private(target, yaml.safe_dump(document, sort_keys=False))
         self.kubeconfig_path = str(target)
         return self.kubeconfig_path
 
-    def service_account_kubeconfig(self, path: str | os.PathLike, namespace: str, name: str,
-                                   expiration_seconds: int = 24 * 3600) -> str:
+    def service_account_kubeconfig(
+        self, path: str | os.PathLike, namespace: str, name: str, expiration_seconds: int = 24 * 3600
+    ) -> str:
         """Secure mode: a kubeconfig for ServiceAccount ``namespace/name`` (which must exist), with a
         token from the TokenRequest API and the cluster's CA, as a pod's projected token would be used."""
         if self.secure is None or self.server.auth is None:

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import anyio
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, PODS, ApiClient
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.crd import build_crd
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
-
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 
 class DemoFailed(Exception):
@@ -94,13 +94,17 @@ async def _story(cluster: SimCluster) -> None:
 
 
 async def _pods(client: ApiClient) -> dict[str, dict[str, Any]]:
-    items = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=mnist"))["items"]
+    items = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=mnist"))[
+        "items"
+    ]
     return {p["metadata"]["name"]: p for p in items}
 
 
 def _running(pods: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(
-        n for n, p in pods.items() if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        n
+        for n, p in pods.items()
+        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
     )
 
 
@@ -150,7 +154,10 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
             say("   ... and OOM-killed again: a repeat failover of one index backs off, as a crash loop does.")
         old = (await _pods(client))["mnist-worker-2"]["metadata"]["uid"]
         await client.patch(
-            PODS, "mnist-worker-2", {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137"}}}, namespace="default"
+            PODS,
+            "mnist-worker-2",
+            {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137"}}},
+            namespace="default",
         )
         await _until("mnist-worker-2 replaced", lambda: replaced("mnist-worker-2", old))
     await _show(client)

@@ -17,7 +17,7 @@ import hashlib
 
 import orjson
 
-from tfjob_sim.resources import Registry, ResourceType, SUBRESOURCE_KINDS
+from tfjob_sim.resources import SUBRESOURCE_KINDS, Registry, ResourceType
 
 SERVER_VERSION = {
     "major": "1",
@@ -36,11 +36,24 @@ SERVER_VERSION = {
 }
 
 # Preferred order of built-in groups in /apis, like a real server (custom groups follow).
-_GROUP_ORDER = ["apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "policy",
-                "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io"]
+_GROUP_ORDER = [
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "apiextensions.k8s.io",
+    "coordination.k8s.io",
+]
 
-_SUB_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"], "eviction": ["create"],
-              "binding": ["create"], "token": ["create"]}
+_SUB_VERBS = {
+    "status": ["get", "patch", "update"],
+    "scale": ["get", "patch", "update"],
+    "eviction": ["create"],
+    "binding": ["create"],
+    "token": ["create"],
+}
 
 
 def storage_version_hash(group: str, version: str, kind: str) -> str:
@@ -50,8 +63,13 @@ def storage_version_hash(group: str, version: str, kind: str) -> str:
 
 def api_resources(rt: ResourceType, version: str) -> list[dict]:
     """The APIResource entries of one type: the resource, then its subresources."""
-    entry: dict = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind,
-                   "verbs": list(rt.verbs)}
+    entry: dict = {
+        "name": rt.plural,
+        "singularName": rt.singular,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
+        "verbs": list(rt.verbs),
+    }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
     if rt.categories:
@@ -91,11 +109,18 @@ class Discovery:
 
     def _build(self) -> None:
         docs: dict[str, bytes] = {}
-        docs["/api"] = orjson.dumps({
-            "kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}]})
-        core = [r for rt in sorted(self.registry.resources_in("", "v1"), key=lambda t: t.plural)
-                for r in api_resources(rt, "v1")]
+        docs["/api"] = orjson.dumps(
+            {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}],
+            }
+        )
+        core = [
+            r
+            for rt in sorted(self.registry.resources_in("", "v1"), key=lambda t: t.plural)
+            for r in api_resources(rt, "v1")
+        ]
         docs["/api/v1"] = orjson.dumps({"kind": "APIResourceList", "groupVersion": "v1", "resources": core})
         groups = []
         for group, versions in self._groups():
@@ -104,11 +129,19 @@ class Discovery:
             groups.append(group_doc)
             docs[f"/apis/{group}"] = orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **group_doc})
             for v in versions:
-                resources = [r for rt in sorted(self.registry.resources_in(group, v), key=lambda t: t.plural)
-                             for r in api_resources(rt, v)]
-                docs[f"/apis/{group}/{v}"] = orjson.dumps({
-                    "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{v}",
-                    "resources": resources})
+                resources = [
+                    r
+                    for rt in sorted(self.registry.resources_in(group, v), key=lambda t: t.plural)
+                    for r in api_resources(rt, v)
+                ]
+                docs[f"/apis/{group}/{v}"] = orjson.dumps(
+                    {
+                        "kind": "APIResourceList",
+                        "apiVersion": "v1",
+                        "groupVersion": f"{group}/{v}",
+                        "resources": resources,
+                    }
+                )
         docs["/apis"] = orjson.dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         self._docs = docs
         self._built_for = self.registry.version

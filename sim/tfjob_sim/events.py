@@ -42,8 +42,9 @@ import math
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tfjob_sim.errors import ApiError
 from tfjob_sim.store import rfc3339
@@ -68,9 +69,14 @@ EVENT_RESOURCES = frozenset({EVENTS, "events.events.k8s.io"})
 def object_reference(obj: dict, field_path: str | None = None) -> dict:
     """reference.GetReference of a stored object (plus a container's fieldPath)."""
     meta = obj.get("metadata") or {}
-    ref = {"kind": obj.get("kind", ""), "namespace": meta.get("namespace"), "name": meta.get("name", ""),
-           "uid": meta.get("uid", ""), "apiVersion": obj.get("apiVersion", ""),
-           "resourceVersion": meta.get("resourceVersion", "")}
+    ref = {
+        "kind": obj.get("kind", ""),
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
+        "apiVersion": obj.get("apiVersion", ""),
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
     if ref["namespace"] is None:
         del ref["namespace"]
     if field_path:
@@ -157,8 +163,14 @@ class _Lru(OrderedDict):
 class EventRecorder:
     """Writes the simulated components' Events into a Store. Call from the event-loop thread."""
 
-    def __init__(self, store: Any, time_scale: float = 1.0, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: Any,
+        time_scale: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._scale = time_scale
         self._clock = clock
@@ -174,13 +186,19 @@ class EventRecorder:
 
     # ---------------------------------------------------------------- legacy recorder (core/v1)
 
-    def record(self, ref: dict, type_: str, reason: str, message: str, *, component: str,
-               host: str = "") -> None:
+    def record(self, ref: dict, type_: str, reason: str, message: str, *, component: str, host: str = "") -> None:
         """client-go record.EventRecorder.Event for ``ref`` (see :func:`object_reference`)."""
         now = self._monotonic()
         source = {"component": component, "host": host} if host else {"component": component}
-        obj_key = (component, host, ref.get("kind"), ref.get("namespace"), ref.get("name"), ref.get("uid"),
-                   ref.get("apiVersion"))
+        obj_key = (
+            component,
+            host,
+            ref.get("kind"),
+            ref.get("namespace"),
+            ref.get("name"),
+            ref.get("uid"),
+            ref.get("apiVersion"),
+        )
         # EventAggregator: similar events with 10 distinct messages within 600 s are combined.
         aggregate_key = obj_key + (type_, reason)
         similar = self._similar.lookup(aggregate_key)
@@ -207,11 +225,20 @@ class EventRecorder:
         if not self._allow(obj_key + (type_,), now):
             return
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": observed.name, "namespace": ref.get("namespace") or "default"},
-            "involvedObject": ref, "reason": reason, "message": message, "source": source,
-            "firstTimestamp": observed.first_timestamp, "lastTimestamp": stamp, "count": observed.count,
-            "type": type_, "eventTime": None, "reportingComponent": component, "reportingInstance": host,
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
+            "source": source,
+            "firstTimestamp": observed.first_timestamp,
+            "lastTimestamp": stamp,
+            "count": observed.count,
+            "type": type_,
+            "eventTime": None,
+            "reportingComponent": component,
+            "reportingInstance": host,
         }
         self._write(event, component)
 
@@ -231,12 +258,23 @@ class EventRecorder:
 
     # ---------------------------------------------------------------- events.k8s.io recorder
 
-    def record_series(self, ref: dict, type_: str, reason: str, action: str, message: str, *,
-                      controller: str, instance: str) -> None:
+    def record_series(
+        self, ref: dict, type_: str, reason: str, action: str, message: str, *, controller: str, instance: str
+    ) -> None:
         """client-go tools/events EventRecorder.Eventf (``related`` unused), as kube-scheduler writes."""
         now = self._monotonic()
-        key = (ref.get("kind"), ref.get("namespace"), ref.get("name"), ref.get("uid"), ref.get("apiVersion"),
-               reason, action, type_, controller, instance)
+        key = (
+            ref.get("kind"),
+            ref.get("namespace"),
+            ref.get("name"),
+            ref.get("uid"),
+            ref.get("apiVersion"),
+            reason,
+            action,
+            type_,
+            controller,
+            instance,
+        )
         series = self._series.lookup(key)
         if series is not None and now - series.last_observed > SERIES_END_SECONDS * self._scale:
             self._flush_series(series)  # the series ended: written with its final count
@@ -244,11 +282,19 @@ class EventRecorder:
             series = None
         if series is None:
             event = {
-                "apiVersion": "v1", "kind": "Event",
+                "apiVersion": "v1",
+                "kind": "Event",
                 "metadata": {"name": self._event_name(ref["name"]), "namespace": ref.get("namespace") or "default"},
-                "involvedObject": ref, "reason": reason, "message": truncate_note(message), "source": {},
-                "firstTimestamp": None, "lastTimestamp": None, "type": type_,
-                "eventTime": _micro_time(self._clock()), "action": action, "reportingComponent": controller,
+                "involvedObject": ref,
+                "reason": reason,
+                "message": truncate_note(message),
+                "source": {},
+                "firstTimestamp": None,
+                "lastTimestamp": None,
+                "type": type_,
+                "eventTime": _micro_time(self._clock()),
+                "action": action,
+                "reportingComponent": controller,
                 "reportingInstance": instance,
             }
             self._write(event, controller)
@@ -256,7 +302,9 @@ class EventRecorder:
             return
         series.count += 1
         series.last_observed = now
-        series.event = dict(series.event, series={"count": series.count, "lastObservedTime": _micro_time(self._clock())})
+        series.event = dict(
+            series.event, series={"count": series.count, "lastObservedTime": _micro_time(self._clock())}
+        )
         self._series.touch(key, series)
         if series.count == 2 or now - series.written_at >= SERIES_HEARTBEAT_SECONDS * self._scale:
             self._flush_series(series)
@@ -290,9 +338,13 @@ class EventRecorder:
                 if existing is None:
                     stored = self._store.create(EVENTS, meta["namespace"], event, field_manager=manager)
                 else:
-                    stored = self._store.update(EVENTS, meta["namespace"], meta["name"],
-                                                dict(event, metadata=dict(existing["metadata"])),
-                                                field_manager=manager)
+                    stored = self._store.update(
+                        EVENTS,
+                        meta["namespace"],
+                        meta["name"],
+                        dict(event, metadata=dict(existing["metadata"])),
+                        field_manager=manager,
+                    )
                 entries = stored["metadata"].get("managedFields") or []
                 if len(entries) == 1 and entries[0].get("manager") == manager:
                     self._ownership[shape] = entries
@@ -331,8 +383,9 @@ class EventTTL:
             return
         meta = new["metadata"]
         due = time.monotonic() + self._ttl
-        heapq.heappush(self._heap, (due, resource, meta.get("namespace", ""), meta["name"],
-                                    meta.get("resourceVersion", "")))
+        heapq.heappush(
+            self._heap, (due, resource, meta.get("namespace", ""), meta["name"], meta.get("resourceVersion", ""))
+        )
         if len(self._heap) == 1 and self._wake is not None:
             self._wake.set()
 
@@ -344,8 +397,7 @@ class EventTTL:
             if current is None or current["metadata"].get("resourceVersion") != rv:
                 continue  # gone already, or written again (a newer lease)
             try:
-                self._store.delete(resource, namespace, name,
-                                   {"preconditions": {"resourceVersion": rv}})
+                self._store.delete(resource, namespace, name, {"preconditions": {"resourceVersion": rv}})
             except ApiError as exc:
                 if exc.code not in (404, 409):
                     raise

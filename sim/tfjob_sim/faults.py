@@ -55,9 +55,19 @@ class RequestRecord:
     fault: str | None = None  # what was injected, if anything
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "time": self.time, "method": self.method, "path": self.path, "verb": self.verb,
-                "resource": self.resource, "namespace": self.namespace, "name": self.name, "code": self.code,
-                "userAgent": self.user_agent, "fault": self.fault}
+        return {
+            "seq": self.seq,
+            "time": self.time,
+            "method": self.method,
+            "path": self.path,
+            "verb": self.verb,
+            "resource": self.resource,
+            "namespace": self.namespace,
+            "name": self.name,
+            "code": self.code,
+            "userAgent": self.user_agent,
+            "fault": self.fault,
+        }
 
 
 @dataclass
@@ -87,9 +97,20 @@ class FaultRule:
         return resource == self.resource or resource.startswith(self.resource + "/")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "verb": self.verb, "resource": self.resource, "code": self.code, "rate": self.rate,
-                "remaining": self.remaining, "retryAfter": self.retry_after, "message": self.message,
-                "latency": self.latency, "drop": self.drop, "userAgent": self.user_agent, "hits": self.hits}
+        return {
+            "id": self.id,
+            "verb": self.verb,
+            "resource": self.resource,
+            "code": self.code,
+            "rate": self.rate,
+            "remaining": self.remaining,
+            "retryAfter": self.retry_after,
+            "message": self.message,
+            "latency": self.latency,
+            "drop": self.drop,
+            "userAgent": self.user_agent,
+            "hits": self.hits,
+        }
 
 
 @dataclass
@@ -103,20 +124,37 @@ class Decision:
     extra_headers: dict[str, str] = field(default_factory=dict)
 
 
-_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-            409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-            503: "ServiceUnavailable", 504: "Timeout"}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 
-def injected_error(code: int, resource: str, name: str | None, message: str | None = None,
-                   retry_after: int | None = None) -> tuple[ApiError, dict[str, str]]:
+def injected_error(
+    code: int, resource: str, name: str | None, message: str | None = None, retry_after: int | None = None
+) -> tuple[ApiError, dict[str, str]]:
     """The exact error a real apiserver (or its APF filter) answers with ``code``."""
     base, _, _sub = resource.partition("/")
     plural, _, group = base.partition(".")
     headers: dict[str, str] = {}
     if code == 429:
-        err = ApiError(429, "", message or "Too many requests, please try again later.", plain_text=True,
-                       retry_after=retry_after if retry_after is not None else 1)
+        err = ApiError(
+            429,
+            "",
+            message or "Too many requests, please try again later.",
+            plain_text=True,
+            retry_after=retry_after if retry_after is not None else 1,
+        )
         # Its X-Kubernetes-PF-* headers are the server's, on every response while APF is on
         # (sim/tfjob_sim/flowcontrol.py); with APF off this is max-in-flight's 429, which has none.
         return err, headers
@@ -125,9 +163,19 @@ def injected_error(code: int, resource: str, name: str | None, message: str | No
     elif code == 503:
         err = ApiError(503, "ServiceUnavailable", message or "apiserver is shutting down")
     elif code == 504:
-        err = ApiError(504, "Timeout", message or "Timeout: request did not complete within the allotted timeout",
-                       {"causes": [{"reason": "UnexpectedServerResponse",
-                                    "message": "request did not complete within the allotted timeout"}]})
+        err = ApiError(
+            504,
+            "Timeout",
+            message or "Timeout: request did not complete within the allotted timeout",
+            {
+                "causes": [
+                    {
+                        "reason": "UnexpectedServerResponse",
+                        "message": "request did not complete within the allotted timeout",
+                    }
+                ]
+            },
+        )
     elif code == 409:
         err = errors.conflict(plural or "resources", name or "", group, message)
     else:
@@ -140,8 +188,7 @@ def injected_error(code: int, resource: str, name: str | None, message: str | No
 class Faults:
     """Per verb+resource error rates, one-shot errors, latency; watch faults; the request log."""
 
-    def __init__(self, cluster: "SimCluster | None" = None, seed: int | None = None,
-                 log_limit: int = 500_000) -> None:
+    def __init__(self, cluster: SimCluster | None = None, seed: int | None = None, log_limit: int = 500_000) -> None:
         self.cluster = cluster
         self._rules: list[FaultRule] = []
         self._ids = itertools.count(1)
@@ -152,9 +199,18 @@ class Faults:
 
     # ------------------------------------------------------------ request faults
 
-    def fail(self, verb: str = "*", resource: str = "*", code: int = 500, *, rate: float = 1.0,
-             count: int | None = None, retry_after: int | None = None, message: str | None = None,
-             user_agent: str | None = None) -> FaultRule:
+    def fail(
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        code: int = 500,
+        *,
+        rate: float = 1.0,
+        count: int | None = None,
+        retry_after: int | None = None,
+        message: str | None = None,
+        user_agent: str | None = None,
+    ) -> FaultRule:
         """Answer matching requests with ``code`` (429/500/503/504/409/...), at ``rate``, ``count`` times."""
         if verb != "*" and verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}; use one of {sorted(VERBS)} or '*'")
@@ -164,25 +220,42 @@ class Faults:
             raise ValueError(f"code must be an HTTP error status (4xx/5xx), got {code}")
         if count is not None and count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        rule = FaultRule(next(self._ids), verb, resource, code, rate, count, retry_after, message,
-                         user_agent=user_agent)
+        rule = FaultRule(
+            next(self._ids), verb, resource, code, rate, count, retry_after, message, user_agent=user_agent
+        )
         self._rules.append(rule)
         return rule
 
-    def fail_next(self, verb: str = "*", resource: str = "*", code: int = 500, *, count: int = 1,
-                  retry_after: int | None = None, message: str | None = None) -> FaultRule:
+    def fail_next(
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        code: int = 500,
+        *,
+        count: int = 1,
+        retry_after: int | None = None,
+        message: str | None = None,
+    ) -> FaultRule:
         """One-shot errors: the next ``count`` matching requests fail."""
         return self.fail(verb, resource, code, count=count, retry_after=retry_after, message=message)
 
-    def drop_connections(self, verb: str = "*", resource: str = "*", *, rate: float = 1.0,
-                         count: int | None = None, user_agent: str | None = None) -> FaultRule:
+    def drop_connections(
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        *,
+        rate: float = 1.0,
+        count: int | None = None,
+        user_agent: str | None = None,
+    ) -> FaultRule:
         """Close the connection without answering (the client sees a disconnect)."""
         rule = FaultRule(next(self._ids), verb, resource, 0, rate, count, drop=True, user_agent=user_agent)
         self._rules.append(rule)
         return rule
 
-    def add_latency(self, seconds: float, verb: str = "*", resource: str = "*", *,
-                    user_agent: str | None = None) -> FaultRule:
+    def add_latency(
+        self, seconds: float, verb: str = "*", resource: str = "*", *, user_agent: str | None = None
+    ) -> FaultRule:
         """Delay matching requests by ``seconds`` before they are handled."""
         if seconds < 0:
             raise ValueError(f"latency must be >= 0, got {seconds}")
@@ -227,17 +300,20 @@ class Faults:
             if rule.drop:
                 decision.drop = True
             else:
-                decision.error, decision.extra_headers = injected_error(rule.code, resource, name, rule.message,
-                                                                        rule.retry_after)
+                decision.error, decision.extra_headers = injected_error(
+                    rule.code, resource, name, rule.message, rule.retry_after
+                )
         return decision
 
     # ------------------------------------------------------------ request log
 
-    def start_record(self, method: str, path: str, verb: str, resource: str, namespace: str | None,
-                     name: str | None, user_agent: str) -> RequestRecord:
+    def start_record(
+        self, method: str, path: str, verb: str, resource: str, namespace: str | None, name: str | None, user_agent: str
+    ) -> RequestRecord:
         self._seq += 1
-        record = RequestRecord(self._seq, time.time(), method, path, verb, resource, namespace, name,
-                               user_agent=user_agent)
+        record = RequestRecord(
+            self._seq, time.time(), method, path, verb, resource, namespace, name, user_agent=user_agent
+        )
         self._log.append(record)
         if verb:
             self.totals[(verb, resource)] += 1
@@ -256,8 +332,7 @@ class Faults:
                 break
             if verb is not None and record.verb != verb:
                 continue
-            if resource is not None and not (record.resource == resource or
-                                             record.resource.startswith(resource + "/")):
+            if resource is not None and not (record.resource == resource or record.resource.startswith(resource + "/")):
                 continue
             out.append(record)
         out.reverse()
@@ -287,7 +362,7 @@ class Faults:
 
     # ------------------------------------------------------------ cluster-level faults (delegated)
 
-    def _need_cluster(self) -> "SimCluster":
+    def _need_cluster(self) -> SimCluster:
         if self.cluster is None:
             raise RuntimeError("this fault needs a running SimCluster")
         return self.cluster

@@ -38,8 +38,9 @@ so every edit works on a copy (:func:`_wire_copy`) of the entries it touches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -68,10 +69,19 @@ Path = tuple[str, ...]
 FieldSet = dict[str, Any]  # a FieldsV1 object
 
 _MEMBER = "."
-_STRIPPED_META = frozenset({
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "selfLink",
-    "managedFields", "clusterName",
-})
+_STRIPPED_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "selfLink",
+        "managedFields",
+        "clusterName",
+    }
+)
 _STRIPPED_TOP = frozenset({"apiVersion", "kind"})
 
 
@@ -82,8 +92,12 @@ _STRIPPED_TOP = frozenset({"apiVersion", "kind"})
 
 
 def _map_list(*keys: str, items: dict | None = None) -> dict:
-    return {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys),
-            "items": items or {}}
+    return {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": list(keys),
+        "items": items or {},
+    }
 
 
 # Port lists are keyed by (port, protocol) and protocol defaults to TCP: an applied configuration that
@@ -95,49 +109,66 @@ _SET: dict = {"type": "array", "x-kubernetes-list-type": "set"}
 _ATOMIC_MAP: dict = {"type": "object", "x-kubernetes-map-type": "atomic"}
 
 OBJECT_META: dict = {"properties": {"finalizers": _SET, "ownerReferences": _map_list("uid", items=_ATOMIC_MAP)}}
-_CONTAINER: dict = {"properties": {
-    "ports": _map_list("containerPort", "protocol", items=_PROTOCOL_DEFAULT),
-    "env": _map_list("name"),
-    "volumeMounts": _map_list("mountPath"),
-    "volumeDevices": _map_list("devicePath"),
-}}
-_POD_SPEC: dict = {"properties": {
-    "containers": _map_list("name", items=_CONTAINER),
-    "initContainers": _map_list("name", items=_CONTAINER),
-    "ephemeralContainers": _map_list("name", items=_CONTAINER),
-    "volumes": _map_list("name"),
-    "imagePullSecrets": _map_list("name"),
-    "hostAliases": _map_list("ip"),
-    "topologySpreadConstraints": _map_list("topologyKey", "whenUnsatisfiable"),
-    "schedulingGates": _map_list("name"),
-    "resourceClaims": _map_list("name"),
-    "nodeSelector": _ATOMIC_MAP,
-}}
+_CONTAINER: dict = {
+    "properties": {
+        "ports": _map_list("containerPort", "protocol", items=_PROTOCOL_DEFAULT),
+        "env": _map_list("name"),
+        "volumeMounts": _map_list("mountPath"),
+        "volumeDevices": _map_list("devicePath"),
+    }
+}
+_POD_SPEC: dict = {
+    "properties": {
+        "containers": _map_list("name", items=_CONTAINER),
+        "initContainers": _map_list("name", items=_CONTAINER),
+        "ephemeralContainers": _map_list("name", items=_CONTAINER),
+        "volumes": _map_list("name"),
+        "imagePullSecrets": _map_list("name"),
+        "hostAliases": _map_list("ip"),
+        "topologySpreadConstraints": _map_list("topologyKey", "whenUnsatisfiable"),
+        "schedulingGates": _map_list("name"),
+        "resourceClaims": _map_list("name"),
+        "nodeSelector": _ATOMIC_MAP,
+    }
+}
 _CONDITIONS: dict = {"properties": {"conditions": _map_list("type")}}
-_POD_STATUS: dict = {"properties": {
-    "conditions": _map_list("type"),
-    "podIPs": _map_list("ip"),
-    "hostIPs": _map_list("ip"),
-    "resourceClaimStatuses": _map_list("name"),
-}}
+_POD_STATUS: dict = {
+    "properties": {
+        "conditions": _map_list("type"),
+        "podIPs": _map_list("ip"),
+        "hostIPs": _map_list("ip"),
+        "resourceClaimStatuses": _map_list("name"),
+    }
+}
 _OBJECT_REFERENCE = _ATOMIC_MAP  # ObjectReference is a structType=atomic
 # apps/v1 Deployment and ReplicaSet: the selector is atomic, the template a pod's metadata and spec.
-_WORKLOAD: dict = {"properties": {
-    "spec": {"properties": {"selector": _ATOMIC_MAP,
-                            "template": {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}}}},
-    "status": _CONDITIONS,
-}}
+_WORKLOAD: dict = {
+    "properties": {
+        "spec": {
+            "properties": {
+                "selector": _ATOMIC_MAP,
+                "template": {"properties": {"metadata": OBJECT_META, "spec": _POD_SPEC}},
+            }
+        },
+        "status": _CONDITIONS,
+    }
+}
 _BUILTIN_SCHEMAS: dict[str, dict] = {
     "Pod": {"properties": {"spec": _POD_SPEC, "status": _POD_STATUS}},
-    "Service": {"properties": {
-        "spec": {"properties": {"ports": _map_list("port", "protocol", items=_PROTOCOL_DEFAULT),
-                                "selector": _ATOMIC_MAP}},
-        "status": _CONDITIONS,
-    }},
-    "Node": {"properties": {
-        "spec": {"properties": {"podCIDRs": _SET}},
-        "status": {"properties": {"conditions": _map_list("type"), "addresses": _map_list("type")}},
-    }},
+    "Service": {
+        "properties": {
+            "spec": {
+                "properties": {"ports": _map_list("port", "protocol", items=_PROTOCOL_DEFAULT), "selector": _ATOMIC_MAP}
+            },
+            "status": _CONDITIONS,
+        }
+    },
+    "Node": {
+        "properties": {
+            "spec": {"properties": {"podCIDRs": _SET}},
+            "status": {"properties": {"conditions": _map_list("type"), "addresses": _map_list("type")}},
+        }
+    },
     "Namespace": {"properties": {"status": _CONDITIONS}},
     # RoleRef is a structType=atomic.
     "RoleBinding": {"properties": {"roleRef": _ATOMIC_MAP}},
@@ -146,8 +177,13 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
     "Deployment": _WORKLOAD,
     "ReplicaSet": _WORKLOAD,
     # core/v1 and events.k8s.io/v1 Events share the kind: both sets of reference fields are atomic.
-    "Event": {"properties": {"involvedObject": _OBJECT_REFERENCE, "regarding": _OBJECT_REFERENCE,
-                             "related": _OBJECT_REFERENCE}},
+    "Event": {
+        "properties": {
+            "involvedObject": _OBJECT_REFERENCE,
+            "regarding": _OBJECT_REFERENCE,
+            "related": _OBJECT_REFERENCE,
+        }
+    },
 }
 
 # The Go zero value of a built-in as the apiserver serialises it: non-pointer structs are present. This
@@ -155,11 +191,15 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
 _ZERO_SPEC_STATUS = {"metadata": {}, "spec": {}, "status": {}}
 _BUILTIN_ZERO: dict[str, dict] = {
     "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
-    **{kind: _ZERO_SPEC_STATUS for kind in (
-        "Service", "Node", "Namespace", "CustomResourceDefinition", "PodDisruptionBudget")},
+    **{
+        kind: _ZERO_SPEC_STATUS
+        for kind in ("Service", "Node", "Namespace", "CustomResourceDefinition", "PodDisruptionBudget")
+    },
     # The template's metadata and spec are non-pointer structs too.
-    **{kind: {"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": None}}}, "status": {}}
-       for kind in ("Deployment", "ReplicaSet")},
+    **{
+        kind: {"metadata": {}, "spec": {"template": {"metadata": {}, "spec": {"containers": None}}}, "status": {}}
+        for kind in ("Deployment", "ReplicaSet")
+    },
     "Lease": {"metadata": {}, "spec": {}},
     "RoleBinding": {"metadata": {}, "roleRef": {}},
     "ClusterRoleBinding": {"metadata": {}, "roleRef": {}},
@@ -322,8 +362,17 @@ def _node_is_new(old: Any, path: Path, present: bool, removed: list[Path]) -> bo
     return False
 
 
-def _diff_map(old_map: dict, new: dict, schema: dict, path: Path, removed: list[Path], member: bool, *,
-              top: bool = False, meta: bool = False) -> dict | None:
+def _diff_map(
+    old_map: dict,
+    new: dict,
+    schema: dict,
+    path: Path,
+    removed: list[Path],
+    member: bool,
+    *,
+    top: bool = False,
+    meta: bool = False,
+) -> dict | None:
     """The fields of a granular map (``top``/``meta``: the object root or its metadata, whose
     server-set fields nobody owns)."""
     children: list[tuple[str, dict]] = []
@@ -461,8 +510,7 @@ class Entry:
     def identity(self) -> tuple[str, str, str, str]:
         # As the apiserver builds manager identifiers: an Update entry per API version, one Apply
         # entry whatever version was applied.
-        return (self.manager, self.operation, self.subresource,
-                self.api_version if self.operation == "Update" else "")
+        return (self.manager, self.operation, self.subresource, self.api_version if self.operation == "Update" else "")
 
     def encode(self) -> dict:
         out: dict = {"manager": self.manager} if self.manager else {}
@@ -480,6 +528,7 @@ class Entry:
 def validate_entries(value: Any) -> list[dict[str, str]]:
     """Causes (``reason``/``field``/``message``) for a client-sent ``metadata.managedFields`` that is
     not a valid list of entries; empty when it is valid."""
+
     def cause(where: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
         return {"reason": reason, "field": where, "message": message}
 
@@ -493,12 +542,22 @@ def validate_entries(value: Any) -> list[dict[str, str]]:
             continue
         operation = entry.get("operation")
         if operation not in ("Apply", "Update"):
-            causes.append(cause(f"{where}.operation", f'Unsupported value: "{operation}": supported values: '
-                                '"Apply", "Update"', "FieldValueNotSupported"))
+            causes.append(
+                cause(
+                    f"{where}.operation",
+                    f'Unsupported value: "{operation}": supported values: "Apply", "Update"',
+                    "FieldValueNotSupported",
+                )
+            )
         fields_type = entry.get("fieldsType")
         if fields_type != "FieldsV1":
-            causes.append(cause(f"{where}.fieldsType", f'Unsupported value: "{fields_type}": supported values: '
-                                '"FieldsV1"', "FieldValueNotSupported"))
+            causes.append(
+                cause(
+                    f"{where}.fieldsType",
+                    f'Unsupported value: "{fields_type}": supported values: "FieldsV1"',
+                    "FieldValueNotSupported",
+                )
+            )
         for key in ("manager", "subresource", "apiVersion", "time"):
             if entry.get(key) is not None and not isinstance(entry[key], str):
                 causes.append(cause(f"{where}.{key}", "Invalid value: must be a string"))
@@ -519,17 +578,31 @@ def is_reset(value: Any) -> bool:
     if not value:
         return True
     # The zero entry: every field the API knows absent, null or empty (unknown keys do not count).
-    return len(value) == 1 and type(value[0]) is dict and all(
-        value[0].get(k) in (None, "") for k in ("manager", "operation", "apiVersion", "time", "fieldsType",
-                                                  "subresource")) and value[0].get("fieldsV1") is None
+    return (
+        len(value) == 1
+        and type(value[0]) is dict
+        and all(
+            value[0].get(k) in (None, "")
+            for k in ("manager", "operation", "apiVersion", "time", "fieldsType", "subresource")
+        )
+        and value[0].get("fieldsV1") is None
+    )
 
 
 def decode_entries(value: Any) -> list[Entry]:
     """Entries of a (validated) managedFields list, with field sets of their own to edit."""
     out = []
     for raw in value or ():
-        out.append(Entry(raw.get("manager", ""), raw["operation"], raw.get("apiVersion", ""), raw.get("time"),
-                         raw.get("subresource", ""), _parse_fields(raw.get("fieldsV1") or {})))
+        out.append(
+            Entry(
+                raw.get("manager", ""),
+                raw["operation"],
+                raw.get("apiVersion", ""),
+                raw.get("time"),
+                raw.get("subresource", ""),
+                _parse_fields(raw.get("fieldsV1") or {}),
+            )
+        )
     return out
 
 
@@ -564,8 +637,9 @@ def _cap_update_managers(entries: list[Entry], now: str) -> list[Entry]:
         return entries
     updates.sort(key=lambda e: (e.time or "", e.manager))
     first_of_version: dict[str, Entry] = {}
-    buckets: dict[str, Entry] = {e.api_version: e for e in updates if e.manager == ANCIENT_CHANGES
-                                 and not e.subresource}
+    buckets: dict[str, Entry] = {
+        e.api_version: e for e in updates if e.manager == ANCIENT_CHANGES and not e.subresource
+    }
     dropped: set[int] = set()
     count = len(updates)
     for entry in updates:
@@ -592,8 +666,9 @@ def _cap_update_managers(entries: list[Entry], now: str) -> list[Entry]:
 # -- the two operations ------------------------------------------------------------------------------------
 
 
-def update_ownership(schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str,
-                     api_version: str, now: str) -> Any:
+def update_ownership(
+    schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str, api_version: str, now: str
+) -> Any:
     """managedFields after ``manager`` turned ``before`` into ``after`` with an Update operation.
 
     ``managed`` is the (validated) list to start from; the result is the list to store (``managed``
@@ -645,13 +720,22 @@ def update_ownership(schema: dict, before: dict, after: dict, managed: Any, mana
 
 def _wire_identity(raw: dict) -> tuple[str, str, str, str]:
     operation = raw.get("operation", "")
-    return (raw.get("manager", ""), operation, raw.get("subresource", ""),
-            raw.get("apiVersion", "") if operation == "Update" else "")
+    return (
+        raw.get("manager", ""),
+        operation,
+        raw.get("subresource", ""),
+        raw.get("apiVersion", "") if operation == "Update" else "",
+    )
 
 
 def _wire_order(raw: dict) -> tuple[str, str, str, str, str]:
-    return (raw.get("operation", ""), raw.get("time") or "", raw.get("manager", ""), raw.get("apiVersion", ""),
-            raw.get("subresource", ""))
+    return (
+        raw.get("operation", ""),
+        raw.get("time") or "",
+        raw.get("manager", ""),
+        raw.get("apiVersion", ""),
+        raw.get("subresource", ""),
+    )
 
 
 # -- the wire form as a trie -------------------------------------------------------------------------------
@@ -830,9 +914,13 @@ class FieldConflict(Exception):
             detail = "\n".join(lines)
         self.message = f"Apply failed with {count} conflict{'' if count == 1 else 's'}: {detail}"
         self.causes = [
-            {"reason": "FieldManagerConflict", "message": f"conflict with {_print_manager(entry)}",
-             "field": field_path_string(path)}
-            for entry, paths in conflicts for path in paths
+            {
+                "reason": "FieldManagerConflict",
+                "message": f"conflict with {_print_manager(entry)}",
+                "field": field_path_string(path),
+            }
+            for entry, paths in conflicts
+            for path in paths
         ]
         super().__init__(self.message)
 
@@ -847,9 +935,19 @@ def _identifier_order(entry: Entry) -> str:
     return orjson.dumps(ident).decode()
 
 
-def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, managed: Any, manager: str,
-                    subresource: str, api_version: str, force: bool, now: str,
-                    prunable: tuple[str, ...] | None = None) -> list[dict]:
+def apply_ownership(
+    schema: dict,
+    live: dict,
+    config: dict,
+    merged: dict,
+    managed: Any,
+    manager: str,
+    subresource: str,
+    api_version: str,
+    force: bool,
+    now: str,
+    prunable: tuple[str, ...] | None = None,
+) -> list[dict]:
     """managedFields after ``manager`` applied ``config`` to ``live``, giving ``merged``.
 
     Raises :class:`FieldConflict` when the apply changes fields other entries own and ``force`` is
@@ -879,9 +977,13 @@ def apply_ownership(schema: dict, live: dict, config: dict, merged: dict, manage
     previous = next((e for e in entries if e.identity == identity), None)
     if previous is not None:
         others = [e for e in entries if e is not previous]
-        dropped = [path for path in _wire_members(previous.fields)
-                   if _prunable(path, prunable) and not _wire_keeps(applied, path)
-                   and not any(_wire_keeps(e.fields, path) for e in others)]
+        dropped = [
+            path
+            for path in _wire_members(previous.fields)
+            if _prunable(path, prunable)
+            and not _wire_keeps(applied, path)
+            and not any(_wire_keeps(e.fields, path) for e in others)
+        ]
         # As the apiserver prunes before it records the apply: what is deleted leaves every entry.
         for path in _prune(merged, schema, dropped, [applied] + [e.fields for e in others]):
             removed.append(path)
@@ -942,7 +1044,7 @@ def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[FieldSe
     them and that no one in ``owners`` owns anything in. Returns the paths deleted."""
     deleted: list[Path] = []
     for path in sorted(dropped, key=len):  # an item before its key fields, which locate it
-        if any(path[:len(d)] == d for d in deleted):
+        if any(path[: len(d)] == d for d in deleted):
             continue
         steps = _locate(merged, path, schema)
         if not steps:
@@ -954,8 +1056,12 @@ def _prune(merged: dict, schema: dict, dropped: list[Path], owners: list[FieldSe
             container, key, _ = steps[depth - 1]
             value = container[key]
             prefix = path[:depth]
-            if (type(value) not in (dict, list) or value or prefix == ("f:metadata",)
-                    or any(_wire_find(trie, prefix) is not None for trie in owners)):
+            if (
+                type(value) not in (dict, list)
+                or value
+                or prefix == ("f:metadata",)
+                or any(_wire_find(trie, prefix) is not None for trie in owners)
+            ):
                 break
             del container[key]
             deleted.append(prefix)

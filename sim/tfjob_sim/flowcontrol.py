@@ -37,8 +37,10 @@ def _uid(kind: str, name: str) -> str:
 
 
 def _headers(flow_schema: str, priority_level: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    return ((FLOW_SCHEMA_HEADER, _uid("flowschemas", flow_schema)),
-            (PRIORITY_LEVEL_HEADER, _uid("prioritylevelconfigurations", priority_level)))
+    return (
+        (FLOW_SCHEMA_HEADER, _uid("flowschemas", flow_schema)),
+        (PRIORITY_LEVEL_HEADER, _uid("prioritylevelconfigurations", priority_level)),
+    )
 
 
 # flow schema name -> its two headers (the names are kube-apiserver's default FlowSchemas')

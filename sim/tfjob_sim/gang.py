@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -101,13 +101,18 @@ def _relevant(pod: dict | None) -> tuple:
         return ()
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    return (spec.get("nodeName"), (pod.get("status") or {}).get("phase"), bool(meta.get("deletionTimestamp")),
-            spec.get("schedulerName"), (meta.get("labels") or {}).get(SP_GROUP_LABEL),
-            (meta.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION))
+    return (
+        spec.get("nodeName"),
+        (pod.get("status") or {}).get("phase"),
+        bool(meta.get("deletionTimestamp")),
+        spec.get("schedulerName"),
+        (meta.get("labels") or {}).get(SP_GROUP_LABEL),
+        (meta.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION),
+    )
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _int(value: Any) -> int:
@@ -128,7 +133,7 @@ class _Pods:
     total: int = 0
 
     @classmethod
-    def of(cls, pods: list[dict]) -> "_Pods":
+    def of(cls, pods: list[dict]) -> _Pods:
         out = cls(total=len(pods))
         for pod in pods:
             phase = (pod.get("status") or {}).get("phase")
@@ -157,7 +162,7 @@ def _task_order(pod: dict) -> tuple:
 class GangScheduler:
     """The gang schedulers of one simulated cluster; owned and driven by the :class:`Kubelet`."""
 
-    def __init__(self, kubelet: "Kubelet", names: dict[str, str] | None = None) -> None:
+    def __init__(self, kubelet: Kubelet, names: dict[str, str] | None = None) -> None:
         self._kubelet = kubelet
         self._store = kubelet._store
         self.names = dict(DEFAULT_GANG_SCHEDULER_NAMES if names is None else names)
@@ -211,8 +216,12 @@ class GangScheduler:
         else:
             self._podgroups.add(key)
         # The scheduler's own status writes do not re-evaluate the group (nothing it reads changed).
-        if old is None or new is None or old.get("spec") != new.get("spec") \
-                or (old.get("metadata") or {}).get("uid") != meta.get("uid"):
+        if (
+            old is None
+            or new is None
+            or old.get("spec") != new.get("spec")
+            or (old.get("metadata") or {}).get("uid") != meta.get("uid")
+        ):
             self._dirty[key] = None
         if scheduler == VOLCANO:
             phase = ((new or {}).get("status") or {}).get("phase") or ""
@@ -298,8 +307,7 @@ class GangScheduler:
                 if exc.code in (404, 409):
                     self._dirty[key] = None  # a conflict or a vanished object: look again with fresh state
                 else:  # retried at the group's next change, never in a hot loop
-                    log.warning("gang scheduler write failed", group="/".join(key), code=exc.code,
-                                error=exc.message)
+                    log.warning("gang scheduler write failed", group="/".join(key), code=exc.code, error=exc.message)
 
     def _group_order(self, key: GroupKey) -> tuple:
         pg = self._store.get(PODGROUP_RESOURCES[key[0]], key[1], key[2]) if self.installed(key[0]) else None
@@ -317,20 +325,32 @@ class GangScheduler:
 
     def _create_default_queue(self) -> None:
         """vc-scheduler creates its default queue at startup; the queue controller opens it."""
-        if self._store.registry.get(VOLCANO_QUEUES) is None or \
-                self._store.get(VOLCANO_QUEUES, None, DEFAULT_QUEUE) is not None:
+        if (
+            self._store.registry.get(VOLCANO_QUEUES) is None
+            or self._store.get(VOLCANO_QUEUES, None, DEFAULT_QUEUE) is not None
+        ):
             return
-        queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": DEFAULT_QUEUE},
-                 "spec": {"reclaimable": True, "weight": 1}}
+        queue = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": DEFAULT_QUEUE},
+            "spec": {"reclaimable": True, "weight": 1},
+        }
         try:
             self._store.create(VOLCANO_QUEUES, None, queue, field_manager="vc-scheduler")
         except ApiError as exc:
             if exc.code != 409:
                 raise
             return
-        self._store.patch(VOLCANO_QUEUES, None, DEFAULT_QUEUE, "merge",
-                          {"status": {"state": "Open", "allocated": {"cpu": "0", "memory": "0"}}},
-                          subresource="status", field_manager="vc-controller-manager")
+        self._store.patch(
+            VOLCANO_QUEUES,
+            None,
+            DEFAULT_QUEUE,
+            "merge",
+            {"status": {"state": "Open", "allocated": {"cpu": "0", "memory": "0"}}},
+            subresource="status",
+            field_manager="vc-controller-manager",
+        )
 
     # ---------------------------------------------------------------- capacity
 
@@ -339,7 +359,10 @@ class GangScheduler:
         kubelet = self._kubelet
         rec = kubelet._pods.get((pod.get("metadata") or {}).get("uid", ""))
         if rec is not None and rec.requests_error is not None:
-            return None, f"0/{len(kubelet._nodes)} nodes are available: invalid resource requests: {rec.requests_error}."
+            return (
+                None,
+                f"0/{len(kubelet._nodes)} nodes are available: invalid resource requests: {rec.requests_error}.",
+            )
         if not kubelet._nodes:
             return None, "no nodes available to schedule pods"
         return kubelet.find_node(pod, rec.requests if rec is not None else (0, 0), extra)
@@ -360,9 +383,13 @@ class GangScheduler:
         # vc-scheduler binds through the same subresource but reports with a core/v1 recorder.
         meta = pod["metadata"]
         self._store.bind(meta.get("namespace"), meta["name"], {"target": {"kind": "Node", "name": node}})
-        self._kubelet.events.record(object_reference(pod), "Normal", "Scheduled",
-                                    f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node}",
-                                    component=VOLCANO_COMPONENT)
+        self._kubelet.events.record(
+            object_reference(pod),
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node}",
+            component=VOLCANO_COMPONENT,
+        )
 
     def _unschedulable(self, pod: dict, message: str, scheduler_name: str) -> None:
         """kube-scheduler's failure handler: PodScheduled=False and a FailedScheduling event."""
@@ -383,17 +410,20 @@ class GangScheduler:
     def _volcano_session(self, key: GroupKey) -> None:
         """One vc-scheduler session for one job: enqueue, allocate, gang close, job status."""
         _, namespace, name = key
-        pods = [p for p in self._pods(key)
-                if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == VOLCANO]
+        pods = [
+            p for p in self._pods(key) if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == VOLCANO
+        ]
         pg = self._store.get(VOLCANO_PODGROUPS, namespace, name)
         if pg is None:
             # Volcano's pod admission webhook refuses such pods; without webhooks here, they wait
             # with its message.
             for pod in _Pods.of(pods).pending:
                 pod_name = (pod.get("metadata") or {}).get("name", "")
-                self._volcano_pod_condition(pod, "Unschedulable",
-                                            f"failed to get PodGroup for pod {namespace}/{pod_name}: "
-                                            f'{VOLCANO_PODGROUPS} "{name}" not found')
+                self._volcano_pod_condition(
+                    pod,
+                    "Unschedulable",
+                    f'failed to get PodGroup for pod {namespace}/{pod_name}: {VOLCANO_PODGROUPS} "{name}" not found',
+                )
             return
         spec = pg.get("spec") or {}
         status = pg.get("status") or {}
@@ -406,35 +436,51 @@ class GangScheduler:
             if self._volcano_enqueueable(pg):
                 phase = "Inqueue"
             else:
-                self._kubelet.events.record(object_reference(pg), "Normal", "Unschedulable",
-                                            "resource in cluster is overused", component=VOLCANO_COMPONENT)
+                self._kubelet.events.record(
+                    object_reference(pg),
+                    "Normal",
+                    "Unschedulable",
+                    "resource in cluster is overused",
+                    component=VOLCANO_COMPONENT,
+                )
         outcome = _VolcanoOutcome()
         ready = len(state.bound) + state.succeeded
         # JobValid: enough live pods, in total and per task.
-        valid = len(state.pending) + ready >= min_member and \
-            _task_minimums_met(spec, min_member, state.pending + state.bound + state.done)
+        valid = len(state.pending) + ready >= min_member and _task_minimums_met(
+            spec, min_member, state.pending + state.bound + state.done
+        )
         # BestEffort pods (no requests) are left to the backfill action and count as ready while pending.
         best_effort = [p for p in state.pending if self._requests(p) == (0, 0)]
         if phase not in ("", "Pending") and valid:
             requesting = [p for p in state.pending if self._requests(p) != (0, 0)]
-            ready += self._volcano_allocate(requesting, state.bound + state.done + best_effort, spec, min_member,
-                                            outcome)
+            ready += self._volcano_allocate(
+                requesting, state.bound + state.done + best_effort, spec, min_member, outcome
+            )
             if _gang_ready(spec, min_member, state.bound + state.done + best_effort):
                 ready += self._volcano_backfill(best_effort, outcome)
         if outcome.bound:
             state = _Pods.of([self._store.get("pods", *_ns_name(p)) or p for p in pods])
-        job_ready = _gang_ready(spec, min_member, state.bound + state.done +
-                                [p for p in state.pending if self._requests(p) == (0, 0)])
+        job_ready = _gang_ready(
+            spec, min_member, state.bound + state.done + [p for p in state.pending if self._requests(p) == (0, 0)]
+        )
         histogram = self._volcano_histogram(state, outcome, min_member)
         if job_ready:
-            cond = {"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled",
-                    "message": ""}
+            cond = {
+                "type": "Scheduled",
+                "status": "True",
+                "reason": "tasks in gang are ready to be scheduled",
+                "message": "",
+            }
             job_fit_errors = ""
         else:
             schedulable = len(outcome.discarded) + ready
             job_fit_errors = f"{min_member - schedulable}/{state.total} tasks in gang unschedulable: {histogram}"
-            cond = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
-                    "message": job_fit_errors}
+            cond = {
+                "type": "Unschedulable",
+                "status": "True",
+                "reason": "NotEnoughResources",
+                "message": job_fit_errors,
+            }
         if state.running and not job_ready:
             new_phase = "Unknown"
         elif len(state.bound) + state.succeeded >= min_member:
@@ -443,32 +489,51 @@ class GangScheduler:
             new_phase = "Pending"
         else:
             new_phase = phase
-        new_status = _omitempty(dict(status, phase=new_phase, running=state.running, succeeded=state.succeeded,
-                                     failed=state.failed,
-                                     conditions=_volcano_conditions(status.get("conditions"), cond)))
+        new_status = _omitempty(
+            dict(
+                status,
+                phase=new_phase,
+                running=state.running,
+                succeeded=state.succeeded,
+                failed=state.failed,
+                conditions=_volcano_conditions(status.get("conditions"), cond),
+            )
+        )
         updated = _volcano_status_key(new_status) != _volcano_status_key(status)
         if updated:
-            pg = self._store.update(VOLCANO_PODGROUPS, namespace, name, dict(pg, status=new_status),
-                                    field_manager="vc-scheduler")
+            pg = self._store.update(
+                VOLCANO_PODGROUPS, namespace, name, dict(pg, status=new_status), field_manager="vc-scheduler"
+            )
         if new_phase in ("Unknown", "Pending", "Inqueue"):
-            self._kubelet.events.record(object_reference(pg), "Warning", "Unschedulable",
-                                        f"{len(state.pending)}/{state.total} tasks in gang unschedulable: {histogram}",
-                                        component=VOLCANO_COMPONENT)
+            self._kubelet.events.record(
+                object_reference(pg),
+                "Warning",
+                "Unschedulable",
+                f"{len(state.pending)}/{state.total} tasks in gang unschedulable: {histogram}",
+                component=VOLCANO_COMPONENT,
+            )
         elif updated:
-            self._kubelet.events.record(object_reference(pg), "Normal", "Scheduled", "pod group is ready",
-                                        component=VOLCANO_COMPONENT)
+            self._kubelet.events.record(
+                object_reference(pg), "Normal", "Scheduled", "pod group is ready", component=VOLCANO_COMPONENT
+            )
         for pod in state.pending:
             uid = (pod.get("metadata") or {}).get("uid", "")
             if uid in outcome.discarded:
                 meta = pod.get("metadata") or {}
-                self._volcano_pod_condition(pod, "Schedulable", f"Pod {meta.get('namespace')}/{meta.get('name')} "
-                                                                f"can possibly be assigned to {outcome.discarded[uid]}")
+                self._volcano_pod_condition(
+                    pod,
+                    "Schedulable",
+                    f"Pod {meta.get('namespace')}/{meta.get('name')} "
+                    f"can possibly be assigned to {outcome.discarded[uid]}",
+                )
             else:
-                self._volcano_pod_condition(pod, "Unschedulable",
-                                            outcome.fit_errors.get(uid) or job_fit_errors or "all nodes are unavailable")
+                self._volcano_pod_condition(
+                    pod, "Unschedulable", outcome.fit_errors.get(uid) or job_fit_errors or "all nodes are unavailable"
+                )
 
-    def _volcano_allocate(self, pending: list[dict], ready: list[dict], spec: dict, min_member: int,
-                          outcome: "_VolcanoOutcome") -> int:
+    def _volcano_allocate(
+        self, pending: list[dict], ready: list[dict], spec: dict, min_member: int, outcome: _VolcanoOutcome
+    ) -> int:
         """The allocate action's statement: place pending tasks in order until one fits nowhere; bind
         them all if the job is then ready (with the ``ready`` pods), else discard them. Returns how
         many were bound."""
@@ -490,7 +555,7 @@ class GangScheduler:
             outcome.discarded[(pod.get("metadata") or {}).get("uid", "")] = node
         return 0
 
-    def _volcano_backfill(self, pending: list[dict], outcome: "_VolcanoOutcome") -> int:
+    def _volcano_backfill(self, pending: list[dict], outcome: _VolcanoOutcome) -> int:
         """The backfill action: BestEffort tasks bound one by one where they fit, until one fits nowhere."""
         bound = 0
         for pod in sorted(pending, key=_task_order):
@@ -520,9 +585,15 @@ class GangScheduler:
             elif mem and node.used_memory + add_mem + mem > node.memory:
                 failed = "Insufficient memory"
             else:
-                found = kubelet._filter(node, spec, spec.get("tolerations") or [],
-                                        annotations.get("sim.tfjob.dev/unschedulable") == "true", 0, 0,
-                                        extra.get(node.name))
+                found = kubelet._filter(
+                    node,
+                    spec,
+                    spec.get("tolerations") or [],
+                    annotations.get("sim.tfjob.dev/unschedulable") == "true",
+                    0,
+                    0,
+                    extra.get(node.name),
+                )
                 failed = ("node(s) pod number exceeded" if found[0] == "Too many pods" else found[0]) if found else ""
             if failed:
                 reasons[failed] = reasons.get(failed, 0) + 1
@@ -530,8 +601,10 @@ class GangScheduler:
                 candidates.append(node)
         if not candidates:
             parts = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
-            return None, f"0/{len(nodes)} nodes are unavailable: {parts}." if parts else \
-                f"0/{len(nodes)} nodes are unavailable"
+            return (
+                None,
+                f"0/{len(nodes)} nodes are unavailable: {parts}." if parts else f"0/{len(nodes)} nodes are unavailable",
+            )
         return min(candidates, key=lambda n: kubelet.score(n, cpu, mem, extra.get(n.name))).name, ""
 
     def _volcano_enqueueable(self, pg: dict) -> bool:
@@ -551,18 +624,25 @@ class GangScheduler:
             for name, amount in (reserved or {}).items():
                 need[name] = need.get(name, 0) + amount
         nodes = [n for n in self._kubelet._nodes.values() if n.ready]
-        idle = {"cpu": sum(n.cpu_m for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_cpu_m for n in nodes),
-                "memory": sum(n.memory for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_memory for n in nodes),
-                "pods": sum(n.pods for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_pods for n in nodes)}
+        idle = {
+            "cpu": sum(n.cpu_m for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_cpu_m for n in nodes),
+            "memory": sum(n.memory for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_memory for n in nodes),
+            "pods": sum(n.pods for n in nodes) * OVERCOMMIT_FACTOR - sum(n.used_pods for n in nodes),
+        }
         return all(amount <= idle.get(name, 0) for name, amount in need.items() if amount > 0)
 
     @staticmethod
-    def _volcano_histogram(state: _Pods, outcome: "_VolcanoOutcome", min_member: int) -> str:
+    def _volcano_histogram(state: _Pods, outcome: _VolcanoOutcome, min_member: int) -> str:
         """JobInfo.FitError: "pod group is not ready, <n> <task status>..., <m> minAvailable[; Pending: ...]"."""
         counts: dict[str, int] = {"minAvailable": min_member}
-        statuses = (("Pending", len(state.pending)), ("Running", state.running),
-                    ("Bound", len(state.bound) - state.running), ("Succeeded", state.succeeded),
-                    ("Failed", state.failed), ("Releasing", state.releasing))
+        statuses = (
+            ("Pending", len(state.pending)),
+            ("Running", state.running),
+            ("Bound", len(state.bound) - state.running),
+            ("Succeeded", state.succeeded),
+            ("Failed", state.failed),
+            ("Releasing", state.releasing),
+        )
         for status_name, n in statuses:
             if n:
                 counts[status_name] = n
@@ -576,13 +656,19 @@ class GangScheduler:
     def _volcano_pod_condition(self, pod: dict, reason: str, message: str) -> None:
         """taskUnschedulable: PodScheduled=False and a FailedScheduling event, only when they change."""
         status = pod.get("status") or {}
-        old = next((c for c in status.get("conditions") or []
-                    if isinstance(c, dict) and c.get("type") == "PodScheduled"), None) or {}
+        old = (
+            next(
+                (c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "PodScheduled"),
+                None,
+            )
+            or {}
+        )
         if (old.get("status"), old.get("reason"), old.get("message")) == ("False", reason, message):
             return
         cond = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}
-        self._kubelet.events.record(object_reference(pod), "Warning", "FailedScheduling", message,
-                                    component=VOLCANO_COMPONENT)
+        self._kubelet.events.record(
+            object_reference(pod), "Warning", "FailedScheduling", message, component=VOLCANO_COMPONENT
+        )
         self._kubelet._write_status(pod, {"conditions": set_condition(status.get("conditions") or [], cond, _now())})
 
     # ---------------------------------------------------------------- scheduler-plugins
@@ -591,9 +677,14 @@ class GangScheduler:
         """kube-scheduler with the Coscheduling plugin, one scheduling cycle per pending pod of the group."""
         _, namespace, name = key
         members = self._pods(key)
-        pending = sorted((p for p in _Pods.of(members).pending
-                          if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == SCHEDULER_PLUGINS),
-                         key=_task_order)
+        pending = sorted(
+            (
+                p
+                for p in _Pods.of(members).pending
+                if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == SCHEDULER_PLUGINS
+            ),
+            key=_task_order,
+        )
         if not pending:
             return
         pg = self._store.get(SP_PODGROUPS, namespace, name)
@@ -601,24 +692,33 @@ class GangScheduler:
             # PreFilter passes without a group; Permit rejects on the chosen node.
             for pod in pending:
                 node, message = self._fit(pod, {})
-                self._unschedulable(pod, "0/1 nodes are available: 1 PodGroup not found." if node else message,
-                                    _scheduler_name(pod))
+                self._unschedulable(
+                    pod, "0/1 nodes are available: 1 PodGroup not found." if node else message, _scheduler_name(pod)
+                )
             return
         spec = pg.get("spec") or {}
         min_member = _int(spec.get("minMember"))
         full_name = f"{namespace}/{name}"
         total_nodes = len(self._kubelet._nodes)
-        assigned = sum(1 for p in members if (p.get("spec") or {}).get("nodeName")
-                       and (p.get("status") or {}).get("phase") not in _TERMINAL)
+        assigned = sum(
+            1
+            for p in members
+            if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in _TERMINAL
+        )
         gap = self._sp_prefilter(pg, members, min_member)
         if gap is not None:
             for pod in pending:
                 pod_name = (pod.get("metadata") or {}).get("name", "")
-                preemption = (f"preemption: 0/{total_nodes} nodes are available: {total_nodes} Preemption is not "
-                              "helpful for scheduling.")
+                preemption = (
+                    f"preemption: 0/{total_nodes} nodes are available: {total_nodes} Preemption is not "
+                    "helpful for scheduling."
+                )
                 verdict, _rejected = _post_filter(preemption, assigned, min_member, full_name, pod_name)
-                self._unschedulable(pod, f"0/{total_nodes} nodes are available: {gap.format(pod=pod_name)}. {verdict}",
-                                    _scheduler_name(pod))
+                self._unschedulable(
+                    pod,
+                    f"0/{total_nodes} nodes are available: {gap.format(pod=pod_name)}. {verdict}",
+                    _scheduler_name(pod),
+                )
             return
         extra: dict[str, tuple[int, int, int]] = {}
         waiting: list[tuple[dict, str]] = []
@@ -627,8 +727,9 @@ class GangScheduler:
             node, message = self._fit(pod, extra)
             if node is None:
                 head, sep, preemption = message.partition(" preemption: ")
-                verdict, rejected = _post_filter("preemption: " + preemption if sep else "", assigned + len(waiting),
-                                                 min_member, full_name, pod_name)
+                verdict, rejected = _post_filter(
+                    "preemption: " + preemption if sep else "", assigned + len(waiting), min_member, full_name, pod_name
+                )
                 if rejected:  # the whole group is: its waiting pods too
                     for other, _node in waiting:
                         self._unschedulable(other, "optimistic rejection in PostFilter", _scheduler_name(other))
@@ -644,16 +745,19 @@ class GangScheduler:
                 waiting, extra = [], {}
         timeout = _int(spec.get("scheduleTimeoutSeconds")) or PERMIT_WAITING_SECONDS
         for pod, _node in waiting:  # nothing else will arrive: the waiters time out together
-            self._unschedulable(pod, f"rejected due to timeout after waiting {timeout}s at plugin Coscheduling",
-                                _scheduler_name(pod))
+            self._unschedulable(
+                pod, f"rejected due to timeout after waiting {timeout}s at plugin Coscheduling", _scheduler_name(pod)
+            )
 
     def _sp_prefilter(self, pg: dict, members: list[dict], min_member: int) -> str | None:
         """Coscheduling PreFilter: a message template ({pod} = the pod's name), or None when it passes."""
         meta = pg.get("metadata") or {}
         full_name = f"{meta.get('namespace')}/{meta.get('name')}"
         if len(members) < min_member:
-            return (f"pre-filter pod {{pod}} cannot find enough sibling pods, current pods number: {len(members)}, "
-                    f"minMember of group: {min_member}")
+            return (
+                f"pre-filter pod {{pod}} cannot find enough sibling pods, current pods number: {len(members)}, "
+                f"minMember of group: {min_member}"
+            )
         want = (pg.get("spec") or {}).get("minResources")
         if not want:
             return None
@@ -671,8 +775,11 @@ class GangScheduler:
         remaining = {k: v for k, v in need.items() if v > 0}
         for node in self._kubelet._nodes.values():
             back = own.get(node.name, [0, 0, 0])
-            free = {"cpu": node.cpu_m - node.used_cpu_m + back[0], "memory": node.memory - node.used_memory + back[1],
-                    "pods": node.pods - node.used_pods + back[2]}
+            free = {
+                "cpu": node.cpu_m - node.used_cpu_m + back[0],
+                "memory": node.memory - node.used_memory + back[1],
+                "pods": node.pods - node.used_pods + back[2],
+            }
             remaining = {k: v - free.get(k, 0) for k, v in remaining.items() if v - free.get(k, 0) > 0}
             if not remaining:
                 return None
@@ -721,8 +828,15 @@ class GangScheduler:
                 return
             patch = {k: v for k, v in new.items() if status.get(k) != v}
             patch.update({k: None for k in status if k not in new})
-            self._store.patch(SP_PODGROUPS, namespace, name, "merge", {"status": patch}, subresource="status",
-                              field_manager=SP_CONTROLLER)
+            self._store.patch(
+                SP_PODGROUPS,
+                namespace,
+                name,
+                "merge",
+                {"status": patch},
+                subresource="status",
+                field_manager=SP_CONTROLLER,
+            )
 
 
 def _task_minimums_met(spec: dict, min_member: int, pods: list[dict]) -> bool:
@@ -772,8 +886,11 @@ def _scheduler_name(pod: dict) -> str:
 
 def _occupied_by(pod: dict) -> str | None:
     meta = pod.get("metadata") or {}
-    refs = sorted(f"{meta.get('namespace')}/{ref.get('name')}" for ref in meta.get("ownerReferences") or []
-                  if isinstance(ref, dict))
+    refs = sorted(
+        f"{meta.get('namespace')}/{ref.get('name')}"
+        for ref in meta.get("ownerReferences") or []
+        if isinstance(ref, dict)
+    )
     return ",".join(refs) or None
 
 
@@ -791,8 +908,11 @@ def _volcano_conditions(conditions: Any, cond: dict) -> list[dict]:
 
 def _volcano_status_key(status: dict) -> tuple:
     """isPodGroupStatusUpdated: everything but the conditions' lastTransitionTime and transitionID."""
-    conditions = tuple(tuple(sorted((k, v) for k, v in c.items() if k not in ("lastTransitionTime", "transitionID")))
-                       for c in status.get("conditions") or [] if isinstance(c, dict))
+    conditions = tuple(
+        tuple(sorted((k, v) for k, v in c.items() if k not in ("lastTransitionTime", "transitionID")))
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
     return (status.get("phase"), status.get("running"), status.get("succeeded"), status.get("failed"), conditions)
 
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -54,14 +55,21 @@ RETRY_AFTER_ERROR_SECONDS = 1.0  # wall seconds: a guard against hot loops, not 
 class StoreLike(Protocol):
     def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
 
-    def list(self, resource: str, namespace: str | None = None, label_selector: str = "",
-             field_selector: str = "") -> tuple[list[dict], str]: ...
+    def list(
+        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict], str]: ...
 
-    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
-              subresource: str | None = None) -> dict: ...
+    def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        subresource: str | None = None,
+    ) -> dict: ...
 
-    def delete(self, resource: str, namespace: str | None, name: str,
-               options: dict | None = None) -> dict: ...
+    def delete(self, resource: str, namespace: str | None, name: str, options: dict | None = None) -> dict: ...
 
     def add_listener(self, fn: Callable[[str, str, dict | None, dict | None], None]) -> Callable[[], None]: ...
 
@@ -96,8 +104,18 @@ class _Object:
 
     __slots__ = ("uid", "resource", "namespace", "name", "kind", "group", "owners", "deleting", "finalizers", "refs")
 
-    def __init__(self, uid: str, resource: str, namespace: str, name: str, kind: str, group: str,
-                 owners: tuple[OwnerRef, ...], deleting: bool, finalizers: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        uid: str,
+        resource: str,
+        namespace: str,
+        name: str,
+        kind: str,
+        group: str,
+        owners: tuple[OwnerRef, ...],
+        deleting: bool,
+        finalizers: tuple[str, ...],
+    ) -> None:
         self.uid = uid
         self.resource = resource
         self.namespace = namespace
@@ -127,9 +145,15 @@ def _owners_of(meta: dict) -> tuple[OwnerRef, ...]:
     out = []
     for ref in refs:
         if isinstance(ref, dict) and ref.get("uid"):
-            out.append(OwnerRef(uid=str(ref["uid"]), api_version=str(ref.get("apiVersion") or ""),
-                                kind=str(ref.get("kind") or ""), name=str(ref.get("name") or ""),
-                                block=ref.get("blockOwnerDeletion") is True))
+            out.append(
+                OwnerRef(
+                    uid=str(ref["uid"]),
+                    api_version=str(ref.get("apiVersion") or ""),
+                    kind=str(ref.get("kind") or ""),
+                    name=str(ref.get("name") or ""),
+                    block=ref.get("blockOwnerDeletion") is True,
+                )
+            )
     return tuple(out)
 
 
@@ -217,8 +241,17 @@ class GarbageCollector:
         else:
             owners = _owners_of(meta)
         if node is None:
-            node = _Object(uid, resource, meta.get("namespace") or "", meta.get("name", ""), str(obj.get("kind") or ""),
-                           _group_of(obj), (), False, ())
+            node = _Object(
+                uid,
+                resource,
+                meta.get("namespace") or "",
+                meta.get("name", ""),
+                str(obj.get("kind") or ""),
+                _group_of(obj),
+                (),
+                False,
+                (),
+            )
             self._objects[uid] = node
             self._set_owners(node, owners)
             node.refs = refs
@@ -335,9 +368,13 @@ class GarbageCollector:
         except ApiError as exc:
             if exc.code in (404, 409):
                 return  # changed under us: the change's own event brings it back if needed
-            log.warning("garbage collector write failed; retrying", resource=node.resource,
-                        object=f"{node.namespace}/{node.name}" if node.namespace else node.name,
-                        code=exc.code, error=exc.message)
+            log.warning(
+                "garbage collector write failed; retrying",
+                resource=node.resource,
+                object=f"{node.namespace}/{node.name}" if node.namespace else node.name,
+                code=exc.code,
+                error=exc.message,
+            )
             self._push(uid, anyio.current_time() + RETRY_AFTER_ERROR_SECONDS)
 
     # ---------------------------------------------------------------- decisions
@@ -386,8 +423,12 @@ class GarbageCollector:
             policy = "Foreground"
         else:
             policy = "Background"
-        self._store.delete(node.resource, node.namespace or None, node.name,
-                           {"propagationPolicy": policy, "preconditions": {"uid": node.uid}})
+        self._store.delete(
+            node.resource,
+            node.namespace or None,
+            node.name,
+            {"propagationPolicy": policy, "preconditions": {"uid": node.uid}},
+        )
 
     def _resolve(self, dependent: _Object, ref: OwnerRef) -> _Object | None:
         """The owner ``ref`` names, or None when it is absent or the reference is invalid."""
@@ -432,13 +473,25 @@ class GarbageCollector:
         remaining = [r for r in refs if not (isinstance(r, dict) and r.get("uid") in uids)]
         if len(remaining) == len(refs):
             return
-        self._store.patch(node.resource, node.namespace or None, node.name, "merge",
-                          {"metadata": {"ownerReferences": remaining or None}}, field_manager="kube-controller-manager")
+        self._store.patch(
+            node.resource,
+            node.namespace or None,
+            node.name,
+            "merge",
+            {"metadata": {"ownerReferences": remaining or None}},
+            field_manager="kube-controller-manager",
+        )
 
     def _remove_finalizer(self, node: _Object, obj: dict, finalizer: str) -> None:
         finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
         if finalizer not in finalizers:
             return
         remaining = [f for f in finalizers if f != finalizer]
-        self._store.patch(node.resource, node.namespace or None, node.name, "merge",
-                          {"metadata": {"finalizers": remaining or None}}, field_manager="kube-controller-manager")
+        self._store.patch(
+            node.resource,
+            node.namespace or None,
+            node.name,
+            "merge",
+            {"metadata": {"finalizers": remaining or None}},
+            field_manager="kube-controller-manager",
+        )

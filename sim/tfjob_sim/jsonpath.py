@@ -679,9 +679,7 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 def parse_rfc3339(text: str) -> _dt.datetime | None:
@@ -694,7 +692,7 @@ def parse_rfc3339(text: str) -> _dt.datetime | None:
     micro = int((frac[1:] + "000000")[:6]) if frac else 0
     zone = m.group(8)
     if zone in ("Z", "z"):
-        tz = _dt.timezone.utc
+        tz = _dt.UTC
     else:
         sign = 1 if zone[0] == "+" else -1
         zh, zm = int(zone[1:3]), int(zone[4:6])
@@ -756,7 +754,6 @@ def format_cell(
         parsed = parse_rfc3339(value)
         if parsed is None:
             return "<invalid>"
-        current = now or _dt.datetime.now(_dt.timezone.utc)
+        current = now or _dt.datetime.now(_dt.UTC)
         return human_duration((current - parsed).total_seconds())
     return None
-

@@ -54,9 +54,10 @@ import heapq
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import anyio
 import orjson
@@ -123,16 +124,23 @@ class StoreLike(Protocol):
 
     def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
 
-    def list(self, resource: str, namespace: str | None = None, label_selector: str = "",
-             field_selector: str = "") -> tuple[list[dict], str]: ...
+    def list(
+        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict], str]: ...
 
     def create(self, resource: str, namespace: str | None, obj: dict) -> dict: ...
 
-    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
-              subresource: str | None = None) -> dict: ...
+    def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        subresource: str | None = None,
+    ) -> dict: ...
 
-    def delete(self, resource: str, namespace: str | None, name: str,
-               options: dict | None = None) -> dict: ...
+    def delete(self, resource: str, namespace: str | None, name: str, options: dict | None = None) -> dict: ...
 
     def bind(self, namespace: str, name: str, binding: dict) -> dict: ...
 
@@ -167,8 +175,12 @@ class KubeletConfig:
             raise ValueError(f"node_pods must be >= 1, got {self.node_pods}")
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
-        for name in ("default_start_seconds", "default_sigterm_seconds", "node_eviction_seconds",
-                     "pod_gc_orphan_seconds"):
+        for name in (
+            "default_start_seconds",
+            "default_sigterm_seconds",
+            "node_eviction_seconds",
+            "pod_gc_orphan_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("node_cpu", "node_memory"):
@@ -178,8 +190,10 @@ class KubeletConfig:
                 raise ValueError(f"{name}: {exc}") from None
         for scheduler_name, scheduler in self.gang_scheduler_names.items():
             if scheduler not in GANG_SCHEDULERS or not scheduler_name or scheduler_name == DEFAULT_SCHEDULER:
-                raise ValueError(f"gang_scheduler_names: {scheduler_name!r} -> {scheduler!r}: expected a scheduler "
-                                 f"name other than {DEFAULT_SCHEDULER} mapped to one of {', '.join(GANG_SCHEDULERS)}")
+                raise ValueError(
+                    f"gang_scheduler_names: {scheduler_name!r} -> {scheduler!r}: expected a scheduler "
+                    f"name other than {DEFAULT_SCHEDULER} mapped to one of {', '.join(GANG_SCHEDULERS)}"
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,11 +207,22 @@ def now_timestamp() -> str:
 
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _SUFFIX = {
-    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+    None: Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
 }
 
 
@@ -402,8 +427,9 @@ def _node_affinity_matches(spec: dict, labels: dict, name: str) -> bool:
     selector = spec.get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
         return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms")
     if not terms:
         return True
@@ -412,8 +438,9 @@ def _node_affinity_matches(spec: dict, labels: dict, name: str) -> bool:
         fields = term.get("matchFields") or []
         if not exprs and not fields:
             continue
-        if all(_match_expression(e, labels, name, False) for e in exprs) and \
-                all(_match_expression(f, labels, name, True) for f in fields):
+        if all(_match_expression(e, labels, name, False) for e in exprs) and all(
+            _match_expression(f, labels, name, True) for f in fields
+        ):
             return True
     return False
 
@@ -428,8 +455,10 @@ def fit_error(total: int, reasons: dict[str, int], resource_failures: int) -> st
         preemption.append(f"{total - resource_failures} Preemption is not helpful for scheduling")
     if resource_failures:
         preemption.append(f"{resource_failures} No preemption victims found for incoming pod")
-    return (f"0/{total} nodes are available: {', '.join(parts)}. "
-            f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}.")
+    return (
+        f"0/{total} nodes are available: {', '.join(parts)}. "
+        f"preemption: 0/{total} nodes are available: {', '.join(sorted(preemption))}."
+    )
 
 
 def _placement_key(spec: dict, forced: bool) -> Any:
@@ -446,7 +475,7 @@ def _placement_key(spec: dict, forced: bool) -> Any:
         return None
 
 
-def _resource_failures(node: "_Node", cpu: int, mem: int, extra: tuple[int, int, int] | None) -> list[str]:
+def _resource_failures(node: _Node, cpu: int, mem: int, extra: tuple[int, int, int] | None) -> list[str]:
     """NodeResourcesFit: what ``node`` lacks for a pod requesting ``cpu``/``mem`` (plus ``extra``)."""
     add_cpu, add_mem, add_pods = extra or (0, 0, 0)
     failed = []
@@ -659,32 +688,61 @@ class Kubelet:
             old = old_conditions.get(ctype, {})
             if ready:
                 value = "True" if ctype == "Ready" else "False"
-                cond = {"type": ctype, "status": value, "reason": healthy_reason, "message": healthy_message,
-                        "lastHeartbeatTime": now}
+                cond = {
+                    "type": ctype,
+                    "status": value,
+                    "reason": healthy_reason,
+                    "message": healthy_message,
+                    "lastHeartbeatTime": now,
+                }
             else:
                 value = "Unknown"
-                cond = {"type": ctype, "status": value, "reason": "NodeStatusUnknown", "message": NODE_NOT_POSTING,
-                        "lastHeartbeatTime": old.get("lastHeartbeatTime", now)}
-            cond["lastTransitionTime"] = old["lastTransitionTime"] if old.get("status") == value and \
-                old.get("lastTransitionTime") else now
+                cond = {
+                    "type": ctype,
+                    "status": value,
+                    "reason": "NodeStatusUnknown",
+                    "message": NODE_NOT_POSTING,
+                    "lastHeartbeatTime": old.get("lastHeartbeatTime", now),
+                }
+            cond["lastTransitionTime"] = (
+                old["lastTransitionTime"] if old.get("status") == value and old.get("lastTransitionTime") else now
+            )
             conditions.append(cond)
         known = {c[0] for c in _NODE_CONDITIONS}
         conditions += [c for t, c in old_conditions.items() if t not in known]
         was_ready = (old_conditions.get("Ready") or {}).get("status") == "True"
         if was_ready != ready:
             status_text = "NodeReady" if ready else "NodeNotReady"
-            self.events.record(node_reference(name), "Normal", status_text, f"Node {name} status is now: {status_text}",
-                               component=NODE_CONTROLLER)
-        self._store.patch("nodes", None, name, "merge", {"status": {"conditions": conditions}},
-                          subresource="status", field_manager="kubelet")
+            self.events.record(
+                node_reference(name),
+                "Normal",
+                status_text,
+                f"Node {name} status is now: {status_text}",
+                component=NODE_CONTROLLER,
+            )
+        self._store.patch(
+            "nodes",
+            None,
+            name,
+            "merge",
+            {"status": {"conditions": conditions}},
+            subresource="status",
+            field_manager="kubelet",
+        )
 
-        taints = [t for t in ((node.get("spec") or {}).get("taints") or [])
-                  if not (isinstance(t, dict) and t.get("key") == TAINT_UNREACHABLE)]
+        taints = [
+            t
+            for t in ((node.get("spec") or {}).get("taints") or [])
+            if not (isinstance(t, dict) and t.get("key") == TAINT_UNREACHABLE)
+        ]
         if not ready:
-            taints += [{"key": TAINT_UNREACHABLE, "effect": "NoSchedule"},
-                       {"key": TAINT_UNREACHABLE, "effect": "NoExecute", "timeAdded": now}]
-        self._store.patch("nodes", None, name, "merge", {"spec": {"taints": taints or None}},
-                          field_manager="kube-controller-manager")
+            taints += [
+                {"key": TAINT_UNREACHABLE, "effect": "NoSchedule"},
+                {"key": TAINT_UNREACHABLE, "effect": "NoExecute", "timeAdded": now},
+            ]
+        self._store.patch(
+            "nodes", None, name, "merge", {"spec": {"taints": taints or None}}, field_manager="kube-controller-manager"
+        )
 
     async def run(self) -> None:
         """Create the configured nodes, then schedule and run pods until cancelled."""
@@ -712,20 +770,39 @@ class Kubelet:
             created = self._store.create("nodes", None, node, field_manager="kubelet")
             if not (created.get("status") or {}).get("conditions"):
                 # The store dropped status on create: post it like a kubelet registering itself.
-                self._store.patch("nodes", None, name, "merge", {"status": node["status"]},
-                                  subresource="status", field_manager="kubelet")
+                self._store.patch(
+                    "nodes",
+                    None,
+                    name,
+                    "merge",
+                    {"status": node["status"]},
+                    subresource="status",
+                    field_manager="kubelet",
+                )
 
     def _node_object(self, name: str, index: int) -> dict:
         cfg = self.config
         now = now_timestamp()
-        capacity = {"cpu": str(cfg.node_cpu), "ephemeral-storage": "100Gi", "memory": str(cfg.node_memory),
-                    "pods": str(cfg.node_pods)}
+        capacity = {
+            "cpu": str(cfg.node_cpu),
+            "ephemeral-storage": "100Gi",
+            "memory": str(cfg.node_memory),
+            "pods": str(cfg.node_pods),
+        }
         host = index + 2
         address = f"172.18.{host // 256}.{host % 256}"
         conditions = []
         for ctype, reason, message in _NODE_CONDITIONS:
-            conditions.append({"type": ctype, "status": "True" if ctype == "Ready" else "False", "reason": reason,
-                               "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})
+            conditions.append(
+                {
+                    "type": ctype,
+                    "status": "True" if ctype == "Ready" else "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            )
         return {
             "apiVersion": "v1",
             "kind": "Node",
@@ -879,8 +956,10 @@ class Kubelet:
             return
         status = obj.get("status") or {}
         spec = obj.get("spec") or {}
-        ready = any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in status.get("conditions") or [])
+        ready = any(
+            isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
         alloc = status.get("allocatable") or status.get("capacity") or {}
         try:
             cpu_m = _milli(alloc.get("cpu", 0))
@@ -889,16 +968,32 @@ class Kubelet:
         except ValueError as exc:
             log.warning("node has an invalid allocatable quantity; treating it as empty", node=name, error=str(exc))
             cpu_m = memory = pods = 0
-        host_ip = next((a.get("address", "") for a in status.get("addresses") or []
-                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "")
+        host_ip = next(
+            (
+                a.get("address", "")
+                for a in status.get("addresses") or []
+                if isinstance(a, dict) and a.get("type") == "InternalIP"
+            ),
+            "",
+        )
         previous = self._nodes.get(name)
-        node = _Node(name=name, ready=ready, unschedulable=bool(spec.get("unschedulable")),
-                     taints=[t for t in spec.get("taints") or [] if isinstance(t, dict)],
-                     labels=dict((obj.get("metadata") or {}).get("labels") or {}),
-                     cpu_m=cpu_m, memory=memory, pods=pods, host_ip=host_ip)
+        node = _Node(
+            name=name,
+            ready=ready,
+            unschedulable=bool(spec.get("unschedulable")),
+            taints=[t for t in spec.get("taints") or [] if isinstance(t, dict)],
+            labels=dict((obj.get("metadata") or {}).get("labels") or {}),
+            cpu_m=cpu_m,
+            memory=memory,
+            pods=pods,
+            host_ip=host_ip,
+        )
         if previous is not None:
-            node.used_cpu_m, node.used_memory, node.used_pods = \
-                previous.used_cpu_m, previous.used_memory, previous.used_pods
+            node.used_cpu_m, node.used_memory, node.used_pods = (
+                previous.used_cpu_m,
+                previous.used_memory,
+                previous.used_pods,
+            )
             node.not_ready_since = previous.not_ready_since
         else:
             # Usage of pods seen before their node (initial sync order, or a node re-created).
@@ -915,9 +1010,14 @@ class Kubelet:
         self._nodes[name] = node
         if previous is None or previous.ready != node.ready or previous.host_ip != node.host_ip:
             self._mark_node_pods(name)
-        if previous is None or node.ready != previous.ready or node.unschedulable != previous.unschedulable \
-                or node.taints != previous.taints or node.labels != previous.labels \
-                or (node.cpu_m, node.memory, node.pods) != (previous.cpu_m, previous.memory, previous.pods):
+        if (
+            previous is None
+            or node.ready != previous.ready
+            or node.unschedulable != previous.unschedulable
+            or node.taints != previous.taints
+            or node.labels != previous.labels
+            or (node.cpu_m, node.memory, node.pods) != (previous.cpu_m, previous.memory, previous.pods)
+        ):
             self._retry_unschedulable = True
 
     def _mark_node_pods(self, node_name: str) -> None:
@@ -976,10 +1076,15 @@ class Kubelet:
             if exc.code == 404:
                 return  # gone; its DELETED event drops the record
             if exc.code != 409:
-                log.warning("kubelet write failed; retrying", pod=f"{rec.namespace}/{rec.name}", code=exc.code,
-                            error=exc.message)
-            due = anyio.current_time() + (RETRY_AFTER_CONFLICT_SECONDS if exc.code == 409
-                                          else RETRY_AFTER_ERROR_SECONDS)
+                log.warning(
+                    "kubelet write failed; retrying",
+                    pod=f"{rec.namespace}/{rec.name}",
+                    code=exc.code,
+                    error=exc.message,
+                )
+            due = anyio.current_time() + (
+                RETRY_AFTER_CONFLICT_SECONDS if exc.code == 409 else RETRY_AFTER_ERROR_SECONDS
+            )
         if uid not in self._pods:
             return
         self._set_timer(rec, due)
@@ -1041,8 +1146,9 @@ class Kubelet:
         self._unschedulable.pop(rec.uid, None)
         return None
 
-    def find_node(self, pod: dict, requests: tuple[int, int],
-                  extra: dict[str, tuple[int, int, int]] | None = None) -> tuple[str | None, str]:
+    def find_node(
+        self, pod: dict, requests: tuple[int, int], extra: dict[str, tuple[int, int, int]] | None = None
+    ) -> tuple[str | None, str]:
         """kube-scheduler's Filter and Score for one pod: the chosen node, or None and the FitError
         message (with the default preemption's verdict). ``extra`` adds (cpu millicores, memory,
         pods) per node name on top of what is bound there: pods a gang scheduler placed tentatively.
@@ -1110,8 +1216,16 @@ class Kubelet:
         mem_frac = (node.used_memory + add[1] + mem) / node.memory if node.memory else 1.0
         return ((cpu_frac + mem_frac) / 2, node.used_pods + add[2], node.name)
 
-    def _filter(self, node: _Node, spec: dict, tolerations: list, forced: bool, cpu: int, mem: int,
-                extra: tuple[int, int, int] | None = None) -> list[str]:
+    def _filter(
+        self,
+        node: _Node,
+        spec: dict,
+        tolerations: list,
+        forced: bool,
+        cpu: int,
+        mem: int,
+        extra: tuple[int, int, int] | None = None,
+    ) -> list[str]:
         """The first failing filter's reasons for ``node``, in the default profile's plugin order."""
         reason = self._static_filter(node, spec, tolerations, forced)
         if reason is not None:
@@ -1133,8 +1247,9 @@ class Kubelet:
             return "node(s) didn't match Pod's node affinity/selector"
         return None
 
-    def _mark_unschedulable(self, pod: dict, rec: _PodRecord, message: str,
-                            scheduler: str = DEFAULT_SCHEDULER, retry: bool = True) -> None:
+    def _mark_unschedulable(
+        self, pod: dict, rec: _PodRecord, message: str, scheduler: str = DEFAULT_SCHEDULER, retry: bool = True
+    ) -> None:
         """A failed scheduling attempt: the condition, and one FailedScheduling event per attempt (the
         pod's own updates re-run the filters here but are not new attempts of the scheduling queue).
         ``retry``: retried here when capacity frees (a gang scheduler retries its groups itself)."""
@@ -1142,12 +1257,25 @@ class Kubelet:
             self._unschedulable[rec.uid] = None
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         conditions = set_condition((pod.get("status") or {}).get("conditions") or [], cond, now_timestamp())
-        old = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                    if isinstance(c, dict) and c.get("type") == "PodScheduled"), None)
+        old = next(
+            (
+                c
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if isinstance(c, dict) and c.get("type") == "PodScheduled"
+            ),
+            None,
+        )
         if not rec.scheduling_attempted or (old or {}).get("message") != message:
             rec.scheduling_attempted = True
-            self.events.record_series(object_reference(pod), "Warning", "FailedScheduling", "Scheduling", message,
-                                      controller=scheduler, instance=self.events.scheduler_instance)
+            self.events.record_series(
+                object_reference(pod),
+                "Warning",
+                "FailedScheduling",
+                "Scheduling",
+                message,
+                controller=scheduler,
+                instance=self.events.scheduler_instance,
+            )
         self._write_status(pod, {"conditions": conditions})
         return None
 
@@ -1155,9 +1283,15 @@ class Kubelet:
         """The binding subresource: spec.nodeName and PodScheduled=True in one write, like kube-scheduler."""
         meta = pod["metadata"]
         self._store.bind(meta.get("namespace"), meta["name"], {"target": {"kind": "Node", "name": node_name}})
-        self.events.record_series(object_reference(pod), "Normal", "Scheduled", "Binding",
-                                  f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node_name}",
-                                  controller=scheduler, instance=self.events.scheduler_instance)
+        self.events.record_series(
+            object_reference(pod),
+            "Normal",
+            "Scheduled",
+            "Binding",
+            f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node_name}",
+            controller=scheduler,
+            instance=self.events.scheduler_instance,
+        )
 
     # --- pod GC and node lifecycle
 
@@ -1173,8 +1307,12 @@ class Kubelet:
             return due
         status = pod.get("status") or {}
         ts = now_timestamp()
-        cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
-                "message": "PodGC: node no longer exists"}
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByPodGC",
+            "message": "PodGC: node no longer exists",
+        }
         update: dict[str, Any] = {"conditions": set_condition(status.get("conditions") or [], cond, ts)}
         if status.get("phase") not in TERMINAL_PHASES:
             update["phase"] = "Failed"
@@ -1192,16 +1330,25 @@ class Kubelet:
             conditions = status.get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
                 ts = now_timestamp()
-                marked = [dict(c, status="False", lastTransitionTime=ts) if c.get("type") == "Ready" else c
-                          for c in conditions]
+                marked = [
+                    dict(c, status="False", lastTransitionTime=ts) if c.get("type") == "Ready" else c
+                    for c in conditions
+                ]
                 pod = self._write_status(pod, {"conditions": marked})
                 status = pod.get("status") or {}
-                self.events.record(object_reference(pod), "Warning", "NodeNotReady", "Node is not ready",
-                                   component=NODE_CONTROLLER)
+                self.events.record(
+                    object_reference(pod), "Warning", "NodeNotReady", "Node is not ready", component=NODE_CONTROLLER
+                )
         if meta.get("deletionTimestamp") or rec.taint_evicted:
             return None  # terminating: only a kubelet can confirm it
-        taint = next((t for t in node.taints if t.get("effect") == "NoExecute"
-                      and t.get("key") in (TAINT_UNREACHABLE, TAINT_NOT_READY)), None)
+        taint = next(
+            (
+                t
+                for t in node.taints
+                if t.get("effect") == "NoExecute" and t.get("key") in (TAINT_UNREACHABLE, TAINT_NOT_READY)
+            ),
+            None,
+        )
         if taint is None:
             return None
         toleration = _tolerates((pod.get("spec") or {}).get("tolerations") or [], taint)
@@ -1217,10 +1364,13 @@ class Kubelet:
         due = (node.not_ready_since or now) + seconds * self._scale
         if now < due:
             return due
-        cond = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-                "message": "Taint manager: deleting due to NoExecute taint"}
-        self._write_status(pod, {"conditions": set_condition(status.get("conditions") or [], cond,
-                                                              now_timestamp())})
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByTaintManager",
+            "message": "Taint manager: deleting due to NoExecute taint",
+        }
+        self._write_status(pod, {"conditions": set_condition(status.get("conditions") or [], cond, now_timestamp())})
         rec.taint_evicted = True
         self._store.delete("pods", meta.get("namespace"), meta["name"], {"preconditions": {"uid": rec.uid}})
         return None
@@ -1262,8 +1412,11 @@ class Kubelet:
     def _adopt_running(self, pod: dict, rec: _PodRecord, annotations: dict, now: float) -> bool:
         """Take over a pod some earlier kubelet started (its containers keep running)."""
         status = pod.get("status") or {}
-        running = [s for s in status.get("containerStatuses") or []
-                   if isinstance(s, dict) and ((s.get("state") or {}).get("running") or {}).get("startedAt")]
+        running = [
+            s
+            for s in status.get("containerStatuses") or []
+            if isinstance(s, dict) and ((s.get("state") or {}).get("running") or {}).get("startedAt")
+        ]
         if not running:
             return False
         rec.life = RUNNING
@@ -1347,8 +1500,13 @@ class Kubelet:
 
     def _exit_instance(self, pod: dict, rec: _PodRecord, annotations: dict, code: int, now: float) -> None:
         reason = annotations.get(REASON) or default_reason(code)
-        rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
-                                   finished_at=now_timestamp(), instance=rec.restart_count)
+        rec.current = _Termination(
+            exit_code=code,
+            reason=reason,
+            started_at=rec.instance_started_at,
+            finished_at=now_timestamp(),
+            instance=rec.restart_count,
+        )
         self._end_logs(rec, rec.run_due if rec.run_due is not None and rec.run_due <= now else now)
         rec.run_due = None
         policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
@@ -1367,17 +1525,28 @@ class Kubelet:
         rec.restart_due = now + (rec.backoff or BACKOFF_INITIAL_SECONDS) * self._scale
         meta = pod.get("metadata") or {}
         for path, container in _containers(pod, init=False):
-            self._container_event(pod, rec, path, "Warning", "BackOff",
-                                  f"Back-off restarting failed container {container.get('name', '')} in pod "
-                                  f"{meta.get('name')}_{meta.get('namespace')}({rec.uid})")
+            self._container_event(
+                pod,
+                rec,
+                path,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {container.get('name', '')} in pod "
+                f"{meta.get('name')}_{meta.get('namespace')}({rec.uid})",
+            )
 
     def _evict(self, pod: dict, rec: _PodRecord) -> None:
         """Node-pressure eviction. The kubelet kills the containers and removes them, so their final
         state is the status manager's "could not be located" default (exit 137)."""
         spec = pod.get("spec") or {}
-        self.events.record(object_reference(pod), "Warning", "Evicted",
-                           self._eviction_message([c for c in spec.get("containers") or [] if isinstance(c, dict)]),
-                           component=KUBELET, host=rec.node or "")
+        self.events.record(
+            object_reference(pod),
+            "Warning",
+            "Evicted",
+            self._eviction_message([c for c in spec.get("containers") or [] if isinstance(c, dict)]),
+            component=KUBELET,
+            host=rec.node or "",
+        )
         if rec.life == RUNNING:
             self._killing_events(pod, rec)
         if rec.life == BACKOFF and rec.current is not None:
@@ -1420,8 +1589,13 @@ class Kubelet:
             natural = self._exit_due(pod, rec, annotations, now)  # exits by itself during the grace period
             exits = []
             if natural is not None:
-                exits.append((rec.run_due if rec.run_due is not None else now, natural,
-                              annotations.get(REASON) or default_reason(natural)))
+                exits.append(
+                    (
+                        rec.run_due if rec.run_due is not None else now,
+                        natural,
+                        annotations.get(REASON) or default_reason(natural),
+                    )
+                )
             if rec.sigterm_exit_due is not None and now >= rec.sigterm_exit_due:
                 code = self._sigterm_exit_code(pod, rec)
                 exits.append((rec.sigterm_exit_due, code, "Completed" if code == 0 else "Error"))
@@ -1431,8 +1605,13 @@ class Kubelet:
                 self._write_status(pod, self._render(pod, rec, node))
                 return min(due for due in (rec.kill_due, rec.run_due, rec.sigterm_exit_due) if due is not None)
             when, code, reason = min(exits, key=lambda e: e[0])
-            rec.current = _Termination(exit_code=code, reason=reason, started_at=rec.instance_started_at,
-                                       finished_at=now_timestamp(), instance=rec.restart_count)
+            rec.current = _Termination(
+                exit_code=code,
+                reason=reason,
+                started_at=rec.instance_started_at,
+                finished_at=now_timestamp(),
+                instance=rec.restart_count,
+            )
             rec.life = KILLED
             self._end_logs(rec, when)
         elif rec.life in (BOUND, CREATING, BACKOFF):
@@ -1458,8 +1637,12 @@ class Kubelet:
     def _delete_now(self, pod: dict) -> None:
         meta = pod["metadata"]
         try:
-            self._store.delete("pods", meta.get("namespace"), meta["name"],
-                               {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+            self._store.delete(
+                "pods",
+                meta.get("namespace"),
+                meta["name"],
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or replaced by a new pod of the same name
                 raise
@@ -1502,8 +1685,9 @@ class Kubelet:
                 if previous is not None:
                     logs[previous.container_id] = previous
             cid = self._container_id(rec, cname, rec.restart_count)
-            logs[cid] = LogSource(cid, render_lines(annotations, namespace, name, cname, rec.restart_count), now,
-                                  interval)
+            logs[cid] = LogSource(
+                cid, render_lines(annotations, namespace, name, cname, rec.restart_count), now, interval
+            )
         rec.logs = logs
 
     def _end_logs(self, rec: _PodRecord, stopped: float) -> None:
@@ -1518,10 +1702,12 @@ class Kubelet:
 
     # --- events (the kubelet's recorder)
 
-    def _container_event(self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str,
-                         message: str) -> None:
-        self.events.record(object_reference(pod, field_path), type_, reason, message, component=KUBELET,
-                           host=rec.node or "")
+    def _container_event(
+        self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str, message: str
+    ) -> None:
+        self.events.record(
+            object_reference(pod, field_path), type_, reason, message, component=KUBELET, host=rec.node or ""
+        )
 
     def _needs_pull(self, node: str | None, container: dict) -> bool:
         policy = container.get("imagePullPolicy") or "IfNotPresent"
@@ -1536,7 +1722,9 @@ class Kubelet:
         rec.pulling = None
         if first is not None and self._needs_pull(rec.node, first[1]):
             rec.pulling = first[0]
-            self._container_event(pod, rec, first[0], "Normal", "Pulling", f'Pulling image "{first[1].get("image", "")}"')
+            self._container_event(
+                pod, rec, first[0], "Normal", "Pulling", f'Pulling image "{first[1].get("image", "")}"'
+            )
 
     def _container_start_events(self, pod: dict, rec: _PodRecord, restart: bool) -> None:
         """What the kubelet reports for each container it starts now, in start order (init containers
@@ -1554,20 +1742,29 @@ class Kubelet:
                 self._container_event(pod, rec, path, "Normal", "Pulling", f'Pulling image "{image}"')
                 rec.pulling = path
             if path == rec.pulling:
-                self._container_event(pod, rec, path, "Normal", "Pulled",
-                                      f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
-                                      f"Image size: {image_size(image)} bytes.")
+                self._container_event(
+                    pod,
+                    rec,
+                    path,
+                    "Normal",
+                    "Pulled",
+                    f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
+                    f"Image size: {image_size(image)} bytes.",
+                )
                 images.add(image)
             else:
-                self._container_event(pod, rec, path, "Normal", "Pulled",
-                                      f'Container image "{image}" already present on machine')
+                self._container_event(
+                    pod, rec, path, "Normal", "Pulled", f'Container image "{image}" already present on machine'
+                )
             self._container_event(pod, rec, path, "Normal", "Created", f"Created container: {name}")
             self._container_event(pod, rec, path, "Normal", "Started", f"Started container {name}")
         rec.pulling = None
 
     def _killing_events(self, pod: dict, rec: _PodRecord) -> None:
         for path, container in _containers(pod, init=False):
-            self._container_event(pod, rec, path, "Normal", "Killing", f"Stopping container {container.get('name', '')}")
+            self._container_event(
+                pod, rec, path, "Normal", "Killing", f"Stopping container {container.get('name', '')}"
+            )
 
     # --- annotation parsing (bad values are logged once per value and ignored)
 
@@ -1618,16 +1815,27 @@ class Kubelet:
         if phase in TERMINAL_PHASES:
             not_ready = {"status": "False", "reason": "PodCompleted" if phase == "Succeeded" else "PodFailed"}
         elif not initialized:
-            not_ready = {"status": "False", "reason": "ContainersNotInitialized",
-                         "message": f"containers with incomplete status: [{' '.join(c.get('name', '') for c in inits)}]"}
+            not_ready = {
+                "status": "False",
+                "reason": "ContainersNotInitialized",
+                "message": f"containers with incomplete status: [{' '.join(c.get('name', '') for c in inits)}]",
+            }
         else:
-            not_ready = {"status": "False", "reason": "ContainersNotReady",
-                         "message": f"containers with unready status: [{' '.join(names)}]"}
+            not_ready = {
+                "status": "False",
+                "reason": "ContainersNotReady",
+                "message": f"containers with unready status: [{' '.join(names)}]",
+            }
         kubelet_conditions = [
             {"type": "PodReadyToStartContainers", "status": "True" if life in (RUNNING, BACKOFF) else "False"},
-            {"type": "Initialized", "status": "True"} if initialized else
-            {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
-             "message": not_ready["message"]},
+            {"type": "Initialized", "status": "True"}
+            if initialized
+            else {
+                "type": "Initialized",
+                "status": "False",
+                "reason": "ContainersNotInitialized",
+                "message": not_ready["message"],
+            },
             dict(type="Ready", status="True") if ready else dict(type="Ready", **not_ready),
             dict(type="ContainersReady", status="True") if ready else dict(type="ContainersReady", **not_ready),
         ]
@@ -1636,8 +1844,12 @@ class Kubelet:
         for cond in kubelet_conditions:
             conditions.append(with_transition(cond, old_conditions, ts))
         if life == EVICTED:
-            extra = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-                     "message": self._eviction_message(containers)}
+            extra = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": self._eviction_message(containers),
+            }
             old_conditions = set_condition(old_conditions, extra, ts)
         conditions += [c for c in old_conditions if c.get("type") not in KUBELET_CONDITIONS]
 
@@ -1649,8 +1861,9 @@ class Kubelet:
             "startTime": rec.admitted_at,
             "podIP": rec.pod_ip,
             "podIPs": [{"ip": rec.pod_ip}] if rec.pod_ip else None,
-            "containerStatuses": sorted((self._container_status(pod, rec, c) for c in containers),
-                                        key=lambda s: s["name"]),
+            "containerStatuses": sorted(
+                (self._container_status(pod, rec, c) for c in containers), key=lambda s: s["name"]
+            ),
             "initContainerStatuses": [self._init_status(pod, rec, c) for c in inits] or None,
             "reason": "Evicted" if life == EVICTED else None,
             "message": self._eviction_message(containers) if life == EVICTED else None,
@@ -1667,8 +1880,10 @@ class Kubelet:
                 used = _whole(request) + 512 * 1024 * 1024
             except ValueError:
                 used = 512 * 1024 * 1024
-            parts.append(f"Container {c.get('name', '')} was using {used // 1024}Ki, request is {request}, "
-                         "has larger consumption of memory. ")
+            parts.append(
+                f"Container {c.get('name', '')} was using {used // 1024}Ki, request is {request}, "
+                "has larger consumption of memory. "
+            )
         return "".join(parts)
 
     def _container_id(self, rec: _PodRecord, name: str, instance: int) -> str:
@@ -1688,23 +1903,38 @@ class Kubelet:
         name = container.get("name", "")
         image = container.get("image", "")
         life = rec.life
-        out: dict[str, Any] = {"name": name, "image": image, "imageID": "", "ready": False,
-                               "restartCount": rec.restart_count, "started": False, "lastState": {}}
+        out: dict[str, Any] = {
+            "name": name,
+            "image": image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": rec.restart_count,
+            "started": False,
+            "lastState": {},
+        }
         if rec.previous is not None:
             out["lastState"] = {"terminated": self._terminated(rec, name, rec.previous)}
         ran = rec.instance_started_at is not None
         if ran:
             out["imageID"] = _image_id(image)
         if life == RUNNING:
-            out.update(containerID=self._container_id(rec, name, rec.restart_count), ready=True, started=True,
-                       state={"running": {"startedAt": rec.instance_started_at}})
+            out.update(
+                containerID=self._container_id(rec, name, rec.restart_count),
+                ready=True,
+                started=True,
+                state={"running": {"startedAt": rec.instance_started_at}},
+            )
         elif life == BACKOFF and rec.current is not None:
             meta = pod.get("metadata") or {}
-            message = (f"back-off {go_duration(rec.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
-                       f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})")
-            out.update(containerID=self._container_id(rec, name, rec.current.instance),
-                       state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
-                       lastState={"terminated": self._terminated(rec, name, rec.current)})
+            message = (
+                f"back-off {go_duration(rec.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
+                f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})"
+            )
+            out.update(
+                containerID=self._container_id(rec, name, rec.current.instance),
+                state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                lastState={"terminated": self._terminated(rec, name, rec.current)},
+            )
         elif life in (EXITED, KILLED, EVICTED) and rec.current is not None:
             if rec.current.started_at is not None:
                 out["containerID"] = self._container_id(rec, name, rec.current.instance)
@@ -1716,15 +1946,29 @@ class Kubelet:
     def _init_status(self, pod: dict, rec: _PodRecord, container: dict) -> dict[str, Any]:
         name = container.get("name", "")
         image = container.get("image", "")
-        out: dict[str, Any] = {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0,
-                               "started": False, "lastState": {}}
+        out: dict[str, Any] = {
+            "name": name,
+            "image": image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "lastState": {},
+        }
         if rec.life == CREATING:
             out["state"] = {"waiting": {"reason": "PodInitializing"}}
         else:
             out["imageID"] = _image_id(image)
             out["containerID"] = self._container_id(rec, "init-" + name, 0)
-            out["state"] = {"terminated": {"containerID": out["containerID"], "exitCode": 0, "reason": "Completed",
-                                           "startedAt": rec.admitted_at, "finishedAt": rec.admitted_at}}
+            out["state"] = {
+                "terminated": {
+                    "containerID": out["containerID"],
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": rec.admitted_at,
+                    "finishedAt": rec.admitted_at,
+                }
+            }
         return out
 
     # --- writing
@@ -1740,8 +1984,15 @@ class Kubelet:
         meta = pod["metadata"]
         self._own_status_write = meta.get("uid")
         try:
-            return self._store.patch("pods", meta.get("namespace"), meta["name"], "merge", {"status": patch},
-                                     subresource="status", field_manager="kubelet")
+            return self._store.patch(
+                "pods",
+                meta.get("namespace"),
+                meta["name"],
+                "merge",
+                {"status": patch},
+                subresource="status",
+                field_manager="kubelet",
+            )
         finally:
             self._own_status_write = None
 
@@ -1764,8 +2015,11 @@ def _containers(pod: dict, init: bool) -> list[tuple[str, dict]]:
     spec = pod.get("spec") or {}
     out = []
     if init:
-        out += [(f"spec.initContainers{{{c.get('name', '')}}}", c) for c in spec.get("initContainers") or []
-                if isinstance(c, dict)]
+        out += [
+            (f"spec.initContainers{{{c.get('name', '')}}}", c)
+            for c in spec.get("initContainers") or []
+            if isinstance(c, dict)
+        ]
     out += [(f"spec.containers{{{c.get('name', '')}}}", c) for c in spec.get("containers") or [] if isinstance(c, dict)]
     return out
 
@@ -1776,8 +2030,14 @@ def image_size(image: str) -> int:
 
 
 def _unknown_termination(instance: int) -> _Termination:
-    return _Termination(exit_code=137, reason="ContainerStatusUnknown", started_at=None, finished_at=None,
-                        instance=instance, message="The container could not be located when the pod was terminated")
+    return _Termination(
+        exit_code=137,
+        reason="ContainerStatusUnknown",
+        started_at=None,
+        finished_at=None,
+        instance=instance,
+        message="The container could not be located when the pod was terminated",
+    )
 
 
 def _uuid_from(text: str) -> str:

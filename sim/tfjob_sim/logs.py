@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -87,8 +87,12 @@ def render_lines(annotations: dict, namespace: str, pod: str, container: str, in
         text = annotations.get(LOG)
     if text is None:
         text = DEFAULT_LOG
-    for key, value in (("{pod}", pod), ("{namespace}", namespace), ("{container}", container),
-                       ("{instance}", str(instance))):
+    for key, value in (
+        ("{pod}", pod),
+        ("{namespace}", namespace),
+        ("{container}", container),
+        ("{instance}", str(instance)),
+    ):
         text = text.replace(key, value)
     return tuple(text.splitlines())
 
@@ -111,17 +115,24 @@ class LogOptions:
 
 def parse_options(query: Any, pod_name: str) -> LogOptions:
     """The query's PodLogOptions, validated as the pod log REST storage does (422 PodLogOptions)."""
-    opts = LogOptions(container=query.get("container") or None, follow=parse_bool(query.get("follow")),
-                      previous=parse_bool(query.get("previous")), timestamps=parse_bool(query.get("timestamps")),
-                      since_seconds=int_param(query, "sinceSeconds"), tail_lines=int_param(query, "tailLines"),
-                      limit_bytes=int_param(query, "limitBytes"))
+    opts = LogOptions(
+        container=query.get("container") or None,
+        follow=parse_bool(query.get("follow")),
+        previous=parse_bool(query.get("previous")),
+        timestamps=parse_bool(query.get("timestamps")),
+        since_seconds=int_param(query, "sinceSeconds"),
+        tail_lines=int_param(query, "tailLines"),
+        limit_bytes=int_param(query, "limitBytes"),
+    )
     raw_since_time = query.get("sinceTime")
     if raw_since_time:
         try:
             opts.since_time = datetime.fromisoformat(raw_since_time.replace("Z", "+00:00")).timestamp()
         except ValueError:
-            raise errors.bad_request(f'parsing time "{raw_since_time}" as "2006-01-02T15:04:05Z07:00": cannot parse '
-                                     f'"{raw_since_time}" as "2006"') from None
+            raise errors.bad_request(
+                f'parsing time "{raw_since_time}" as "2006-01-02T15:04:05Z07:00": cannot parse '
+                f'"{raw_since_time}" as "2006"'
+            ) from None
     causes = []
     if opts.tail_lines is not None and opts.tail_lines < 0:
         causes.append(invalid_value("tailLines", opts.tail_lines, "must be greater than or equal to 0"))
@@ -159,8 +170,9 @@ def choose_container(pod: dict, requested: str | None) -> str:
             return regular[0]
         if not all_names:
             raise errors.bad_request(f"a container name must be specified for pod {name}")
-        raise errors.bad_request(f"a container name must be specified for pod {name}, "
-                                 f"choose one of: [{' '.join(n for n, _ in all_names)}]")
+        raise errors.bad_request(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(n for n, _ in all_names)}]"
+        )
     if requested not in {n for n, _ in all_names}:
         raise errors.bad_request(f"container {requested} is not valid for pod {name}")
     return requested
@@ -213,7 +225,7 @@ def _stamp(ts: float) -> str:
     nanos = int(round((ts - whole) * 1e9))
     if nanos >= 1_000_000_000:
         whole, nanos = whole + 1, nanos - 1_000_000_000
-    return datetime.fromtimestamp(whole, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
+    return datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
 
 
 class _Writer:
@@ -244,8 +256,11 @@ class _Writer:
 
 def _first_line(source: LogSource, opts: LogOptions, printed: int, now: float) -> int:
     first = 0
-    since = opts.since_time if opts.since_time is not None else (
-        now - opts.since_seconds if opts.since_seconds is not None else None)
+    since = (
+        opts.since_time
+        if opts.since_time is not None
+        else (now - opts.since_seconds if opts.since_seconds is not None else None)
+    )
     if since is not None:
         while first < printed and source.line_time(first) < since:
             first += 1
@@ -254,8 +269,9 @@ def _first_line(source: LogSource, opts: LogOptions, printed: int, now: float) -
     return first
 
 
-async def serve_pod_log(request: web.BaseRequest, store: "Store", kubelet: Any, namespace: str,
-                        name: str) -> web.StreamResponse:
+async def serve_pod_log(
+    request: web.BaseRequest, store: Store, kubelet: Any, namespace: str, name: str
+) -> web.StreamResponse:
     pod = store.get_or_404("pods", namespace, name)
     opts = parse_options(request.query, name)
     container = choose_container(pod, opts.container)

@@ -25,14 +25,21 @@ _FIELD_VALIDATION = {
     "name": "fieldValidation",
     "in": "query",
     "description": "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) "
-                   "containing unknown or duplicate fields. Valid values are: - Ignore - Warn - Strict",
+    "containing unknown or duplicate fields. Valid values are: - Ignore - Warn - Strict",
     "schema": {"type": "string", "uniqueItems": True},
 }
-_DRY_RUN = {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True},
-            "description": "When present, indicates that modifications should not be persisted."}
-_FIELD_MANAGER = {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True},
-                  "description": "fieldManager is a name associated with the actor or entity that is making these "
-                                 "changes."}
+_DRY_RUN = {
+    "name": "dryRun",
+    "in": "query",
+    "schema": {"type": "string", "uniqueItems": True},
+    "description": "When present, indicates that modifications should not be persisted.",
+}
+_FIELD_MANAGER = {
+    "name": "fieldManager",
+    "in": "query",
+    "schema": {"type": "string", "uniqueItems": True},
+    "description": "fieldManager is a name associated with the actor or entity that is making these changes.",
+}
 
 
 def _gv_path(group: str, version: str) -> str:
@@ -59,19 +66,26 @@ def gv_document(registry: Registry, group: str, version: str) -> dict | None:
     prefix = "/" + _gv_path(group, version)
     for rt in sorted(types, key=lambda t: t.plural):
         base = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
-        paths[base] = {"get": _operation(rt, version, "list", False),
-                       "post": _operation(rt, version, "post", True)}
-        paths[base + "/{name}"] = {"get": _operation(rt, version, "get", False),
-                                   "put": _operation(rt, version, "put", True),
-                                   "patch": _operation(rt, version, "patch", True),
-                                   "delete": _operation(rt, version, "delete", False)}
+        paths[base] = {"get": _operation(rt, version, "list", False), "post": _operation(rt, version, "post", True)}
+        paths[base + "/{name}"] = {
+            "get": _operation(rt, version, "get", False),
+            "put": _operation(rt, version, "put", True),
+            "patch": _operation(rt, version, "patch", True),
+            "delete": _operation(rt, version, "delete", False),
+        }
         for sub in ("status", "scale"):
             if sub in rt.subresources:
-                paths[f"{base}/{{name}}/{sub}"] = {"get": _operation(rt, version, "get", False),
-                                                   "put": _operation(rt, version, "put", True),
-                                                   "patch": _operation(rt, version, "patch", True)}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": paths,
-            "components": {"schemas": {}}}
+                paths[f"{base}/{{name}}/{sub}"] = {
+                    "get": _operation(rt, version, "get", False),
+                    "put": _operation(rt, version, "put", True),
+                    "patch": _operation(rt, version, "patch", True),
+                }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
 
 
 class OpenAPI:

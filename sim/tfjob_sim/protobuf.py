@@ -28,66 +28,141 @@ MAGIC = b"k8s\x00"
 # "bool", "int", "time", "msg", "map_str", "map_bytes".
 Schema = dict[int, tuple[str, str, Any, bool]]
 
-_OWNER_REF: Schema = {1: ("kind", "str", None, False), 3: ("name", "str", None, False),
-                      4: ("uid", "str", None, False), 5: ("apiVersion", "str", None, False),
-                      6: ("controller", "bool", None, False), 7: ("blockOwnerDeletion", "bool", None, False)}
-_OBJECT_META: Schema = {
-    1: ("name", "str", None, False), 2: ("generateName", "str", None, False), 3: ("namespace", "str", None, False),
-    5: ("uid", "str", None, False), 6: ("resourceVersion", "str", None, False),
-    7: ("generation", "int", None, False), 8: ("creationTimestamp", "time", None, False),
-    9: ("deletionTimestamp", "time", None, False), 10: ("deletionGracePeriodSeconds", "int", None, False),
-    11: ("labels", "map_str", None, False), 12: ("annotations", "map_str", None, False),
-    13: ("ownerReferences", "msg", _OWNER_REF, True), 14: ("finalizers", "str", None, True),
+_OWNER_REF: Schema = {
+    1: ("kind", "str", None, False),
+    3: ("name", "str", None, False),
+    4: ("uid", "str", None, False),
+    5: ("apiVersion", "str", None, False),
+    6: ("controller", "bool", None, False),
+    7: ("blockOwnerDeletion", "bool", None, False),
 }
-_OBJECT_REF: Schema = {1: ("kind", "str", None, False), 2: ("namespace", "str", None, False),
-                       3: ("name", "str", None, False), 4: ("uid", "str", None, False),
-                       5: ("apiVersion", "str", None, False), 6: ("resourceVersion", "str", None, False),
-                       7: ("fieldPath", "str", None, False)}
-_POLICY_RULE: Schema = {1: ("verbs", "str", None, True), 2: ("apiGroups", "str", None, True),
-                        3: ("resources", "str", None, True), 4: ("resourceNames", "str", None, True),
-                        5: ("nonResourceURLs", "str", None, True)}
-_SUBJECT: Schema = {1: ("kind", "str", None, False), 2: ("apiGroup", "str", None, False),
-                    3: ("name", "str", None, False), 4: ("namespace", "str", None, False)}
-_ROLE_REF: Schema = {1: ("apiGroup", "str", None, False), 2: ("kind", "str", None, False),
-                     3: ("name", "str", None, False)}
-_META = (("metadata", "msg", _OBJECT_META, False))
+_OBJECT_META: Schema = {
+    1: ("name", "str", None, False),
+    2: ("generateName", "str", None, False),
+    3: ("namespace", "str", None, False),
+    5: ("uid", "str", None, False),
+    6: ("resourceVersion", "str", None, False),
+    7: ("generation", "int", None, False),
+    8: ("creationTimestamp", "time", None, False),
+    9: ("deletionTimestamp", "time", None, False),
+    10: ("deletionGracePeriodSeconds", "int", None, False),
+    11: ("labels", "map_str", None, False),
+    12: ("annotations", "map_str", None, False),
+    13: ("ownerReferences", "msg", _OWNER_REF, True),
+    14: ("finalizers", "str", None, True),
+}
+_OBJECT_REF: Schema = {
+    1: ("kind", "str", None, False),
+    2: ("namespace", "str", None, False),
+    3: ("name", "str", None, False),
+    4: ("uid", "str", None, False),
+    5: ("apiVersion", "str", None, False),
+    6: ("resourceVersion", "str", None, False),
+    7: ("fieldPath", "str", None, False),
+}
+_POLICY_RULE: Schema = {
+    1: ("verbs", "str", None, True),
+    2: ("apiGroups", "str", None, True),
+    3: ("resources", "str", None, True),
+    4: ("resourceNames", "str", None, True),
+    5: ("nonResourceURLs", "str", None, True),
+}
+_SUBJECT: Schema = {
+    1: ("kind", "str", None, False),
+    2: ("apiGroup", "str", None, False),
+    3: ("name", "str", None, False),
+    4: ("namespace", "str", None, False),
+}
+_ROLE_REF: Schema = {
+    1: ("apiGroup", "str", None, False),
+    2: ("kind", "str", None, False),
+    3: ("name", "str", None, False),
+}
+_META = ("metadata", "msg", _OBJECT_META, False)
 # authorization.k8s.io/v1 and authentication.k8s.io/v1 (kubectl auth can-i / whoami, create token).
-_RESOURCE_ATTRIBUTES: Schema = {1: ("namespace", "str", None, False), 2: ("verb", "str", None, False),
-                                3: ("group", "str", None, False), 4: ("version", "str", None, False),
-                                5: ("resource", "str", None, False), 6: ("subresource", "str", None, False),
-                                7: ("name", "str", None, False)}
+_RESOURCE_ATTRIBUTES: Schema = {
+    1: ("namespace", "str", None, False),
+    2: ("verb", "str", None, False),
+    3: ("group", "str", None, False),
+    4: ("version", "str", None, False),
+    5: ("resource", "str", None, False),
+    6: ("subresource", "str", None, False),
+    7: ("name", "str", None, False),
+}
 _NON_RESOURCE_ATTRIBUTES: Schema = {1: ("path", "str", None, False), 2: ("verb", "str", None, False)}
-_ACCESS_REVIEW_SPEC: Schema = {1: ("resourceAttributes", "msg", _RESOURCE_ATTRIBUTES, False),
-                               2: ("nonResourceAttributes", "msg", _NON_RESOURCE_ATTRIBUTES, False)}
-_BOUND_OBJECT_REF: Schema = {1: ("kind", "str", None, False), 2: ("apiVersion", "str", None, False),
-                             3: ("name", "str", None, False), 4: ("uid", "str", None, False)}
-_TOKEN_REQUEST_SPEC: Schema = {1: ("audiences", "str", None, True), 3: ("boundObjectRef", "msg", _BOUND_OBJECT_REF, False),
-                               4: ("expirationSeconds", "int", None, False)}
+_ACCESS_REVIEW_SPEC: Schema = {
+    1: ("resourceAttributes", "msg", _RESOURCE_ATTRIBUTES, False),
+    2: ("nonResourceAttributes", "msg", _NON_RESOURCE_ATTRIBUTES, False),
+}
+_BOUND_OBJECT_REF: Schema = {
+    1: ("kind", "str", None, False),
+    2: ("apiVersion", "str", None, False),
+    3: ("name", "str", None, False),
+    4: ("uid", "str", None, False),
+}
+_TOKEN_REQUEST_SPEC: Schema = {
+    1: ("audiences", "str", None, True),
+    3: ("boundObjectRef", "msg", _BOUND_OBJECT_REF, False),
+    4: ("expirationSeconds", "int", None, False),
+}
 
 KINDS: dict[tuple[str, str], Schema] = {
-    ("v1", "ConfigMap"): {1: _META, 2: ("data", "map_str", None, False), 3: ("binaryData", "map_bytes", None, False),
-                          4: ("immutable", "bool", None, False)},
-    ("v1", "Secret"): {1: _META, 2: ("data", "map_bytes", None, False), 3: ("type", "str", None, False),
-                       4: ("stringData", "map_str", None, False), 5: ("immutable", "bool", None, False)},
+    ("v1", "ConfigMap"): {
+        1: _META,
+        2: ("data", "map_str", None, False),
+        3: ("binaryData", "map_bytes", None, False),
+        4: ("immutable", "bool", None, False),
+    },
+    ("v1", "Secret"): {
+        1: _META,
+        2: ("data", "map_bytes", None, False),
+        3: ("type", "str", None, False),
+        4: ("stringData", "map_str", None, False),
+        5: ("immutable", "bool", None, False),
+    },
     ("v1", "Namespace"): {1: _META, 2: ("spec", "msg", {1: ("finalizers", "str", None, True)}, False)},
-    ("v1", "ServiceAccount"): {1: _META, 2: ("secrets", "msg", _OBJECT_REF, True),
-                               3: ("imagePullSecrets", "msg", {1: ("name", "str", None, False)}, True),
-                               4: ("automountServiceAccountToken", "bool", None, False)},
+    ("v1", "ServiceAccount"): {
+        1: _META,
+        2: ("secrets", "msg", _OBJECT_REF, True),
+        3: ("imagePullSecrets", "msg", {1: ("name", "str", None, False)}, True),
+        4: ("automountServiceAccountToken", "bool", None, False),
+    },
     ("rbac.authorization.k8s.io/v1", "Role"): {1: _META, 2: ("rules", "msg", _POLICY_RULE, True)},
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): {1: _META, 2: ("rules", "msg", _POLICY_RULE, True)},
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): {1: _META, 2: ("subjects", "msg", _SUBJECT, True),
-                                                      3: ("roleRef", "msg", _ROLE_REF, False)},
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): {1: _META, 2: ("subjects", "msg", _SUBJECT, True),
-                                                             3: ("roleRef", "msg", _ROLE_REF, False)},
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): {
+        1: _META,
+        2: ("subjects", "msg", _SUBJECT, True),
+        3: ("roleRef", "msg", _ROLE_REF, False),
+    },
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): {
+        1: _META,
+        2: ("subjects", "msg", _SUBJECT, True),
+        3: ("roleRef", "msg", _ROLE_REF, False),
+    },
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {1: _META, 2: ("spec", "msg", _ACCESS_REVIEW_SPEC, False)},
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): {
-        1: _META, 2: ("spec", "msg", {1: ("namespace", "str", None, False)}, False)},
-    ("authorization.k8s.io/v1", "SubjectAccessReview"): {1: _META, 2: ("spec", "msg", {
-        **_ACCESS_REVIEW_SPEC, 3: ("user", "str", None, False), 4: ("groups", "str", None, True),
-        6: ("uid", "str", None, False)}, False)},
+        1: _META,
+        2: ("spec", "msg", {1: ("namespace", "str", None, False)}, False),
+    },
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): {
+        1: _META,
+        2: (
+            "spec",
+            "msg",
+            {
+                **_ACCESS_REVIEW_SPEC,
+                3: ("user", "str", None, False),
+                4: ("groups", "str", None, True),
+                6: ("uid", "str", None, False),
+            },
+            False,
+        ),
+    },
     ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: _META},
-    ("authentication.k8s.io/v1", "TokenReview"): {1: _META, 2: ("spec", "msg", {
-        1: ("token", "str", None, False), 2: ("audiences", "str", None, True)}, False)},
+    ("authentication.k8s.io/v1", "TokenReview"): {
+        1: _META,
+        2: ("spec", "msg", {1: ("token", "str", None, False), 2: ("audiences", "str", None, True)}, False),
+    },
     ("authentication.k8s.io/v1", "TokenRequest"): {1: _META, 2: ("spec", "msg", _TOKEN_REQUEST_SPEC, False)},
 }
 
@@ -123,11 +198,11 @@ def _fields(data: bytes):
             length, pos = _varint(data, pos)
             if pos + length > len(data):
                 raise _Malformed("truncated length-delimited field")
-            value, pos = data[pos:pos + length], pos + length
+            value, pos = data[pos : pos + length], pos + length
         elif wire == 1:
-            value, pos = int.from_bytes(data[pos:pos + 8], "little"), pos + 8
+            value, pos = int.from_bytes(data[pos : pos + 8], "little"), pos + 8
         elif wire == 5:
-            value, pos = int.from_bytes(data[pos:pos + 4], "little"), pos + 4
+            value, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
         else:
             raise _Malformed(f"unsupported wire type {wire}")
         yield number, wire, value
@@ -175,15 +250,17 @@ def decode(body: bytes) -> dict[str, Any]:
     if not body.startswith(MAGIC):
         raise errors.bad_request("the object provided is unrecognized: protobuf body without the k8s magic prefix")
     try:
-        envelope = {n: v for n, _w, v in _fields(body[len(MAGIC):])}
+        envelope = {n: v for n, _w, v in _fields(body[len(MAGIC) :])}
         type_meta = {n: v.decode() for n, _w, v in _fields(envelope.get(1, b""))}
         api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
         schema = KINDS.get((api_version, kind))
         if schema is None:
-            raise ApiError(415, "UnsupportedMediaType",
-                           f"the simulator does not decode protobuf bodies of {api_version}/{kind}; send "
-                           "application/json (supported protobuf kinds: "
-                           + ", ".join(sorted(k for _v, k in KINDS)) + ")")
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the simulator does not decode protobuf bodies of {api_version}/{kind}; send "
+                "application/json (supported protobuf kinds: " + ", ".join(sorted(k for _v, k in KINDS)) + ")",
+            )
         obj = _message(envelope.get(2, b""), schema)
     except (_Malformed, UnicodeDecodeError, KeyError) as exc:
         raise errors.bad_request(f"the object provided is unrecognized: invalid protobuf body: {exc}") from None

@@ -22,5 +22,6 @@ def int_param(query: Any, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise errors.bad_request(f'invalid value for {name}: strconv.ParseInt: parsing "{raw}": invalid syntax') \
-            from None
+        raise errors.bad_request(
+            f'invalid value for {name}: strconv.ParseInt: parsing "{raw}": invalid syntax'
+        ) from None

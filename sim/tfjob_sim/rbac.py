@@ -87,6 +87,7 @@ class Attributes:
 
 # ------------------------------------------------------------------------------------ rule matching
 
+
 def _verb_matches(rule: dict, verb: str) -> bool:
     verbs = rule.get("verbs") or ()
     return "*" in verbs or verb in verbs
@@ -146,13 +147,15 @@ def _describe_subject(subject: dict, binding_namespace: str) -> str:
 
 # ------------------------------------------------------------------------------------ the authorizer
 
+
 class RBACAuthorizer:
     """RBAC over a Store's Roles, ClusterRoles and bindings (see the module docstring)."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
-        self._index: tuple[list[dict], dict[str, list[dict]], dict[str, dict], dict[tuple[str, str], dict]] | None \
-            = None
+        self._index: tuple[list[dict], dict[str, list[dict]], dict[str, dict], dict[tuple[str, str], dict]] | None = (
+            None
+        )
         store.add_listener(self._on_event)
 
     def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
@@ -214,8 +217,10 @@ class RBACAuthorizer:
                 subject = next(s for s in binding.get("subjects") or () if _subject_matches(s, attrs.user, namespace))
                 ref = binding.get("roleRef") or {}
                 where = f'{kind} "{binding["metadata"]["name"]}' + (f'/{namespace}"' if namespace else '"')
-                return True, (f'RBAC: allowed by {where} of {ref.get("kind")} "{ref.get("name")}" to '
-                              f"{_describe_subject(subject, namespace)}")
+                return True, (
+                    f'RBAC: allowed by {where} of {ref.get("kind")} "{ref.get("name")}" to '
+                    f"{_describe_subject(subject, namespace)}"
+                )
         if errors:
             return False, "RBAC: " + ", ".join(sorted(set(errors)))
         return False, ""
@@ -230,11 +235,15 @@ class RBACAuthorizer:
                 errors.append(error)
             for rule in rules:
                 if rule.get("nonResourceURLs"):
-                    non_resource_rules.append({"verbs": list(rule.get("verbs") or ()),
-                                               "nonResourceURLs": list(rule["nonResourceURLs"])})
+                    non_resource_rules.append(
+                        {"verbs": list(rule.get("verbs") or ()), "nonResourceURLs": list(rule["nonResourceURLs"])}
+                    )
                 else:
-                    out = {"verbs": list(rule.get("verbs") or ()), "apiGroups": list(rule.get("apiGroups") or ()),
-                           "resources": list(rule.get("resources") or ())}
+                    out = {
+                        "verbs": list(rule.get("verbs") or ()),
+                        "apiGroups": list(rule.get("apiGroups") or ()),
+                        "resources": list(rule.get("resources") or ()),
+                    }
                     if rule.get("resourceNames"):
                         out["resourceNames"] = list(rule["resourceNames"])
                     resource_rules.append(out)
@@ -252,8 +261,10 @@ def forbidden(attrs: Attributes, reason: str) -> ApiError:
         combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
         subject = f'{resource} "{attrs.name}"' if attrs.name else resource
         scope = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
-        message = (f'{subject} is forbidden: User "{user}" cannot {attrs.verb} resource "{combined}" in API group '
-                   f'"{attrs.api_group}" {scope}')
+        message = (
+            f'{subject} is forbidden: User "{user}" cannot {attrs.verb} resource "{combined}" in API group '
+            f'"{attrs.api_group}" {scope}'
+        )
         details = {}
         if attrs.name:
             details["name"] = attrs.name
@@ -267,59 +278,128 @@ def forbidden(attrs: Attributes, reason: str) -> ApiError:
 
 # ------------------------------------------------------------------------------------ bootstrap policy
 
-_BOOTSTRAP_META = {"labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-                   "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}}
+_BOOTSTRAP_META = {
+    "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+    "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+}
 _READ = ["get", "list", "watch"]
 _WRITE = ["create", "delete", "deletecollection", "patch", "update"]
 
 
-def _role(name: str, rules: list[dict], *, aggregate_to: str | None = None,
-          aggregate_from: list[str] | None = None) -> dict:
-    meta: dict[str, Any] = {"name": name, "labels": dict(_BOOTSTRAP_META["labels"]),
-                            "annotations": dict(_BOOTSTRAP_META["annotations"])}
+def _role(
+    name: str, rules: list[dict], *, aggregate_to: str | None = None, aggregate_from: list[str] | None = None
+) -> dict:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": dict(_BOOTSTRAP_META["labels"]),
+        "annotations": dict(_BOOTSTRAP_META["annotations"]),
+    }
     if aggregate_to:
         meta["labels"][f"rbac.authorization.k8s.io/aggregate-to-{aggregate_to}"] = "true"
-    role: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-                            "rules": rules}
+    role: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta,
+        "rules": rules,
+    }
     if aggregate_from:
-        role["aggregationRule"] = {"clusterRoleSelectors": [
-            {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{label}": "true"}} for label in aggregate_from]}
+        role["aggregationRule"] = {
+            "clusterRoleSelectors": [
+                {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{label}": "true"}} for label in aggregate_from
+            ]
+        }
         role["rules"] = []
     return role
 
 
 def _binding(name: str, role: str, groups: list[str]) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": dict(_BOOTSTRAP_META["labels"]),
-                         "annotations": dict(_BOOTSTRAP_META["annotations"])},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": name,
+            "labels": dict(_BOOTSTRAP_META["labels"]),
+            "annotations": dict(_BOOTSTRAP_META["annotations"]),
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups],
+    }
 
 
 def bootstrap_objects() -> list[tuple[str, dict]]:
     """(resource, object) of the default RBAC policy, in creation order."""
     view = [
-        {"apiGroups": [""], "resources": ["configmaps", "endpoints", "persistentvolumeclaims", "pods",
-                                          "replicationcontrollers", "services", "serviceaccounts", "events",
-                                          "limitranges", "resourcequotas", "namespaces", "pods/log", "pods/status",
-                                          "services/status"], "verbs": _READ},
-        {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale", "deployments/status", "replicasets",
-                                              "replicasets/scale", "replicasets/status", "statefulsets",
-                                              "daemonsets"], "verbs": _READ},
+        {
+            "apiGroups": [""],
+            "resources": [
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "pods",
+                "replicationcontrollers",
+                "services",
+                "serviceaccounts",
+                "events",
+                "limitranges",
+                "resourcequotas",
+                "namespaces",
+                "pods/log",
+                "pods/status",
+                "services/status",
+            ],
+            "verbs": _READ,
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": [
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+                "statefulsets",
+                "daemonsets",
+            ],
+            "verbs": _READ,
+        },
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": _READ},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": _READ},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"],
-         "verbs": _READ},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"], "verbs": _READ},
     ]
     edit = [
-        {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy",
-                                          "pods/eviction"], "verbs": _WRITE},
-        {"apiGroups": [""], "resources": ["configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
-                                          "secrets", "serviceaccounts", "services"], "verbs": _WRITE},
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "pods/eviction"],
+            "verbs": _WRITE,
+        },
+        {
+            "apiGroups": [""],
+            "resources": [
+                "configmaps",
+                "events",
+                "persistentvolumeclaims",
+                "replicationcontrollers",
+                "secrets",
+                "serviceaccounts",
+                "services",
+            ],
+            "verbs": _WRITE,
+        },
         {"apiGroups": [""], "resources": ["secrets"], "verbs": _READ},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-        {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale", "replicasets",
-                                              "replicasets/scale", "statefulsets", "daemonsets"], "verbs": _WRITE},
+        {
+            "apiGroups": ["apps"],
+            "resources": [
+                "deployments",
+                "deployments/scale",
+                "replicasets",
+                "replicasets/scale",
+                "statefulsets",
+                "daemonsets",
+            ],
+            "verbs": _WRITE,
+        },
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": _WRITE},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _WRITE},
     ]
@@ -327,12 +407,28 @@ def bootstrap_objects() -> list[tuple[str, dict]]:
         {"apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"], "verbs": ["create"]},
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": _READ + _WRITE},
     ]
-    discovery_urls = ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
-                      "/readyz", "/version", "/version/"]
+    discovery_urls = [
+        "/api",
+        "/api/*",
+        "/apis",
+        "/apis/*",
+        "/healthz",
+        "/livez",
+        "/openapi",
+        "/openapi/*",
+        "/readyz",
+        "/version",
+        "/version/",
+    ]
     public_urls = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
     return [
-        (CLUSTER_ROLES, _role("cluster-admin", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                                                {"nonResourceURLs": ["*"], "verbs": ["*"]}])),
+        (
+            CLUSTER_ROLES,
+            _role(
+                "cluster-admin",
+                [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}],
+            ),
+        ),
         (CLUSTER_ROLES, _role("admin", [], aggregate_from=["admin"])),
         (CLUSTER_ROLES, _role("edit", [], aggregate_to="admin", aggregate_from=["edit"])),
         (CLUSTER_ROLES, _role("view", [], aggregate_to="edit", aggregate_from=["view"])),
@@ -341,19 +437,32 @@ def bootstrap_objects() -> list[tuple[str, dict]]:
         (CLUSTER_ROLES, _role("system:aggregate-to-view", view, aggregate_to="view")),
         (CLUSTER_ROLES, _role("system:discovery", [{"nonResourceURLs": discovery_urls, "verbs": ["get"]}])),
         (CLUSTER_ROLES, _role("system:public-info-viewer", [{"nonResourceURLs": public_urls, "verbs": ["get"]}])),
-        (CLUSTER_ROLES, _role("system:basic-user", [
-            {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews",
-                                                                 "selfsubjectrulesreviews"], "verbs": ["create"]},
-            {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}])),
+        (
+            CLUSTER_ROLES,
+            _role(
+                "system:basic-user",
+                [
+                    {
+                        "apiGroups": ["authorization.k8s.io"],
+                        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                        "verbs": ["create"],
+                    },
+                    {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+                ],
+            ),
+        ),
         (CLUSTER_ROLE_BINDINGS, _binding("cluster-admin", "cluster-admin", [SUPERUSER_GROUP])),
         (CLUSTER_ROLE_BINDINGS, _binding("system:discovery", "system:discovery", [AUTHENTICATED])),
         (CLUSTER_ROLE_BINDINGS, _binding("system:basic-user", "system:basic-user", [AUTHENTICATED])),
-        (CLUSTER_ROLE_BINDINGS, _binding("system:public-info-viewer", "system:public-info-viewer",
-                                         [AUTHENTICATED, UNAUTHENTICATED])),
+        (
+            CLUSTER_ROLE_BINDINGS,
+            _binding("system:public-info-viewer", "system:public-info-viewer", [AUTHENTICATED, UNAUTHENTICATED]),
+        ),
     ]
 
 
 # ------------------------------------------------------------------------------------ aggregation
+
 
 def aggregated_rules(role: dict, cluster_roles: list[dict]) -> list[dict] | None:
     """The rules an aggregated ClusterRole should have, or None when it has no aggregationRule."""
@@ -415,7 +524,13 @@ class ClusterRoleAggregator:
             if rules is None or rules == (role.get("rules") or []):
                 continue
             try:
-                self._store.patch(CLUSTER_ROLES, None, role["metadata"]["name"], "merge", {"rules": rules},
-                                  field_manager="clusterrole-aggregation-controller")
+                self._store.patch(
+                    CLUSTER_ROLES,
+                    None,
+                    role["metadata"]["name"],
+                    "merge",
+                    {"rules": rules},
+                    field_manager="clusterrole-aggregation-controller",
+                )
             except ApiError as err:  # deleted meanwhile: the next change re-runs the sync
                 log.info("cluster role aggregation failed", role=role["metadata"]["name"], message=err.message)

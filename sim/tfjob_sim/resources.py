@@ -19,8 +19,9 @@ Contract:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tfjob_sim import selectors
 
@@ -56,7 +57,7 @@ class ScaleSpec:
     status_replicas_path: str
     label_selector_path: str | None = None
     # Built-ins compute the Scale's status.selector from the object (apps/v1: spec.selector as text).
-    selector_of: "Callable[[dict], str | None] | None" = None
+    selector_of: Callable[[dict], str | None] | None = None
 
 
 @dataclass
@@ -128,6 +129,7 @@ class ResourceType:
 # --------------------------------------------------------------------------------------------
 # Field selector extractors for built-ins (pods: selectors.pod_fields, their ToSelectableFields).
 
+
 def _namespace_fields(ns: dict) -> dict[str, str]:
     return {"status.phase": (ns.get("status") or {}).get("phase", "") or ""}
 
@@ -159,8 +161,10 @@ EVENT_FIELD_NAMES = frozenset(
 
 def _event_fields(event: dict) -> dict[str, str]:
     involved = event.get("involvedObject") or {}
-    values = {f"involvedObject.{k}": str(involved.get(k, "") or "") for k in
-              ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}
+    values = {
+        f"involvedObject.{k}": str(involved.get(k, "") or "")
+        for k in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+    }
     values["reason"] = event.get("reason", "") or ""
     values["reportingComponent"] = event.get("reportingComponent", "") or ""
     # The registry's "source" field: source.component, else reportingController (events.k8s.io writers).
@@ -188,64 +192,253 @@ _CORE_TOP = frozenset({"spec", "status"})
 def builtin_types() -> list[ResourceType]:
     """The built-in resources, as a fresh list (the registry owns what it is given)."""
     return [
-        ResourceType("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",),
-                     verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-                     subresources=("status",), status_subresource=True, return_deleted_object=True,
-                     top_level_fields=_CORE_TOP, extra_fields=_namespace_fields,
-                     extra_field_names=frozenset({"status.phase"})),
-        ResourceType("", "v1", "nodes", "node", "Node", False, ("no",), subresources=("status",),
-                     status_subresource=True, top_level_fields=_CORE_TOP, extra_fields=_node_fields,
-                     extra_field_names=frozenset({"spec.unschedulable"})),
-        ResourceType("", "v1", "pods", "pod", "Pod", True, ("po",), ("all",),
-                     subresources=("status", "eviction", "binding", "log"), status_subresource=True,
-                     return_deleted_object=True, tracks_generation=True, top_level_fields=_CORE_TOP,
-                     extra_fields=selectors.pod_fields, extra_field_names=selectors.POD_FIELDS),
-        ResourceType("", "v1", "services", "service", "Service", True, ("svc",), ("all",),
-                     subresources=("status",), status_subresource=True, return_deleted_object=True,
-                     top_level_fields=_CORE_TOP),
-        ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",),
-                     top_level_fields=frozenset({"data", "binaryData", "immutable"})),
-        ResourceType("", "v1", "secrets", "secret", "Secret", True,
-                     top_level_fields=frozenset({"data", "stringData", "type", "immutable"}),
-                     extra_fields=_secret_fields, extra_field_names=frozenset({"type"})),
-        ResourceType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",),
-                     top_level_fields=frozenset({"secrets", "imagePullSecrets", "automountServiceAccountToken"})),
-        ResourceType("", "v1", "events", "event", "Event", True, ("ev",),
-                     top_level_fields=frozenset({
-                         "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
-                         "count", "type", "eventTime", "series", "action", "related", "reportingComponent",
-                         "reportingInstance"}),
-                     extra_fields=_event_fields, extra_field_names=EVENT_FIELD_NAMES),
-        ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",),
-                     top_level_fields=frozenset({
-                         "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
-                         "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp",
-                         "deprecatedLastTimestamp", "deprecatedCount"})),
-        ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True,
-                     unconditional_update=False, create_on_update=True, top_level_fields=frozenset({"spec"})),
-        ResourceType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True,
-                     top_level_fields=frozenset({"rules"})),
-        ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True,
-                     top_level_fields=frozenset({"subjects", "roleRef"})),
-        ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False,
-                     top_level_fields=frozenset({"rules", "aggregationRule"})),
-        ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
-                     "ClusterRoleBinding", False, top_level_fields=frozenset({"subjects", "roleRef"})),
-        ResourceType("apps", "v1", "deployments", "deployment", "Deployment", True, ("deploy",), ("all",),
-                     subresources=("status", "scale"), status_subresource=True, tracks_generation=True,
-                     top_level_fields=_CORE_TOP,
-                     scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector)),
-        ResourceType("apps", "v1", "replicasets", "replicaset", "ReplicaSet", True, ("rs",), ("all",),
-                     subresources=("status", "scale"), status_subresource=True, tracks_generation=True,
-                     top_level_fields=_CORE_TOP,
-                     scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector)),
-        ResourceType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
-                     ("pdb",), subresources=("status",), status_subresource=True, tracks_generation=True,
-                     top_level_fields=_CORE_TOP),
-        ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
-                     "CustomResourceDefinition", False, ("crd", "crds"), ("api-extensions",),
-                     subresources=("status",), status_subresource=True, tracks_generation=True,
-                     return_deleted_object=True, top_level_fields=_CORE_TOP),
+        ResourceType(
+            "",
+            "v1",
+            "namespaces",
+            "namespace",
+            "Namespace",
+            False,
+            ("ns",),
+            verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+            subresources=("status",),
+            status_subresource=True,
+            return_deleted_object=True,
+            top_level_fields=_CORE_TOP,
+            extra_fields=_namespace_fields,
+            extra_field_names=frozenset({"status.phase"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "nodes",
+            "node",
+            "Node",
+            False,
+            ("no",),
+            subresources=("status",),
+            status_subresource=True,
+            top_level_fields=_CORE_TOP,
+            extra_fields=_node_fields,
+            extra_field_names=frozenset({"spec.unschedulable"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "pods",
+            "pod",
+            "Pod",
+            True,
+            ("po",),
+            ("all",),
+            subresources=("status", "eviction", "binding", "log"),
+            status_subresource=True,
+            return_deleted_object=True,
+            tracks_generation=True,
+            top_level_fields=_CORE_TOP,
+            extra_fields=selectors.pod_fields,
+            extra_field_names=selectors.POD_FIELDS,
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "services",
+            "service",
+            "Service",
+            True,
+            ("svc",),
+            ("all",),
+            subresources=("status",),
+            status_subresource=True,
+            return_deleted_object=True,
+            top_level_fields=_CORE_TOP,
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "configmaps",
+            "configmap",
+            "ConfigMap",
+            True,
+            ("cm",),
+            top_level_fields=frozenset({"data", "binaryData", "immutable"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "secrets",
+            "secret",
+            "Secret",
+            True,
+            top_level_fields=frozenset({"data", "stringData", "type", "immutable"}),
+            extra_fields=_secret_fields,
+            extra_field_names=frozenset({"type"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "serviceaccounts",
+            "serviceaccount",
+            "ServiceAccount",
+            True,
+            ("sa",),
+            top_level_fields=frozenset({"secrets", "imagePullSecrets", "automountServiceAccountToken"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "events",
+            "event",
+            "Event",
+            True,
+            ("ev",),
+            top_level_fields=frozenset(
+                {
+                    "involvedObject",
+                    "reason",
+                    "message",
+                    "source",
+                    "firstTimestamp",
+                    "lastTimestamp",
+                    "count",
+                    "type",
+                    "eventTime",
+                    "series",
+                    "action",
+                    "related",
+                    "reportingComponent",
+                    "reportingInstance",
+                }
+            ),
+            extra_fields=_event_fields,
+            extra_field_names=EVENT_FIELD_NAMES,
+        ),
+        ResourceType(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "event",
+            "Event",
+            True,
+            ("ev",),
+            top_level_fields=frozenset(
+                {
+                    "eventTime",
+                    "series",
+                    "reportingController",
+                    "reportingInstance",
+                    "action",
+                    "reason",
+                    "regarding",
+                    "related",
+                    "note",
+                    "type",
+                    "deprecatedSource",
+                    "deprecatedFirstTimestamp",
+                    "deprecatedLastTimestamp",
+                    "deprecatedCount",
+                }
+            ),
+        ),
+        ResourceType(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "lease",
+            "Lease",
+            True,
+            unconditional_update=False,
+            create_on_update=True,
+            top_level_fields=frozenset({"spec"}),
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True, top_level_fields=frozenset({"rules"})
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "rolebinding",
+            "RoleBinding",
+            True,
+            top_level_fields=frozenset({"subjects", "roleRef"}),
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "clusterrole",
+            "ClusterRole",
+            False,
+            top_level_fields=frozenset({"rules", "aggregationRule"}),
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            "ClusterRoleBinding",
+            False,
+            top_level_fields=frozenset({"subjects", "roleRef"}),
+        ),
+        ResourceType(
+            "apps",
+            "v1",
+            "deployments",
+            "deployment",
+            "Deployment",
+            True,
+            ("deploy",),
+            ("all",),
+            subresources=("status", "scale"),
+            status_subresource=True,
+            tracks_generation=True,
+            top_level_fields=_CORE_TOP,
+            scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector),
+        ),
+        ResourceType(
+            "apps",
+            "v1",
+            "replicasets",
+            "replicaset",
+            "ReplicaSet",
+            True,
+            ("rs",),
+            ("all",),
+            subresources=("status", "scale"),
+            status_subresource=True,
+            tracks_generation=True,
+            top_level_fields=_CORE_TOP,
+            scale=ScaleSpec(".spec.replicas", ".status.replicas", selector_of=_workload_selector),
+        ),
+        ResourceType(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            "PodDisruptionBudget",
+            True,
+            ("pdb",),
+            subresources=("status",),
+            status_subresource=True,
+            tracks_generation=True,
+            top_level_fields=_CORE_TOP,
+        ),
+        ResourceType(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "customresourcedefinition",
+            "CustomResourceDefinition",
+            False,
+            ("crd", "crds"),
+            ("api-extensions",),
+            subresources=("status",),
+            status_subresource=True,
+            tracks_generation=True,
+            return_deleted_object=True,
+            top_level_fields=_CORE_TOP,
+        ),
     ]
 
 
@@ -258,12 +451,14 @@ def secure_types() -> list[ResourceType]:
     def review(group: str, plural: str, kind: str) -> ResourceType:
         return ResourceType(group, "v1", plural, plural[:-1], kind, False, verbs=("create",))
 
-    return [sa,
-            review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
-            review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
-            review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
-            review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
-            review("authentication.k8s.io", "tokenreviews", "TokenReview")]
+    return [
+        sa,
+        review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+        review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+        review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
+        review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
+        review("authentication.k8s.io", "tokenreviews", "TokenReview"),
+    ]
 
 
 # Kinds of request bodies accepted by subresources, and their group/version.
@@ -315,7 +510,7 @@ class Registry:
     def group_versions(self) -> dict[str, list[str]]:
         """group -> served versions (core group is "")."""
         out: dict[str, list[str]] = {}
-        for (group, version, _plural) in self._by_gvr:
+        for group, version, _plural in self._by_gvr:
             versions = out.setdefault(group, [])
             if version not in versions:
                 versions.append(version)
@@ -397,8 +592,17 @@ def validate_name(rt: ResourceType, name: str) -> list[dict[str, str]]:
     if rt.kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
         # RBAC names are path segments: anything but "." / ".." / containing "/" or "%".
         if name in (".", "..") or "/" in name or "%" in name:
-            return [invalid_value("metadata.name", name, f"may not be '{name}'" if name in (".", "..")
-                                  else "may not contain '/'" if "/" in name else "may not contain '%'")]
+            return [
+                invalid_value(
+                    "metadata.name",
+                    name,
+                    f"may not be '{name}'"
+                    if name in (".", "..")
+                    else "may not contain '/'"
+                    if "/" in name
+                    else "may not contain '%'",
+                )
+            ]
         return []
     if len(name) > 253:
         return [invalid_value("metadata.name", name, "must be no more than 253 characters")]
@@ -434,11 +638,15 @@ def _qualified_key_causes(field_path: str, key: str) -> list[dict[str, str]]:
     elif len(name) > 63:
         causes.append(invalid_value(field_path, key, "name part must be no more than 63 characters"))
     elif not _QUALIFIED_NAME.match(name):
-        causes.append(invalid_value(
-            field_path, key,
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-            "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
-            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"))
+        causes.append(
+            invalid_value(
+                field_path,
+                key,
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+                "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+            )
+        )
     return causes
 
 
@@ -453,16 +661,20 @@ def validate_object_meta(rt: ResourceType, meta: dict) -> list[dict[str, str]]:
             for key, value in labels.items():
                 causes += _validate_qualified_key("metadata.labels", key)
                 if not isinstance(value, str):
-                    causes.append(invalid_value(f"metadata.labels", value, "must be a string"))
+                    causes.append(invalid_value("metadata.labels", value, "must be a string"))
                 elif len(value) > 63:
                     causes.append(invalid_value("metadata.labels", value, "must be no more than 63 characters"))
                 elif not _LABEL_VALUE.match(value):
-                    causes.append(invalid_value(
-                        "metadata.labels", value,
-                        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-                        "'my_value',  or '12345', regex used for validation is "
-                        "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"))
+                    causes.append(
+                        invalid_value(
+                            "metadata.labels",
+                            value,
+                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                            "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+                            "'my_value',  or '12345', regex used for validation is "
+                            "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                        )
+                    )
     annotations = meta.get("annotations")
     if annotations is not None:
         if not isinstance(annotations, dict):
@@ -479,14 +691,21 @@ def validate_object_meta(rt: ResourceType, meta: dict) -> list[dict[str, str]]:
         else:
             for i, fin in enumerate(finalizers):
                 if "/" not in fin and fin not in ("orphan", "foregroundDeletion", "kubernetes"):
-                    causes.append(invalid_value(
-                        f"metadata.finalizers[{i}]", fin,
-                        "name is neither a standard finalizer name nor is it fully qualified"))
+                    causes.append(
+                        invalid_value(
+                            f"metadata.finalizers[{i}]",
+                            fin,
+                            "name is neither a standard finalizer name nor is it fully qualified",
+                        )
+                    )
                 else:
                     causes += _validate_qualified_key(f"metadata.finalizers[{i}]", fin)
             if "orphan" in finalizers and "foregroundDeletion" in finalizers:
-                causes.append(invalid_value("metadata.finalizers", finalizers,
-                                            "finalizer orphan and foregroundDeletion cannot be both set"))
+                causes.append(
+                    invalid_value(
+                        "metadata.finalizers", finalizers, "finalizer orphan and foregroundDeletion cannot be both set"
+                    )
+                )
     owners = meta.get("ownerReferences")
     if owners is not None:
         if not isinstance(owners, list):
@@ -500,13 +719,15 @@ def validate_object_meta(rt: ResourceType, meta: dict) -> list[dict[str, str]]:
                     continue
                 for key in ("apiVersion", "kind", "name", "uid"):
                     if not ref.get(key):
-                        causes.append(invalid_value(f"{path}.{key}", ref.get(key, ""),
-                                                    f"{key} must not be empty"))
+                        causes.append(invalid_value(f"{path}.{key}", ref.get(key, ""), f"{key} must not be empty"))
                 if ref.get("controller"):
                     controllers += 1
             if controllers > 1:
-                causes.append(invalid_value("metadata.ownerReferences", owners,
-                                            "Only one reference can have Controller set to true"))
+                causes.append(
+                    invalid_value(
+                        "metadata.ownerReferences", owners, "Only one reference can have Controller set to true"
+                    )
+                )
     return causes
 
 
@@ -577,8 +798,9 @@ def _default_pod_spec(spec: dict, *, pod: bool = False) -> None:
                 container.setdefault("terminationMessagePath", "/dev/termination-log")
                 container.setdefault("terminationMessagePolicy", "File")
                 image = container.get("image", "")
-                tag_latest = isinstance(image, str) and (":" not in image.rsplit("/", 1)[-1] or
-                                                         image.endswith(":latest"))
+                tag_latest = isinstance(image, str) and (
+                    ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+                )
                 container.setdefault("imagePullPolicy", "Always" if tag_latest else "IfNotPresent")
                 container.setdefault("resources", {})
                 for port in container.get("ports") or []:
@@ -653,6 +875,7 @@ def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], st
 
 # Pod conditions (podutil.UpdatePodCondition), shared by the binding (store) and the kubelet.
 
+
 def with_transition(cond: dict, old_conditions: list[dict], ts: str) -> dict:
     """``cond`` with lastTransitionTime kept from the old condition of its type if status is unchanged."""
     old = next((c for c in old_conditions if c.get("type") == cond["type"]), None)
@@ -714,8 +937,7 @@ def _pod_spec_comparable(spec: dict) -> dict:
         out.pop(key, None)
     for key in ("containers", "initContainers"):
         if isinstance(out.get(key), list):
-            out[key] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
-                        for c in out[key]]
+            out[key] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in out[key]]
     return out
 
 
@@ -732,14 +954,21 @@ def validate_update(rt: ResourceType, new: dict, old: dict) -> list[dict[str, st
         ref = new.get("roleRef")
         if ref != old.get("roleRef"):
             ref = ref if isinstance(ref, dict) else {}
-            shown = (f'rbac.RoleRef{{APIGroup:{_quote(str(ref.get("apiGroup", "")))}, '
-                     f'Kind:{_quote(str(ref.get("kind", "")))}, Name:{_quote(str(ref.get("name", "")))}}}')
+            shown = (
+                f"rbac.RoleRef{{APIGroup:{_quote(str(ref.get('apiGroup', '')))}, "
+                f"Kind:{_quote(str(ref.get('kind', '')))}, Name:{_quote(str(ref.get('name', '')))}}}"
+            )
             causes.append(_cause("FieldValueInvalid", "roleRef", f"Invalid value: {shown}: cannot change roleRef"))
     elif rt.kind in ("Deployment", "ReplicaSet") and rt.group == "apps":
         new_selector = (new.get("spec") or {}).get("selector")
         if new_selector != (old.get("spec") or {}).get("selector"):
-            causes.append(_cause("FieldValueInvalid", "spec.selector",
-                                 f"Invalid value: {_go_label_selector(new_selector)}: field is immutable"))
+            causes.append(
+                _cause(
+                    "FieldValueInvalid",
+                    "spec.selector",
+                    f"Invalid value: {_go_label_selector(new_selector)}: field is immutable",
+                )
+            )
     elif rt.kind in ("ConfigMap", "Secret") and not rt.group and old.get("immutable"):
         for key in ("data", "binaryData"):
             if new.get(key) != old.get(key):
@@ -770,8 +999,7 @@ def validate(rt: ResourceType, obj: dict) -> list[dict[str, str]]:
         for i, port in enumerate(ports if isinstance(ports, list) else []):
             p = port.get("port") if isinstance(port, dict) else None
             if not isinstance(p, int) or not 1 <= p <= 65535:
-                causes.append(invalid_value(f"spec.ports[{i}].port", p,
-                                            "must be between 1 and 65535, inclusive"))
+                causes.append(invalid_value(f"spec.ports[{i}].port", p, "must be between 1 and 65535, inclusive"))
     elif kind == "Lease":
         spec = obj.get("spec") or {}
         duration = spec.get("leaseDurationSeconds")
@@ -813,9 +1041,13 @@ def _validate_pod_spec(spec: dict, path: str) -> list[dict[str, str]]:
                 causes.append(required_value(f"{item}.image"))
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
-        causes.append(_cause("FieldValueNotSupported", f"{path}.restartPolicy",
-                             f'Unsupported value: {_quote(policy)}: supported values: "Always", "OnFailure", '
-                             '"Never"'))
+        causes.append(
+            _cause(
+                "FieldValueNotSupported",
+                f"{path}.restartPolicy",
+                f'Unsupported value: {_quote(policy)}: supported values: "Always", "OnFailure", "Never"',
+            )
+        )
     return causes
 
 
@@ -829,10 +1061,13 @@ def _go_string_map(labels: Any) -> str:
 def _go_label_selector(selector: Any) -> str:
     """Go's ``%#v`` of a *metav1.LabelSelector (what the selector errors print), abridged to the fields."""
     sel = selector if isinstance(selector, dict) else {}
-    return (f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
-            f"MatchExpressions:[]v1.LabelSelectorRequirement{{...}}}}" if sel.get("matchExpressions") else
-            f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
-            "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}")
+    return (
+        f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
+        f"MatchExpressions:[]v1.LabelSelectorRequirement{{...}}}}"
+        if sel.get("matchExpressions")
+        else f"v1.LabelSelector{{MatchLabels:{_go_string_map(sel.get('matchLabels'))}, "
+        "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}"
+    )
 
 
 def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
@@ -854,9 +1089,13 @@ def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
             causes.append(invalid_value("spec.selector", selector, str(exc)))
         else:
             if parsed.is_empty():
-                causes.append(_cause("FieldValueInvalid", "spec.selector",
-                                     f"Invalid value: {_go_label_selector(selector)}: empty selector is invalid for "
-                                     f"{kind.lower()}"))
+                causes.append(
+                    _cause(
+                        "FieldValueInvalid",
+                        "spec.selector",
+                        f"Invalid value: {_go_label_selector(selector)}: empty selector is invalid for {kind.lower()}",
+                    )
+                )
                 parsed = None
     template = spec.get("template")
     if not isinstance(template, dict):
@@ -864,8 +1103,13 @@ def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
         return causes
     labels = (template.get("metadata") or {}).get("labels") if isinstance(template.get("metadata"), dict) else None
     if parsed is not None and not parsed.matches(labels if isinstance(labels, dict) else {}):
-        causes.append(_cause("FieldValueInvalid", "spec.template.metadata.labels",
-                             f"Invalid value: {_go_string_map(labels)}: `selector` does not match template `labels`"))
+        causes.append(
+            _cause(
+                "FieldValueInvalid",
+                "spec.template.metadata.labels",
+                f"Invalid value: {_go_string_map(labels)}: `selector` does not match template `labels`",
+            )
+        )
     pod_spec = template.get("spec")
     if not isinstance(pod_spec, dict):
         causes.append(required_value("spec.template.spec.containers"))
@@ -873,14 +1117,23 @@ def _validate_workload(kind: str, spec: Any) -> list[dict[str, str]]:
     causes += _validate_pod_spec(pod_spec, "spec.template.spec")
     policy = pod_spec.get("restartPolicy")
     if policy in ("OnFailure", "Never"):
-        causes.append(_cause("FieldValueNotSupported", "spec.template.spec.restartPolicy",
-                             f'Unsupported value: {_quote(policy)}: supported values: "Always"'))
+        causes.append(
+            _cause(
+                "FieldValueNotSupported",
+                "spec.template.spec.restartPolicy",
+                f'Unsupported value: {_quote(policy)}: supported values: "Always"',
+            )
+        )
     if kind == "Deployment":
         strategy = spec.get("strategy") or {}
         if isinstance(strategy, dict) and strategy.get("type") not in ("RollingUpdate", "Recreate"):
-            causes.append(_cause("FieldValueNotSupported", "spec.strategy.type",
-                                 f'Unsupported value: {_quote(strategy.get("type"))}: supported values: '
-                                 '"Recreate", "RollingUpdate"'))
+            causes.append(
+                _cause(
+                    "FieldValueNotSupported",
+                    "spec.strategy.type",
+                    f'Unsupported value: {_quote(strategy.get("type"))}: supported values: "Recreate", "RollingUpdate"',
+                )
+            )
     return causes
 
 
@@ -900,34 +1153,55 @@ def _validate_rbac(kind: str, obj: dict) -> list[dict[str, str]]:
                 causes.append(required_value(f"{path}.verbs", "verbs must contain at least one value"))
             urls = rule.get("nonResourceURLs")
             if urls:
-                shown = "[]string{" + ", ".join(_quote(str(u)) for u in urls) + "}" if isinstance(urls, list) \
+                shown = (
+                    "[]string{" + ", ".join(_quote(str(u)) for u in urls) + "}"
+                    if isinstance(urls, list)
                     else _quote(urls)
+                )
                 if kind == "Role":
-                    causes.append(_cause("FieldValueInvalid", f"{path}.nonResourceURLs", f"Invalid value: {shown}: "
-                                         "namespaced rules cannot apply to non-resource URLs"))
+                    causes.append(
+                        _cause(
+                            "FieldValueInvalid",
+                            f"{path}.nonResourceURLs",
+                            f"Invalid value: {shown}: namespaced rules cannot apply to non-resource URLs",
+                        )
+                    )
                 if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
-                    causes.append(_cause("FieldValueInvalid", f"{path}.nonResourceURLs", f"Invalid value: {shown}: "
-                                         "rules cannot apply to both regular resources and non-resource URLs"))
+                    causes.append(
+                        _cause(
+                            "FieldValueInvalid",
+                            f"{path}.nonResourceURLs",
+                            f"Invalid value: {shown}: "
+                            "rules cannot apply to both regular resources and non-resource URLs",
+                        )
+                    )
                 continue
             if not rule.get("apiGroups"):
-                causes.append(required_value(f"{path}.apiGroups",
-                                             "resource rules must supply at least one api group"))
+                causes.append(required_value(f"{path}.apiGroups", "resource rules must supply at least one api group"))
             if not rule.get("resources"):
-                causes.append(required_value(f"{path}.resources",
-                                             "resource rules must supply at least one resource"))
+                causes.append(required_value(f"{path}.resources", "resource rules must supply at least one resource"))
         return causes
     ref = obj.get("roleRef")
     if not isinstance(ref, dict):
         return [required_value("roleRef")]
     if ref.get("apiGroup") != "rbac.authorization.k8s.io":
-        causes.append(_cause("FieldValueNotSupported", "roleRef.apiGroup",
-                             f'Unsupported value: {_quote(ref.get("apiGroup", ""))}: supported values: '
-                             '"rbac.authorization.k8s.io"'))
+        causes.append(
+            _cause(
+                "FieldValueNotSupported",
+                "roleRef.apiGroup",
+                f'Unsupported value: {_quote(ref.get("apiGroup", ""))}: supported values: "rbac.authorization.k8s.io"',
+            )
+        )
     kinds = ("Role", "ClusterRole") if kind == "RoleBinding" else ("ClusterRole",)
     if ref.get("kind") not in kinds:
-        causes.append(_cause("FieldValueNotSupported", "roleRef.kind",
-                             f'Unsupported value: {_quote(ref.get("kind", ""))}: supported values: '
-                             + ", ".join(f'"{k}"' for k in kinds)))
+        causes.append(
+            _cause(
+                "FieldValueNotSupported",
+                "roleRef.kind",
+                f"Unsupported value: {_quote(ref.get('kind', ''))}: supported values: "
+                + ", ".join(f'"{k}"' for k in kinds),
+            )
+        )
     if not ref.get("name"):
         causes.append(required_value("roleRef.name"))
     subjects = obj.get("subjects")
@@ -944,11 +1218,21 @@ def _validate_rbac(kind: str, obj: dict) -> list[dict[str, str]]:
                 causes.append(required_value(f"{path}.namespace"))
         elif subject_kind in ("User", "Group"):
             if subject.get("apiGroup") != "rbac.authorization.k8s.io":
-                causes.append(_cause("FieldValueNotSupported", f"{path}.apiGroup",
-                                     f'Unsupported value: {_quote(subject.get("apiGroup", ""))}: supported values: '
-                                     '"rbac.authorization.k8s.io"'))
+                causes.append(
+                    _cause(
+                        "FieldValueNotSupported",
+                        f"{path}.apiGroup",
+                        f"Unsupported value: {_quote(subject.get('apiGroup', ''))}: supported values: "
+                        '"rbac.authorization.k8s.io"',
+                    )
+                )
         else:
-            causes.append(_cause("FieldValueNotSupported", f"{path}.kind",
-                                 f'Unsupported value: {_quote(subject_kind or "")}: supported values: '
-                                 '"ServiceAccount", "User", "Group"'))
+            causes.append(
+                _cause(
+                    "FieldValueNotSupported",
+                    f"{path}.kind",
+                    f"Unsupported value: {_quote(subject_kind or '')}: supported values: "
+                    '"ServiceAccount", "User", "Group"',
+                )
+            )
     return causes

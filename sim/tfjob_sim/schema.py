@@ -30,8 +30,9 @@ import datetime as _dt
 import ipaddress
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import re2
 
@@ -173,9 +174,20 @@ _TYPE_TEXT = {
     "FieldValueTypeInvalid": "Invalid value",
     "FieldValueTooShort": "Too short",
 }
-_NO_VALUE_TYPES = {"FieldValueRequired", "FieldValueForbidden", "FieldValueTooLong", "FieldValueTooShort", "InternalError"}
-_BLOCKING_TYPES = {"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
-                   "FieldValueTypeInvalid"}
+_NO_VALUE_TYPES = {
+    "FieldValueRequired",
+    "FieldValueForbidden",
+    "FieldValueTooLong",
+    "FieldValueTooShort",
+    "InternalError",
+}
+_BLOCKING_TYPES = {
+    "FieldValueNotSupported",
+    "FieldValueRequired",
+    "FieldValueTooLong",
+    "FieldValueTooMany",
+    "FieldValueTypeInvalid",
+}
 
 
 @dataclass
@@ -241,7 +253,9 @@ def forbidden(path: str | None, detail: str) -> FieldError:
 
 def not_supported(path: str | None, value: Any, valid: Iterable[str]) -> FieldError:
     quoted = [go_quote(str(v)) for v in valid]
-    return FieldError("FieldValueNotSupported", _f(path), value, "supported values: " + ", ".join(quoted) if quoted else "")
+    return FieldError(
+        "FieldValueNotSupported", _f(path), value, "supported values: " + ", ".join(quoted) if quoted else ""
+    )
 
 
 def duplicate(path: str | None, value: Any) -> FieldError:
@@ -285,10 +299,42 @@ _RX_HEXCOLOR = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$")
 _RX_BSON = re.compile(r"^[0-9a-fA-F]{24}$")
 _RX_DURATION_SCALA = re.compile(r"((\d+)\s*([A-Za-zµ]+))")
 _RX_GO_DURATION = re.compile(r"^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$")
-_SCALA_UNITS = {"ns", "us", "µs", "ms", "s", "m", "h", "d", "w", "nanosecond", "nanoseconds", "microsecond",
-                "microseconds", "millisecond", "milliseconds", "second", "seconds", "sec", "secs", "minute", "minutes",
-                "min", "mins", "hour", "hours", "hr", "hrs", "day", "days", "week", "weeks", "nanos", "micros",
-                "millis", "ms"}
+_SCALA_UNITS = {
+    "ns",
+    "us",
+    "µs",
+    "ms",
+    "s",
+    "m",
+    "h",
+    "d",
+    "w",
+    "nanosecond",
+    "nanoseconds",
+    "microsecond",
+    "microseconds",
+    "millisecond",
+    "milliseconds",
+    "second",
+    "seconds",
+    "sec",
+    "secs",
+    "minute",
+    "minutes",
+    "min",
+    "mins",
+    "hour",
+    "hours",
+    "hr",
+    "hrs",
+    "day",
+    "days",
+    "week",
+    "weeks",
+    "nanos",
+    "micros",
+    "millis",
+}
 
 
 def _is_date(s: str) -> bool:
@@ -450,14 +496,42 @@ def _enum_equal(data: Any, enum_value: Any) -> bool:
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 # Every schema keyword _OpenAPIValidator reads besides "type" and "nullable".
-_CONSTRAINT_KEYWORDS = frozenset({
-    "format", "x-kubernetes-int-or-string", "anyOf", "oneOf", "allOf", "not", "maxLength", "minLength", "pattern",
-    "multipleOf", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "items", "minItems", "maxItems",
-    "uniqueItems", "enum", "minProperties", "maxProperties", "properties", "additionalProperties", "required",
-})
+_CONSTRAINT_KEYWORDS = frozenset(
+    {
+        "format",
+        "x-kubernetes-int-or-string",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "multipleOf",
+        "minimum",
+        "exclusiveMinimum",
+        "maximum",
+        "exclusiveMaximum",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "enum",
+        "minProperties",
+        "maxProperties",
+        "properties",
+        "additionalProperties",
+        "required",
+    }
+)
 # ... of which those only _object reads: a plain object schema is checked by _object alone.
-_NON_OBJECT_KEYWORDS = _CONSTRAINT_KEYWORDS - {"properties", "additionalProperties", "required", "minProperties",
-                                               "maxProperties"}
+_NON_OBJECT_KEYWORDS = _CONSTRAINT_KEYWORDS - {
+    "properties",
+    "additionalProperties",
+    "required",
+    "minProperties",
+    "maxProperties",
+}
 
 
 def _plainly_valid(value: Any, schema: dict) -> bool:
@@ -475,6 +549,8 @@ def _plainly_valid(value: Any, schema: dict) -> bool:
     else:
         return False
     return schema.get("type") == expected and schema.keys().isdisjoint(_CONSTRAINT_KEYWORDS)
+
+
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -538,8 +614,14 @@ class _OpenAPIValidator:
             self._string(value, schema, name)
             if fmt and fmt not in ("int32", "int64", "float", "double"):
                 if not _format_ok(fmt, value):
-                    self._add(FieldError("FieldValueTypeInvalid", _f(self._path(name)), value,
-                                         f"{name} in body must be of type {fmt}: {go_quote(value)}"))
+                    self._add(
+                        FieldError(
+                            "FieldValueTypeInvalid",
+                            _f(self._path(name)),
+                            value,
+                            f"{name} in body must be of type {fmt}: {go_quote(value)}",
+                        )
+                    )
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             self._number(value, schema, name, types, fmt)
         if isinstance(value, list):
@@ -604,7 +686,9 @@ class _OpenAPIValidator:
                 if self.validate(value, sub, name):
                     valid += 1
             if valid != len(all_of):
-                self._plain(f"{go_quote(name)} must validate all the schemas (allOf){'. None validated' if valid == 0 else ''}")
+                self._plain(
+                    f"{go_quote(name)} must validate all the schemas (allOf){'. None validated' if valid == 0 else ''}"
+                )
         not_schema = schema.get("not")
         if isinstance(not_schema, dict):
             if _OpenAPIValidator(self.prefix, self.minor).validate(value, not_schema, name):
@@ -664,7 +748,11 @@ class _OpenAPIValidator:
                 range_error("MultipleOf")
             if multiple <= 0:
                 factor = int(multiple) if isinstance(value, int) and bound_native else float(multiple)
-                self._invalid(name, factor, f"factor MultipleOf declared for {name} must be positive: {fmt_bound(multiple, value)}")
+                self._invalid(
+                    name,
+                    factor,
+                    f"factor MultipleOf declared for {name} must be positive: {fmt_bound(multiple, value)}",
+                )
             elif isinstance(value, int) and bound_native:
                 if value % int(multiple) != 0:
                     self._invalid(name, value, f"{name} in body should be a multiple of {int(multiple)}")
@@ -754,8 +842,20 @@ _META_FIELDS = ("apiVersion", "kind", "metadata")
 
 # ObjectMeta's JSON fields (metav1.ObjectMeta) and the nested types the strict decoder knows.
 _OBJECT_META_FIELDS = {
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
     "managedFields",
 }
 _OWNER_REF_FIELDS = {"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"}
@@ -858,8 +958,9 @@ class StructuralSchema:
     that still fail to compile are reported at validation time as ``rule compile error: ...``.
     """
 
-    def __init__(self, openapi_v3_schema: dict, *, server_minor: int = DEFAULT_SERVER_MINOR,
-                 _resource_root: bool = True) -> None:
+    def __init__(
+        self, openapi_v3_schema: dict, *, server_minor: int = DEFAULT_SERVER_MINOR, _resource_root: bool = True
+    ) -> None:
         if not isinstance(openapi_v3_schema, dict):
             raise TypeError("openAPIV3Schema must be an object")
         self.schema = openapi_v3_schema
@@ -875,8 +976,9 @@ class StructuralSchema:
         self._defaulting: dict[int, bool] = {}
         _mark_subtrees(openapi_v3_schema, self._defaulting, lambda node: node.get("default") is not None)
         self._list_typed: dict[int, bool] = {}
-        _mark_subtrees(openapi_v3_schema, self._list_typed,
-                       lambda node: node.get("x-kubernetes-list-type") in ("set", "map"))
+        _mark_subtrees(
+            openapi_v3_schema, self._list_typed, lambda node: node.get("x-kubernetes-list-type") in ("set", "map")
+        )
 
     # -- CEL rule compilation ------------------------------------------------------------------
     def _compile(self, schema: Any, is_root: bool) -> tuple[bool, bool]:
@@ -885,8 +987,11 @@ class StructuralSchema:
         rules = schema.get("x-kubernetes-validations")
         any_rule = any_transition = False
         if isinstance(rules, list) and rules:
-            compiled = [self._compile_rule(spec, schema, is_root or bool(schema.get("x-kubernetes-embedded-resource")))
-                        for spec in rules if isinstance(spec, dict)]
+            compiled = [
+                self._compile_rule(spec, schema, is_root or bool(schema.get("x-kubernetes-embedded-resource")))
+                for spec in rules
+                if isinstance(spec, dict)
+            ]
             self._rules[id(schema)] = compiled
             any_rule = bool(compiled)
             # a rule that failed to compile is reported on every validation: treat it like a transition rule
@@ -952,7 +1057,9 @@ class StructuralSchema:
             del obj["status"]
         return sorted(removed)
 
-    def _prune(self, x: Any, s: dict | None, path: list[str], removed: list[str], *, embedded: bool, root: bool = False) -> None:
+    def _prune(
+        self, x: Any, s: dict | None, path: list[str], removed: list[str], *, embedded: bool, root: bool = False
+    ) -> None:
         if isinstance(s, dict) and s.get("x-kubernetes-preserve-unknown-fields"):
             self._skip_prune(x, s, path, removed)
             return
@@ -974,8 +1081,9 @@ class StructuralSchema:
                     self._prune(x[k], props[k], path + [_seg(path, k)], removed, embedded=False)
                 elif isinstance(addl, dict) or addl is True:
                     # additionalProperties: true keeps the key but knows nothing below it
-                    self._prune(x[k], addl if isinstance(addl, dict) else None, path + [_seg(path, k)], removed,
-                                embedded=False)
+                    self._prune(
+                        x[k], addl if isinstance(addl, dict) else None, path + [_seg(path, k)], removed, embedded=False
+                    )
                 else:
                     removed.append(_join(path, k))
                     del x[k]
@@ -1082,7 +1190,9 @@ class StructuralSchema:
                 errors.extend(validator.errors)
             # ratcheting: list-type violations already present in the old object are tolerated
             list_errors = _list_type_errors(None, self.schema, obj, self._list_typed)
-            if list_errors and not (isinstance(old, dict) and _list_type_errors(None, self.schema, old, self._list_typed)):
+            if list_errors and not (
+                isinstance(old, dict) and _list_type_errors(None, self.schema, old, self._list_typed)
+            ):
                 errors.extend(list_errors)
         else:
             validator = _OpenAPIValidator(None, self.server_minor)
@@ -1095,10 +1205,18 @@ class StructuralSchema:
                 errors.extend(_list_type_errors(None, self.schema, obj, self._list_typed))
         if self._rules:
             if any(e.type in _BLOCKING_TYPES for e in errors):
-                errors.append(invalid(None, None, "some validation rules were not checked because the object was "
-                                                  "invalid; correct the existing errors to complete validation"))
+                errors.append(
+                    invalid(
+                        None,
+                        None,
+                        "some validation rules were not checked because the object was "
+                        "invalid; correct the existing errors to complete validation",
+                    )
+                )
             else:
-                errors.extend(self._cel(None, obj, MISSING if old is None else old, self.schema, correlatable=old is not None))
+                errors.extend(
+                    self._cel(None, obj, MISSING if old is None else old, self.schema, correlatable=old is not None)
+                )
         return errors
 
     def _resource_schema(self) -> dict:
@@ -1144,7 +1262,9 @@ class StructuralSchema:
                 old_by_key = _map_list_index(schema, old_value)
                 for i, item in enumerate(value):
                     old_item = old_by_key(item)
-                    errors.extend(self._cel(_index(path, i), item, old_item, items, correlatable=old_item is not MISSING))
+                    errors.extend(
+                        self._cel(_index(path, i), item, old_item, items, correlatable=old_item is not MISSING)
+                    )
         elif isinstance(value, dict):
             props = schema.get("properties") or {}
             addl = schema.get("additionalProperties")
@@ -1156,11 +1276,14 @@ class StructuralSchema:
                     errors.extend(self._cel(_key(path, k), v, old_map.get(k, MISSING), addl, correlatable=k in old_map))
             for k, v in value.items():
                 if k in props:
-                    errors.extend(self._cel(_child(path, k), v, old_map.get(k, MISSING), props[k], correlatable=k in old_map))
+                    errors.extend(
+                        self._cel(_child(path, k), v, old_map.get(k, MISSING), props[k], correlatable=k in old_map)
+                    )
         return errors
 
-    def _run_rule(self, path: str | None, value: Any, old: Any, schema: dict, compiled: _CompiledRule,
-                  unchanged: bool) -> list[FieldError]:
+    def _run_rule(
+        self, path: str | None, value: Any, old: Any, schema: dict, compiled: _CompiledRule, unchanged: bool
+    ) -> list[FieldError]:
         type_name = _schema_type_name(schema)
         spec = compiled.spec
         if compiled.rule is None:
@@ -1174,8 +1297,14 @@ class StructuralSchema:
         except CelEvalError as exc:
             error_string = _rule_error_string(spec)
             if exc.no_such_overload:
-                return [invalid(path, type_name, f"'{exc}': call arguments did not match a supported operator, "
-                                                f"function or macro signature for rule: {error_string}")]
+                return [
+                    invalid(
+                        path,
+                        type_name,
+                        f"'{exc}': call arguments did not match a supported operator, "
+                        f"function or macro signature for rule: {error_string}",
+                    )
+                ]
             return [invalid(path, type_name, f"{exc} evaluating rule: {error_string}")]
         if ok:
             return []
@@ -1185,7 +1314,9 @@ class StructuralSchema:
         detail = None
         if compiled.message_expression is not None:
             try:
-                message = compiled.message_expression.evaluate_value(value, old if rule.references_old_self else MISSING)
+                message = compiled.message_expression.evaluate_value(
+                    value, old if rule.references_old_self else MISSING
+                )
                 text = from_cel(message)
                 if isinstance(text, str) and text.strip() and "\n" not in text.strip():
                     detail = text.strip()
@@ -1281,8 +1412,12 @@ def _default(x: Any, s: Any, below: dict[int, bool]) -> None:
 
 
 def _deep_equal(a: Any, b: Any) -> bool:
-    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                                       and not isinstance(a, bool) and not isinstance(b, bool)):
+    if type(a) is not type(b) and not (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         return False
     return a == b
 
@@ -1310,8 +1445,14 @@ def _ratcheted_validate(validator: _OpenAPIValidator, value: Any, old: Any, sche
     if old is not MISSING and _deep_equal(value, old):
         return
     if old is MISSING or not isinstance(value, dict) or not isinstance(old, dict) or not isinstance(schema, dict):
-        if old is not MISSING and isinstance(value, list) and isinstance(old, list) and isinstance(schema, dict) \
-                and schema.get("x-kubernetes-list-type") == "map" and isinstance(schema.get("items"), dict):
+        if (
+            old is not MISSING
+            and isinstance(value, list)
+            and isinstance(old, list)
+            and isinstance(schema, dict)
+            and schema.get("x-kubernetes-list-type") == "map"
+            and isinstance(schema.get("items"), dict)
+        ):
             node_only = {k: v for k, v in schema.items() if k != "items"}
             validator.validate(value, node_only, name)
             lookup = _map_list_index(schema, old)
@@ -1443,9 +1584,14 @@ def is_dns1123_subdomain(value: str) -> list[str]:
     if len(value) > 253:
         errs.append("must be no more than 253 characters")
     if not _RX_1123_SUB.match(value):
-        errs.append(_regex_error("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-                                 "'-' or '.', and must start and end with an alphanumeric character",
-                                 _DNS1123_SUBDOMAIN, "example.com"))
+        errs.append(
+            _regex_error(
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                "'-' or '.', and must start and end with an alphanumeric character",
+                _DNS1123_SUBDOMAIN,
+                "example.com",
+            )
+        )
     return errs
 
 
@@ -1454,9 +1600,15 @@ def is_dns1035_label(value: str) -> list[str]:
     if len(value) > 63:
         errs.append("must be no more than 63 characters")
     if not _RX_1035.match(value):
-        errs.append(_regex_error("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
-                                 "with an alphabetic character, and end with an alphanumeric character",
-                                 _DNS1035_LABEL, "my-name", "abc-123"))
+        errs.append(
+            _regex_error(
+                "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
+                "with an alphabetic character, and end with an alphanumeric character",
+                _DNS1035_LABEL,
+                "my-name",
+                "abc-123",
+            )
+        )
     return errs
 
 
@@ -1464,13 +1616,35 @@ _OPENAPI_V3_TYPES = ["array", "boolean", "integer", "number", "object", "string"
 _PRINTER_TYPES = ["boolean", "date", "integer", "number", "string"]
 _PRINTER_FORMATS = ["byte", "date", "date-time", "double", "float", "int32", "int64", "password"]
 _VALIDATION_REASONS = ["FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"]
-_ROOT_ALLOWED_WITH_STATUS = {"description", "type", "format", "title", "maximum", "exclusiveMaximum", "minimum",
-                             "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
-                             "uniqueItems", "multipleOf", "required", "items", "properties", "externalDocs", "example",
-                             "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations"}
-_ROOT_ALLOWED_DISPLAY = "[Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength " \
-                        "MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties " \
-                        "ExternalDocs Example XPreserveUnknownFields XValidations]"
+_ROOT_ALLOWED_WITH_STATUS = {
+    "description",
+    "type",
+    "format",
+    "title",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "multipleOf",
+    "required",
+    "items",
+    "properties",
+    "externalDocs",
+    "example",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-validations",
+}
+_ROOT_ALLOWED_DISPLAY = (
+    "[Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength "
+    "MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties "
+    "ExternalDocs Example XPreserveUnknownFields XValidations]"
+)
 _VALUE_VALIDATION_FORBIDDEN = [
     # (key, message) checked inside anyOf/allOf/oneOf/not (structural schema rules)
     ("type", "must be empty to be structural"),
@@ -1490,17 +1664,26 @@ _VALUE_VALIDATION_FORBIDDEN = [
 
 
 def _is_int_or_string_any_of(any_of: Any) -> bool:
-    return (isinstance(any_of, list) and len(any_of) == 2 and any_of[0] == {"type": "integer"}
-            and any_of[1] == {"type": "string"})
+    return (
+        isinstance(any_of, list)
+        and len(any_of) == 2
+        and any_of[0] == {"type": "integer"}
+        and any_of[1] == {"type": "string"}
+    )
 
 
 def _rule_value(spec: dict) -> dict:
     """Go json.Marshal of the internal (tag-less) ``apiextensions.ValidationRule`` struct."""
     reason = spec.get("reason")
     optional = spec.get("optionalOldSelf")
-    return {"Rule": spec.get("rule", ""), "Message": spec.get("message", ""),
-            "MessageExpression": spec.get("messageExpression", ""), "Reason": reason,
-            "FieldPath": spec.get("fieldPath", ""), "OptionalOldSelf": optional}
+    return {
+        "Rule": spec.get("rule", ""),
+        "Message": spec.get("message", ""),
+        "MessageExpression": spec.get("messageExpression", ""),
+        "Reason": reason,
+        "FieldPath": spec.get("fieldPath", ""),
+        "OptionalOldSelf": optional,
+    }
 
 
 def _ordered_rule_json(spec: dict) -> _GoStruct:
@@ -1542,14 +1725,25 @@ class _CRDSchemaChecker:
                     continue
                 if key == "type":
                     if value != "object":
-                        errors.append(invalid(_child(path, "openAPIV3Schema.type"), value,
-                                              'only "object" is allowed as the type at the root of the schema if the '
-                                              'status subresource is enabled'))
+                        errors.append(
+                            invalid(
+                                _child(path, "openAPIV3Schema.type"),
+                                value,
+                                'only "object" is allowed as the type at the root of the schema if the '
+                                "status subresource is enabled",
+                            )
+                        )
                         break
                     continue
                 if key not in _ROOT_ALLOWED_WITH_STATUS:
-                    errors.append(invalid(root, schema, f"only {_ROOT_ALLOWED_DISPLAY} fields are allowed at the root "
-                                                        "of the schema if the status subresource is enabled"))
+                    errors.append(
+                        invalid(
+                            root,
+                            schema,
+                            f"only {_ROOT_ALLOWED_DISPLAY} fields are allowed at the root "
+                            "of the schema if the status subresource is enabled",
+                        )
+                    )
                     break
         if schema.get("nullable"):
             errors.append(forbidden(_child(path, "openAPIV3Schema.nullable"), "nullable cannot be true at the root"))
@@ -1562,9 +1756,17 @@ class _CRDSchemaChecker:
             default_errors = self._defaults(schema, root, schema, inside_meta=False, is_root=True)
             errors.extend(default_errors)
             cel_ok = not default_errors
-        schema_errors, cel_errors = self._openapi(schema, root, is_root=True, allow_defaults=True,
-                                                  defaults_reason="", inside_meta=False, uncorrelatable=None,
-                                                  cel_ok=cel_ok, rule_is_root=True)
+        schema_errors, cel_errors = self._openapi(
+            schema,
+            root,
+            is_root=True,
+            allow_defaults=True,
+            defaults_reason="",
+            inside_meta=False,
+            uncorrelatable=None,
+            cel_ok=cel_ok,
+            rule_is_root=True,
+        )
         errors.extend(schema_errors)
         errors.extend(cel_errors)
         return errors
@@ -1589,35 +1791,66 @@ class _CRDSchemaChecker:
             if isinstance(addl, dict):
                 errors.extend(self._structural(addl, "field", _child(path, "additionalProperties")))
         if s.get("x-kubernetes-int-or-string") and s.get("x-kubernetes-preserve-unknown-fields"):
-            errors.append(invalid(_child(path, "x-kubernetes-preserve-unknown-fields"), True,
-                                  "must be false if x-kubernetes-int-or-string is true"))
+            errors.append(
+                invalid(
+                    _child(path, "x-kubernetes-preserve-unknown-fields"),
+                    True,
+                    "must be false if x-kubernetes-int-or-string is true",
+                )
+            )
         if s.get("x-kubernetes-int-or-string") and s.get("x-kubernetes-embedded-resource"):
-            errors.append(invalid(_child(path, "x-kubernetes-embedded-resource"), True,
-                                  "must be false if x-kubernetes-int-or-string is true"))
+            errors.append(
+                invalid(
+                    _child(path, "x-kubernetes-embedded-resource"),
+                    True,
+                    "must be false if x-kubernetes-int-or-string is true",
+                )
+            )
         skip_any_of = _is_int_or_string_any_of(s.get("anyOf"))
         all_of = s.get("allOf")
-        skip_first_all_of = isinstance(all_of, list) and all_of and isinstance(all_of[0], dict) \
+        skip_first_all_of = (
+            isinstance(all_of, list)
+            and all_of
+            and isinstance(all_of[0], dict)
             and _is_int_or_string_any_of(all_of[0].get("anyOf"))
+        )
         errors.extend(self._value_validation(s, skip_any_of, bool(skip_first_all_of), path, nested=False))
         embedded = bool(s.get("x-kubernetes-embedded-resource"))
         check_meta = level == "root" or embedded
         if embedded and stype != "object":
             if not stype:
-                errors.append(required(_child(path, "type"), "must be object if x-kubernetes-embedded-resource is true"))
+                errors.append(
+                    required(_child(path, "type"), "must be object if x-kubernetes-embedded-resource is true")
+                )
             else:
-                errors.append(invalid(_child(path, "type"), stype, "must be object if x-kubernetes-embedded-resource is true"))
-        elif not stype and not s.get("x-kubernetes-int-or-string") and not s.get("x-kubernetes-preserve-unknown-fields"):
-            what = {"root": "at the root", "item": "for specified array items", "field": "for specified object fields"}[level]
+                errors.append(
+                    invalid(_child(path, "type"), stype, "must be object if x-kubernetes-embedded-resource is true")
+                )
+        elif (
+            not stype and not s.get("x-kubernetes-int-or-string") and not s.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            what = {"root": "at the root", "item": "for specified array items", "field": "for specified object fields"}[
+                level
+            ]
             errors.append(required(_child(path, "type"), f"must not be empty {what}"))
         if embedded and addl is not None and addl is not False:
-            errors.append(forbidden(_child(path, "additionalProperties"), "must not be used if x-kubernetes-embedded-resource is set"))
+            errors.append(
+                forbidden(
+                    _child(path, "additionalProperties"), "must not be used if x-kubernetes-embedded-resource is set"
+                )
+            )
         if level == "root" and stype and stype != "object":
             errors.append(invalid(_child(path, "type"), stype, "must be object at the root"))
         props = s.get("properties") or {}
         for meta_field in ("kind", "apiVersion"):
             if meta_field in props and check_meta and (props[meta_field] or {}).get("type") != "string":
-                errors.append(invalid(_child(_key(_child(path, "properties"), meta_field), "type"),
-                                      (props[meta_field] or {}).get("type", ""), "must be string"))
+                errors.append(
+                    invalid(
+                        _child(_key(_child(path, "properties"), meta_field), "type"),
+                        (props[meta_field] or {}).get("type", ""),
+                        "must be string",
+                    )
+                )
         if "metadata" in props:
             meta = props["metadata"] if isinstance(props["metadata"], dict) else {}
             mpath = _key(_child(path, "properties"), "metadata")
@@ -1627,14 +1860,26 @@ class _CRDSchemaChecker:
                 rest = {k: v for k, v in meta.items() if k not in ("type", "default", "description")}
                 mprops = rest.pop("properties", None) or {}
                 if set(mprops) - {"name", "generateName"} or rest:
-                    errors.append(forbidden(mpath, "must not specify anything other than name and generateName, but "
-                                                   "metadata is implicitly specified"))
+                    errors.append(
+                        forbidden(
+                            mpath,
+                            "must not specify anything other than name and generateName, but "
+                            "metadata is implicitly specified",
+                        )
+                    )
         if embedded and not s.get("x-kubernetes-preserve-unknown-fields") and not props:
-            errors.append(required(_child(path, "properties"), "must not be empty if x-kubernetes-embedded-resource "
-                                                                "is true without x-kubernetes-preserve-unknown-fields"))
+            errors.append(
+                required(
+                    _child(path, "properties"),
+                    "must not be empty if x-kubernetes-embedded-resource "
+                    "is true without x-kubernetes-preserve-unknown-fields",
+                )
+            )
         return errors
 
-    def _value_validation(self, s: dict, skip_any_of: bool, skip_first_all_of: bool, path: str, *, nested: bool) -> list[FieldError]:
+    def _value_validation(
+        self, s: dict, skip_any_of: bool, skip_first_all_of: bool, path: str, *, nested: bool
+    ) -> list[FieldError]:
         errors: list[FieldError] = []
         if not skip_any_of:
             for i, sub in enumerate(s.get("anyOf") or []):
@@ -1650,7 +1895,9 @@ class _CRDSchemaChecker:
             try:
                 re2.compile(pattern)
             except re2.error as exc:
-                errors.append(invalid(_child(path, "pattern"), pattern, f"must be a valid regular expression, but isn't: {exc}"))
+                errors.append(
+                    invalid(_child(path, "pattern"), pattern, f"must be a valid regular expression, but isn't: {exc}")
+                )
         return errors
 
     def _nested(self, v: Any, skip_any_of: bool, path: str) -> list[FieldError]:
@@ -1669,7 +1916,9 @@ class _CRDSchemaChecker:
             if v.get(key) not in (None, False, "", [], {}):
                 errors.append(forbidden(_child(path, key), message))
         if "metadata" in (v.get("properties") or {}):
-            errors.append(forbidden(_key(_child(path, "properties"), "metadata"), "must not be specified in a nested context"))
+            errors.append(
+                forbidden(_key(_child(path, "properties"), "metadata"), "must not be specified in a nested context")
+            )
         return errors
 
     # defaulting.ValidateDefaults ----------------------------------------------------------------
@@ -1697,16 +1946,32 @@ class _CRDSchemaChecker:
                 cel_errors = checker._cel(_child(path, "default"), default, default, s, correlatable=True)
                 errors.extend(cel_errors)
         if isinstance(s.get("items"), dict):
-            errors.extend(self._defaults(s["items"], _child(path, "items"), root, inside_meta=inside_meta, is_root=False))
+            errors.extend(
+                self._defaults(s["items"], _child(path, "items"), root, inside_meta=inside_meta, is_root=False)
+            )
         for k, sub in (s.get("properties") or {}).items():
             sub_meta = inside_meta or ((is_root or s.get("x-kubernetes-embedded-resource")) and k in _META_FIELDS)
-            errors.extend(self._defaults(sub, _key(_child(path, "properties"), k), root, inside_meta=bool(sub_meta), is_root=False))
+            errors.extend(
+                self._defaults(
+                    sub, _key(_child(path, "properties"), k), root, inside_meta=bool(sub_meta), is_root=False
+                )
+            )
         return errors
 
     # ValidateCustomResourceDefinitionOpenAPISchema ---------------------------------------------
-    def _openapi(self, s: Any, path: str, *, is_root: bool, allow_defaults: bool, defaults_reason: str,
-                 inside_meta: bool, uncorrelatable: str | None, cel_ok: bool, rule_is_root: bool
-                 ) -> tuple[list[FieldError], list[FieldError]]:
+    def _openapi(
+        self,
+        s: Any,
+        path: str,
+        *,
+        is_root: bool,
+        allow_defaults: bool,
+        defaults_reason: str,
+        inside_meta: bool,
+        uncorrelatable: str | None,
+        cel_ok: bool,
+        rule_is_root: bool,
+    ) -> tuple[list[FieldError], list[FieldError]]:
         schema_errors: list[FieldError] = []
         cel_errors: list[FieldError] = []
         if not isinstance(s, dict):
@@ -1719,32 +1984,57 @@ class _CRDSchemaChecker:
         if "default" in s and s["default"] is not None and not allow_defaults:
             detail = "must not be set" + (f" {defaults_reason}" if defaults_reason else "")
             schema_errors.append(forbidden(_child(path, "default"), detail))
-        for key, label in (("id", "id is not supported"), ("additionalItems", "additionalItems is not supported"),
-                           ("patternProperties", "patternProperties is not supported"),
-                           ("definitions", "definitions is not supported"),
-                           ("dependencies", "dependencies is not supported"), ("$ref", "$ref is not supported")):
+        for key, label in (
+            ("id", "id is not supported"),
+            ("additionalItems", "additionalItems is not supported"),
+            ("patternProperties", "patternProperties is not supported"),
+            ("definitions", "definitions is not supported"),
+            ("dependencies", "dependencies is not supported"),
+            ("$ref", "$ref is not supported"),
+        ):
             if s.get(key) not in (None, "", {}):
                 schema_errors.append(forbidden(_child(path, key), label))
         if stype == "null":
-            schema_errors.append(forbidden(_child(path, "type"), "type cannot be set to null, use nullable as an alternative"))
+            schema_errors.append(
+                forbidden(_child(path, "type"), "type cannot be set to null, use nullable as an alternative")
+            )
         if isinstance(s.get("items"), list):
             schema_errors.append(forbidden(_child(path, "items"), "items must be a schema object and not an array"))
         if inside_meta and s.get("x-kubernetes-embedded-resource"):
-            schema_errors.append(forbidden(_child(path, "x-kubernetes-embedded-resource"), "must not be used inside of resource meta"))
+            schema_errors.append(
+                forbidden(_child(path, "x-kubernetes-embedded-resource"), "must not be used inside of resource meta")
+            )
         if s.get("uniqueItems"):
-            schema_errors.append(forbidden(_child(path, "uniqueItems"), "uniqueItems cannot be set to true since the runtime complexity becomes quadratic"))
+            schema_errors.append(
+                forbidden(
+                    _child(path, "uniqueItems"),
+                    "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+                )
+            )
         addl = s.get("additionalProperties")
         props = s.get("properties") or {}
         if addl is not None:
             if props and (addl is False or isinstance(addl, dict)):
-                schema_errors.append(forbidden(_child(path, "additionalProperties"), "additionalProperties and properties are mutual exclusive"))
+                schema_errors.append(
+                    forbidden(
+                        _child(path, "additionalProperties"), "additionalProperties and properties are mutual exclusive"
+                    )
+                )
             sub_allow, sub_reason = allow_defaults, defaults_reason
             if inside_meta:
                 sub_allow, sub_reason = False, "inside additionalProperties applying to object metadata"
             if isinstance(addl, dict):
-                se, ce = self._openapi(addl, _child(path, "additionalProperties"), is_root=False, allow_defaults=sub_allow,
-                                       defaults_reason=sub_reason, inside_meta=inside_meta, uncorrelatable=uncorrelatable,
-                                       cel_ok=cel_ok, rule_is_root=False)
+                se, ce = self._openapi(
+                    addl,
+                    _child(path, "additionalProperties"),
+                    is_root=False,
+                    allow_defaults=sub_allow,
+                    defaults_reason=sub_reason,
+                    inside_meta=inside_meta,
+                    uncorrelatable=uncorrelatable,
+                    cel_ok=cel_ok,
+                    rule_is_root=False,
+                )
                 schema_errors += se
                 cel_errors += ce
         map_type = s.get("x-kubernetes-map-type")
@@ -1757,88 +2047,183 @@ class _CRDSchemaChecker:
                 sub_meta = True
                 if is_root:
                     sub_allow, sub_reason = False, f"in top-level {prop}"
-            se, ce = self._openapi(sub, _key(_child(path, "properties"), prop), is_root=False, allow_defaults=sub_allow,
-                                   defaults_reason=sub_reason, inside_meta=sub_meta, uncorrelatable=sub_uncorrelatable,
-                                   cel_ok=cel_ok, rule_is_root=bool(isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource")))
+            se, ce = self._openapi(
+                sub,
+                _key(_child(path, "properties"), prop),
+                is_root=False,
+                allow_defaults=sub_allow,
+                defaults_reason=sub_reason,
+                inside_meta=sub_meta,
+                uncorrelatable=sub_uncorrelatable,
+                cel_ok=cel_ok,
+                rule_is_root=bool(isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource")),
+            )
             schema_errors += se
             cel_errors += ce
         if isinstance(s.get("not"), dict):
-            se, ce = self._openapi(s["not"], _child(path, "not"), is_root=False, allow_defaults=allow_defaults,
-                                   defaults_reason=defaults_reason, inside_meta=inside_meta, uncorrelatable=uncorrelatable,
-                                   cel_ok=False, rule_is_root=False)
+            se, ce = self._openapi(
+                s["not"],
+                _child(path, "not"),
+                is_root=False,
+                allow_defaults=allow_defaults,
+                defaults_reason=defaults_reason,
+                inside_meta=inside_meta,
+                uncorrelatable=uncorrelatable,
+                cel_ok=False,
+                rule_is_root=False,
+            )
             schema_errors += se
         for junctor in ("allOf", "oneOf", "anyOf"):
             for i, sub in enumerate(s.get(junctor) or []):
-                se, ce = self._openapi(sub, _index(_child(path, junctor), i), is_root=False, allow_defaults=allow_defaults,
-                                       defaults_reason=defaults_reason, inside_meta=inside_meta,
-                                       uncorrelatable=uncorrelatable, cel_ok=False, rule_is_root=False)
+                se, ce = self._openapi(
+                    sub,
+                    _index(_child(path, junctor), i),
+                    is_root=False,
+                    allow_defaults=allow_defaults,
+                    defaults_reason=defaults_reason,
+                    inside_meta=inside_meta,
+                    uncorrelatable=uncorrelatable,
+                    cel_ok=False,
+                    rule_is_root=False,
+                )
                 schema_errors += se
         items = s.get("items")
         if isinstance(items, dict):
             sub_uncorrelatable = uncorrelatable
             if s.get("x-kubernetes-list-type") != "map" and sub_uncorrelatable is None:
                 sub_uncorrelatable = path
-            se, ce = self._openapi(items, _child(path, "items"), is_root=False, allow_defaults=allow_defaults,
-                                   defaults_reason=defaults_reason, inside_meta=inside_meta,
-                                   uncorrelatable=sub_uncorrelatable, cel_ok=cel_ok,
-                                   rule_is_root=bool(items.get("x-kubernetes-embedded-resource")))
+            se, ce = self._openapi(
+                items,
+                _child(path, "items"),
+                is_root=False,
+                allow_defaults=allow_defaults,
+                defaults_reason=defaults_reason,
+                inside_meta=inside_meta,
+                uncorrelatable=sub_uncorrelatable,
+                cel_ok=cel_ok,
+                rule_is_root=bool(items.get("x-kubernetes-embedded-resource")),
+            )
             schema_errors += se
             cel_errors += ce
         if s.get("x-kubernetes-preserve-unknown-fields") is False:
-            schema_errors.append(invalid(_child(path, "x-kubernetes-preserve-unknown-fields"), False, "must be true or undefined"))
+            schema_errors.append(
+                invalid(_child(path, "x-kubernetes-preserve-unknown-fields"), False, "must be true or undefined")
+            )
         if map_type is not None and stype != "object":
             if not stype:
-                schema_errors.append(required(_child(path, "type"), "must be object if x-kubernetes-map-type is specified"))
+                schema_errors.append(
+                    required(_child(path, "type"), "must be object if x-kubernetes-map-type is specified")
+                )
             else:
-                schema_errors.append(invalid(_child(path, "type"), stype, "must be object if x-kubernetes-map-type is specified"))
+                schema_errors.append(
+                    invalid(_child(path, "type"), stype, "must be object if x-kubernetes-map-type is specified")
+                )
         if map_type is not None and map_type not in ("atomic", "granular"):
             schema_errors.append(not_supported(_child(path, "x-kubernetes-map-type"), map_type, ["atomic", "granular"]))
         list_type = s.get("x-kubernetes-list-type")
         if list_type is not None and stype != "array":
             if not stype:
-                schema_errors.append(required(_child(path, "type"), "must be array if x-kubernetes-list-type is specified"))
+                schema_errors.append(
+                    required(_child(path, "type"), "must be array if x-kubernetes-list-type is specified")
+                )
             else:
-                schema_errors.append(invalid(_child(path, "type"), stype, "must be array if x-kubernetes-list-type is specified"))
+                schema_errors.append(
+                    invalid(_child(path, "type"), stype, "must be array if x-kubernetes-list-type is specified")
+                )
         elif list_type == "set" and isinstance(items, dict):
             if items.get("type") == "array" and items.get("x-kubernetes-list-type") not in (None, "atomic"):
-                schema_errors.append(invalid(_child(_child(path, "items"), "x-kubernetes-list-type"), items.get("x-kubernetes-list-type"),
-                                             "must be atomic as item of a list with x-kubernetes-list-type=set"))
+                schema_errors.append(
+                    invalid(
+                        _child(_child(path, "items"), "x-kubernetes-list-type"),
+                        items.get("x-kubernetes-list-type"),
+                        "must be atomic as item of a list with x-kubernetes-list-type=set",
+                    )
+                )
             if items.get("type") == "object" and items.get("x-kubernetes-map-type") != "atomic":
-                schema_errors.append(invalid(_child(_child(path, "items"), "x-kubernetes-map-type"), list_type,
-                                             "must be atomic as item of a list with x-kubernetes-list-type=set"))
+                schema_errors.append(
+                    invalid(
+                        _child(_child(path, "items"), "x-kubernetes-map-type"),
+                        list_type,
+                        "must be atomic as item of a list with x-kubernetes-list-type=set",
+                    )
+                )
         if list_type is not None and list_type not in ("atomic", "set", "map"):
-            schema_errors.append(not_supported(_child(path, "x-kubernetes-list-type"), list_type, ["atomic", "set", "map"]))
+            schema_errors.append(
+                not_supported(_child(path, "x-kubernetes-list-type"), list_type, ["atomic", "set", "map"])
+            )
         map_keys = s.get("x-kubernetes-list-map-keys") or []
         if map_keys:
             if list_type is None:
-                schema_errors.append(required(_child(path, "x-kubernetes-list-type"), "must be map if x-kubernetes-list-map-keys is non-empty"))
+                schema_errors.append(
+                    required(
+                        _child(path, "x-kubernetes-list-type"), "must be map if x-kubernetes-list-map-keys is non-empty"
+                    )
+                )
             elif list_type != "map":
-                schema_errors.append(invalid(_child(path, "x-kubernetes-list-type"), list_type, "must be map if x-kubernetes-list-map-keys is non-empty"))
+                schema_errors.append(
+                    invalid(
+                        _child(path, "x-kubernetes-list-type"),
+                        list_type,
+                        "must be map if x-kubernetes-list-map-keys is non-empty",
+                    )
+                )
         if list_type == "map":
             if not map_keys:
-                schema_errors.append(required(_child(path, "x-kubernetes-list-map-keys"), "must not be empty if x-kubernetes-list-type is map"))
+                schema_errors.append(
+                    required(
+                        _child(path, "x-kubernetes-list-map-keys"), "must not be empty if x-kubernetes-list-type is map"
+                    )
+                )
             if items is None:
-                schema_errors.append(required(_child(path, "items"), "must have a schema if x-kubernetes-list-type is map"))
+                schema_errors.append(
+                    required(_child(path, "items"), "must have a schema if x-kubernetes-list-type is map")
+                )
             if isinstance(items, dict) and items.get("type") != "object":
-                schema_errors.append(invalid(_child(_child(path, "items"), "type"), items.get("type", ""),
-                                             "must be object if parent array's x-kubernetes-list-type is map"))
+                schema_errors.append(
+                    invalid(
+                        _child(_child(path, "items"), "type"),
+                        items.get("type", ""),
+                        "must be object if parent array's x-kubernetes-list-type is map",
+                    )
+                )
             if isinstance(items, dict) and items.get("type") == "object":
                 seen: set[str] = set()
                 iprops = items.get("properties") or {}
                 for k in map_keys:
                     if k in iprops:
                         if isinstance(iprops[k], dict) and iprops[k].get("type") in ("array", "object"):
-                            schema_errors.append(invalid(_child(_key(_child(_child(path, "items"), "properties"), k), "type"),
-                                                         items.get("type"), "must be a scalar type if parent array's x-kubernetes-list-type is map"))
+                            schema_errors.append(
+                                invalid(
+                                    _child(_key(_child(_child(path, "items"), "properties"), k), "type"),
+                                    items.get("type"),
+                                    "must be a scalar type if parent array's x-kubernetes-list-type is map",
+                                )
+                            )
                     else:
-                        schema_errors.append(invalid(_child(path, "x-kubernetes-list-map-keys"), map_keys,
-                                                     "entries must all be names of item properties"))
+                        schema_errors.append(
+                            invalid(
+                                _child(path, "x-kubernetes-list-map-keys"),
+                                map_keys,
+                                "entries must all be names of item properties",
+                            )
+                        )
                     if k in seen:
-                        schema_errors.append(invalid(_child(path, "x-kubernetes-list-map-keys"), map_keys, "must not contain duplicate entries"))
+                        schema_errors.append(
+                            invalid(
+                                _child(path, "x-kubernetes-list-map-keys"),
+                                map_keys,
+                                "must not contain duplicate entries",
+                            )
+                        )
                     seen.add(k)
         if list_type in ("set", "map") and isinstance(items, dict):
             if items.get("nullable"):
-                schema_errors.append(forbidden(_child(_child(path, "items"), "nullable"), f"cannot be nullable when x-kubernetes-list-type is {list_type}"))
+                schema_errors.append(
+                    forbidden(
+                        _child(_child(path, "items"), "nullable"),
+                        f"cannot be nullable when x-kubernetes-list-type is {list_type}",
+                    )
+                )
             if list_type == "map":
                 req = set(items.get("required") or [])
                 for k in map_keys:
@@ -1847,9 +2232,19 @@ class _CRDSchemaChecker:
                         continue
                     kpath = _key(_child(_child(path, "items"), "properties"), k)
                     if k not in req and ks.get("default") is None:
-                        schema_errors.append(required(_child(kpath, "default"), "this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property"))
+                        schema_errors.append(
+                            required(
+                                _child(kpath, "default"),
+                                "this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property",
+                            )
+                        )
                     if ks.get("nullable"):
-                        schema_errors.append(forbidden(_child(kpath, "nullable"), "this property is in x-kubernetes-list-map-keys, so it cannot be nullable"))
+                        schema_errors.append(
+                            forbidden(
+                                _child(kpath, "nullable"),
+                                "this property is in x-kubernetes-list-map-keys, so it cannot be nullable",
+                            )
+                        )
         rules = s.get("x-kubernetes-validations")
         if isinstance(rules, list) and rules:
             vpath = _child(path, "x-kubernetes-validations")
@@ -1867,10 +2262,14 @@ class _CRDSchemaChecker:
                 elif re.search(r"[\n\r]", message.strip()):
                     schema_errors.append(invalid(_child(rpath, "message"), message, "must not contain line breaks"))
                 elif re.search(r"[\n\r]", rule.strip()) and not message.strip():
-                    schema_errors.append(required(_child(rpath, "message"), "message must be specified if rule contains line breaks"))
+                    schema_errors.append(
+                        required(_child(rpath, "message"), "message must be specified if rule contains line breaks")
+                    )
                 mexpr = spec.get("messageExpression")
                 if isinstance(mexpr, str) and mexpr and not mexpr.strip():
-                    schema_errors.append(required(_child(rpath, "messageExpression"), "messageExpression must be non-empty if specified"))
+                    schema_errors.append(
+                        required(_child(rpath, "messageExpression"), "messageExpression must be non-empty if specified")
+                    )
                 reason = spec.get("reason")
                 if reason is not None and reason not in _VALIDATION_REASONS:
                     schema_errors.append(not_supported(_child(rpath, "reason"), reason, _VALIDATION_REASONS))
@@ -1888,14 +2287,18 @@ class _CRDSchemaChecker:
                 cel_errors.extend(self._compile_rules(s, rules, vpath, uncorrelatable, rule_is_root))
         return schema_errors, cel_errors
 
-    def _compile_rules(self, s: dict, rules: list, vpath: str, uncorrelatable: str | None, is_root: bool) -> list[FieldError]:
+    def _compile_rules(
+        self, s: dict, rules: list, vpath: str, uncorrelatable: str | None, is_root: bool
+    ) -> list[FieldError]:
         errors: list[FieldError] = []
         for i, spec in enumerate(rules):
             rpath = _index(vpath, i)
             try:
                 compiled = CelRule(spec.get("rule", ""), s, is_root=is_root)
             except CelCompileError as exc:
-                errors.append(_StructError("FieldValueInvalid", _child(rpath, "rule"), _ordered_rule_json(spec), str(exc)))
+                errors.append(
+                    _StructError("FieldValueInvalid", _child(rpath, "rule"), _ordered_rule_json(spec), str(exc))
+                )
                 compiled = None
             mexpr = spec.get("messageExpression")
             if isinstance(mexpr, str) and mexpr.strip():
@@ -1903,16 +2306,30 @@ class _CRDSchemaChecker:
                     CelRule(mexpr, s, is_root=is_root)
                 except CelCompileError as exc:
                     detail = str(exc).replace("compilation failed:", "messageExpression compilation failed:", 1)
-                    errors.append(_StructError("FieldValueInvalid", _child(rpath, "messageExpression"), _ordered_rule_json(spec), detail))
+                    errors.append(
+                        _StructError(
+                            "FieldValueInvalid", _child(rpath, "messageExpression"), _ordered_rule_json(spec), detail
+                        )
+                    )
             if compiled is None:
                 continue
             if compiled.references_old_self:
                 if uncorrelatable is not None:
-                    errors.append(invalid(_child(rpath, "rule"), spec.get("rule", ""),
-                                          f"oldSelf cannot be used on the uncorrelatable portion of the schema within {uncorrelatable}"))
+                    errors.append(
+                        invalid(
+                            _child(rpath, "rule"),
+                            spec.get("rule", ""),
+                            f"oldSelf cannot be used on the uncorrelatable portion of the schema within {uncorrelatable}",
+                        )
+                    )
             elif spec.get("optionalOldSelf") is not None:
-                errors.append(invalid(_child(rpath, "optionalOldSelf"), bool(spec.get("optionalOldSelf")),
-                                      "may not be set if oldSelf is not used in rule"))
+                errors.append(
+                    invalid(
+                        _child(rpath, "optionalOldSelf"),
+                        bool(spec.get("optionalOldSelf")),
+                        "may not be set if oldSelf is not used in rule",
+                    )
+                )
         return errors
 
 
@@ -1954,7 +2371,9 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
         if not meta.get("generateName"):
             errors.append(required("metadata.name", "name or generateName is required"))
     else:
-        for msg in is_dns1123_subdomain(name) + ([] if name == f"{plural}.{group}" else ['must be spec.names.plural+"."+spec.group']):
+        for msg in is_dns1123_subdomain(name) + (
+            [] if name == f"{plural}.{group}" else ['must be spec.names.plural+"."+spec.group']
+        ):
             errors.append(invalid("metadata.name", name, msg))
     if meta.get("namespace"):
         errors.append(forbidden("metadata.namespace", "not allowed on this type"))
@@ -1972,7 +2391,9 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
     elif scope not in ("Cluster", "Namespaced"):
         errors.append(not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
 
-    versions = [v for v in spec.get("versions") or [] if isinstance(v, dict)] if isinstance(spec.get("versions"), list) else []
+    versions = (
+        [v for v in spec.get("versions") or [] if isinstance(v, dict)] if isinstance(spec.get("versions"), list) else []
+    )
     schema_lifted, lifted_schema = _lift_identical(versions, "schema")
     sub_lifted, lifted_sub = _lift_identical(versions, "subresources")
     col_lifted, lifted_cols = _lift_identical(versions, "additionalPrinterColumns")
@@ -2003,10 +2424,20 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
         if dns:
             errors.append(invalid(f"{vpath}.name", vname, ",".join(dns)))
         if v.get("deprecationWarning") is not None and not v.get("deprecated"):
-            errors.append(invalid(f"{vpath}.deprecationWarning", v.get("deprecationWarning"), "can only be set for deprecated versions"))
+            errors.append(
+                invalid(
+                    f"{vpath}.deprecationWarning",
+                    v.get("deprecationWarning"),
+                    "can only be set for deprecated versions",
+                )
+            )
         subresources = lifted_sub if sub_lifted else v.get("subresources")
         if not schema_lifted and isinstance(v.get("schema"), dict) and v["schema"].get("openAPIV3Schema") is not None:
-            errors.extend(checker.check_validation(v["schema"]["openAPIV3Schema"], f"{vpath}.schema", status_enabled(subresources)))
+            errors.extend(
+                checker.check_validation(
+                    v["schema"]["openAPIV3Schema"], f"{vpath}.schema", status_enabled(subresources)
+                )
+            )
         if not sub_lifted:
             errors.extend(_check_subresources(v.get("subresources"), f"{vpath}.subresources"))
         if not col_lifted:
@@ -2045,8 +2476,13 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
         if strategy == "Webhook" and not isinstance(conversion.get("webhook"), dict):
             errors.append(required("spec.conversion.webhook", "required when strategy is set to Webhook"))
     if spec.get("preserveUnknownFields") is True:
-        errors.append(invalid("spec.preserveUnknownFields", True,
-                              "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead"))
+        errors.append(
+            invalid(
+                "spec.preserveUnknownFields",
+                True,
+                "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
+            )
+        )
     return errors
 
 
@@ -2059,8 +2495,13 @@ def _check_names(names: dict, path: str) -> list[FieldError]:
     for field_name in ("kind", "listKind"):
         value = names.get(field_name)
         if isinstance(value, str) and value and is_dns1035_label(value.lower()):
-            errors.append(invalid(f"{path}.{field_name}", value,
-                                  "may have mixed case, but should otherwise match: " + ",".join(is_dns1035_label(value.lower()))))
+            errors.append(
+                invalid(
+                    f"{path}.{field_name}",
+                    value,
+                    "may have mixed case, but should otherwise match: " + ",".join(is_dns1035_label(value.lower())),
+                )
+            )
     for i, short in enumerate(names.get("shortNames") or []):
         if not isinstance(short, str) or is_dns1035_label(short):
             errors.append(invalid(f"{path}.shortNames[{i}]", short, ",".join(is_dns1035_label(str(short)))))
@@ -2105,14 +2546,20 @@ def _check_subresources(subresources: Any, path: str) -> list[FieldError]:
         if errs:
             errors.extend(errs)
         elif not status_path.startswith(".status."):
-            errors.append(invalid(f"{path}.scale.statusReplicasPath", status_path, "should be a json path under .status"))
+            errors.append(
+                invalid(f"{path}.scale.statusReplicasPath", status_path, "should be a json path under .status")
+            )
     selector = scale.get("labelSelectorPath")
     if isinstance(selector, str) and selector:
         errs = _simple_json_path_errors(selector, f"{path}.scale.labelSelectorPath")
         if errs:
             errors.extend(errs)
         elif not selector.startswith(".spec.") and not selector.startswith(".status."):
-            errors.append(invalid(f"{path}.scale.labelSelectorPath", selector, "should be a json path under either .spec or .status"))
+            errors.append(
+                invalid(
+                    f"{path}.scale.labelSelectorPath", selector, "should be a json path under either .spec or .status"
+                )
+            )
     return errors
 
 
@@ -2136,4 +2583,3 @@ def _check_column(col: Any, path: str) -> list[FieldError]:
     else:
         errors.extend(_simple_json_path_errors(json_path, f"{path}.JSONPath"))
     return errors
-

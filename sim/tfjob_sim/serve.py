@@ -15,10 +15,24 @@ from controller.ops.collector import tune_collector
 from tfjob_sim.cluster import SimCluster, SimConfig
 
 
-async def serve_sim(port: int, kubeconfig: str, nodes: int, time_scale: float, secure: bool = False,
-                    podgroup_crds: tuple[str, ...] = (), priority_and_fairness: bool = True) -> int:
-    config = SimConfig(port=port, nodes=nodes, time_scale=time_scale, kubeconfig_path=kubeconfig, secure=secure,
-                       podgroup_crds=podgroup_crds, priority_and_fairness=priority_and_fairness)
+async def serve_sim(
+    port: int,
+    kubeconfig: str,
+    nodes: int,
+    time_scale: float,
+    secure: bool = False,
+    podgroup_crds: tuple[str, ...] = (),
+    priority_and_fairness: bool = True,
+) -> int:
+    config = SimConfig(
+        port=port,
+        nodes=nodes,
+        time_scale=time_scale,
+        kubeconfig_path=kubeconfig,
+        secure=secure,
+        podgroup_crds=podgroup_crds,
+        priority_and_fairness=priority_and_fairness,
+    )
     tune_collector()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with SimCluster(config) as cluster:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
@@ -53,8 +54,12 @@ _PATCH_TYPES = {
 }
 _HEALTH = {"/healthz", "/livez", "/readyz"}
 USER: web.RequestKey[Any] = web.RequestKey("user", Any)  # secure mode: the authenticated UserInfo
-_NOT_ACCEPTABLE = ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
-                                                 "application/yaml, application/vnd.kubernetes.protobuf")
+_NOT_ACCEPTABLE = ApiError(
+    406,
+    "NotAcceptable",
+    "only the following media types are accepted: application/json, "
+    "application/yaml, application/vnd.kubernetes.protobuf",
+)
 
 
 class Route:
@@ -62,8 +67,9 @@ class Route:
 
     __slots__ = ("rt", "namespace", "name", "subresource", "watch_path")
 
-    def __init__(self, rt: ResourceType, namespace: str | None, name: str | None, subresource: str | None,
-                 watch_path: bool) -> None:
+    def __init__(
+        self, rt: ResourceType, namespace: str | None, name: str | None, subresource: str | None, watch_path: bool
+    ) -> None:
         self.rt = rt
         self.namespace = namespace
         self.name = name
@@ -96,8 +102,11 @@ def negotiate(accept: str | None) -> _Negotiated:
             k, _, v = f.partition("=")
             params[k.strip().lower()] = v.strip()
         if media in ("application/json", "*/*", "application/*"):
-            if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") in (
-                    "v1", "v1beta1"):
+            if (
+                params.get("as") == "Table"
+                and params.get("g") == "meta.k8s.io"
+                and params.get("v") in ("v1", "v1beta1")
+            ):
                 return _Negotiated(True, params["v"])
             if "as" in params:
                 continue  # e.g. PartialObjectMetadata: not served; fall through to plain JSON if offered
@@ -110,7 +119,7 @@ def negotiate(accept: str | None) -> _Negotiated:
 class SimServer:
     """aiohttp low-level server exposing the store as the Kubernetes REST API."""
 
-    def __init__(self, store: Store, hub: WatchHub, faults: Faults, cluster: "SimCluster | None" = None) -> None:
+    def __init__(self, store: Store, hub: WatchHub, faults: Faults, cluster: SimCluster | None = None) -> None:
         self.store = store
         self.hub = hub
         self.faults = faults
@@ -145,8 +154,7 @@ class SimServer:
 
         # handler_cancellation: a watch whose client went away is cancelled at once instead of
         # lingering until its next write; access_log off: it costs more than a request here.
-        server = web.Server(self._handle, request_factory=make_request, handler_cancellation=True,
-                            access_log=None)
+        server = web.Server(self._handle, request_factory=make_request, handler_cancellation=True, access_log=None)
         runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024, ssl_context=self.ssl_context)
@@ -178,8 +186,7 @@ class SimServer:
     # ------------------------------------------------------------------ responses
 
     @staticmethod
-    def _json(body: Any, code: int = 200, headers: CIMultiDict | None = None,
-              content_type: str = JSON) -> web.Response:
+    def _json(body: Any, code: int = 200, headers: CIMultiDict | None = None, content_type: str = JSON) -> web.Response:
         data = body if isinstance(body, bytes) else orjson.dumps(body)
         hdrs = headers if headers is not None else CIMultiDict()
         hdrs["Content-Type"] = content_type
@@ -289,9 +296,15 @@ class SimServer:
         route = self.route(path) if path.startswith("/api") else None
         verb = self.verb_of(request.method, route, request.query) if route is not None else ""
         user_agent = request.headers.get("User-Agent", "")
-        record = self.faults.start_record(request.method, path, verb, route.key if route else "",
-                                          route.namespace if route else None, route.name if route else None,
-                                          user_agent)
+        record = self.faults.start_record(
+            request.method,
+            path,
+            verb,
+            route.key if route else "",
+            route.namespace if route else None,
+            route.name if route else None,
+            user_agent,
+        )
         try:
             if self.auth is not None:
                 self._admit(request, path, route, verb)
@@ -337,8 +350,10 @@ class SimServer:
         if request.method != "GET" and request.method != "HEAD":
             # Only the GET-only routes that exist refuse other verbs; a path of no served resource (a CRD
             # that was deleted, say) is a 404 for every verb, as kube-apiserver's not-found handler answers.
-            if path in _HEALTH or path in ("/version", "/api", "/apis") or (
-                path.startswith(("/api/", "/apis/")) and self.discovery.document(path) is not None
+            if (
+                path in _HEALTH
+                or path in ("/version", "/api", "/apis")
+                or (path.startswith(("/api/", "/apis/")) and self.discovery.document(path) is not None)
             ):
                 raise errors.method_not_allowed(request.method, path)
             raise errors.page_not_found()
@@ -350,7 +365,7 @@ class SimServer:
             return self._json(self.discovery.version_doc)
         if path.startswith("/openapi/v3"):
             negotiate(request.headers.get("Accept"))
-            doc = self.openapi.document(path[len("/openapi/v3"):])
+            doc = self.openapi.document(path[len("/openapi/v3") :])
             if doc is None:
                 raise errors.page_not_found()
             return self._json(doc)
@@ -373,8 +388,10 @@ class SimServer:
             try:
                 return orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind}): couldn't "
-                                         f"get version/kind; json parse error: {exc}") from None
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type {kind}): couldn't "
+                    f"get version/kind; json parse error: {exc}"
+                ) from None
         if ctype == "application/vnd.kubernetes.protobuf":
             from tfjob_sim import protobuf
 
@@ -383,8 +400,10 @@ class SimServer:
             try:
                 return yaml.safe_load(raw)
             except yaml.YAMLError as exc:
-                raise errors.bad_request(f"the object provided is unrecognized (must be of type {kind}): couldn't "
-                                         f"get version/kind; yaml parse error: {exc}") from None
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type {kind}): couldn't "
+                    f"get version/kind; yaml parse error: {exc}"
+                ) from None
         raise errors.unsupported_media_type([JSON, "application/yaml", "application/vnd.kubernetes.protobuf"])
 
     def _write_options(self, query: Any, user_agent: str) -> WriteOptions:
@@ -394,15 +413,30 @@ class SimServer:
                 raise errors.bad_request(f'dryRun: Unsupported value: "{value}": supported values: "All"')
         validation = query.get("fieldValidation", "Warn") or "Warn"
         if validation not in ("Strict", "Warn", "Ignore"):
-            raise errors.bad_request(f'fieldValidation: Unsupported value: "{validation}": supported values: '
-                                     '"Ignore", "Strict", "Warn"')
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{validation}": supported values: "Ignore", "Strict", "Warn"'
+            )
         manager = query.get("fieldManager")
         if manager is not None and len(manager) > 128:
-            raise errors.invalid("PatchOptions", "", [{"reason": "FieldValueTooLong", "field": "fieldManager",
-                                                       "message": "Too long: may not be more than 128 bytes"}],
-                                 "meta.k8s.io")
-        return WriteOptions(dry_run=bool(dry), field_validation=validation, field_manager=manager,
-                            force=parse_bool(query.get("force")), user_agent=user_agent)
+            raise errors.invalid(
+                "PatchOptions",
+                "",
+                [
+                    {
+                        "reason": "FieldValueTooLong",
+                        "field": "fieldManager",
+                        "message": "Too long: may not be more than 128 bytes",
+                    }
+                ],
+                "meta.k8s.io",
+            )
+        return WriteOptions(
+            dry_run=bool(dry),
+            field_validation=validation,
+            field_manager=manager,
+            force=parse_bool(query.get("force")),
+            user_agent=user_agent,
+        )
 
     def _result(self, result: WriteResult) -> web.Response:
         return self._json(result.obj, result.code, self._warn_headers(result.warnings))
@@ -452,24 +486,29 @@ class SimServer:
                 raise errors.method_not_allowed("create", rt.plural)
             body = await self._body(request, rt.kind)
             if not isinstance(body, dict):
-                raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
-                                         "couldn't get version/kind; json parse error: expected an object")
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type {rt.kind}): "
+                    "couldn't get version/kind; json parse error: expected an object"
+                )
             return self._result(store.create_ex(rt.qualified, route.namespace, body, opts, owned=True))
         assert route.name is not None or verb == "deletecollection"
         if verb == "update":
             body = await self._body(request, "Scale" if route.subresource == "scale" else rt.kind)
             if not isinstance(body, dict):
-                raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
-                                         "expected an object")
-            return self._result(store.update_ex(rt.qualified, route.namespace, route.name, body, route.subresource,
-                                                opts, owned=True))
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type {rt.kind}): expected an object"
+                )
+            return self._result(
+                store.update_ex(rt.qualified, route.namespace, route.name, body, route.subresource, opts, owned=True)
+            )
         if verb == "patch":
             ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             patch_type = _PATCH_TYPES.get(ctype)
             if patch_type is None or (patch_type == "strategic" and rt.custom):
                 raise errors.unsupported_media_type(
                     ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
-                    + ([] if rt.custom else ["application/strategic-merge-patch+json"]))
+                    + ([] if rt.custom else ["application/strategic-merge-patch+json"])
+                )
             raw = await request.read()
             try:
                 patch = orjson.loads(raw)
@@ -480,16 +519,24 @@ class SimServer:
                     patch = yaml.safe_load(raw)
                 except yaml.YAMLError as yexc:
                     raise errors.bad_request(f"error decoding YAML: {yexc}") from None
-            result = store.patch_ex(rt.qualified, route.namespace, route.name, patch_type, patch, route.subresource,
-                                    opts)
+            result = store.patch_ex(
+                rt.qualified, route.namespace, route.name, patch_type, patch, route.subresource, opts
+            )
             return self._result(result)
         # delete / deletecollection
         options = await self._delete_options(request)
         if verb == "delete":
-            return self._result(store.delete_ex(rt.qualified, route.namespace, route.name, options,
-                                                dry_run=opts.dry_run))
-        body = store.delete_collection(rt.qualified, route.namespace, query.get("labelSelector", ""),
-                                       query.get("fieldSelector", ""), options, dry_run=opts.dry_run)
+            return self._result(
+                store.delete_ex(rt.qualified, route.namespace, route.name, options, dry_run=opts.dry_run)
+            )
+        body = store.delete_collection(
+            rt.qualified,
+            route.namespace,
+            query.get("labelSelector", ""),
+            query.get("fieldSelector", ""),
+            options,
+            dry_run=opts.dry_run,
+        )
         return self._json(body)
 
     async def _delete_options(self, request: web.BaseRequest) -> dict:
@@ -501,13 +548,16 @@ class SimServer:
                 try:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
-                    raise errors.bad_request(f"the object provided is unrecognized (must be of type DeleteOptions): "
-                                             f"couldn't get version/kind; json parse error: {exc}") from None
+                    raise errors.bad_request(
+                        f"the object provided is unrecognized (must be of type DeleteOptions): "
+                        f"couldn't get version/kind; json parse error: {exc}"
+                    ) from None
                 if not isinstance(body, dict):
                     raise errors.bad_request("the object provided is unrecognized (must be of type DeleteOptions)")
                 if body.get("kind") not in (None, "DeleteOptions"):
-                    raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the expected "
-                                             "kind (DeleteOptions)")
+                    raise errors.bad_request(
+                        f"the kind in the data ({body.get('kind')}) does not match the expected kind (DeleteOptions)"
+                    )
                 options.update(body)
         grace = _int_param(query, "gracePeriodSeconds")
         if grace is not None:
@@ -534,8 +584,12 @@ class SimServer:
             return self._json(obj)
         obj = self.store.get_or_404(rt.qualified, route.namespace, route.name)
         if neg.table:
-            table = to_table(rt, [obj], request.query.get("includeObject", "Metadata"),
-                             {"resourceVersion": obj["metadata"].get("resourceVersion", "")})
+            table = to_table(
+                rt,
+                [obj],
+                request.query.get("includeObject", "Metadata"),
+                {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+            )
             return self._json(table)
         return self._json(obj)
 
@@ -549,32 +603,64 @@ class SimServer:
         causes = []
         if "sendInitialEvents" in query:
             if watch:
-                causes.append({"reason": "FieldValueForbidden", "field": "sendInitialEvents",
-                               "message": "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList "
-                                          "feature gate is enabled"})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "sendInitialEvents",
+                        "message": "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList "
+                        "feature gate is enabled",
+                    }
+                )
             else:
-                causes.append({"reason": "FieldValueForbidden", "field": "sendInitialEvents",
-                               "message": "Forbidden: sendInitialEvents is forbidden for list"})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "sendInitialEvents",
+                        "message": "Forbidden: sendInitialEvents is forbidden for list",
+                    }
+                )
         if rv_match is not None:
             if watch and "sendInitialEvents" not in query:
-                causes.append({"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
-                               "message": "Forbidden: resourceVersionMatch is forbidden for watch unless "
-                                          "sendInitialEvents is provided"})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "resourceVersionMatch",
+                        "message": "Forbidden: resourceVersionMatch is forbidden for watch unless "
+                        "sendInitialEvents is provided",
+                    }
+                )
             elif rv_match not in ("Exact", "NotOlderThan"):
-                causes.append({"reason": "FieldValueNotSupported", "field": "resourceVersionMatch",
-                               "message": f'Unsupported value: "{rv_match}": supported values: "Exact", '
-                                          '"NotOlderThan", ""'})
+                causes.append(
+                    {
+                        "reason": "FieldValueNotSupported",
+                        "field": "resourceVersionMatch",
+                        "message": f'Unsupported value: "{rv_match}": supported values: "Exact", "NotOlderThan", ""',
+                    }
+                )
             elif token:
-                causes.append({"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
-                               "message": "Forbidden: resourceVersionMatch is forbidden when continue is provided"})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "resourceVersionMatch",
+                        "message": "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                    }
+                )
             elif rv is None:
-                causes.append({"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
-                               "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
-                                          "provided"})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "resourceVersionMatch",
+                        "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    }
+                )
             elif rv_match == "Exact" and rv == "0":
-                causes.append({"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
-                               "message": 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion '
-                                          '"0"'})
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": "resourceVersionMatch",
+                        "message": 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                    }
+                )
         if causes:
             raise errors.invalid("ListOptions", "", causes, "meta.k8s.io")
         if token and rv not in (None, "0"):
@@ -595,8 +681,16 @@ class SimServer:
             if requested > self.store.resource_version and not exact:
                 if not await self.store.wait_for_resource_version(requested, self.rv_wait_timeout):
                     raise rv_too_large(requested, self.store.resource_version)
-        result = self.store.list_ex(rt.qualified, route.namespace, query.get("labelSelector", ""),
-                                    query.get("fieldSelector", ""), rv, rv_match, limit, token)
+        result = self.store.list_ex(
+            rt.qualified,
+            route.namespace,
+            query.get("labelSelector", ""),
+            query.get("fieldSelector", ""),
+            rv,
+            rv_match,
+            limit,
+            token,
+        )
         meta: dict[str, Any] = {"resourceVersion": result.resource_version}
         if result.continue_token:
             meta["continue"] = result.continue_token
@@ -628,8 +722,15 @@ class SimServer:
         else:
             duration = float(timeout)
         encoder = self._table_encoder(rt, query.get("includeObject", "Metadata")) if neg.table else None
-        watcher = self.hub.open(rt.qualified, route.namespace, label_selector, field_selector, rv, encoder,
-                                request.headers.get("User-Agent", ""))
+        watcher = self.hub.open(
+            rt.qualified,
+            route.namespace,
+            label_selector,
+            field_selector,
+            rv,
+            encoder,
+            request.headers.get("User-Agent", ""),
+        )
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
         if self.priority_and_fairness:
             self._flow_headers(request, response.headers)
@@ -650,8 +751,9 @@ class SimServer:
         def encode(type_: str, obj: dict) -> bytes:
             if type_ in ("ERROR", "BOOKMARK"):
                 return json_line(type_, obj)
-            table = to_table(rt, [obj], include_object,
-                             {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")})
+            table = to_table(
+                rt, [obj], include_object, {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+            )
             return json_line(type_, table)
 
         return encode
@@ -668,7 +770,7 @@ class SimServer:
 
     async def _sim_api_inner(self, request: web.BaseRequest) -> web.StreamResponse:
         faults = self.faults
-        path = request.path[len("/_sim"):].rstrip("/")
+        path = request.path[len("/_sim") :].rstrip("/")
         method = request.method
         body: dict = {}
         if method in ("POST", "PUT") and request.can_read_body:
@@ -716,22 +818,41 @@ class SimServer:
             if body.get("latency"):
                 rule = faults.add_latency(float(body["latency"]), verb, resource, user_agent=agent)
             elif body.get("drop"):
-                rule = faults.drop_connections(verb, resource, rate=float(body.get("rate", 1.0)),
-                                               count=body.get("count"), user_agent=agent)
+                rule = faults.drop_connections(
+                    verb, resource, rate=float(body.get("rate", 1.0)), count=body.get("count"), user_agent=agent
+                )
             else:
-                rule = faults.fail(verb, resource, int(body.get("code", 500)), rate=float(body.get("rate", 1.0)),
-                                   count=body.get("count"), retry_after=body.get("retryAfter"),
-                                   message=body.get("message"), user_agent=agent)
+                rule = faults.fail(
+                    verb,
+                    resource,
+                    int(body.get("code", 500)),
+                    rate=float(body.get("rate", 1.0)),
+                    count=body.get("count"),
+                    retry_after=body.get("retryAfter"),
+                    message=body.get("message"),
+                    user_agent=agent,
+                )
             return self._json(rule.to_dict(), 201)
         if path == "/watches" and method == "GET":
-            return self._json({"watches": [{"resource": w.resource, "namespace": w.namespace,
-                                            "stalled": w.stalled, "userAgent": w.user_agent}
-                                           for w in self.hub.watchers()]})
+            return self._json(
+                {
+                    "watches": [
+                        {
+                            "resource": w.resource,
+                            "namespace": w.namespace,
+                            "stalled": w.stalled,
+                            "userAgent": w.user_agent,
+                        }
+                        for w in self.hub.watchers()
+                    ]
+                }
+            )
         if path == "/watches/close" and method == "POST":
             return self._json({"closed": faults.close_watches(body.get("resource"))})
         if path == "/watches/stall" and method == "POST":
-            return self._json({"stalled": faults.stall_watches(body.get("resource"),
-                                                               bool(body.get("includeNew", False)))})
+            return self._json(
+                {"stalled": faults.stall_watches(body.get("resource"), bool(body.get("includeNew", False)))}
+            )
         if path == "/watches/unstall" and method == "POST":
             return self._json({"closed": faults.unstall_watches()})
         if path == "/watches/delay" and method == "POST":
@@ -745,17 +866,23 @@ class SimServer:
             self.cluster.schedule_restart()
             return self._json({"restarting": True}, 202)
         if path in ("/kubelet/pause", "/kubelet/resume", "/gc/pause", "/gc/resume") and method == "POST":
-            getattr(faults, {"/kubelet/pause": "pause_kubelet", "/kubelet/resume": "resume_kubelet",
-                             "/gc/pause": "pause_gc", "/gc/resume": "resume_gc"}[path])()
+            getattr(
+                faults,
+                {
+                    "/kubelet/pause": "pause_kubelet",
+                    "/kubelet/resume": "resume_kubelet",
+                    "/gc/pause": "pause_gc",
+                    "/gc/resume": "resume_gc",
+                }[path],
+            )()
             return self._json({"ok": True})
         if path.startswith("/nodes/") and path.endswith("/ready") and method == "POST":
-            name = path[len("/nodes/"):-len("/ready")]
+            name = path[len("/nodes/") : -len("/ready")]
             if "ready" not in body or not isinstance(body["ready"], bool):
                 raise ValueError('body must be {"ready": true|false}')
             faults.set_node_ready(name, body["ready"])
             return self._json({"node": name, "ready": body["ready"]})
         raise errors.page_not_found()
-
 
     def _history(self, resource: str, since: int) -> dict:
         """The store's retained change history of ``resource`` after RV ``since``, one compact line per
@@ -769,8 +896,14 @@ class SimServer:
             obj = ev.object
             meta = obj.get("metadata") or {}
             status = obj.get("status") or {}
-            line: dict[str, Any] = {"rv": ev.rv, "type": ev.type, "time": ev.time, "namespace": meta.get("namespace"),
-                                    "name": meta.get("name"), "uid": meta.get("uid")}
+            line: dict[str, Any] = {
+                "rv": ev.rv,
+                "type": ev.type,
+                "time": ev.time,
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            }
             if meta.get("deletionTimestamp"):
                 line["deleting"] = True
             if isinstance(status, dict):
@@ -778,8 +911,9 @@ class SimServer:
                     line["phase"] = status["phase"]
                 conditions = status.get("conditions")
                 if isinstance(conditions, list):
-                    line["true"] = [c.get("type") for c in conditions
-                                    if isinstance(c, dict) and c.get("status") == "True"]
+                    line["true"] = [
+                        c.get("type") for c in conditions if isinstance(c, dict) and c.get("status") == "True"
+                    ]
             out.append(line)
         return {"resourceVersion": self.store.resource_version, "events": out}
 
@@ -802,11 +936,13 @@ class SimServer:
                 if subresource is None:
                     obj = self.store.create_ex(resource, namespace, item, opts, owned=True).obj
                 else:
-                    obj = self.store.update_ex(resource, namespace, item["metadata"]["name"], item, subresource,
-                                               opts, owned=True).obj
+                    obj = self.store.update_ex(
+                        resource, namespace, item["metadata"]["name"], item, subresource, opts, owned=True
+                    ).obj
             except ApiError as err:
-                failed.append({"name": (item.get("metadata") or {}).get("name"), "code": err.code,
-                               "message": err.message})
+                failed.append(
+                    {"name": (item.get("metadata") or {}).get("name"), "code": err.code, "message": err.message}
+                )
                 continue
             meta = obj["metadata"]
             written.append({"name": meta["name"], "uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})

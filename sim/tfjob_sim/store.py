@@ -36,8 +36,9 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 
@@ -234,8 +235,12 @@ _SET_AFTER_FIELD_MANAGER: dict[str, tuple[str, ...]] = {
 class Store:
     """The simulator's storage and write pipeline. See the module docstring for the contract."""
 
-    def __init__(self, config: StoreConfig | None = None, clock: Callable[[], float] = time.time,
-                 registry: Registry | None = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        registry: Registry | None = None,
+    ) -> None:
         self.config = config or StoreConfig()
         self.clock = clock
         self.registry = registry or Registry()
@@ -251,8 +256,12 @@ class Store:
         self._field_cache: dict[tuple[str, str], Any] = {}
         self._ownership_schemas: dict[int, tuple[ResourceType, dict]] = {}
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
-            self.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-                        field_manager="kube-apiserver")
+            self.create(
+                "namespaces",
+                None,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                field_manager="kube-apiserver",
+            )
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -312,8 +321,10 @@ class Store:
     def _ns_key(self, rt: ResourceType, namespace: str | None) -> str:
         if rt.namespaced:
             if not namespace:
-                raise errors.bad_request("the server could not find the requested resource: namespace is required "
-                                         f"for namespaced resource {rt.qualified}")
+                raise errors.bad_request(
+                    "the server could not find the requested resource: namespace is required "
+                    f"for namespaced resource {rt.qualified}"
+                )
             return namespace
         return ""
 
@@ -334,8 +345,9 @@ class Store:
             raise errors.not_found(rt.plural, name, rt.group)
         return obj
 
-    def list(self, resource: str, namespace: str | None = None, label_selector: str = "",
-             field_selector: str = "") -> tuple[list[dict], str]:
+    def list(
+        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict], str]:
         """Current objects matching the selectors, sorted by (namespace, name), and the list RV."""
         result = self.list_ex(resource, namespace, label_selector, field_selector)
         return result.items, result.resource_version
@@ -367,10 +379,17 @@ class Store:
                 fsel = None
         return label, fsel
 
-    def list_ex(self, resource: str, namespace: str | None = None, label_selector: str = "",
-                field_selector: str = "", resource_version: str | None = None,
-                resource_version_match: str | None = None, limit: int = 0,
-                continue_token: str | None = None) -> ListResult:
+    def list_ex(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> ListResult:
         """A list with the full RV/limit/continue semantics of kube-apiserver (reference §1.3, §1.4).
 
         The caller (HTTP) handles "not older than" an RV in the future (it waits, then 504) because
@@ -400,7 +419,8 @@ class Store:
         else:
             requested = parse_rv(rv_text) if rv_text else None
             exact = resource_version_match == "Exact" or (
-                not resource_version_match and limit > 0 and requested not in (None, 0))
+                not resource_version_match and limit > 0 and requested not in (None, 0)
+            )
             if requested is not None and requested > current:
                 raise rv_too_large(requested, current)
             if exact and requested is not None:
@@ -435,8 +455,9 @@ class Store:
                 remaining = end - bisect.bisect_right(keys, last_key)
         return ListResult(items, str(list_rv), token, remaining)
 
-    def _iter_state(self, bucket: _Bucket, ns: str | None, at_rv: int | None,
-                    start_after: tuple[str, str] | None) -> Iterator[tuple[tuple[str, str], dict]]:
+    def _iter_state(
+        self, bucket: _Bucket, ns: str | None, at_rv: int | None, start_after: tuple[str, str] | None
+    ) -> Iterator[tuple[tuple[str, str], dict]]:
         """(key, object) of the resource's state at ``at_rv`` (None = now), sorted, after ``start_after``."""
         keys = bucket.sorted_keys()
         lo = 0
@@ -452,8 +473,14 @@ class Store:
                 yield key, objects[key]
             return
         overrides = self._overrides_since(bucket, at_rv)
-        extra = sorted(k for k, v in overrides.items() if v is not None and k not in objects
-                       and (ns is None or k[0] == ns) and (start_after is None or k > start_after))
+        extra = sorted(
+            k
+            for k, v in overrides.items()
+            if v is not None
+            and k not in objects
+            and (ns is None or k[0] == ns)
+            and (start_after is None or k > start_after)
+        )
         merged = heapq.merge((keys[i] for i in range(lo, hi)), extra)
         for key in merged:
             if key in overrides:
@@ -491,15 +518,16 @@ class Store:
             if not start.endswith("\x00"):
                 raise ValueError("invalid start key")
             start = start[:-1]
-            name = start[len(ns) + 1:] if ns else start
+            name = start[len(ns) + 1 :] if ns else start
             return rv, (ns, name)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise errors.bad_request(f"continue key is not valid: {exc}") from exc
 
     # ------------------------------------------------------------------ commit machinery
 
-    def _commit(self, bucket: _Bucket, type_: str, key: tuple[str, str], old: dict | None,
-                new: dict | None, rv: int) -> Event:
+    def _commit(
+        self, bucket: _Bucket, type_: str, key: tuple[str, str], old: dict | None, new: dict | None, rv: int
+    ) -> Event:
         if new is None:
             bucket.remove(key)
         else:
@@ -571,11 +599,19 @@ class Store:
 
     # ------------------------------------------------------------------ shared checks
 
-    def _check_kind(self, rt: ResourceType, obj: Any, *, require: bool, expected_kind: str | None = None,
-                    expected_api_version: str | None = None) -> None:
+    def _check_kind(
+        self,
+        rt: ResourceType,
+        obj: Any,
+        *,
+        require: bool,
+        expected_kind: str | None = None,
+        expected_api_version: str | None = None,
+    ) -> None:
         if not isinstance(obj, dict):
-            raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
-                                     "expected a JSON object")
+            raise errors.bad_request(
+                f"the object provided is unrecognized (must be of type {rt.kind}): expected a JSON object"
+            )
         kind = expected_kind or rt.kind
         api_version = expected_api_version or rt.api_version
         body_kind = obj.get("kind")
@@ -589,16 +625,21 @@ class Store:
             if expected_api_version is None and rt.served_versions:
                 allowed = tuple(f"{rt.group}/{v}" for v in rt.served_versions)
             if body_av not in allowed:
-                raise errors.bad_request(f"the API version in the data ({body_av}) does not match the expected "
-                                         f"API version ({api_version})")
+                raise errors.bad_request(
+                    f"the API version in the data ({body_av}) does not match the expected API version ({api_version})"
+                )
         if body_kind and body_kind != kind:
-            raise errors.bad_request(f"the kind in the data ({body_kind}) does not match the expected kind "
-                                     f"({kind}): {kind} in version \"{api_version.rpartition('/')[2]}\" cannot be "
-                                     f"handled as a {body_kind}")
+            raise errors.bad_request(
+                f"the kind in the data ({body_kind}) does not match the expected kind "
+                f'({kind}): {kind} in version "{api_version.rpartition("/")[2]}" cannot be '
+                f"handled as a {body_kind}"
+            )
         meta = obj.get("metadata")
         if meta is not None and not isinstance(meta, dict):
-            raise errors.bad_request(f"{kind} in version \"{rt.version}\" cannot be handled as a {kind}: "
-                                     "json: cannot unmarshal into Go struct field .metadata of type v1.ObjectMeta")
+            raise errors.bad_request(
+                f'{kind} in version "{rt.version}" cannot be handled as a {kind}: '
+                "json: cannot unmarshal into Go struct field .metadata of type v1.ObjectMeta"
+            )
         if expected_kind is None:
             self._check_structs(rt, obj)
 
@@ -612,9 +653,10 @@ class Store:
             if value is not None and not isinstance(value, dict) and key in (rt.top_level_fields or ()):
                 json_type = {str: "string", list: "array", bool: "bool"}.get(type(value), "number")
                 raise errors.bad_request(
-                    f"{rt.kind} in version \"{rt.version}\" cannot be handled as a {rt.kind}: json: cannot "
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
                     f"unmarshal {json_type} into Go struct field {rt.kind}.{key} of type "
-                    f"{rt.version}.{rt.kind}{key.capitalize()}")
+                    f"{rt.version}.{rt.kind}{key.capitalize()}"
+                )
 
     def _unknown_fields(self, rt: ResourceType, obj: dict) -> list[str]:
         """Paths of fields a built-in's Go types would drop (top level and metadata); removes them.
@@ -639,18 +681,22 @@ class Store:
                     del meta[key]
         return unknown
 
-    def _apply_field_validation(self, rt: ResourceType, obj: dict, unknown: list[str],
-                                opts: WriteOptions, warnings: list[str]) -> None:
+    def _apply_field_validation(
+        self, rt: ResourceType, obj: dict, unknown: list[str], opts: WriteOptions, warnings: list[str]
+    ) -> None:
         if not unknown or opts.field_validation == "Ignore":
             return
         texts = [f'unknown field "{path}"' for path in unknown]
         if opts.field_validation == "Strict":
-            raise errors.bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                                     "strict decoding error: " + ", ".join(texts))
+            raise errors.bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                "strict decoding error: " + ", ".join(texts)
+            )
         warnings.extend(texts)
 
-    def _schema_pass(self, rt: ResourceType, obj: dict, old: dict | None, opts: WriteOptions,
-                     warnings: list[str]) -> None:
+    def _schema_pass(
+        self, rt: ResourceType, obj: dict, old: dict | None, opts: WriteOptions, warnings: list[str]
+    ) -> None:
         """Unknown-field handling, pruning, defaulting and validation of the object's type."""
         unknown = self._unknown_fields(rt, obj)
         if rt.custom and rt.schema is not None:
@@ -686,13 +732,24 @@ class Store:
         if ns_obj is None:
             raise errors.not_found("namespaces", ns)
         if (ns_obj.get("metadata") or {}).get("deletionTimestamp"):
-            raise ApiError(403, "Forbidden",
-                           f'{rt.qualified} "{name}" is forbidden: unable to create new content in namespace {ns} '
-                           "because it is being terminated",
-                           {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.plural,
-                            "causes": [{"reason": "NamespaceTerminating",
-                                        "message": f"namespace {ns} is being terminated",
-                                        "field": "metadata.namespace"}]})
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{rt.qualified} "{name}" is forbidden: unable to create new content in namespace {ns} '
+                "because it is being terminated",
+                {
+                    "name": name,
+                    **({"group": rt.group} if rt.group else {}),
+                    "kind": rt.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {ns} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
 
     # ------------------------------------------------------------------ field ownership
 
@@ -738,30 +795,46 @@ class Store:
         del view["status"]
         return view
 
-    def _own_created(self, rt: ResourceType, obj: dict, opts: WriteOptions, now: str,
-                     apply_config: dict | None, submitted_spec: set[str]) -> None:
+    def _own_created(
+        self,
+        rt: ResourceType,
+        obj: dict,
+        opts: WriteOptions,
+        now: str,
+        apply_config: dict | None,
+        submitted_spec: set[str],
+    ) -> None:
         meta = obj["metadata"]
         base = self._body_managed_fields(meta, None)
         schema = self._ownership_schema(rt)
         view = self._ownership_view(rt, obj, "")
         if "serviceAccountName" in submitted_spec:
             submitted_spec = submitted_spec | {"serviceAccount"}  # conversion copies it before the manager
-        server_set = [k for k in _SET_AFTER_FIELD_MANAGER.get(rt.kind, ()) if k not in submitted_spec] \
-            if not rt.custom else []
+        server_set = (
+            [k for k in _SET_AFTER_FIELD_MANAGER.get(rt.kind, ()) if k not in submitted_spec] if not rt.custom else []
+        )
         if server_set and isinstance(view.get("spec"), dict):
             # Admission plugins and IP allocation run after the field manager: nobody owns what they set.
             view = {**view, "spec": {k: v for k, v in view["spec"].items() if k not in server_set}}
         zero = fieldmanager.zero_object(rt.kind, rt.custom)
         api_version = obj["apiVersion"]
         if apply_config is not None:
-            entries = fieldmanager.apply_ownership(schema, zero, apply_config, view, base, opts.manager, "",
-                                                   api_version, opts.force, now)
+            entries = fieldmanager.apply_ownership(
+                schema, zero, apply_config, view, base, opts.manager, "", api_version, opts.force, now
+            )
         else:
             entries = fieldmanager.update_ownership(schema, zero, view, base, opts.manager, "", api_version, now)
         self._set_entries(meta, entries)
 
-    def _own_updated(self, rt: ResourceType, existing: dict, obj: dict, opts: WriteOptions, subresource: str,
-                     apply_config: dict | None) -> None:
+    def _own_updated(
+        self,
+        rt: ResourceType,
+        existing: dict,
+        obj: dict,
+        opts: WriteOptions,
+        subresource: str,
+        apply_config: dict | None,
+    ) -> None:
         meta = obj["metadata"]
         current = existing["metadata"].get("managedFields")
         # Through a subresource the stored list is the start whatever the body says.
@@ -779,8 +852,9 @@ class Store:
         if apply_config is not None:
             if not base:  # the first apply: whatever is there is owned by "before-first-apply"
                 zero = fieldmanager.zero_object(rt.kind, rt.custom)
-                base = fieldmanager.update_ownership(schema, zero, before, None, fieldmanager.BEFORE_FIRST_APPLY,
-                                                     subresource, api_version, now)
+                base = fieldmanager.update_ownership(
+                    schema, zero, before, None, fieldmanager.BEFORE_FIRST_APPLY, subresource, api_version, now
+                )
             # Only the fields the apply may write can go: through /status the rest is shared with the
             # stored object; through the main resource status is not the applier's.
             if subresource == "status":
@@ -790,8 +864,19 @@ class Store:
             else:
                 prunable = None
             try:
-                entries = fieldmanager.apply_ownership(schema, before, apply_config, after, base, opts.manager,
-                                                       subresource, api_version, opts.force, now, prunable)
+                entries = fieldmanager.apply_ownership(
+                    schema,
+                    before,
+                    apply_config,
+                    after,
+                    base,
+                    opts.manager,
+                    subresource,
+                    api_version,
+                    opts.force,
+                    now,
+                    prunable,
+                )
             except fieldmanager.FieldConflict as conflict:
                 raise ApiError(409, "Conflict", conflict.message, {"causes": conflict.causes}) from None
             if after is not obj:  # a top-level field the apply dropped went from the view only
@@ -808,8 +893,9 @@ class Store:
             if _same_ignoring_time(entries, current):
                 entries = current  # re-applying the same configuration is a no-op, time included
         else:
-            entries = fieldmanager.update_ownership(schema, before, after, base, opts.manager, subresource,
-                                                    api_version, now)
+            entries = fieldmanager.update_ownership(
+                schema, before, after, base, opts.manager, subresource, api_version, now
+            )
         self._set_entries(meta, entries)
 
     # ------------------------------------------------------------------ create
@@ -818,9 +904,17 @@ class Store:
         """POST semantics. Returns the stored object."""
         return self.create_ex(resource, namespace, obj, WriteOptions(field_manager=field_manager)).obj
 
-    def create_ex(self, resource: str, namespace: str | None, obj: dict, opts: WriteOptions | None = None,
-                  *, owned: bool = False, require_kind: bool = False,
-                  apply_config: dict | None = None) -> WriteResult:
+    def create_ex(
+        self,
+        resource: str,
+        namespace: str | None,
+        obj: dict,
+        opts: WriteOptions | None = None,
+        *,
+        owned: bool = False,
+        require_kind: bool = False,
+        apply_config: dict | None = None,
+    ) -> WriteResult:
         """Create with options. ``owned`` = the caller hands over ``obj`` (no defensive copy);
         ``apply_config``: the create is a server-side apply of that configuration."""
         opts = opts or WriteOptions()
@@ -839,8 +933,9 @@ class Store:
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if body_ns and body_ns != ns:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace sent "
-                                         "on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
@@ -857,8 +952,9 @@ class Store:
         name = meta.get("name") or ""
         generate = meta.get("generateName") or ""
         if not name and not generate:
-            raise errors.invalid(rt.kind, "", [required_value("metadata.name", "name or generateName is required")],
-                                 rt.group)
+            raise errors.invalid(
+                rt.kind, "", [required_value("metadata.name", "name or generateName is required")], rt.group
+            )
         bucket = self._bucket(rt)
         if not name:
             for _attempt in range(self.config.generate_name_attempts):
@@ -934,15 +1030,33 @@ class Store:
 
     # ------------------------------------------------------------------ update
 
-    def update(self, resource: str, namespace: str | None, name: str, obj: dict,
-               subresource: str | None = None, *, field_manager: str | None = None) -> dict:
+    def update(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        obj: dict,
+        subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
+    ) -> dict:
         """PUT semantics (``subresource`` "status" or "scale"). Returns the stored object (or the Scale)."""
-        return self.update_ex(resource, namespace, name, obj, subresource,
-                              WriteOptions(field_manager=field_manager)).obj
+        return self.update_ex(
+            resource, namespace, name, obj, subresource, WriteOptions(field_manager=field_manager)
+        ).obj
 
-    def update_ex(self, resource: str, namespace: str | None, name: str, obj: dict,
-                  subresource: str | None = None, opts: WriteOptions | None = None, *, owned: bool = False,
-                  require_kind: bool = False) -> WriteResult:
+    def update_ex(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        obj: dict,
+        subresource: str | None = None,
+        opts: WriteOptions | None = None,
+        *,
+        owned: bool = False,
+        require_kind: bool = False,
+    ) -> WriteResult:
         opts = opts or WriteOptions()
         rt = self.resource_type(resource)
         if subresource == "scale":
@@ -958,13 +1072,15 @@ class Store:
             meta = obj["metadata"] = {}
         body_name = meta.get("name")
         if body_name and body_name != name:
-            raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL "
-                                     f"({name})")
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if body_ns and body_ns != ns:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace sent "
-                                         "on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
         bucket = self._bucket(rt)
         existing = bucket.objects.get((ns, name))
         if existing is None:
@@ -981,9 +1097,19 @@ class Store:
         if subresource not in rt.subresources:
             raise errors.page_not_found()
 
-    def _update_existing(self, rt: ResourceType, bucket: _Bucket, existing: dict, obj: dict,
-                         subresource: str | None, opts: WriteOptions, *, precondition_required: bool,
-                         apply_config: dict | None = None, ownership_subresource: str | None = None) -> WriteResult:
+    def _update_existing(
+        self,
+        rt: ResourceType,
+        bucket: _Bucket,
+        existing: dict,
+        obj: dict,
+        subresource: str | None,
+        opts: WriteOptions,
+        *,
+        precondition_required: bool,
+        apply_config: dict | None = None,
+        ownership_subresource: str | None = None,
+    ) -> WriteResult:
         """The shared update pipeline for PUT and PATCH (``obj`` is owned and will be stored).
 
         ``apply_config``: the write is a server-side apply of that configuration;
@@ -999,9 +1125,16 @@ class Store:
                 raise errors.conflict(rt.plural, name, rt.group)
         elif precondition_required and not rt.unconditional_update and subresource is None:
             raise errors.invalid(
-                rt.qualified, name,
-                [{"reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
-                  "message": "Invalid value: 0x0: must be specified for an update"}])
+                rt.qualified,
+                name,
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "metadata.resourceVersion",
+                        "message": "Invalid value: 0x0: must be specified for an update",
+                    }
+                ],
+            )
         obj["apiVersion"] = existing.get("apiVersion", rt.api_version)
         obj["kind"] = rt.kind
         if subresource == "status":
@@ -1046,10 +1179,10 @@ class Store:
                 meta.pop("namespace", None)
             body_uid = meta.get("uid")
             if body_uid and body_uid != old_meta.get("uid"):
-                raise errors.invalid(rt.kind, name, [invalid_value("metadata.uid", body_uid, "field is immutable")],
-                                     rt.group)
-            for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                        "generation"):
+                raise errors.invalid(
+                    rt.kind, name, [invalid_value("metadata.uid", body_uid, "field is immutable")], rt.group
+                )
+            for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
                 if key in old_meta:
                     meta[key] = old_meta[key]
                 else:
@@ -1070,18 +1203,29 @@ class Store:
                     for key, value in string_data.items():
                         data[key] = base64.b64encode(str(value).encode()).decode()
             if rt.kind == "Namespace" and not rt.group:
-                obj["spec"] = deep_copy(existing.get("spec") or {"finalizers": ["kubernetes"]}) \
-                    if "spec" not in obj else obj["spec"]
+                obj["spec"] = (
+                    deep_copy(existing.get("spec") or {"finalizers": ["kubernetes"]})
+                    if "spec" not in obj
+                    else obj["spec"]
+                )
                 labels = meta.setdefault("labels", {})
                 if isinstance(labels, dict):
                     labels["kubernetes.io/metadata.name"] = name
             if old_meta.get("deletionTimestamp"):
                 added = [f for f in (meta.get("finalizers") or []) if f not in (old_meta.get("finalizers") or [])]
                 if added:
-                    raise errors.invalid(rt.kind, name, [forbidden(
-                        "metadata.finalizers",
-                        "no new finalizers can be added if the object is being deleted, found new finalizers "
-                        "[]string{" + ", ".join(f'"{f}"' for f in added) + "}")], rt.group)
+                    raise errors.invalid(
+                        rt.kind,
+                        name,
+                        [
+                            forbidden(
+                                "metadata.finalizers",
+                                "no new finalizers can be added if the object is being deleted, found new finalizers "
+                                "[]string{" + ", ".join(f'"{f}"' for f in added) + "}",
+                            )
+                        ],
+                        rt.group,
+                    )
             if rt.qualified == CRD_RESOURCE:
                 obj["status"] = deep_copy(existing.get("status") or {})
                 self._prepare_crd(obj)
@@ -1097,8 +1241,7 @@ class Store:
             return WriteResult(obj, 200, warnings)
         key = (meta.get("namespace", "") if rt.namespaced else "", name)
         rv = self._next_rv()
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get(
-                "deletionGracePeriodSeconds"):
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             # The last finalizer is gone from an object being deleted: the update deletes it.
             meta["resourceVersion"] = str(rv)
             self._commit(bucket, "DELETED", key, existing, None, rv)
@@ -1119,14 +1262,39 @@ class Store:
 
     # ------------------------------------------------------------------ patch
 
-    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
-              subresource: str | None = None, *, field_manager: str | None = None, force: bool = False) -> dict:
+    def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> dict:
         """PATCH semantics; ``patch_type`` "json" | "merge" | "strategic" | "apply"."""
-        return self.patch_ex(resource, namespace, name, patch_type, patch, subresource,
-                             WriteOptions(field_manager=field_manager, force=force)).obj
+        return self.patch_ex(
+            resource,
+            namespace,
+            name,
+            patch_type,
+            patch,
+            subresource,
+            WriteOptions(field_manager=field_manager, force=force),
+        ).obj
 
-    def patch_ex(self, resource: str, namespace: str | None, name: str, patch_type: str, patch: Any,
-                 subresource: str | None = None, opts: WriteOptions | None = None) -> WriteResult:
+    def patch_ex(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        subresource: str | None = None,
+        opts: WriteOptions | None = None,
+    ) -> WriteResult:
         from tfjob_sim import patch as patch_mod
 
         opts = opts or WriteOptions()
@@ -1135,16 +1303,23 @@ class Store:
             raise errors.method_not_allowed("patch", rt.plural)
         if patch_type == "strategic" and rt.custom:
             raise errors.unsupported_media_type(
-                ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"])
+                ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
+            )
         if patch_type not in ("json", "merge", "strategic", "apply"):
             raise errors.unsupported_media_type(
                 ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
-                + ([] if rt.custom else ["application/strategic-merge-patch+json"]))
+                + ([] if rt.custom else ["application/strategic-merge-patch+json"])
+            )
         if patch_type == "apply" and not opts.field_manager:
-            raise errors.invalid("PatchOptions", "", [required_value("fieldManager", "is required for apply patch")],
-                                 "meta.k8s.io")
-        if patch_type == "apply" and isinstance(patch, dict) and isinstance(patch.get("metadata"), dict) \
-                and patch["metadata"].get("managedFields") is not None:
+            raise errors.invalid(
+                "PatchOptions", "", [required_value("fieldManager", "is required for apply patch")], "meta.k8s.io"
+            )
+        if (
+            patch_type == "apply"
+            and isinstance(patch, dict)
+            and isinstance(patch.get("metadata"), dict)
+            and patch["metadata"].get("managedFields") is not None
+        ):
             raise errors.bad_request("metadata.managedFields must be nil")
         ns = self._ns_key(rt, namespace)
         if subresource == "scale":
@@ -1165,8 +1340,14 @@ class Store:
                     raise errors.bad_request("the apply patch's metadata must be an object")
                 body["metadata"]["name"] = name
                 self._check_kind(rt, body, require=True)
-                return self.create_ex(resource, namespace, body, opts, owned=True,
-                                      apply_config=self._applied_config(rt, patch, subresource))
+                return self.create_ex(
+                    resource,
+                    namespace,
+                    body,
+                    opts,
+                    owned=True,
+                    apply_config=self._applied_config(rt, patch, subresource),
+                )
             raise errors.not_found(rt.plural, name, rt.group)
         if patch_type == "apply":
             if not isinstance(patch, dict):
@@ -1174,8 +1355,9 @@ class Store:
             self._check_kind(rt, patch, require=True)
             body_name = (patch.get("metadata") or {}).get("name")
             if body_name and body_name != name:
-                raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL "
-                                         f"({name})")
+                raise errors.bad_request(
+                    f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )
         if patch_type == "merge" and subresource == "status" and not rt.custom:
             # A built-in's status write keeps only the patched status and writes into nothing of it
             # (the rest is the stored object's, see _update_existing): no copy of the untouched
@@ -1184,16 +1366,27 @@ class Store:
         else:
             # No copy: the patch engines' results share no mutable structure with their inputs
             # (sim/tfjob_sim/patch.py contract), so the update pipeline may write into them.
-            patched = self._apply_patch(patch_mod, patch_type, existing, patch, rt.kind,
-                                        strip_status=rt.status_subresource and subresource != "status")
+            patched = self._apply_patch(
+                patch_mod,
+                patch_type,
+                existing,
+                patch,
+                rt.kind,
+                strip_status=rt.status_subresource and subresource != "status",
+            )
         if patched.get("kind") not in (None, rt.kind) or not isinstance(patched.get("metadata", {}), dict):
-            raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match "
-                                     f"{rt.kind}")
+            raise errors.bad_request(f"the kind in the patched object ({patched.get('kind')}) does not match {rt.kind}")
         self._check_structs(rt, patched)
-        return self._update_existing(rt, bucket, existing, patched, subresource, opts,
-                                     precondition_required=False,
-                                     apply_config=self._applied_config(rt, patch, subresource)
-                                     if patch_type == "apply" else None)
+        return self._update_existing(
+            rt,
+            bucket,
+            existing,
+            patched,
+            subresource,
+            opts,
+            precondition_required=False,
+            apply_config=self._applied_config(rt, patch, subresource) if patch_type == "apply" else None,
+        )
 
     @staticmethod
     def _applied_config(rt: ResourceType, patch: dict, subresource: str | None) -> dict:
@@ -1206,8 +1399,9 @@ class Store:
         return patch
 
     @staticmethod
-    def _apply_patch(patch_mod: Any, patch_type: str, doc: dict, patch: Any, kind: str, *,
-                     strip_status: bool = True) -> Any:
+    def _apply_patch(
+        patch_mod: Any, patch_type: str, doc: dict, patch: Any, kind: str, *, strip_status: bool = True
+    ) -> Any:
         # The decoded body goes straight to the engines: they own the real server's answers to bad
         # bodies (null JSON patch = no-op, array merge patch = 422, ...), so no pre-checks here.
         if patch_type == "json":
@@ -1253,29 +1447,47 @@ class Store:
         scale_meta = {"name": meta["name"]}
         if rt.namespaced:
             scale_meta["namespace"] = meta.get("namespace")
-        scale_meta.update(uid=meta.get("uid"), resourceVersion=meta.get("resourceVersion"),
-                          creationTimestamp=meta.get("creationTimestamp"))
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_meta,
-                "spec": {"replicas": replicas}, "status": status}
+        scale_meta.update(
+            uid=meta.get("uid"),
+            resourceVersion=meta.get("resourceVersion"),
+            creationTimestamp=meta.get("creationTimestamp"),
+        )
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": {"replicas": replicas},
+            "status": status,
+        }
 
     def get_scale(self, resource: str, namespace: str | None, name: str) -> dict:
         rt = self.resource_type(resource)
         self._scale_spec(rt)
         return self._scale_of(rt, self.get_or_404(resource, namespace, name))
 
-    def _update_scale(self, rt: ResourceType, namespace: str | None, name: str, scale: Any,
-                      opts: WriteOptions, *, require_kind: bool = False) -> WriteResult:
+    def _update_scale(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        scale: Any,
+        opts: WriteOptions,
+        *,
+        require_kind: bool = False,
+    ) -> WriteResult:
         spec = self._scale_spec(rt)
         if not isinstance(scale, dict):
             raise errors.bad_request("the object provided is unrecognized (must be of type Scale)")
-        self._check_kind(rt, scale, require=require_kind, expected_kind="Scale",
-                         expected_api_version="autoscaling/v1")
+        self._check_kind(rt, scale, require=require_kind, expected_kind="Scale", expected_api_version="autoscaling/v1")
         existing = self.get_or_404(rt.qualified, namespace, name)
         replicas = (scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise errors.invalid("Scale", name, [invalid_value("spec.replicas", replicas,
-                                                               "must be greater than or equal to 0")],
-                                 "autoscaling")
+            raise errors.invalid(
+                "Scale",
+                name,
+                [invalid_value("spec.replicas", replicas, "must be greater than or equal to 0")],
+                "autoscaling",
+            )
         new = deep_copy(existing)
         _set_path(new, spec.spec_replicas_path, replicas)
         scale_rv = (scale.get("metadata") or {}).get("resourceVersion")
@@ -1284,8 +1496,9 @@ class Store:
         else:
             new["metadata"].pop("resourceVersion", None)
         bucket = self._bucket(rt)
-        result = self._update_existing(rt, bucket, existing, new, None, opts, precondition_required=False,
-                                       ownership_subresource="scale")
+        result = self._update_existing(
+            rt, bucket, existing, new, None, opts, precondition_required=False, ownership_subresource="scale"
+        )
         return WriteResult(self._scale_of(rt, result.obj), 200, result.warnings)
 
     # ------------------------------------------------------------------ delete
@@ -1294,8 +1507,9 @@ class Store:
         """DELETE semantics; returns what the HTTP DELETE answers (the object or a success Status)."""
         return self.delete_ex(resource, namespace, name, options).obj
 
-    def delete_ex(self, resource: str, namespace: str | None, name: str, options: dict | None = None,
-                  dry_run: bool = False) -> WriteResult:
+    def delete_ex(
+        self, resource: str, namespace: str | None, name: str, options: dict | None = None, dry_run: bool = False
+    ) -> WriteResult:
         rt = self.resource_type(resource)
         if "delete" not in rt.verbs:
             raise errors.method_not_allowed("delete", rt.plural)
@@ -1310,26 +1524,47 @@ class Store:
             raise errors.not_found(rt.plural, name, rt.group)
         meta = existing["metadata"]
         if rt.kind == "Namespace" and not rt.group and name in PROTECTED_NAMESPACES:
-            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                           {"name": name, "kind": "namespaces"})
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                {"name": name, "kind": "namespaces"},
+            )
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise errors.conflict(rt.plural, name, rt.group,
-                                  f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
-                                  f"({meta.get('uid')}). The object might have been deleted and then recreated")
+            raise errors.conflict(
+                rt.plural,
+                name,
+                rt.group,
+                f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
+                f"({meta.get('uid')}). The object might have been deleted and then recreated",
+            )
         if pre.get("resourceVersion") and str(pre["resourceVersion"]) != meta.get("resourceVersion"):
-            raise errors.conflict(rt.plural, name, rt.group,
-                                  f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not "
-                                  f"match the ResourceVersion in record ({meta.get('resourceVersion')}). The object "
-                                  "might have been modified")
+            raise errors.conflict(
+                rt.plural,
+                name,
+                rt.group,
+                f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not "
+                f"match the ResourceVersion in record ({meta.get('resourceVersion')}). The object "
+                "might have been modified",
+            )
         policy = options.get("propagationPolicy")
         if policy is None and options.get("orphanDependents") is not None:
             policy = "Orphan" if options["orphanDependents"] else "Background"
         if policy not in (None, "Orphan", "Foreground", "Background"):
-            raise errors.invalid("DeleteOptions", "", [{
-                "reason": "FieldValueNotSupported", "field": "propagationPolicy",
-                "message": f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
-                           '"Orphan", "nil"'}], "meta.k8s.io")
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                [
+                    {
+                        "reason": "FieldValueNotSupported",
+                        "field": "propagationPolicy",
+                        "message": f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
+                        '"Orphan", "nil"',
+                    }
+                ],
+                "meta.k8s.io",
+            )
         grace = options.get("gracePeriodSeconds")
         if grace is not None:
             if isinstance(grace, bool) or not isinstance(grace, (int, float)):
@@ -1404,8 +1639,9 @@ class Store:
             return result
         return self._remove(rt, bucket, key, existing, dry_run)
 
-    def _mark_deleting(self, rt: ResourceType, bucket: _Bucket, key: tuple[str, str], existing: dict,
-                       new_meta: dict, dry_run: bool) -> WriteResult:
+    def _mark_deleting(
+        self, rt: ResourceType, bucket: _Bucket, key: tuple[str, str], existing: dict, new_meta: dict, dry_run: bool
+    ) -> WriteResult:
         new = dict(existing)
         new["metadata"] = new_meta
         if rt.kind == "Namespace" and not rt.group:
@@ -1413,9 +1649,15 @@ class Store:
         if rt.qualified == CRD_RESOURCE:
             status = dict(existing.get("status") or {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Terminating"]
-            conditions.append({"type": "Terminating", "status": "True", "reason": "InstanceDeletionPending",
-                               "message": "CustomResourceDefinition marked for deletion; deleting instances",
-                               "lastTransitionTime": rfc3339(self.clock())})
+            conditions.append(
+                {
+                    "type": "Terminating",
+                    "status": "True",
+                    "reason": "InstanceDeletionPending",
+                    "message": "CustomResourceDefinition marked for deletion; deleting instances",
+                    "lastTransitionTime": rfc3339(self.clock()),
+                }
+            )
             status["conditions"] = conditions
             new["status"] = status
         if dry_run:
@@ -1427,8 +1669,9 @@ class Store:
             self._serve_crd(new)
         return WriteResult(new, 200)
 
-    def _remove(self, rt: ResourceType, bucket: _Bucket, key: tuple[str, str], existing: dict,
-                dry_run: bool) -> WriteResult:
+    def _remove(
+        self, rt: ResourceType, bucket: _Bucket, key: tuple[str, str], existing: dict, dry_run: bool
+    ) -> WriteResult:
         meta = existing["metadata"]
         if dry_run:
             return WriteResult(existing if rt.return_deleted_object else self._success_status(rt, meta), 200)
@@ -1447,8 +1690,15 @@ class Store:
         details["uid"] = meta.get("uid")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
-    def delete_collection(self, resource: str, namespace: str | None, label_selector: str = "",
-                          field_selector: str = "", options: dict | None = None, dry_run: bool = False) -> dict:
+    def delete_collection(
+        self,
+        resource: str,
+        namespace: str | None,
+        label_selector: str = "",
+        field_selector: str = "",
+        options: dict | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         """DELETE on a collection: deletes every match; answers the list of what was deleted."""
         rt = self.resource_type(resource)
         if "deletecollection" not in rt.verbs:
@@ -1464,8 +1714,12 @@ class Store:
                     continue
                 raise
             deleted.append(result.obj if result.obj.get("kind") != "Status" else obj)
-        return {"kind": rt.list_kind, "apiVersion": rt.api_version,
-                "metadata": {"resourceVersion": str(self.resource_version)}, "items": deleted}
+        return {
+            "kind": rt.list_kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": str(self.resource_version)},
+            "items": deleted,
+        }
 
     # ------------------------------------------------------------------ pods: eviction, binding
 
@@ -1475,11 +1729,12 @@ class Store:
         if not isinstance(eviction, dict):
             raise errors.bad_request("the object provided is unrecognized (must be of type Eviction)")
         if eviction.get("kind") not in (None, "Eviction"):
-            raise errors.bad_request(f"the kind in the data ({eviction.get('kind')}) does not match the expected "
-                                     "kind (Eviction)")
+            raise errors.bad_request(
+                f"the kind in the data ({eviction.get('kind')}) does not match the expected kind (Eviction)"
+            )
         body_name = (eviction.get("metadata") or {}).get("name")
         if body_name and body_name != name:
-            raise errors.bad_request(f"name in URL does not match name in Eviction object")
+            raise errors.bad_request("name in URL does not match name in Eviction object")
         pod = self.get_or_404("pods", namespace, name)
         options = eviction.get("deleteOptions") or {}
         status = pod.get("status") or {}
@@ -1488,12 +1743,22 @@ class Store:
             # going before deleting it, so controllers can tell an eviction from a plain delete.
             conditions = set_condition(
                 status.get("conditions") or [],
-                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                 "message": "Eviction API: evicting"},
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                },
                 rfc3339(self.clock()),
             )
-            self.update_ex(rt.qualified, namespace, name, {**pod, "status": {**status, "conditions": conditions}},
-                           "status", WriteOptions(track_ownership=False))
+            self.update_ex(
+                rt.qualified,
+                namespace,
+                name,
+                {**pod, "status": {**status, "conditions": conditions}},
+                "status",
+                WriteOptions(track_ownership=False),
+            )
         self.delete_ex(rt.qualified, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
@@ -1512,16 +1777,19 @@ class Store:
         rt = self.resource_type("pods")
         pod = self.get_or_404("pods", namespace, name)
         if (pod.get("spec") or {}).get("nodeName"):
-            raise errors.conflict("pods/binding", name, "",
-                                  f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            raise errors.conflict(
+                "pods/binding", name, "", f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            )
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            raise errors.conflict("pods/binding", name, "", f"pod {name} is being deleted, cannot be assigned to a "
-                                                            "host")
+            raise errors.conflict(
+                "pods/binding", name, "", f"pod {name} is being deleted, cannot be assigned to a host"
+            )
         new = dict(pod)
         new["spec"] = dict(pod.get("spec") or {}, nodeName=node)
         status = dict(pod.get("status") or {})
-        status["conditions"] = set_condition(status.get("conditions") or [],
-                                             {"type": "PodScheduled", "status": "True"}, rfc3339(self.clock()))
+        status["conditions"] = set_condition(
+            status.get("conditions") or [], {"type": "PodScheduled", "status": "True"}, rfc3339(self.clock())
+        )
         new["status"] = status
         meta = dict(pod["metadata"])
         annotations = (binding.get("metadata") or {}).get("annotations")
@@ -1597,8 +1865,7 @@ class Store:
                     self.delete_ex(rt.qualified, ns, key[1], {"propagationPolicy": "Background"})
                 except ApiError as exc:
                     if exc.code != 404:  # already gone through a cascade is fine; anything else is logged
-                        log.warning("namespace %s cleanup: deleting %s/%s failed: %s", ns, rt.qualified, key[1],
-                                    exc)
+                        log.warning("namespace %s cleanup: deleting %s/%s failed: %s", ns, rt.qualified, key[1], exc)
         if self._namespace_has_content(ns):
             return False  # terminating pods / finalizers left: re-checked on every deletion
         ns_obj = self.get("namespaces", None, ns)
@@ -1676,11 +1943,12 @@ class Store:
             old = old_conditions.get(type_)
             if old and old.get("status") == "True" and old.get("reason") == reason:
                 return old
-            return {"type": type_, "status": "True", "reason": reason, "message": message,
-                    "lastTransitionTime": when}
+            return {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": when}
 
-        conditions = [condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-                      condition("Established", "InitialNamesAccepted", "the initial names have been accepted")]
+        conditions = [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ]
         if "Terminating" in old_conditions:
             conditions.append(old_conditions["Terminating"])
         status.update(conditions=conditions, acceptedNames=names, storedVersions=stored)
@@ -1703,12 +1971,18 @@ class Store:
         scale = None
         if isinstance(subresources.get("scale"), dict):
             sc = subresources["scale"]
-            scale = ScaleSpec(sc.get("specReplicasPath", ".spec.replicas"),
-                              sc.get("statusReplicasPath", ".status.replicas"), sc.get("labelSelectorPath"))
+            scale = ScaleSpec(
+                sc.get("specReplicasPath", ".spec.replicas"),
+                sc.get("statusReplicasPath", ".status.replicas"),
+                sc.get("labelSelectorPath"),
+            )
         schema_doc = (storage.get("schema") or {}).get("openAPIV3Schema")
         terminating = bool(crd["metadata"].get("deletionTimestamp"))
-        verbs = ("delete", "deletecollection", "get", "list", "watch") if terminating else (
-            "delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
+        verbs = (
+            ("delete", "deletecollection", "get", "list", "watch")
+            if terminating
+            else ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
+        )
         rt = ResourceType(
             group=group,
             version=storage["name"],
@@ -1794,7 +2068,13 @@ def parse_rv(text: str) -> int:
 
 
 def rv_too_large(requested: int, current: int) -> ApiError:
-    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
-                    {"causes": [{"reason": "ResourceVersionTooLarge",
-                                 "message": f"Too large resource version"}], "retryAfterSeconds": 1},
-                    retry_after=1)
+    return ApiError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+        retry_after=1,
+    )

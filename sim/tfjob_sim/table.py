@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tfjob_sim import errors
 from tfjob_sim.resources import ResourceType
@@ -24,16 +25,22 @@ from tfjob_sim.selectors import label_selector_from_dict
 
 log = logging.getLogger(__name__)
 
-_NAME_COL = {"name": "Name", "type": "string", "format": "name",
-             "description": "Name must be unique within a namespace. Is required when creating resources, although "
-                            "some resources may allow a client to request the generation of an appropriate name "
-                            "automatically. Name is primarily intended for creation idempotence and configuration "
-                            "definition. Cannot be updated. More info: "
-                            "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-             "priority": 0}
-_AGE_DESCRIPTION = ("CreationTimestamp is a timestamp representing the server time when this object was created. "
-                    "It is not guaranteed to be set in happens-before order across separate operations. Clients may "
-                    "not set this value. It is represented in RFC3339 form and is in UTC.")
+_NAME_COL = {
+    "name": "Name",
+    "type": "string",
+    "format": "name",
+    "description": "Name must be unique within a namespace. Is required when creating resources, although "
+    "some resources may allow a client to request the generation of an appropriate name "
+    "automatically. Name is primarily intended for creation idempotence and configuration "
+    "definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    "priority": 0,
+}
+_AGE_DESCRIPTION = (
+    "CreationTimestamp is a timestamp representing the server time when this object was created. "
+    "It is not guaranteed to be set in happens-before order across separate operations. Clients may "
+    "not set this value. It is represented in RFC3339 form and is in UTC."
+)
 
 
 def _col(name: str, type_: str = "string", priority: int = 0, fmt: str = "", description: str = "") -> dict:
@@ -44,7 +51,7 @@ def _parse_time(text: str | None) -> float | None:
     if not text:
         return None
     try:
-        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC).timestamp()
     except ValueError:
         return None
 
@@ -66,6 +73,7 @@ def _since(text: str | None, now: float) -> str:
 
 
 # ------------------------------------------------------------------------------ printers
+
 
 def _pod_row(pod: dict, now: float) -> list:
     spec = pod.get("spec") or {}
@@ -104,8 +112,9 @@ def _pod_row(pod: dict, now: float) -> list:
                 reason = state["waiting"]["reason"]
             elif state.get("terminated"):
                 term = state["terminated"]
-                reason = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
-                                                else f"ExitCode:{term.get('exitCode')}")
+                reason = term.get("reason") or (
+                    f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}"
+                )
             elif state.get("running") and s.get("ready"):
                 has_running = True
         if reason == "Completed" and has_running:
@@ -116,9 +125,17 @@ def _pod_row(pod: dict, now: float) -> list:
     if restarts and last_restart:
         restart_text = f"{restarts} ({_since(last_restart, now)} ago)"
     pod_ip = status.get("podIP") or "<none>"
-    return [pod["metadata"]["name"], f"{ready}/{len(containers)}", reason, restart_text, _age(pod, now), pod_ip,
-            spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>",
-            _readiness_gates(pod)]
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{len(containers)}",
+        reason,
+        restart_text,
+        _age(pod, now),
+        pod_ip,
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        _readiness_gates(pod),
+    ]
 
 
 def _readiness_gates(pod: dict) -> str:
@@ -130,18 +147,34 @@ def _readiness_gates(pod: dict) -> str:
     return f"{ready}/{len(gates)}"
 
 
-_POD_COLS = [_NAME_COL, _col("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
-             _col("Status", description="The aggregate status of the containers in this pod."),
-             _col("Restarts", description="The number of times the containers in this pod have been restarted and "
-                                          "when the last container in this pod has restarted."),
-             _col("Age", description=_AGE_DESCRIPTION),
-             _col("IP", priority=1, description="IP address allocated to the pod. Routable at least within the "
-                                                "cluster. Empty if not yet allocated."),
-             _col("Node", priority=1, description="NodeName is a request to schedule this pod onto a specific node."),
-             _col("Nominated Node", priority=1, description="nominatedNodeName is set only when this pod preempts "
-                                                            "other pods on the node."),
-             _col("Readiness Gates", priority=1, description="If specified, all readiness gates will be evaluated "
-                                                             "for pod readiness.")]
+_POD_COLS = [
+    _NAME_COL,
+    _col("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
+    _col("Status", description="The aggregate status of the containers in this pod."),
+    _col(
+        "Restarts",
+        description="The number of times the containers in this pod have been restarted and "
+        "when the last container in this pod has restarted.",
+    ),
+    _col("Age", description=_AGE_DESCRIPTION),
+    _col(
+        "IP",
+        priority=1,
+        description="IP address allocated to the pod. Routable at least within the "
+        "cluster. Empty if not yet allocated.",
+    ),
+    _col("Node", priority=1, description="NodeName is a request to schedule this pod onto a specific node."),
+    _col(
+        "Nominated Node",
+        priority=1,
+        description="nominatedNodeName is set only when this pod preempts other pods on the node.",
+    ),
+    _col(
+        "Readiness Gates",
+        priority=1,
+        description="If specified, all readiness gates will be evaluated for pod readiness.",
+    ),
+]
 
 
 def _node_row(node: dict, now: float) -> list:
@@ -165,8 +198,15 @@ def _service_row(svc: dict, now: float) -> list:
             text += f":{p['nodePort']}"
         ports.append(f"{text}/{p.get('protocol', 'TCP')}")
     external = ",".join(spec.get("externalIPs") or []) or "<none>"
-    return [svc["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP") or "<none>", external,
-            ",".join(ports) or "<none>", _age(svc, now), _selector_text(spec.get("selector"))]
+    return [
+        svc["metadata"]["name"],
+        spec.get("type", "ClusterIP"),
+        spec.get("clusterIP") or "<none>",
+        external,
+        ",".join(ports) or "<none>",
+        _age(svc, now),
+        _selector_text(spec.get("selector")),
+    ]
 
 
 def _selector_text(selector: dict | None) -> str:
@@ -182,10 +222,16 @@ def _lease_row(lease: dict, now: float) -> list:
 
 def _event_row(event: dict, now: float) -> list:
     involved = event.get("involvedObject") or {}
-    last = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-        "creationTimestamp")
-    return [_since(last, now) if last else "<unknown>", event.get("type", ""), event.get("reason", ""),
-            f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}", event.get("message", "")]
+    last = (
+        event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get("creationTimestamp")
+    )
+    return [
+        _since(last, now) if last else "<unknown>",
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}",
+        event.get("message", ""),
+    ]
 
 
 def _template_cells(obj: dict) -> list:
@@ -204,14 +250,26 @@ def _template_cells(obj: dict) -> list:
 def _deployment_row(d: dict, now: float) -> list:
     spec, status = d.get("spec") or {}, d.get("status") or {}
     desired = spec.get("replicas", 0)
-    return [d["metadata"]["name"], f"{status.get('readyReplicas', 0)}/{desired}", status.get("updatedReplicas", 0),
-            status.get("availableReplicas", 0), _age(d, now), *_template_cells(d)]
+    return [
+        d["metadata"]["name"],
+        f"{status.get('readyReplicas', 0)}/{desired}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        _age(d, now),
+        *_template_cells(d),
+    ]
 
 
 def _replicaset_row(rs: dict, now: float) -> list:
     spec, status = rs.get("spec") or {}, rs.get("status") or {}
-    return [rs["metadata"]["name"], spec.get("replicas", 0), status.get("replicas", 0),
-            status.get("readyReplicas", 0), _age(rs, now), *_template_cells(rs)]
+    return [
+        rs["metadata"]["name"],
+        spec.get("replicas", 0),
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        _age(rs, now),
+        *_template_cells(rs),
+    ]
 
 
 def _binding_row(binding: dict, now: float) -> list:
@@ -219,44 +277,92 @@ def _binding_row(binding: dict, now: float) -> list:
     subjects = [s for s in binding.get("subjects") or () if isinstance(s, dict)]
 
     def names(kind: str) -> str:
-        return ", ".join(f"{s.get('namespace', '')}/{s.get('name', '')}" if kind == "ServiceAccount"
-                         else str(s.get("name", "")) for s in subjects if s.get("kind") == kind)
+        return ", ".join(
+            f"{s.get('namespace', '')}/{s.get('name', '')}" if kind == "ServiceAccount" else str(s.get("name", ""))
+            for s in subjects
+            if s.get("kind") == kind
+        )
 
-    return [binding["metadata"]["name"], f"{ref.get('kind', '')}/{ref.get('name', '')}", _age(binding, now),
-            names("User"), names("Group"), names("ServiceAccount")]
+    return [
+        binding["metadata"]["name"],
+        f"{ref.get('kind', '')}/{ref.get('name', '')}",
+        _age(binding, now),
+        names("User"),
+        names("Group"),
+        names("ServiceAccount"),
+    ]
 
 
-_BINDING_COLUMNS = [_NAME_COL, _col("Role"), _col("Age", description=_AGE_DESCRIPTION), _col("Users", priority=1),
-                    _col("Groups", priority=1), _col("ServiceAccounts", priority=1)]
+_BINDING_COLUMNS = [
+    _NAME_COL,
+    _col("Role"),
+    _col("Age", description=_AGE_DESCRIPTION),
+    _col("Users", priority=1),
+    _col("Groups", priority=1),
+    _col("ServiceAccounts", priority=1),
+]
 
 _WORKLOAD_WIDE = [_col("Containers", priority=1), _col("Images", priority=1), _col("Selector", priority=1)]
 
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]]] = {
     ("rbac.authorization.k8s.io", "RoleBinding"): (_BINDING_COLUMNS, _binding_row),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (_BINDING_COLUMNS, _binding_row),
-    ("apps", "Deployment"): ([_NAME_COL, _col("Ready"), _col("Up-to-date", "integer"), _col("Available", "integer"),
-                              _col("Age", description=_AGE_DESCRIPTION), *_WORKLOAD_WIDE], _deployment_row),
-    ("apps", "ReplicaSet"): ([_NAME_COL, _col("Desired", "integer"), _col("Current", "integer"),
-                              _col("Ready", "integer"), _col("Age", description=_AGE_DESCRIPTION), *_WORKLOAD_WIDE],
-                             _replicaset_row),
+    ("apps", "Deployment"): (
+        [
+            _NAME_COL,
+            _col("Ready"),
+            _col("Up-to-date", "integer"),
+            _col("Available", "integer"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            *_WORKLOAD_WIDE,
+        ],
+        _deployment_row,
+    ),
+    ("apps", "ReplicaSet"): (
+        [
+            _NAME_COL,
+            _col("Desired", "integer"),
+            _col("Current", "integer"),
+            _col("Ready", "integer"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            *_WORKLOAD_WIDE,
+        ],
+        _replicaset_row,
+    ),
     ("", "Pod"): (_POD_COLS, _pod_row),
-    ("", "Namespace"): ([_NAME_COL, _col("Status"), _col("Age", description=_AGE_DESCRIPTION)],
-                        lambda o, now: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""),
-                                        _age(o, now)]),
-    ("", "Node"): ([_NAME_COL, _col("Status"), _col("Roles"), _col("Age", description=_AGE_DESCRIPTION),
-                    _col("Version")], _node_row),
-    ("", "Service"): ([_NAME_COL, _col("Type"), _col("Cluster-IP"), _col("External-IP"), _col("Port(s)"),
-                       _col("Age", description=_AGE_DESCRIPTION), _col("Selector", priority=1)], _service_row),
-    ("", "ConfigMap"): ([_NAME_COL, _col("Data", "integer"), _col("Age", description=_AGE_DESCRIPTION)],
-                        lambda o, now: [o["metadata"]["name"],
-                                        len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o, now)]),
-    ("", "Secret"): ([_NAME_COL, _col("Type"), _col("Data", "integer"), _col("Age", description=_AGE_DESCRIPTION)],
-                     lambda o, now: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
-                                     _age(o, now)]),
-    ("", "Event"): ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")],
-                    _event_row),
-    ("coordination.k8s.io", "Lease"): ([_NAME_COL, _col("Holder"), _col("Age", description=_AGE_DESCRIPTION)],
-                                       _lease_row),
+    ("", "Namespace"): (
+        [_NAME_COL, _col("Status"), _col("Age", description=_AGE_DESCRIPTION)],
+        lambda o, now: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), _age(o, now)],
+    ),
+    ("", "Node"): (
+        [_NAME_COL, _col("Status"), _col("Roles"), _col("Age", description=_AGE_DESCRIPTION), _col("Version")],
+        _node_row,
+    ),
+    ("", "Service"): (
+        [
+            _NAME_COL,
+            _col("Type"),
+            _col("Cluster-IP"),
+            _col("External-IP"),
+            _col("Port(s)"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            _col("Selector", priority=1),
+        ],
+        _service_row,
+    ),
+    ("", "ConfigMap"): (
+        [_NAME_COL, _col("Data", "integer"), _col("Age", description=_AGE_DESCRIPTION)],
+        lambda o, now: [o["metadata"]["name"], len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o, now)],
+    ),
+    ("", "Secret"): (
+        [_NAME_COL, _col("Type"), _col("Data", "integer"), _col("Age", description=_AGE_DESCRIPTION)],
+        lambda o, now: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}), _age(o, now)],
+    ),
+    ("", "Event"): ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")], _event_row),
+    ("coordination.k8s.io", "Lease"): (
+        [_NAME_COL, _col("Holder"), _col("Age", description=_AGE_DESCRIPTION)],
+        _lease_row,
+    ),
 }
 
 
@@ -265,8 +371,10 @@ def _custom_columns(rt: ResourceType) -> tuple[list[dict], Callable[[dict, float
 
     declared = rt.printer_columns
     if not declared:
-        return ([_NAME_COL, _col("Age", "date", description=_AGE_DESCRIPTION)],
-                lambda o, now: [o["metadata"]["name"], _age(o, now)])
+        return (
+            [_NAME_COL, _col("Age", "date", description=_AGE_DESCRIPTION)],
+            lambda o, now: [o["metadata"]["name"], _age(o, now)],
+        )
     # CRD validation checks only a path's shape (it must start with "."), so a path the JSONPath
     # parser rejects can be stored. The apiextensions TableConvertor stops building at that column:
     # the Name column and the columns before the bad one are served, that one and all after it are not.
@@ -277,14 +385,27 @@ def _custom_columns(rt: ResourceType) -> tuple[list[dict], Callable[[dict, float
         try:
             compiled.append((jsonpath.compile_path(path), c.get("type", "string"), c.get("format", "")))
         except ValueError as exc:
-            log.warning("printer column %r of %s has an unparsable jsonPath %r (%s): it and the columns after "
-                        "it are not printed", c.get("name"), rt.qualified, path, exc)
+            log.warning(
+                "printer column %r of %s has an unparsable jsonPath %r (%s): it and the columns after "
+                "it are not printed",
+                c.get("name"),
+                rt.qualified,
+                path,
+                exc,
+            )
             break
-        columns.append({"name": c.get("name", ""), "type": c.get("type", "string"), "format": c.get("format", ""),
-                        "description": c.get("description", ""), "priority": int(c.get("priority", 0) or 0)})
+        columns.append(
+            {
+                "name": c.get("name", ""),
+                "type": c.get("type", "string"),
+                "format": c.get("format", ""),
+                "description": c.get("description", ""),
+                "priority": int(c.get("priority", 0) or 0),
+            }
+        )
 
     def row(obj: dict, now: float) -> list:
-        current = _dt.datetime.fromtimestamp(now, _dt.timezone.utc)
+        current = _dt.datetime.fromtimestamp(now, _dt.UTC)
         cells: list[Any] = [obj["metadata"]["name"]]
         for path, type_, fmt in compiled:
             values = path(obj)  # evaluation errors give [] (an empty cell), like the TableConvertor
@@ -300,8 +421,10 @@ def columns_for(rt: ResourceType) -> tuple[list[dict], Callable[[dict, float], l
     printer = _PRINTERS.get((rt.group, rt.kind))
     if printer is not None:
         return printer
-    return ([_NAME_COL, _col("Created At", "date", description=_AGE_DESCRIPTION)],
-            lambda o, now: [o["metadata"]["name"], (o.get("metadata") or {}).get("creationTimestamp")])
+    return (
+        [_NAME_COL, _col("Created At", "date", description=_AGE_DESCRIPTION)],
+        lambda o, now: [o["metadata"]["name"], (o.get("metadata") or {}).get("creationTimestamp")],
+    )
 
 
 def _row_object(obj: dict, include_object: str) -> dict | None:
@@ -312,12 +435,19 @@ def _row_object(obj: dict, include_object: str) -> dict | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
 
 
-def to_table(rt: ResourceType, objects: list[dict], include_object: str = "Metadata",
-             list_meta: dict | None = None, with_columns: bool = True, now: float | None = None) -> dict:
+def to_table(
+    rt: ResourceType,
+    objects: list[dict],
+    include_object: str = "Metadata",
+    list_meta: dict | None = None,
+    with_columns: bool = True,
+    now: float | None = None,
+) -> dict:
     """A ``meta.k8s.io/v1`` Table for ``objects``; raises 400 for a bad ``include_object``."""
     if include_object not in ("None", "Metadata", "Object"):
-        raise errors.bad_request(f'includeObject: Unsupported value: "{include_object}": supported values: '
-                                 '"Metadata", "None", "Object"')
+        raise errors.bad_request(
+            f'includeObject: Unsupported value: "{include_object}": supported values: "Metadata", "None", "Object"'
+        )
     now = time.time() if now is None else now
     columns, row_fn = columns_for(rt)
     rows = []

@@ -26,8 +26,9 @@ import asyncio
 import logging
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -56,8 +57,17 @@ def json_line(type_: str, obj: dict) -> bytes:
 class Watcher:
     """One open watch stream: its filter, its pending lines, and its lifecycle flags."""
 
-    def __init__(self, hub: "WatchHub", rt: ResourceType, namespace: str | None, label: Any, field: Any,
-                 min_rv: int, encoder: Encoder | None, user_agent: str = "") -> None:
+    def __init__(
+        self,
+        hub: WatchHub,
+        rt: ResourceType,
+        namespace: str | None,
+        label: Any,
+        field: Any,
+        min_rv: int,
+        encoder: Encoder | None,
+        user_agent: str = "",
+    ) -> None:
         self.hub = hub
         self.rt = rt
         self.resource = rt.qualified
@@ -127,8 +137,11 @@ class Watcher:
             return  # a stalled connection never delivers anything again
         self.pending.append((now + self.delay if self.delay else 0.0, event.rv, line))
         if len(self.pending) > self.hub.config.buffer_limit:
-            log.info("closing slow watcher of %s: more than %d undelivered events", self.resource,
-                     self.hub.config.buffer_limit)
+            log.info(
+                "closing slow watcher of %s: more than %d undelivered events",
+                self.resource,
+                self.hub.config.buffer_limit,
+            )
             self.pending.clear()
             self.close("overflow")
             return
@@ -247,8 +260,16 @@ class WatchHub:
             return list(self._by_resource.get(resource, ()))
         return [w for ws in self._by_resource.values() for w in ws]
 
-    def open(self, resource: str, namespace: str | None, label_selector: str, field_selector: str,
-             resource_version: str | None, encoder: Encoder | None = None, user_agent: str = "") -> Watcher:
+    def open(
+        self,
+        resource: str,
+        namespace: str | None,
+        label_selector: str,
+        field_selector: str,
+        resource_version: str | None,
+        encoder: Encoder | None = None,
+        user_agent: str = "",
+    ) -> Watcher:
         """Register a watcher and queue its initial lines (see the module contract). Raises ApiError."""
         from tfjob_sim.store import parse_rv
 
@@ -271,10 +292,15 @@ class WatchHub:
         else:
             history = store.history_since(rt.qualified, requested)
             if history is None:
-                status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                          "message": f"too old resource version: {requested} "
-                                     f"({store.oldest_resumable_rv(rt.qualified)})",
-                          "reason": "Expired", "code": 410}
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": f"too old resource version: {requested} ({store.oldest_resumable_rv(rt.qualified)})",
+                    "reason": "Expired",
+                    "code": 410,
+                }
                 watcher.pending.append((0.0, 0, encode("ERROR", status)))
                 watcher.end_after_pending = True
                 return watcher

@@ -82,18 +82,29 @@ def _controller_uid(obj: dict) -> str | None:
 
 def _owner_ref(owner: dict, kind: str) -> dict:
     meta = owner["metadata"]
-    return {"apiVersion": "apps/v1", "kind": kind, "name": meta["name"], "uid": meta["uid"], "controller": True,
-            "blockOwnerDeletion": True}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or () if isinstance(c, dict))
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+        if isinstance(c, dict)
+    )
 
 
 def _active(pod: dict) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and \
-        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
 
 
 def _scaled_value(value: Any, total: int, round_up: bool) -> int:
@@ -170,7 +181,8 @@ class WorkloadControllers:
             if not (isinstance(ref, dict) and ref.get("controller")):
                 continue
             owner_resource = {("ReplicaSet", PODS): REPLICASETS, ("Deployment", REPLICASETS): DEPLOYMENTS}.get(
-                (ref.get("kind"), resource))
+                (ref.get("kind"), resource)
+            )
             if owner_resource is not None and ref.get("apiVersion") == "apps/v1" and ref.get("name"):
                 self._dirty[(owner_resource, obj["metadata"].get("namespace", ""), ref["name"])] = None
                 if self._wake is not None:
@@ -210,8 +222,14 @@ class WorkloadControllers:
         except ApiError as err:
             # Conflicts cannot happen (reads and writes are in one synchronous step); what remains is
             # the API refusing a write (terminating namespace, invalid template): retry later.
-            log.info("workload sync failed; retrying", resource=resource, namespace=namespace, name=name,
-                     code=err.code, message=err.message)
+            log.info(
+                "workload sync failed; retrying",
+                resource=resource,
+                namespace=namespace,
+                name=name,
+                code=err.code,
+                message=err.message,
+            )
             self._retry_later(key)
 
     def _retry_later(self, key: tuple[str, str, str]) -> None:
@@ -223,8 +241,11 @@ class WorkloadControllers:
     def _owned(self, resource: str, namespace: str, owner: dict) -> list[dict]:
         uid = owner["metadata"]["uid"]
         selector = label_selector_from_dict((owner.get("spec") or {}).get("selector"))
-        return [obj for obj in self._store.list(resource, namespace)[0]
-                if _controller_uid(obj) == uid and selector.matches(obj["metadata"].get("labels") or {})]
+        return [
+            obj
+            for obj in self._store.list(resource, namespace)[0]
+            if _controller_uid(obj) == uid and selector.matches(obj["metadata"].get("labels") or {})
+        ]
 
     def _sync_replicaset(self, namespace: str, name: str) -> None:
         rs = self._store.get(REPLICASETS, namespace, name)
@@ -245,10 +266,11 @@ class WorkloadControllers:
                         failure = err.message
                         break
             elif len(pods) > want:
-                for pod in sorted(pods, key=_deletion_rank)[:len(pods) - want]:
+                for pod in sorted(pods, key=_deletion_rank)[: len(pods) - want]:
                     try:
-                        self._store.delete(PODS, namespace, pod["metadata"]["name"],
-                                           {"preconditions": {"uid": pod["metadata"]["uid"]}})
+                        self._store.delete(
+                            PODS, namespace, pod["metadata"]["name"], {"preconditions": {"uid": pod["metadata"]["uid"]}}
+                        )
                     except ApiError as err:
                         if err.code != 404:
                             raise
@@ -269,27 +291,36 @@ class WorkloadControllers:
 
     def _write_rs_status(self, rs: dict, pods: list[dict], failure: str | None) -> None:
         try:
-            selector = label_selector_from_dict((rs.get("spec") or {}).get("template", {}).get("metadata", {})
-                                                .get("labels") or {})
+            selector = label_selector_from_dict(
+                (rs.get("spec") or {}).get("template", {}).get("metadata", {}).get("labels") or {}
+            )
         except ValueError:
             selector = None
         ready = [p for p in pods if _ready(p)]
         old = rs.get("status") or {}
-        status: dict[str, Any] = _without_zeros({
-            "fullyLabeledReplicas": sum(1 for p in pods if selector is None or
-                                        selector.matches(p["metadata"].get("labels") or {})),
-            "readyReplicas": len(ready),
-            "availableReplicas": len(ready),
-            "observedGeneration": rs["metadata"].get("generation"),
-        })
+        status: dict[str, Any] = _without_zeros(
+            {
+                "fullyLabeledReplicas": sum(
+                    1 for p in pods if selector is None or selector.matches(p["metadata"].get("labels") or {})
+                ),
+                "readyReplicas": len(ready),
+                "availableReplicas": len(ready),
+                "observedGeneration": rs["metadata"].get("generation"),
+            }
+        )
         status = {"replicas": len(pods), **status}
         conditions = [c for c in old.get("conditions") or () if c.get("type") != "ReplicaFailure"]
         if failure is not None:
             previous = next((c for c in old.get("conditions") or () if c.get("type") == "ReplicaFailure"), None)
-            conditions.append({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
-                               "message": failure,
-                               "lastTransitionTime": (previous or {}).get("lastTransitionTime")
-                               or rfc3339(self._store.clock())})
+            conditions.append(
+                {
+                    "type": "ReplicaFailure",
+                    "status": "True",
+                    "reason": "FailedCreate",
+                    "message": failure,
+                    "lastTransitionTime": (previous or {}).get("lastTransitionTime") or rfc3339(self._store.clock()),
+                }
+            )
         if conditions:
             status["conditions"] = conditions
         self._write_status(REPLICASETS, rs, status)
@@ -298,8 +329,9 @@ class WorkloadControllers:
         if obj.get("status") == status:
             return
         new = dict(obj, status=status)
-        self._store.update_ex(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"], new, "status",
-                              MANAGER)
+        self._store.update_ex(
+            resource, obj["metadata"].get("namespace"), obj["metadata"]["name"], new, "status", MANAGER
+        )
 
     # ---------------------------------------------------------------- deployment controller
 
@@ -316,14 +348,17 @@ class WorkloadControllers:
         collision = int((d.get("status") or {}).get("collisionCount") or 0)
         hash_ = pod_template_hash(template, collision)
         new_rs = next((rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == hash_), None)
-        old_rss = sorted((rs for rs in owned if rs is not new_rs),
-                         key=lambda rs: (rs["metadata"].get("creationTimestamp", ""), rs["metadata"]["name"]))
+        old_rss = sorted(
+            (rs for rs in owned if rs is not new_rs),
+            key=lambda rs: (rs["metadata"].get("creationTimestamp", ""), rs["metadata"]["name"]),
+        )
         replicas = int(spec.get("replicas", 1) or 0)
         rolling = (spec.get("strategy") or {}).get("type", "RollingUpdate") != "Recreate"
         rolling_update = (spec.get("strategy") or {}).get("rollingUpdate") or {}
         max_surge = _scaled_value(rolling_update.get("maxSurge", "25%"), replicas, True) if rolling else 0
-        max_unavailable = _scaled_value(rolling_update.get("maxUnavailable", "25%"), replicas, False) \
-            if rolling else replicas
+        max_unavailable = (
+            _scaled_value(rolling_update.get("maxUnavailable", "25%"), replicas, False) if rolling else replicas
+        )
         if rolling and max_surge == 0 and max_unavailable == 0:
             max_unavailable = 1
         max_unavailable = min(max_unavailable, replicas)
@@ -353,51 +388,75 @@ class WorkloadControllers:
         old_rss = [self._store.get(REPLICASETS, namespace, rs["metadata"]["name"]) or rs for rs in old_rss]
         self._write_deployment_status(d, new_rs, old_rss, replicas, max_unavailable, created)
 
-    def _create_replicaset(self, d: dict, template: dict, hash_: str, replicas: int, revision: int,
-                           max_replicas: int) -> dict:
+    def _create_replicaset(
+        self, d: dict, template: dict, hash_: str, replicas: int, revision: int, max_replicas: int
+    ) -> dict:
         meta = d["metadata"]
         template = deep_copy(template)
         template_meta = template.setdefault("metadata", {})
         template_meta["labels"] = {**(template_meta.get("labels") or {}), HASH_LABEL: hash_}
         selector = deep_copy((d.get("spec") or {}).get("selector") or {})
         selector["matchLabels"] = {**(selector.get("matchLabels") or {}), HASH_LABEL: hash_}
-        annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                       if k != "kubectl.kubernetes.io/last-applied-configuration" and k != REVISION}
-        annotations.update({DESIRED: str((d.get("spec") or {}).get("replicas", 1)), MAX_REPLICAS: str(max_replicas),
-                            REVISION: str(revision)})
+        annotations = {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if k != "kubectl.kubernetes.io/last-applied-configuration" and k != REVISION
+        }
+        annotations.update(
+            {
+                DESIRED: str((d.get("spec") or {}).get("replicas", 1)),
+                MAX_REPLICAS: str(max_replicas),
+                REVISION: str(revision),
+            }
+        )
         rs = {
-            "apiVersion": "apps/v1", "kind": "ReplicaSet",
-            "metadata": {"name": f"{meta['name']}-{hash_}", "namespace": meta["namespace"],
-                         "labels": template_meta["labels"], "annotations": annotations,
-                         "ownerReferences": [_owner_ref(d, "Deployment")]},
-            "spec": {"replicas": replicas, "selector": selector, "template": template,
-                     **({"minReadySeconds": d["spec"]["minReadySeconds"]} if d["spec"].get("minReadySeconds") else {})},
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"{meta['name']}-{hash_}",
+                "namespace": meta["namespace"],
+                "labels": template_meta["labels"],
+                "annotations": annotations,
+                "ownerReferences": [_owner_ref(d, "Deployment")],
+            },
+            "spec": {
+                "replicas": replicas,
+                "selector": selector,
+                "template": template,
+                **({"minReadySeconds": d["spec"]["minReadySeconds"]} if d["spec"].get("minReadySeconds") else {}),
+            },
         }
         return self._store.create_ex(REPLICASETS, meta["namespace"], rs, MANAGER, owned=True).obj
 
     def _annotate(self, rs: dict, annotations: dict[str, str]) -> dict:
         new = deep_copy(rs)
         new["metadata"]["annotations"] = {**(rs["metadata"].get("annotations") or {}), **annotations}
-        return self._store.update_ex(REPLICASETS, rs["metadata"]["namespace"], rs["metadata"]["name"], new, None,
-                                     MANAGER, owned=True).obj
+        return self._store.update_ex(
+            REPLICASETS, rs["metadata"]["namespace"], rs["metadata"]["name"], new, None, MANAGER, owned=True
+        ).obj
 
     def _scale(self, d: dict, rs: dict, replicas: int, max_surge: int) -> dict:
         annotations = dict(rs["metadata"].get("annotations") or {})
         desired = str((d.get("spec") or {}).get("replicas", 1))
         max_replicas = str(int((d.get("spec") or {}).get("replicas", 1) or 0) + max_surge)
-        if _spec_replicas(rs) == replicas and annotations.get(DESIRED) == desired and \
-                annotations.get(MAX_REPLICAS) == max_replicas:
+        if (
+            _spec_replicas(rs) == replicas
+            and annotations.get(DESIRED) == desired
+            and annotations.get(MAX_REPLICAS) == max_replicas
+        ):
             return rs
         annotations[DESIRED] = desired
         annotations[MAX_REPLICAS] = max_replicas
         new = deep_copy(rs)
         new["metadata"]["annotations"] = annotations
         new["spec"]["replicas"] = replicas
-        return self._store.update_ex(REPLICASETS, rs["metadata"]["namespace"], rs["metadata"]["name"], new, None,
-                                     MANAGER, owned=True).obj
+        return self._store.update_ex(
+            REPLICASETS, rs["metadata"]["namespace"], rs["metadata"]["name"], new, None, MANAGER, owned=True
+        ).obj
 
-    def _rolling(self, d: dict, new_rs: dict, old_rss: list[dict], replicas: int, max_surge: int,
-                 max_unavailable: int) -> None:
+    def _rolling(
+        self, d: dict, new_rs: dict, old_rss: list[dict], replicas: int, max_surge: int, max_unavailable: int
+    ) -> None:
         # reconcileNewReplicaSet: up to the desired count while the total stays within the surge.
         new_count = _spec_replicas(new_rs)
         if new_count > replicas:
@@ -450,13 +509,20 @@ class WorkloadControllers:
         limit = (d.get("spec") or {}).get("revisionHistoryLimit", 10)
         if not isinstance(limit, int):
             return
-        idle = [rs for rs in old_rss if _spec_replicas(rs) == 0 and _status(rs, "replicas") == 0
-                and not rs["metadata"].get("deletionTimestamp")]
+        idle = [
+            rs
+            for rs in old_rss
+            if _spec_replicas(rs) == 0 and _status(rs, "replicas") == 0 and not rs["metadata"].get("deletionTimestamp")
+        ]
         idle.sort(key=_revision)
-        for rs in idle[:max(0, len(idle) - limit)]:
+        for rs in idle[: max(0, len(idle) - limit)]:
             try:
-                self._store.delete(REPLICASETS, rs["metadata"]["namespace"], rs["metadata"]["name"],
-                                   {"preconditions": {"uid": rs["metadata"]["uid"]}})
+                self._store.delete(
+                    REPLICASETS,
+                    rs["metadata"]["namespace"],
+                    rs["metadata"]["name"],
+                    {"preconditions": {"uid": rs["metadata"]["uid"]}},
+                )
             except ApiError as err:
                 if err.code != 404:
                     raise
@@ -467,23 +533,27 @@ class WorkloadControllers:
             return
         new = deep_copy(d)
         new["metadata"].setdefault("annotations", {})[REVISION] = str(revision)
-        self._store.update_ex(DEPLOYMENTS, d["metadata"]["namespace"], d["metadata"]["name"], new, None, MANAGER,
-                              owned=True)
+        self._store.update_ex(
+            DEPLOYMENTS, d["metadata"]["namespace"], d["metadata"]["name"], new, None, MANAGER, owned=True
+        )
 
-    def _write_deployment_status(self, d: dict, new_rs: dict, old_rss: list[dict], replicas: int,
-                                 max_unavailable: int, created: bool) -> None:
+    def _write_deployment_status(
+        self, d: dict, new_rs: dict, old_rss: list[dict], replicas: int, max_unavailable: int, created: bool
+    ) -> None:
         d = self._store.get(DEPLOYMENTS, d["metadata"]["namespace"], d["metadata"]["name"]) or d
         all_rss = [new_rs, *old_rss]
         available = sum(_status(rs, "availableReplicas") for rs in all_rss)
-        status: dict[str, Any] = _without_zeros({
-            "observedGeneration": d["metadata"].get("generation"),
-            "replicas": sum(_status(rs, "replicas") for rs in all_rss),
-            "updatedReplicas": _status(new_rs, "replicas"),
-            "readyReplicas": sum(_status(rs, "readyReplicas") for rs in all_rss),
-            "availableReplicas": available,
-            "unavailableReplicas": max(replicas - available, 0),
-            "collisionCount": (d.get("status") or {}).get("collisionCount"),
-        })
+        status: dict[str, Any] = _without_zeros(
+            {
+                "observedGeneration": d["metadata"].get("generation"),
+                "replicas": sum(_status(rs, "replicas") for rs in all_rss),
+                "updatedReplicas": _status(new_rs, "replicas"),
+                "readyReplicas": sum(_status(rs, "readyReplicas") for rs in all_rss),
+                "availableReplicas": available,
+                "unavailableReplicas": max(replicas - available, 0),
+                "collisionCount": (d.get("status") or {}).get("collisionCount"),
+            }
+        )
         now = rfc3339(self._store.clock())
         old_conditions = {c.get("type"): c for c in (d.get("status") or {}).get("conditions") or ()}
         rs_name = new_rs["metadata"]["name"]
@@ -491,14 +561,20 @@ class WorkloadControllers:
             available_cond = ("True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
         else:
             available_cond = ("False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.")
-        complete = (_status(new_rs, "replicas") == replicas and _status(new_rs, "availableReplicas") >= replicas
-                    and status.get("replicas", 0) == replicas and _spec_replicas(new_rs) == replicas)
+        complete = (
+            _status(new_rs, "replicas") == replicas
+            and _status(new_rs, "availableReplicas") >= replicas
+            and status.get("replicas", 0) == replicas
+            and _spec_replicas(new_rs) == replicas
+        )
         if complete:
             progressing = ("True", "NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
         elif created:
             progressing = ("True", "NewReplicaSetCreated", f'Created new replica set "{rs_name}"')
-        elif old_conditions.get("Progressing", {}).get("reason") in (None, "NewReplicaSetAvailable") and \
-                (old_conditions.get("Progressing") or {}).get("message", "").find(rs_name) < 0:
+        elif (
+            old_conditions.get("Progressing", {}).get("reason") in (None, "NewReplicaSetAvailable")
+            and (old_conditions.get("Progressing") or {}).get("message", "").find(rs_name) < 0
+        ):
             progressing = ("True", "FoundNewReplicaSet", f'Found new replica set "{rs_name}"')
         else:
             progressing = ("True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
@@ -506,11 +582,16 @@ class WorkloadControllers:
         for type_, (cstatus, reason, message) in (("Available", available_cond), ("Progressing", progressing)):
             old = old_conditions.get(type_) or {}
             same = old.get("status") == cstatus and old.get("reason") == reason and old.get("message") == message
-            conditions.append({
-                "type": type_, "status": cstatus,
-                "lastUpdateTime": old.get("lastUpdateTime", now) if same else now,
-                "lastTransitionTime": old.get("lastTransitionTime", now) if old.get("status") == cstatus else now,
-                "reason": reason, "message": message})
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": cstatus,
+                    "lastUpdateTime": old.get("lastUpdateTime", now) if same else now,
+                    "lastTransitionTime": old.get("lastTransitionTime", now) if old.get("status") == cstatus else now,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
         status["conditions"] = conditions
         self._write_status(DEPLOYMENTS, d, status)
 
@@ -535,5 +616,10 @@ def _deletion_rank(pod: dict) -> tuple:
     then not ready, then the most recently created."""
     status = pod.get("status") or {}
     created = pod["metadata"].get("creationTimestamp", "")
-    return (bool((pod.get("spec") or {}).get("nodeName")), status.get("phase") == "Running", _ready(pod),
-            tuple(-ord(ch) for ch in created), pod["metadata"]["name"])
+    return (
+        bool((pod.get("spec") or {}).get("nodeName")),
+        status.get("phase") == "Running",
+        _ready(pod),
+        tuple(-ord(ch) for ch in created),
+        pod["metadata"]["name"],
+    )

@@ -35,19 +35,27 @@ from prometheus_client import CollectorRegistry
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, EVENTS, NODES, PODS, SERVICES, ApiClient, Resource  # noqa: F401 (NODES: for tests)
 from controller.runtime.errors import AlreadyExists, NotFound
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
 from tests.scrape import scraped
 from tests.waiting import eventually as shared_eventually
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 # What the shipped manifests give the controller's ServiceAccount, in dependency order.
-RBAC_MANIFESTS = [ROOT / "manifests" / p for p in (
-    "deployment/namespace.yaml", "rbac/service_account.yaml", "rbac/cluster_role.yaml",
-    "rbac/cluster_role_binding.yaml", "rbac/leader_election_role.yaml", "rbac/leader_election_role_binding.yaml")]
+RBAC_MANIFESTS = [
+    ROOT / "manifests" / p
+    for p in (
+        "deployment/namespace.yaml",
+        "rbac/service_account.yaml",
+        "rbac/cluster_role.yaml",
+        "rbac/cluster_role_binding.yaml",
+        "rbac/leader_election_role.yaml",
+        "rbac/leader_election_role_binding.yaml",
+    )
+]
 CONTROLLER_NAMESPACE = "tfjob-controller"
 CONTROLLER_SERVICE_ACCOUNT = "tfjob-controller"
 CRDS = CUSTOM_RESOURCE_DEFINITIONS
@@ -104,8 +112,10 @@ class Operator:
         background (controller.runtime.events), after the status write a test may have waited for, so
         wait for no reconcile in progress and an empty event queue first."""
         queue = self.controller.controller.queue
-        await eventually(lambda: queue.num_processing == 0 and self.controller.recorder.queued == 0,
-                         what="the controller's events to be written")
+        await eventually(
+            lambda: queue.num_processing == 0 and self.controller.recorder.queued == 0,
+            what="the controller's events to be written",
+        )
         items = (await self.client.list(EVENTS, namespace=namespace))["items"]
         return [e for e in items if e.get("involvedObject", {}).get("name") == name]
 
@@ -123,7 +133,9 @@ async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict
 def gang_rbac_manifests(gang: str) -> list[Path]:
     """The PodGroup RBAC of the kustomize component of ``--gang-scheduler-name gang``."""
     component = "gang-volcano" if gang == "volcano" else "gang-scheduler-plugins"
-    return [ROOT / "manifests" / "components" / component / f for f in ("cluster_role.yaml", "cluster_role_binding.yaml")]
+    return [
+        ROOT / "manifests" / "components" / component / f for f in ("cluster_role.yaml", "cluster_role_binding.yaml")
+    ]
 
 
 async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient, gang: str = "") -> str:
@@ -136,18 +148,29 @@ async def controller_kubeconfig(cluster: SimCluster, admin: ApiClient, gang: str
     for path in RBAC_MANIFESTS + (gang_rbac_manifests(gang) if gang else []):
         body = yaml.safe_load(path.read_text())
         group, _, version = body["apiVersion"].rpartition("/")
-        plural = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
-                  "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings"}[
-            body["kind"]]
+        plural = {
+            "Namespace": "namespaces",
+            "ServiceAccount": "serviceaccounts",
+            "ClusterRole": "clusterroles",
+            "ClusterRoleBinding": "clusterrolebindings",
+            "Role": "roles",
+            "RoleBinding": "rolebindings",
+        }[body["kind"]]
         namespaced = body["kind"] in ("ServiceAccount", "Role", "RoleBinding")
         await _create_ignoring_existing(admin, Resource(group, version, plural, namespaced=namespaced), body)
     return cluster.service_account_kubeconfig(
-        Path(cluster.kubeconfig_path).with_name("controller-kubeconfig"), CONTROLLER_NAMESPACE,
-        CONTROLLER_SERVICE_ACCOUNT)
+        Path(cluster.kubeconfig_path).with_name("controller-kubeconfig"),
+        CONTROLLER_NAMESPACE,
+        CONTROLLER_SERVICE_ACCOUNT,
+    )
 
 
 async def start_operator(
-    cluster: SimCluster, *, workers: int = 2, config: DecideConfig = FAST_FAILOVER, install_crd: bool = True,
+    cluster: SimCluster,
+    *,
+    workers: int = 2,
+    config: DecideConfig = FAST_FAILOVER,
+    install_crd: bool = True,
     gang: str = "",
 ) -> Operator:
     """The controller against ``cluster``; with ``gang``, as ``--gang-scheduler-name gang`` runs it (and, on a
@@ -157,8 +180,9 @@ async def start_operator(
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
     if install_crd:
         await _create_ignoring_existing(client, CRDS, yaml.safe_load(CRD_PATH.read_text()))
-    controller_client = await ApiClient.from_kubeconfig(await controller_kubeconfig(cluster, client, gang),
-                                                        registry=registry)
+    controller_client = await ApiClient.from_kubeconfig(
+        await controller_kubeconfig(cluster, client, gang), registry=registry
+    )
     if gang:
         config = replace(config, gang_scheduler=gang)
     controller = TFJobController(controller_client, registry=registry, workers=workers, decide_config=config)
@@ -275,7 +299,6 @@ Check = Callable[[], Awaitable[Any]]
 import time  # noqa: E402  (appended section: the harness above stays as it was)
 
 
-
 def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pods that are not terminating."""
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -350,6 +373,7 @@ async def reconciled_once_more(operator: Operator, name: str, namespace: str = "
     something did *not* happen without sleeping: whatever the decision wanted is done by then, and
     every earlier pass of the job (its events and metrics included) has finished, because the work
     queue never runs one key twice at once."""
+
     def total() -> float:
         return sum(
             operator.metric("controller_runtime_reconcile_total", {"controller": "tfjob-controller", "result": r})
@@ -364,7 +388,8 @@ async def reconciled_once_more(operator: Operator, name: str, namespace: str = "
     def seen_and_idle() -> bool:
         cached = operator.controller.jobs.get(f"{namespace}/{name}")
         annotations = ((cached or {}).get("metadata") or {}).get("annotations") or {}
-        return annotations.get("e2e/poke") == poke and total() > before and len(queue) == 0 and \
-            queue.num_processing == 0
+        return (
+            annotations.get("e2e/poke") == poke and total() > before and len(queue) == 0 and queue.num_processing == 0
+        )
 
     await eventually(seen_and_idle, what=f"one more reconcile of {namespace}/{name}")

@@ -23,10 +23,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.runtime.client import PODS, ApiClient
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 JOBS = 4
 WORKERS = 2
@@ -38,8 +38,11 @@ def limiter_samples(metrics_text: str, verb: str | None = None) -> float:
     total = 0.0
     for family in text_string_to_metric_families(metrics_text):
         if family.name == "rest_client_rate_limiter_duration_seconds":
-            total += sum(s.value for s in family.samples
-                         if s.name.endswith("_count") and (verb is None or s.labels["verb"] == verb))
+            total += sum(
+                s.value
+                for s in family.samples
+                if s.name.endswith("_count") and (verb is None or s.labels["verb"] == verb)
+            )
     return total
 
 
@@ -54,8 +57,9 @@ async def burst_of_jobs(cluster: SimCluster, controller: ControllerProcess) -> i
     assert cluster.kubeconfig_path
     async with await ApiClient.from_kubeconfig(cluster.kubeconfig_path, qps=0, user_agent="limit-test") as client:
         await client.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
-        await eventually(lambda: any(r.get("event") == "starting" for r in controller.events()),
-                         what="the controller to start")
+        await eventually(
+            lambda: any(r.get("event") == "starting" for r in controller.events()), what="the controller to start"
+        )
         since = len(cluster.faults.requests())
         for i in range(JOBS):
             await client.create(TFJOBS, tfjob(f"limit-{i}", workers=WORKERS), namespace="default")
@@ -65,8 +69,11 @@ async def burst_of_jobs(cluster: SimCluster, controller: ControllerProcess) -> i
             return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running") == JOBS * WORKERS
 
         await eventually(all_running, timeout=60, what="every job's pods to run")
-    creates = [r for r in cluster.faults.requests(since)
-               if r.verb == "create" and r.user_agent.startswith("tfjob-controller/") and 200 <= r.code < 300]
+    creates = [
+        r
+        for r in cluster.faults.requests(since)
+        if r.verb == "create" and r.user_agent.startswith("tfjob-controller/") and 200 <= r.code < 300
+    ]
     return len(creates)
 
 
@@ -95,15 +102,18 @@ async def test_auto_lifts_the_limit_on_a_server_with_priority_and_fairness(sim_c
         assert limiter_samples(await scrape(controller)) == 1
 
 
-@pytest.mark.parametrize("sim_config", [SimConfig(nodes=3, time_scale=0.01, priority_and_fairness=False)],
-                         ids=["no-apf"])
+@pytest.mark.parametrize(
+    "sim_config", [SimConfig(nodes=3, time_scale=0.01, priority_and_fairness=False)], ids=["no-apf"]
+)
 async def test_auto_keeps_the_fallback_bucket_on_a_server_without_priority_and_fairness(
-        sim_cluster: SimCluster) -> None:
+    sim_cluster: SimCluster,
+) -> None:
     async with controller_for(sim_cluster, "--kube-api-burst", "1") as controller:
         creates = await burst_of_jobs(sim_cluster, controller)
         assert not controller.logged(LIFTED)
         assert starting(controller)["client_limit"] == (
-            "500/s, burst 1 until the server shows API Priority and Fairness")
+            "500/s, burst 1 until the server shows API Priority and Fairness"
+        )
         assert limiter_samples(await scrape(controller), "POST") >= creates >= 2 * JOBS * WORKERS
 
 

@@ -7,13 +7,15 @@ simulated cluster; the tests act only through the API, kubectl and pod annotatio
 
 from __future__ import annotations
 
-from tests.e2e.conftest import Operator, eventually, is_true, tfjob
 from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
+from tests.e2e.conftest import Operator, eventually, is_true, tfjob
 
 
 def running(pods: list[dict]) -> list[dict]:
-    return [p for p in pods if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p for p in pods if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 async def start_job(operator: Operator, manifest: dict, running_workers: int) -> dict:
@@ -22,7 +24,10 @@ async def start_job(operator: Operator, manifest: dict, running_workers: int) ->
 
     async def up() -> bool:
         job = await operator.job(name)
-        return is_true(job, "Running") and len(running(await operator.pods(name, replica_type="worker"))) == running_workers
+        return (
+            is_true(job, "Running")
+            and len(running(await operator.pods(name, replica_type="worker"))) == running_workers
+        )
 
     await eventually(up, what=f"{name} Running with {running_workers} running workers")
     return await operator.job(name)
@@ -46,16 +51,21 @@ async def test_deleted_worker_pod_comes_back_and_the_job_stays_running(operator:
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("mnist")}
     assert after["mnist-worker-0"] == before["mnist-worker-0"]
     assert after["mnist-worker-2"] == before["mnist-worker-2"]
-    await eventually(lambda: operator.metric("tfjob_worker_failovers_total",
-                                             {"job_namespace": "default", "reason": "Deleted"}) == 1,
-                     what="one failover counted")
+    await eventually(
+        lambda: operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 1,
+        what="one failover counted",
+    )
     events = await operator.events("mnist")
     assert any(e["reason"] == "WorkerFailover" and "mnist-worker-1" in e["message"] for e in events), events
 
 
 async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(operator: Operator) -> None:
     await start_job(operator, tfjob("online", workers=4), running_workers=4)
-    kept = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online") if p["metadata"]["name"] in ("online-worker-0", "online-worker-1")}
+    kept = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in await operator.pods("online")
+        if p["metadata"]["name"] in ("online-worker-0", "online-worker-1")
+    }
 
     await operator.client.patch(
         TFJOBS, "online", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 2}}}}, namespace="default"
@@ -71,8 +81,10 @@ async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(oper
     assert is_true(job, "Running") and not is_true(job, "Failed")
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online")} == kept
     # The executor counts after its writes, and pods that exit on SIGTERM can be gone before that.
-    await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
-                     what="two scale-downs counted")
+    await eventually(
+        lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+        what="two scale-downs counted",
+    )
     assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
 
 
@@ -88,7 +100,8 @@ async def test_status_writes_read_their_own_writes_instead_of_earning_conflicts(
 
     await eventually(replaced, what="quiet-worker-2 replaced")
     updates = [
-        r for r in operator.cluster.faults.requests(since=mark, resource="tfjobs.kubeflow.org/status")
+        r
+        for r in operator.cluster.faults.requests(since=mark, resource="tfjobs.kubeflow.org/status")
         if r.method == "PUT"
     ]
     assert updates, "the controller wrote status"
@@ -108,8 +121,10 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
         return [p["metadata"]["name"] for p in await operator.pods("busy")] == ["busy-worker-0"]
 
     await eventually(scaled, what="workers 1 and 2 removed")
-    await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
-                     what="both scale-downs counted despite the conflict")
+    await eventually(
+        lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+        what="both scale-downs counted despite the conflict",
+    )
 
     async def reported() -> list:  # events are written in the background, after the metric
         return [e for e in await operator.events("busy") if e["reason"] == "WorkerScaledDown"]

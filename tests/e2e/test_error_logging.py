@@ -12,8 +12,8 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from tests.e2e.conftest import Operator, eventually, is_true, running_pods, tfjob
 from controller.tfjob.executor import TFJOBS
+from tests.e2e.conftest import Operator, eventually, is_true, running_pods, tfjob
 
 FAILED = "reconcile failed; retrying with backoff"
 
@@ -44,8 +44,10 @@ async def test_unavailability_and_a_not_found_status_write_are_one_warning_line_
 
         await eventually(running, what="the job running once the API recovered")
 
-    for reason, text in (("server_error", "503 ServiceUnavailable: etcdserver: leader changed"),
-                         ("not_found", '404 NotFound: tfjobs.kubeflow.org "noisy" not found')):
+    for reason, text in (
+        ("server_error", "503 ServiceUnavailable: etcdserver: leader changed"),
+        ("not_found", '404 NotFound: tfjobs.kubeflow.org "noisy" not found'),
+    ):
         line = failures(reason)[0]
         assert line["log_level"] == "warning", line
         assert line["error"] == text and line["key"] == "default/noisy"

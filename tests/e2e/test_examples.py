@@ -65,7 +65,9 @@ async def test_chief_evaluator_example_succeeds_when_the_chief_completes(operato
     await apply(kubectl, example("chief-evaluator.yaml", {"Chief": {RUN_SECONDS: "100"}}))
     await succeeded_and_cleaned(operator, "mnist-chief-eval")
     pods = await operator.pods("mnist-chief-eval")
-    assert {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"} == {"mnist-chief-eval-chief-0"}
+    assert {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"} == {
+        "mnist-chief-eval-chief-0"
+    }
 
 
 async def test_dynamic_workers_example_scales_with_kubectl_and_then_succeeds(operator: Operator, kubectl: Any) -> None:
@@ -95,27 +97,41 @@ async def test_kubectl_apply_k_installs_the_controller_and_the_examples_run_to_t
     # simulated pods of the Deployment run no code, so the real process stands in for its leader).
     rc, out, err = await kubectl("apply", "-k", str(EXAMPLES.parent), timeout=120)
     assert rc == 0, err
-    for created in ("namespace/tfjob-controller", "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org",
-                    "deployment.apps/tfjob-controller", "poddisruptionbudget.policy/tfjob-controller",
-                    "clusterrole.rbac.authorization.k8s.io/tfjob-edit"):
+    for created in (
+        "namespace/tfjob-controller",
+        "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org",
+        "deployment.apps/tfjob-controller",
+        "poddisruptionbudget.policy/tfjob-controller",
+        "clusterrole.rbac.authorization.k8s.io/tfjob-edit",
+    ):
         assert f"{created} created" in out, out
-    rc, out, err = await kubectl("rollout", "status", "deployment/tfjob-controller", "-n", "tfjob-controller",
-                                 "--timeout=90s", timeout=120)
+    rc, out, err = await kubectl(
+        "rollout", "status", "deployment/tfjob-controller", "-n", "tfjob-controller", "--timeout=90s", timeout=120
+    )
     assert rc == 0 and "successfully rolled out" in out, out + err
     rc, out, err = await kubectl("get", "pods", "-n", "tfjob-controller", "-o", "name")
     assert rc == 0 and len(out.split()) == 2, out  # two replicas
 
-    async with ControllerProcess(*manifest_run_args(), "--kubeconfig", sim_cluster.kubeconfig_path,
-                                 "--leader-election-namespace", "tfjob-controller") as controller:
+    async with ControllerProcess(
+        *manifest_run_args(),
+        "--kubeconfig",
+        sim_cluster.kubeconfig_path,
+        "--leader-election-namespace",
+        "tfjob-controller",
+    ) as controller:
         rc, out, err = await kubectl("apply", "-k", str(EXAMPLES), "-n", "default")
         assert rc == 0, err
         assert sorted(out.split("\n")[:3]) == sorted(
-            f"tfjob.kubeflow.org/{name} created" for name in ("mnist-ps", "elastic-mnist", "mnist-chief-eval"))
+            f"tfjob.kubeflow.org/{name} created" for name in ("mnist-ps", "elastic-mnist", "mnist-chief-eval")
+        )
         client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
         try:
             # What ends each job, as its comments say: worker 0 of a PS job, the chief when there is one.
-            finishers = {"mnist-ps": "mnist-ps-worker-0", "mnist-chief-eval": "mnist-chief-eval-chief-0",
-                         "elastic-mnist": "elastic-mnist-chief-0"}
+            finishers = {
+                "mnist-ps": "mnist-ps-worker-0",
+                "mnist-chief-eval": "mnist-chief-eval-chief-0",
+                "elastic-mnist": "elastic-mnist-chief-0",
+            }
 
             async def running(pod: str) -> bool:
                 return (await client.get(PODS, pod, namespace="default"))["status"].get("phase") == "Running"

@@ -73,7 +73,10 @@ async def test_oom_kill_under_exit_code_is_replaced_with_the_same_name(operator:
     failover_events = [e for e in events if e["reason"] == "WorkerFailover"]
     assert len(failover_events) == 1 and failover_events[0]["type"] == "Warning"
     assert "oom-worker-1" in failover_events[0]["message"] and "OOM-killed" in failover_events[0]["message"]
-    assert operator.metric("training_operator_jobs_failed_total", {"job_namespace": "default", "framework": "tensorflow"}) == 0
+    assert (
+        operator.metric("training_operator_jobs_failed_total", {"job_namespace": "default", "framework": "tensorflow"})
+        == 0
+    )
 
 
 async def test_oom_kill_under_never_stays_failed_and_the_job_goes_on(operator: Operator) -> None:
@@ -113,8 +116,12 @@ async def test_oom_kill_under_on_failure_is_restarted_in_place_by_the_kubelet(op
     async def restarted() -> bool:
         pod = by_name(await operator.pods("onfail"))["onfail-worker-1"]
         statuses = pod["status"].get("containerStatuses") or []
-        return phase(pod) == "Running" and bool(statuses) and statuses[0].get("restartCount") == 1 and \
-            "running" in statuses[0].get("state", {})
+        return (
+            phase(pod) == "Running"
+            and bool(statuses)
+            and statuses[0].get("restartCount") == 1
+            and "running" in statuses[0].get("state", {})
+        )
 
     await eventually(restarted, what="the kubelet restarting the OOM-killed container in place")
     await reconciled_once_more(operator, "onfail")
@@ -215,8 +222,11 @@ async def test_lost_node_waits_for_the_terminating_pod_then_replaces_it(operator
 
     async def back() -> bool:
         current = running_pods(await operator.pods("lost"))
-        return len(current) == 3 and all(p["spec"]["nodeName"] != node for p in current) and \
-            all(uids(current)[n] != before[n] for n in on_node)
+        return (
+            len(current) == 3
+            and all(p["spec"]["nodeName"] != node for p in current)
+            and all(uids(current)[n] != before[n] for n in on_node)
+        )
 
     await eventually(back, what="the lost workers replaced on healthy nodes")
     job = await operator.job("lost")
@@ -238,8 +248,9 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
     operator = await start_operator(sim_cluster, config=config)
     try:
         faults = sim_cluster.faults
-        manifest = tfjob("crash", workers=1, restart_policy="ExitCode",
-                         annotations={RUN_SECONDS: "20", EXIT_CODE: "137"})  # 0.2 s real, then OOM
+        manifest = tfjob(
+            "crash", workers=1, restart_policy="ExitCode", annotations={RUN_SECONDS: "20", EXIT_CODE: "137"}
+        )  # 0.2 s real, then OOM
         await operator.client.create(TFJOBS, manifest, namespace="default")
         mark = faults.mark()
         seen: dict[str, float] = {}
@@ -298,7 +309,9 @@ async def test_failover_does_not_touch_pods_of_other_jobs(operator: Operator) ->
     await eventually(replaced, what="a-worker-0 replaced")
     assert uids(await operator.pods("b")) == other
     assert worker_record(await operator.job("b"), 0) is None
-    assert (await operator.client.get(PODS, "b-worker-0", namespace="default"))["metadata"]["uid"] == other["b-worker-0"]
+    assert (await operator.client.get(PODS, "b-worker-0", namespace="default"))["metadata"]["uid"] == other[
+        "b-worker-0"
+    ]
 
 
 async def test_lost_node_coming_back_confirms_the_deletion_and_the_worker_returns(operator: Operator) -> None:
@@ -311,8 +324,9 @@ async def test_lost_node_coming_back_confirms_the_deletion_and_the_worker_return
 
     async def failed_over() -> bool:
         job = await operator.job("flaky")
-        return all((worker_record(job, int(n.rsplit("-", 1)[1])) or {}).get("lastReason") == "NodeLost"
-                   for n in on_node)
+        return all(
+            (worker_record(job, int(n.rsplit("-", 1)[1])) or {}).get("lastReason") == "NodeLost" for n in on_node
+        )
 
     await eventually(failed_over, what="NodeLost failovers recorded")
     operator.cluster.faults.set_node_ready(node, True)
@@ -341,15 +355,18 @@ async def test_drained_node_evicts_through_the_eviction_api_and_workers_move(ope
 
     async def back() -> bool:
         current = running_pods(await operator.pods("drain"))
-        return len(current) == 3 and all(p["spec"]["nodeName"] != node for p in current) and \
-            all(uids(current)[n] != before[n] for n in moved)
+        return (
+            len(current) == 3
+            and all(p["spec"]["nodeName"] != node for p in current)
+            and all(uids(current)[n] != before[n] for n in moved)
+        )
 
     await eventually(back, what=f"{moved} evicted from {node} and running elsewhere")
     await reconciled_once_more(operator, "drain")
     after = uids(await operator.pods("drain"))
     assert {n: u for n, u in after.items() if n not in moved} == {n: u for n, u in before.items() if n not in moved}
     assert_stays_running(await operator.job("drain"))
-    assert failovers(operator, "Evicted") == len(moved), {r: failovers(operator, r) for r in ("Deleted", "NodeLost", "Evicted", "Disrupted")}
+    assert failovers(operator, "Evicted") == len(moved), {
+        r: failovers(operator, r) for r in ("Deleted", "NodeLost", "Evicted", "Disrupted")
+    }
     assert sum(failovers(operator, r) for r in ("Deleted", "NodeLost", "Error", "OOMKilled", "Disrupted")) == 0
-
-

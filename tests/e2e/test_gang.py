@@ -22,7 +22,6 @@ import pytest
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, Resource
 from controller.runtime.errors import NotFound
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
     Operator,
@@ -37,6 +36,7 @@ from tests.e2e.conftest import (
     start_operator,
     tfjob,
 )
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups")
 PLUGINS_PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups")
@@ -50,23 +50,35 @@ def sim_config(request: pytest.FixtureRequest) -> SimConfig:
 
 def gang_requests(cluster: SimCluster, since: int = 0) -> list[str]:
     """Every request that touched a gang scheduler's API group (discovery included)."""
-    return [f"{r.method} {r.path}" for r in cluster.faults.requests(since)
-            if any(group in r.path for group in GANG_GROUPS) or r.resource.startswith("podgroups")]
+    return [
+        f"{r.method} {r.path}"
+        for r in cluster.faults.requests(since)
+        if any(group in r.path for group in GANG_GROUPS) or r.resource.startswith("podgroups")
+    ]
 
 
 async def test_without_the_flag_the_controller_never_asks_for_pod_groups(operator: Operator) -> None:
     cluster = operator.cluster
     policy = {"schedulingPolicy": {"minAvailable": 3, "queue": "research", "priorityClass": "high"}}
     await create_and_wait_running(operator, tfjob("plain", workers=2, run_policy=policy), running=2)
-    await operator.client.patch(TFJOBS, "plain", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
-                                namespace="default")
-    finishing = tfjob("done", workers=1, dynamic=False, run_policy={**policy, "ttlSecondsAfterFinished": 0},
-                      annotations={"sim.tfjob.dev/run-seconds": "20"})
+    await operator.client.patch(
+        TFJOBS, "plain", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}}, namespace="default"
+    )
+    finishing = tfjob(
+        "done",
+        workers=1,
+        dynamic=False,
+        run_policy={**policy, "ttlSecondsAfterFinished": 0},
+        annotations={"sim.tfjob.dev/run-seconds": "20"},
+    )
     await operator.client.create(TFJOBS, finishing, namespace="default")
 
     async def gone() -> bool:
-        return not [j for j in (await operator.client.list(TFJOBS, namespace="default"))["items"]
-                    if j["metadata"]["name"] == "done"]
+        return not [
+            j
+            for j in (await operator.client.list(TFJOBS, namespace="default"))["items"]
+            if j["metadata"]["name"] == "done"
+        ]
 
     await eventually(gone, timeout=60, what="the finished job deleted by its TTL")
 
@@ -89,8 +101,13 @@ NODE_CPU = "4"
 
 
 def gang_config(secure: bool) -> SimConfig:
-    return SimConfig(nodes=3, time_scale=0.01, secure=secure, podgroup_crds=("volcano", "scheduler-plugins"),
-                     kubelet_options={"node_cpu": NODE_CPU, "node_memory": "16Gi"})
+    return SimConfig(
+        nodes=3,
+        time_scale=0.01,
+        secure=secure,
+        podgroup_crds=("volcano", "scheduler-plugins"),
+        kubelet_options={"node_cpu": NODE_CPU, "node_memory": "16Gi"},
+    )
 
 
 @pytest.fixture(params=["volcano", "scheduler-plugins-scheduler"])
@@ -107,8 +124,16 @@ async def gang_operator(sim_cluster: SimCluster, scheduler: str) -> AsyncIterato
         assert not sim_cluster.kubelet.listener_failures, sim_cluster.kubelet.listener_failures
 
 
-def gang_job(name: str, *, workers: int, ps: int = 0, dynamic: bool = False, cpu: str = NODE_CPU,
-             run_policy: dict[str, Any] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def gang_job(
+    name: str,
+    *,
+    workers: int,
+    ps: int = 0,
+    dynamic: bool = False,
+    cpu: str = NODE_CPU,
+    run_policy: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     manifest = tfjob(name, workers=workers, ps=ps, dynamic=dynamic, run_policy=run_policy, annotations=annotations)
     for spec in manifest["spec"]["tfReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
@@ -117,6 +142,7 @@ def gang_job(name: str, *, workers: int, ps: int = 0, dynamic: bool = False, cpu
 
 def pod_groups_of(scheduler: str) -> Resource:
     return VOLCANO_PODGROUPS if scheduler == "volcano" else PLUGINS_PODGROUPS
+
 
 async def pod_group(operator: Operator, scheduler: str, name: str) -> dict[str, Any]:
     return await operator.client.get(pod_groups_of(scheduler), name, namespace="default")
@@ -141,10 +167,13 @@ async def assert_nothing_runs(operator: Operator, name: str) -> None:
 async def scheduler_looked(operator: Operator, name: str, pods: int, proof: str) -> list[dict[str, Any]]:
     """Wait until the gang scheduler has judged all ``pods`` of the job and said so (PodScheduled False
     with ``proof`` in at least one message), so that "no pod has a node" is a verdict, not a race."""
+
     async def judged() -> list[dict[str, Any]] | None:
         found = await operator.pods(name)
-        verdicts = [next((c for c in p["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), None)
-                    for p in found]
+        verdicts = [
+            next((c for c in p["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+            for p in found
+        ]
         if len(found) != pods or any(v is None or v.get("status") != "False" for v in verdicts):
             return None
         return found if any(proof in (v or {}).get("message", "") for v in verdicts) else None
@@ -166,8 +195,13 @@ async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_
     gang_operator: Operator, scheduler: str
 ) -> None:
     # Upstream's SDK e2e (gang-scheduling.md §1.7): one worker, minAvailable 10.
-    manifest = gang_job("gang", workers=1, cpu="1", run_policy={"schedulingPolicy": {"minAvailable": 10}},
-                        annotations={"sim.tfjob.dev/run-seconds": "30"})
+    manifest = gang_job(
+        "gang",
+        workers=1,
+        cpu="1",
+        run_policy={"schedulingPolicy": {"minAvailable": 10}},
+        annotations={"sim.tfjob.dev/run-seconds": "30"},
+    )
     await gang_operator.client.create(TFJOBS, manifest, namespace="default")
     group = await eventually(lambda: pod_group(gang_operator, scheduler, "gang"), what="the job's PodGroup")
     assert group["spec"]["minMember"] == 10
@@ -177,8 +211,9 @@ async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_
     for _ in range(3):  # upstream checks three times, 5 s apart; we check after three more passes
         await assert_nothing_runs(gang_operator, "gang")
 
-    await gang_operator.client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}}},
-                                     namespace="default")
+    await gang_operator.client.patch(
+        TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}}}, namespace="default"
+    )
 
     async def succeeded() -> bool:
         return is_true(await gang_operator.job("gang"), "Succeeded")
@@ -211,11 +246,15 @@ async def test_capacity_for_part_of_a_gang_schedules_none_of_it(gang_operator: O
         pods = await scheduler_looked(gang_operator, "big", 4, "resource gap")  # PreFilter: minResources
         assert all(not p["spec"].get("nodeName") for p in pods)
     # Three pods fit: the same job scaled down to three runs.
-    await gang_operator.client.patch(TFJOBS, "big", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
-                                     namespace="default")
+    await gang_operator.client.patch(
+        TFJOBS, "big", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}}, namespace="default"
+    )
 
     async def running() -> bool:
-        return is_true(await gang_operator.job("big"), "Running") and len(running_pods(await gang_operator.pods("big"))) == 3
+        return (
+            is_true(await gang_operator.job("big"), "Running")
+            and len(running_pods(await gang_operator.pods("big"))) == 3
+        )
 
     await eventually(running, timeout=60, what="the three-worker gang to run")
     assert (await pod_group(gang_operator, scheduler, "big"))["spec"]["minMember"] == 3
@@ -227,8 +266,9 @@ async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_w
     await create_and_wait_running(gang_operator, gang_job("dyn", workers=2, dynamic=True), running=2)
     assert (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 2
     # Two more workers, room for one: the one that fits runs, the other waits alone.
-    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}}},
-                                     namespace="default")
+    await gang_operator.client.patch(
+        TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}}}, namespace="default"
+    )
 
     async def three_running() -> bool:
         pods = await gang_operator.pods("dyn")
@@ -244,8 +284,9 @@ async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_w
 
     # A failed-over worker's replacement is not held behind the gang either. Back to exactly the capacity
     # first (the waiting worker goes), so the freed node can only be taken by the replacement.
-    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}},
-                                     namespace="default")
+    await gang_operator.client.patch(
+        TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}}, namespace="default"
+    )
 
     async def three_of_three() -> bool:
         pods = await gang_operator.pods("dyn")
@@ -264,8 +305,9 @@ async def test_a_dynamic_job_scales_up_past_free_capacity_without_blocking_its_w
     await eventually(replaced, timeout=60, what="the failed-over worker's replacement (same name, new uid) running")
 
     # Scaling down lowers the gang to what remains.
-    await gang_operator.client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
-                                     namespace="default")
+    await gang_operator.client.patch(
+        TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
+    )
 
     async def shrunk() -> bool:
         return (await pod_group(gang_operator, scheduler, "dyn"))["spec"]["minMember"] == 1
@@ -281,8 +323,9 @@ async def test_a_gang_that_fits_in_total_but_not_node_by_node_gets_no_node_at_al
     # Volcano's allocate places three and discards its statement; Coscheduling's Permit holds three and
     # PostFilter rejects the group. No partial bind, with the controller in the loop.
     policy = {"schedulingPolicy": {"minResources": {}}} if scheduler != "volcano" else None
-    await gang_operator.client.create(TFJOBS, gang_job("tight", workers=4, cpu="3500m", run_policy=policy),
-                                      namespace="default")
+    await gang_operator.client.create(
+        TFJOBS, gang_job("tight", workers=4, cpu="3500m", run_policy=policy), namespace="default"
+    )
     proof = "can possibly be assigned to" if scheduler == "volcano" else "gets rejected due to Pod"
     pods = await scheduler_looked(gang_operator, "tight", 4, proof)
     assert all(not p["spec"].get("nodeName") for p in pods), [p["spec"].get("nodeName") for p in pods]
@@ -293,24 +336,31 @@ async def test_a_gang_that_fits_in_total_but_not_node_by_node_gets_no_node_at_al
     expected = "Inqueue" if scheduler == "volcano" else "Scheduling"
 
     async def kubectl_shows_it_waiting() -> bool:
-        rc, out, err = await kubectl("get", pod_groups_of(scheduler).qualified, "tight", "-o",
-                                     "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
+        rc, out, err = await kubectl(
+            "get",
+            pod_groups_of(scheduler).qualified,
+            "tight",
+            "-o",
+            "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember",
+        )
         assert rc == 0, err
         return out.split("\n")[1].split() == ["tight", expected, "4"]
 
     await eventually(kubectl_shows_it_waiting, timeout=30, what=f"kubectl to list the PodGroup {expected}")
 
 
-async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(gang_operator: Operator, scheduler: str,
-                                                                      kubectl: Any) -> None:
+async def test_suspend_deletes_the_pod_group_and_resume_gets_a_new_one(
+    gang_operator: Operator, scheduler: str, kubectl: Any
+) -> None:
     await create_and_wait_running(gang_operator, gang_job("pause", workers=2), running=2)
     first = await pod_group(gang_operator, scheduler, "pause")
     resource = pod_groups_of(scheduler).qualified
 
     async def kubectl_shows_it_running() -> bool:
         # The scheduler's status update may follow the pods' start by a cycle.
-        rc, out, err = await kubectl("get", resource, "-o",
-                                     "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember")
+        rc, out, err = await kubectl(
+            "get", resource, "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,MIN:.spec.minMember"
+        )
         assert rc == 0, err
         assert out.split("\n")[1].split() == ["pause", "Running", "2"], out
         if scheduler == "volcano":  # Volcano's CRD prints its status and minMember itself
@@ -359,8 +409,9 @@ async def test_upstreams_ci_setup_flag_scheduler_plugins_with_the_scheduler_name
         assert group["spec"] == {"minMember": 2, "minResources": {"cpu": "2"}}
         [warning] = [e for e in await operator.events("ci") if e["reason"] == "SetPodTemplateSchedulerName"]
         assert warning["type"] == "Warning" and warning.get("count", 1) == 2  # one per pod created, aggregated
-        assert warning["message"] == ("Another scheduler is specified when gang-scheduling is enabled and it will "
-                                      "not be overwritten")
+        assert warning["message"] == (
+            "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten"
+        )
         assert operator.task is not None and not operator.task.done(), "the controller task ended"
     finally:
         await operator.stop()
@@ -390,8 +441,9 @@ async def test_a_pod_group_crd_removed_at_run_time_is_named_to_the_user_and_no_p
 
     [warning] = await eventually(warned, timeout=30, what="the FailedCreatePodGroup warning")
     assert warning["type"] == "Warning"
-    assert warning["message"].startswith(f"Error creating PodGroup default/orphan: the PodGroup CRD {crd} is not "
-                                         "installed: "), warning["message"]
+    assert warning["message"].startswith(
+        f"Error creating PodGroup default/orphan: the PodGroup CRD {crd} is not installed: "
+    ), warning["message"]
     await reconciled_once_more(gang_operator, "orphan")
     job = await gang_operator.job("orphan")
     assert is_true(job, "Created") and "lastReconcileTime" in job["status"] and "startTime" not in job["status"]

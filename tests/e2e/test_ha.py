@@ -27,10 +27,10 @@ import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.runtime.leaderelection import LeaderElector
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess, manifest_run_args
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 LEASE_DURATION = 15.0  # LeaderElector's defaults, which `run` uses
 RETRY_PERIOD = 2.0
@@ -64,13 +64,19 @@ class Replica(ControllerProcess):
 def replica(cluster: SimCluster) -> Replica:
     assert cluster.kubeconfig_path
     assert "--leader-elect" in manifest_run_args() and "--no-leader-elect" not in manifest_run_args()
-    return Replica(*manifest_run_args(), "--kubeconfig", cluster.kubeconfig_path, "--leader-election-namespace",
-                   "default")
+    return Replica(
+        *manifest_run_args(), "--kubeconfig", cluster.kubeconfig_path, "--leader-election-namespace", "default"
+    )
 
 
 def writes(records: list[Any], resource: str | None = None) -> list[Any]:
-    return [r for r in records if r.verb in ("create", "update", "patch", "delete") and
-            (resource is None or r.resource == resource) and 200 <= r.code < 300]
+    return [
+        r
+        for r in records
+        if r.verb in ("create", "update", "patch", "delete")
+        and (resource is None or r.resource == resource)
+        and 200 <= r.code < 300
+    ]
 
 
 def test_the_timings_are_the_electors() -> None:
@@ -95,17 +101,25 @@ async def test_two_replicas_one_acts_and_each_handover_is_prompt_and_creates_no_
         await eventually(lambda: standby.identity, timeout=30, what="the standby to wait for the Lease")
 
         async def worker_pods(count: int) -> dict[str, str] | None:
-            items = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=ha"))["items"]
-            running = {p["metadata"]["name"]: p["metadata"]["uid"] for p in items
-                       if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
+            items = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=ha"))[
+                "items"
+            ]
+            running = {
+                p["metadata"]["name"]: p["metadata"]["uid"]
+                for p in items
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            }
             return running if len(running) == count == len(items) else None
 
         await client.create(TFJOBS, tfjob("ha", workers=2), namespace="default")
         before_kill = await eventually(lambda: worker_pods(2), timeout=60, what="the job's two workers")
         # Exactly one acts: the standby only reads and watches the Lease. Started together, both replicas may
         # find no Lease and race to create it (as client-go's electors do): the loser's create is refused (409).
-        standby_calls = {(r.verb, r.resource) for r in standby.requests(sim_cluster) if r.verb
-                         and not (r.verb == "create" and r.resource == "leases.coordination.k8s.io" and r.code == 409)}
+        standby_calls = {
+            (r.verb, r.resource)
+            for r in standby.requests(sim_cluster)
+            if r.verb and not (r.verb == "create" and r.resource == "leases.coordination.k8s.io" and r.code == 409)
+        }
         assert standby_calls <= {("get", "leases.coordination.k8s.io"), ("watch", "leases.coordination.k8s.io")}
         assert not standby.leads()
         assert len(writes(leader.requests(sim_cluster), "pods")) == 2
@@ -131,16 +145,25 @@ async def test_two_replicas_one_acts_and_each_handover_is_prompt_and_creates_no_
 
         # 2. SIGTERM: a new standby starts (as the Deployment replaces the killed pod) and watches the Lease.
         await third.start()
-        await eventually(lambda: third.identity and any(r.verb == "watch" for r in third.requests(sim_cluster)),
-                         timeout=60, what="the new standby to watch the Lease")
+        await eventually(
+            lambda: third.identity and any(r.verb == "watch" for r in third.requests(sim_cluster)),
+            timeout=60,
+            what="the new standby to watch the Lease",
+        )
         mark = faults.mark()
         terminated_at = time.time()
         new_leader.signal(signal.SIGTERM)
         assert await new_leader.wait() == 0
 
         def third_lists_tfjobs() -> Any:
-            return next((r for r in third.requests(sim_cluster, mark) if r.verb == "list" and
-                         r.resource == "tfjobs.kubeflow.org"), None)
+            return next(
+                (
+                    r
+                    for r in third.requests(sim_cluster, mark)
+                    if r.verb == "list" and r.resource == "tfjobs.kubeflow.org"
+                ),
+                None,
+            )
 
         started = await eventually(third_lists_tfjobs, timeout=30, what="the third replica to start reconciling")
         # From the release (the stopping leader's last Lease write), not from the signal: how long the old leader

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.runtime.client import ApiClient
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob import api
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
@@ -38,10 +37,14 @@ from tests.e2e.conftest import (
     start_operator,
     tfjob,
 )
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 MAX_PODS = 16
-CONFIG = DecideConfig(failover_backoff_base=FAST_FAILOVER.failover_backoff_base,
-                      failover_backoff_cap=FAST_FAILOVER.failover_backoff_cap, max_pods_per_job=MAX_PODS)
+CONFIG = DecideConfig(
+    failover_backoff_base=FAST_FAILOVER.failover_backoff_base,
+    failover_backoff_cap=FAST_FAILOVER.failover_backoff_cap,
+    max_pods_per_job=MAX_PODS,
+)
 BATCH = 10
 
 
@@ -58,14 +61,32 @@ def lawless_crd() -> dict[str, Any]:
 
 # JSON the API server stores as sent: no NaN/infinity, integers a JSON number can carry exactly.
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=16),
-    st.sampled_from(["", "Worker", "PS", "Chief", "Never", "OnFailure", "ExitCode", "tensorflow", "True",
-                     "ワーカー", "\U0001f680", "\u202e", "a" * 300]),
+    st.sampled_from(
+        [
+            "",
+            "Worker",
+            "PS",
+            "Chief",
+            "Never",
+            "OnFailure",
+            "ExitCode",
+            "tensorflow",
+            "True",
+            "ワーカー",
+            "\U0001f680",
+            "\u202e",
+            "a" * 300,
+        ]
+    ),
 )
 json_values = st.recursive(
-    scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner,
-                                                                                  max_size=3)),
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=12,
 )
 
@@ -78,17 +99,37 @@ def nested(depth: int) -> dict[str, Any]:
 
 
 DAMAGES = [
-    "replicas", "huge-replicas", "restart-policy", "no-tensorflow", "no-image", "deep-template", "unicode-env",
-    "big-annotation", "unknown-type", "run-policy", "success-policy", "dynamic-garbage", "dotted-name",
-    "long-name", "containers-garbage", "template-garbage", "no-template", "spec-garbage",
+    "replicas",
+    "huge-replicas",
+    "restart-policy",
+    "no-tensorflow",
+    "no-image",
+    "deep-template",
+    "unicode-env",
+    "big-annotation",
+    "unknown-type",
+    "run-policy",
+    "success-policy",
+    "dynamic-garbage",
+    "dotted-name",
+    "long-name",
+    "containers-garbage",
+    "template-garbage",
+    "no-template",
+    "spec-garbage",
 ]
 
 
 @st.composite
 def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
     """A TFJob damaged in one to three ways (it may still come out valid: then it must run)."""
-    job = tfjob(f"fuzz-{index}", workers=draw(st.integers(1, 3)), ps=draw(st.integers(0, 1)),
-                dynamic=draw(st.booleans()), restart_policy=draw(st.sampled_from(["OnFailure", "Never", "ExitCode"])))
+    job = tfjob(
+        f"fuzz-{index}",
+        workers=draw(st.integers(1, 3)),
+        ps=draw(st.integers(0, 1)),
+        dynamic=draw(st.booleans()),
+        restart_policy=draw(st.sampled_from(["OnFailure", "Never", "ExitCode"])),
+    )
     specs = job["spec"]["tfReplicaSpecs"]
     worker = specs["Worker"]
     chosen = draw(st.lists(st.sampled_from(DAMAGES), min_size=1, max_size=3, unique=True))
@@ -109,7 +150,11 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
             worker["template"]["spec"]["containers"][0]["env"] = [{"name": "DEEP", "valueFrom": nested(60)}]
         elif damage == "unicode-env":
             worker["template"]["spec"]["containers"][0]["env"] = [
-                {"name": draw(st.sampled_from(["ワーカー", "A B", "\u202eX", "OK"])), "value": draw(st.text(max_size=30))}]
+                {
+                    "name": draw(st.sampled_from(["ワーカー", "A B", "\u202eX", "OK"])),
+                    "value": draw(st.text(max_size=30)),
+                }
+            ]
         elif damage == "big-annotation":
             job["metadata"]["annotations"] = {"fuzz/big": "x" * draw(st.sampled_from([100_000, 250_000]))}
         elif damage == "unknown-type":
@@ -117,8 +162,19 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
         elif damage == "spec-garbage":
             job["spec"][draw(st.sampled_from(["tfReplicaSpecs", "runPolicy"]))] = draw(json_values)
         elif damage == "run-policy":
-            job["spec"]["runPolicy"] = {draw(st.sampled_from(["backoffLimit", "activeDeadlineSeconds", "cleanPodPolicy",
-                                                              "ttlSecondsAfterFinished", "suspend"])): draw(json_values)}
+            job["spec"]["runPolicy"] = {
+                draw(
+                    st.sampled_from(
+                        [
+                            "backoffLimit",
+                            "activeDeadlineSeconds",
+                            "cleanPodPolicy",
+                            "ttlSecondsAfterFinished",
+                            "suspend",
+                        ]
+                    )
+                ): draw(json_values)
+            }
         elif damage == "success-policy":
             job["spec"]["successPolicy"] = draw(json_values)
         elif damage == "dynamic-garbage":
@@ -140,11 +196,21 @@ HUGE_STATUS = {  # thousands of conditions of someone else's making, and a long-
     "conditions": [{"type": f"Foreign{i}", "status": "True", "message": "m" * 64} for i in range(3000)],
     "replicaStatuses": {"Worker": {"active": 10**6, "labelSelector": {"matchLabels": {"x": "y" * 1000}}}},
 }
-statuses = st.lists(st.one_of(
-    json_values.filter(lambda v: isinstance(v, dict)),
-    st.fixed_dictionaries({"conditions": json_values, "replicaStatuses": json_values, "startTime": json_values,
-                           "dynamicWorkers": json_values}),
-), min_size=BATCH - 1, max_size=BATCH - 1).map(lambda garbage: [HUGE_STATUS, *garbage])
+statuses = st.lists(
+    st.one_of(
+        json_values.filter(lambda v: isinstance(v, dict)),
+        st.fixed_dictionaries(
+            {
+                "conditions": json_values,
+                "replicaStatuses": json_values,
+                "startTime": json_values,
+                "dynamicWorkers": json_values,
+            }
+        ),
+    ),
+    min_size=BATCH - 1,
+    max_size=BATCH - 1,
+).map(lambda garbage: [HUGE_STATUS, *garbage])
 
 
 def expected_invalid(stored: dict[str, Any]) -> bool:
@@ -183,6 +249,7 @@ async def check(op: Operator, jobs: tuple[dict[str, Any], ...], garbage_statuses
     for name in names:
         stored = await op.job(name)
         if expected_invalid(stored):
+
             async def answered(name: str = name) -> dict[str, Any] | None:
                 job = await op.job(name)
                 return job if is_true(job, "Failed") else None
@@ -208,9 +275,16 @@ async def check(op: Operator, jobs: tuple[dict[str, Any], ...], garbage_statuses
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # big reprs of 250 kB annotations
-@settings(derandomize=True, database=None, max_examples=3, deadline=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@settings(
+    derandomize=True,
+    database=None,
+    max_examples=3,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 @given(jobs=batches, garbage_statuses=statuses)
-def test_fuzzed_jobs_get_a_clear_answer_and_good_jobs_run(jobs: tuple[dict[str, Any], ...],
-                                                         garbage_statuses: list[dict[str, Any]]) -> None:
+def test_fuzzed_jobs_get_a_clear_answer_and_good_jobs_run(
+    jobs: tuple[dict[str, Any], ...], garbage_statuses: list[dict[str, Any]]
+) -> None:
     anyio.run(scenario, jobs, garbage_statuses)

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
     CRD_PATH,
@@ -35,6 +34,7 @@ from tests.e2e.conftest import (
     start_operator,
     tfjob,
 )
+from tfjob_sim.cluster import SimCluster
 
 
 def no_tensorflow_container(name: str = "bad") -> dict[str, Any]:
@@ -80,26 +80,48 @@ def long_name(name: str = LONG) -> dict[str, Any]:
     return tfjob(name, workers=1)
 
 
-GENERATED_NAMES = ("the name of each of its pods and services, <name>-<replica type>-<index>, must be a DNS-1035 "
-                   "label of at most 63 characters")
+GENERATED_NAMES = (
+    "the name of each of its pods and services, <name>-<replica type>-<index>, must be a DNS-1035 "
+    "label of at most 63 characters"
+)
 
-DNS1035 = ("metadata.name must be a DNS-1035 label: at most 63 lower-case letters, digits or '-', starting with "
-           "a letter and ending with a letter or digit")
+DNS1035 = (
+    "metadata.name must be a DNS-1035 label: at most 63 lower-case letters, digits or '-', starting with "
+    "a letter and ending with a letter or digit"
+)
 
 REJECTED = [
-    (no_tensorflow_container, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs[Worker]: Invalid value: "object": '
-                              "template.spec.containers must include a container named tensorflow"),
-    (empty_image, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs[Worker].template.spec.containers: Invalid value: '
-                  '"array": every container must have a non-empty image'),
-    (chief_and_master, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs: Invalid value: "object": must not have more '
-                       "than 1 Chief or Master role"),
-    (unknown_replica_type, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs: Invalid value: "object": replica types '
-                           "must be Chief, Master, PS, Worker or Evaluator (any letter case)"),
-    (negative_replicas, 'The TFJob "bad" is invalid: spec.tfReplicaSpecs.Worker.replicas: Invalid value: -1: '
-                        "spec.tfReplicaSpecs.Worker.replicas in body should be greater than or equal to 0"),
+    (
+        no_tensorflow_container,
+        'The TFJob "bad" is invalid: spec.tfReplicaSpecs[Worker]: Invalid value: "object": '
+        "template.spec.containers must include a container named tensorflow",
+    ),
+    (
+        empty_image,
+        'The TFJob "bad" is invalid: spec.tfReplicaSpecs[Worker].template.spec.containers: Invalid value: '
+        '"array": every container must have a non-empty image',
+    ),
+    (
+        chief_and_master,
+        'The TFJob "bad" is invalid: spec.tfReplicaSpecs: Invalid value: "object": must not have more '
+        "than 1 Chief or Master role",
+    ),
+    (
+        unknown_replica_type,
+        'The TFJob "bad" is invalid: spec.tfReplicaSpecs: Invalid value: "object": replica types '
+        "must be Chief, Master, PS, Worker or Evaluator (any letter case)",
+    ),
+    (
+        negative_replicas,
+        'The TFJob "bad" is invalid: spec.tfReplicaSpecs.Worker.replicas: Invalid value: -1: '
+        "spec.tfReplicaSpecs.Worker.replicas in body should be greater than or equal to 0",
+    ),
     (bad_name, f'The TFJob "bad.name" is invalid: <nil>: Invalid value: "object": {DNS1035}'),
-    (long_name, f'The TFJob "{LONG}" is invalid: <nil>: Invalid value: "object": metadata.name must be at most 54 '
-                f"characters for this job: {GENERATED_NAMES}"),
+    (
+        long_name,
+        f'The TFJob "{LONG}" is invalid: <nil>: Invalid value: "object": metadata.name must be at most 54 '
+        f"characters for this job: {GENERATED_NAMES}",
+    ),
 ]
 
 
@@ -147,21 +169,43 @@ async def lax_operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
 
 
 PAST_THE_RULES = [
-    (no_tensorflow_container, "bad", "spec.tfReplicaSpecs[Worker].template.spec.containers: Required value: "
-                                     "must have at least one container with name tensorflow"),
-    (empty_image, "bad", "spec.tfReplicaSpecs[Worker].template.spec.containers[0].image: Required value: "
-                         "must be required"),
+    (
+        no_tensorflow_container,
+        "bad",
+        "spec.tfReplicaSpecs[Worker].template.spec.containers: Required value: "
+        "must have at least one container with name tensorflow",
+    ),
+    (
+        empty_image,
+        "bad",
+        "spec.tfReplicaSpecs[Worker].template.spec.containers[0].image: Required value: must be required",
+    ),
     (chief_and_master, "bad", "spec.tfReplicaSpecs: Forbidden: must not have more than 1 Chief or Master role"),
-    (unknown_replica_type, "bad", 'spec.tfReplicaSpecs[Launcher]: Unsupported value: "Launcher": supported values: '
-                                  '"Chief", "Evaluator", "Master", "PS", "Worker"'),
-    (negative_replicas, "bad", "spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: "
-                               "must be greater than or equal to 0"),
-    (bad_name, "bad.name", 'metadata.name: Invalid value: "bad.name": should match: a DNS-1035 label must consist '
-                           "of lower case alphanumeric characters or '-', start with an alphabetic character, and "
-                           "end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
-                           "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"),
-    (long_name, LONG, f'metadata.name: Invalid value: "{LONG}": must be no more than 54 characters for this job: '
-                      f'{GENERATED_NAMES}, and "{LONG}-worker-0" has 64'),
+    (
+        unknown_replica_type,
+        "bad",
+        'spec.tfReplicaSpecs[Launcher]: Unsupported value: "Launcher": supported values: '
+        '"Chief", "Evaluator", "Master", "PS", "Worker"',
+    ),
+    (
+        negative_replicas,
+        "bad",
+        "spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0",
+    ),
+    (
+        bad_name,
+        "bad.name",
+        'metadata.name: Invalid value: "bad.name": should match: a DNS-1035 label must consist '
+        "of lower case alphanumeric characters or '-', start with an alphabetic character, and "
+        "end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+        "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+    ),
+    (
+        long_name,
+        LONG,
+        f'metadata.name: Invalid value: "{LONG}": must be no more than 54 characters for this job: '
+        f'{GENERATED_NAMES}, and "{LONG}-worker-0" has 64',
+    ),
 ]
 
 
@@ -195,8 +239,10 @@ async def test_the_controller_fails_an_invalid_job_written_past_the_rules(
     assert faults.count("create", "pods", since=mark) == 0
     assert faults.count("create", "services", since=mark) == 0
     assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0
-    assert operator.metric("training_operator_jobs_failed_total",
-                           {"job_namespace": "default", "framework": "tensorflow"}) == 1
+    assert (
+        operator.metric("training_operator_jobs_failed_total", {"job_namespace": "default", "framework": "tensorflow"})
+        == 1
+    )
     # The worker is neither crashed nor stalled: a valid job right after runs normally.
     await create_and_wait_running(operator, tfjob("after", workers=1), running=1)
     assert conditions(await operator.job(name)) == conditions(job), "the invalid job's status must be stable"
@@ -205,8 +251,9 @@ async def test_the_controller_fails_an_invalid_job_written_past_the_rules(
 async def test_a_job_made_invalid_by_an_update_is_failed_and_left_alone(lax_operator: Operator) -> None:
     operator = lax_operator
     await create_and_wait_running(operator, tfjob("later", workers=2), running=2)
-    await operator.client.patch(TFJOBS, "later", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": -3}}}},
-                                namespace="default")
+    await operator.client.patch(
+        TFJOBS, "later", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": -3}}}}, namespace="default"
+    )
 
     async def failed() -> dict | None:
         job = await operator.job("later")
@@ -258,6 +305,7 @@ async def test_a_job_stored_before_the_crd_was_tightened_still_gets_its_conditio
     operator = await start_operator(sim_cluster, install_crd=False)
     try:
         for name in (LONG, "old-bad"):
+
             async def failed() -> dict | None:
                 job = await operator.job(name)
                 return job if is_true(job, "Failed") else None

@@ -27,8 +27,10 @@ async def test_jobs_by_state_time_to_running_and_failover_latency(operator: Oper
     await create_and_wait_running(operator, tfjob("gauged", workers=2, restart_policy="ExitCode"), running=2)
     assert jobs_in(operator, "Running") == 1
     assert jobs_in(operator, "Failed") == 0 and jobs_in(operator, "Pending") == 0
-    await eventually(lambda: value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1,
-                     what="time to running observed once")
+    await eventually(
+        lambda: value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "default"}) == 1,
+        what="time to running observed once",
+    )
     assert value("tfjob_jobs_degraded", {"job_namespace": "default"}) == 0
 
     killed = time.time()
@@ -69,8 +71,9 @@ async def test_degraded_and_not_running_gauges_follow_the_cluster(operator: Oper
         TFJOBS, tfjob("stuck", workers=1, annotations={"sim.tfjob.dev/unschedulable": "true"}), namespace="default"
     )
     await eventually(lambda: jobs_in(operator, "Created") == 1, what="stuck job Created")
-    await eventually(lambda: value("tfjob_jobs_not_running_longest_seconds", labels) >= 1.0,
-                     what="the stuck job's age reported")
+    await eventually(
+        lambda: value("tfjob_jobs_not_running_longest_seconds", labels) >= 1.0, what="the stuck job's age reported"
+    )
 
     operator.cluster.faults.pause_kubelet()  # the replacement cannot start: the job runs below its workers
     await operator.client.delete(PODS, "hurt-worker-1", namespace="default")

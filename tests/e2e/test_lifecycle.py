@@ -10,7 +10,7 @@ so TTL cleanup always works.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -37,11 +37,11 @@ LABELS = {"job_namespace": "default", "framework": "tensorflow"}
 
 
 def parse(ts: str) -> float:
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def now_second() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def finished(operator: Operator, name: str, cond: str) -> dict:
@@ -60,8 +60,9 @@ def assert_terminal(job: dict, cond: str) -> None:
 
 # --- a non-dynamic job fails exactly as upstream ----------------------------------------------------
 async def test_non_dynamic_job_fails_when_a_worker_pod_is_deleted(operator: Operator, kubectl) -> None:
-    manifest = tfjob("static", workers=2, ps=1, dynamic=False, restart_policy="Never",
-                     run_policy={"cleanPodPolicy": "Running"})
+    manifest = tfjob(
+        "static", workers=2, ps=1, dynamic=False, restart_policy="Never", run_policy={"cleanPodPolicy": "Running"}
+    )
     await create_and_wait_running(operator, manifest, running=3)
 
     rc, _, err = await kubectl("delete", "pod", "static-worker-1", "--wait=false")
@@ -69,8 +70,12 @@ async def test_non_dynamic_job_fails_when_a_worker_pod_is_deleted(operator: Oper
 
     job = await finished(operator, "static", "Failed")
     assert_terminal(job, "Failed")
-    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
-                                   "TFJob default/static has failed because 1 Worker replica(s) failed.")
+    assert conditions(job)[-1] == (
+        "Failed",
+        "True",
+        "TFJobFailed",
+        "TFJob default/static has failed because 1 Worker replica(s) failed.",
+    )
     assert conditions(job)[-2][:3] == ("Running", "False", "TFJobRunning")
     # cleanPodPolicy Running: the running pods go; the deleted one is not recreated.
     await eventually(lambda: _no_pods(operator, "static"), what="the remaining pods cleaned up")
@@ -94,14 +99,20 @@ async def test_non_dynamic_job_fails_on_a_non_retryable_exit_code(operator: Oper
 
     job = await finished(operator, "exit1", "Failed")
     assert_terminal(job, "Failed")
-    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
-                                   'job "exit1" is failing because "Worker" replica(s) failed.')
+    assert conditions(job)[-1] == (
+        "Failed",
+        "True",
+        "TFJobFailed",
+        'job "exit1" is failing because "Worker" replica(s) failed.',
+    )
     await reconciled_once_more(operator, "exit1")
     events = await operator.events("exit1")
     failed = [e for e in events if e["reason"] == "TFJobFailed"]
     assert len(failed) == 1 and failed[0]["type"] == "Warning"
-    assert any(e["reason"] == "ExitedWithCode" and e["message"] == "Pod: default.exit1-worker-0 exited with code 1"
-               for e in events)
+    assert any(
+        e["reason"] == "ExitedWithCode" and e["message"] == "Pod: default.exit1-worker-0 exited with code 1"
+        for e in events
+    )
     pods = by_name(await operator.pods("exit1"))
     assert phase(pods["exit1-worker-0"]) == "Failed", "cleanPodPolicy None keeps the failed pod"
     assert operator.metric("training_operator_jobs_failed_total", LABELS) == 1
@@ -181,8 +192,9 @@ async def test_ttl_deletes_the_finished_job(operator: Operator) -> None:
     deleted_at = time.time()  # when this test saw it gone: never before the deletion, maybe well after under load
     assert completion + 2 <= deleted_at < completion + 2 + 10.0, "deleted before its TTL, or late"
     # The event and the metric follow the delete call's answer, which may come after we saw it.
-    await eventually(lambda: operator.metric("training_operator_jobs_deleted_total", LABELS) == 1,
-                     what="the jobs-deleted metric")
+    await eventually(
+        lambda: operator.metric("training_operator_jobs_deleted_total", LABELS) == 1, what="the jobs-deleted metric"
+    )
 
     async def deleted_event() -> bool:
         events = await operator.events("ttl")
@@ -205,8 +217,12 @@ async def test_active_deadline_fails_the_job_on_time_without_any_other_event(ope
     failed_at = parse(next(c for c in job["status"]["conditions"] if c["type"] == "Failed")["lastTransitionTime"])
     assert start + 2 <= failed_at < start + 2 + 10.0, (start, failed_at)
     assert_terminal(job, "Failed")
-    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
-                                   "Job deadline has failed because it was active longer than specified deadline")
+    assert conditions(job)[-1] == (
+        "Failed",
+        "True",
+        "TFJobFailed",
+        "Job deadline has failed because it was active longer than specified deadline",
+    )
     await eventually(lambda: _no_pods(operator, "deadline"), what="every pod deleted on deadline failure")
     await eventually(lambda: _no_services(operator, "deadline"), what="every service deleted on deadline failure")
     await reconciled_once_more(operator, "deadline")
@@ -230,8 +246,12 @@ async def test_backoff_limit_fails_the_job_after_container_restarts(operator: Op
 
     job = await eventually(lambda: _failed(operator, "backoff"), what="the backoff limit failing the job")
     assert_terminal(job, "Failed")
-    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
-                                   "Job backoff has failed because it has reached the specified backoff limit")
+    assert conditions(job)[-1] == (
+        "Failed",
+        "True",
+        "TFJobFailed",
+        "Job backoff has failed because it has reached the specified backoff limit",
+    )
     await eventually(lambda: _no_pods(operator, "backoff"), what="every pod deleted on backoff failure")
 
 
@@ -315,8 +335,10 @@ async def test_suspend_deletes_everything_and_resume_recreates_it(operator: Oper
         running,
     ]
     assert job["status"]["startTime"] != start
-    assert [s["metadata"]["name"] for s in await operator.services("test-job")] == ["test-job-chief-0",
-                                                                                    "test-job-worker-0"]
+    assert [s["metadata"]["name"] for s in await operator.services("test-job")] == [
+        "test-job-chief-0",
+        "test-job-worker-0",
+    ]
     reasons = [e["reason"] for e in await operator.events("test-job")]
     assert "TFJobSuspended" in reasons and "TFJobResumed" in reasons
 
@@ -330,8 +352,12 @@ async def test_a_failed_ps_still_fails_a_dynamic_job(operator: Operator) -> None
 
     job = await finished(operator, "psfail", "Failed")
     assert_terminal(job, "Failed")
-    assert conditions(job)[-1] == ("Failed", "True", "TFJobFailed",
-                                   "TFJob default/psfail has failed because 1 PS replica(s) failed.")
+    assert conditions(job)[-1] == (
+        "Failed",
+        "True",
+        "TFJobFailed",
+        "TFJob default/psfail has failed because 1 PS replica(s) failed.",
+    )
 
 
 async def test_dynamic_job_succeeds_via_worker_0_with_another_worker_permanently_failed(operator: Operator) -> None:
@@ -348,8 +374,10 @@ async def test_dynamic_job_succeeds_via_worker_0_with_another_worker_permanently
     await annotate_pod(operator, "mixed-worker-0", {EXIT_CODE: "0"})
     job = await finished(operator, "mixed", "Succeeded")
     assert_terminal(job, "Succeeded")
-    await eventually(lambda: _only(operator, "mixed", ["mixed-worker-0", "mixed-worker-2"]),
-                     what="the running worker 1 cleaned up, the finished ones kept")
+    await eventually(
+        lambda: _only(operator, "mixed", ["mixed-worker-0", "mixed-worker-2"]),
+        what="the running worker 1 cleaned up, the finished ones kept",
+    )
 
 
 async def _only(operator: Operator, job: str, expected: list[str]) -> bool:
@@ -360,8 +388,9 @@ async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(s
     from controller.tfjob.decide import DecideConfig
     from tests.e2e.conftest import fail_over_once, start_operator, worker_record
 
-    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
-                                                                     failover_backoff_cap=3.0))
+    operator = await start_operator(
+        sim_cluster, config=DecideConfig(failover_backoff_base=3.0, failover_backoff_cap=3.0)
+    )
     try:
         await create_and_wait_running(operator, tfjob("pause", workers=2, restart_policy="ExitCode"), running=2)
         await fail_over_once(operator, "pause", 1)  # replaced at once; the next failover backs off
@@ -384,8 +413,9 @@ async def test_suspending_a_dynamic_job_during_a_failover_backoff_and_resuming(s
         await operator.client.patch(TFJOBS, "pause", {"spec": {"runPolicy": {"suspend": False}}}, namespace="default")
 
         async def resumed() -> bool:
-            return len(running_pods(await operator.pods("pause"))) == 2 and \
-                is_true(await operator.job("pause"), "Running")
+            return len(running_pods(await operator.pods("pause"))) == 2 and is_true(
+                await operator.job("pause"), "Running"
+            )
 
         await eventually(resumed, what="both workers back after resume")
         job = await operator.job("pause")
@@ -403,8 +433,9 @@ async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff
     from controller.tfjob.decide import DecideConfig
     from tests.e2e.conftest import fail_over_once, start_operator, worker_record
 
-    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=10.0,
-                                                                     failover_backoff_cap=10.0))
+    operator = await start_operator(
+        sim_cluster, config=DecideConfig(failover_backoff_base=10.0, failover_backoff_cap=10.0)
+    )
     faults = sim_cluster.faults
     try:
         manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 6})
@@ -429,8 +460,9 @@ async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff
         queue = operator.controller.controller.queue
 
         def backoff_passed() -> bool:
-            return time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and \
-                queue.num_processing == 0
+            return (
+                time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and queue.num_processing == 0
+            )
 
         await eventually(backoff_passed, what="the back-off's requeue to pass")
         assert faults.count("create", "pods", since=mark) == 0, "a finished job creates nothing"
@@ -497,26 +529,35 @@ async def test_non_dynamic_restart_is_counted_once_and_the_job_recovers(operator
     async def recovered() -> bool:
         pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in running_pods(await operator.pods("again"))}
         job = await operator.job("again")
-        return pods.get("again-worker-1") not in (None, old["again-worker-1"]) and len(pods) == 2 and \
-            is_true(job, "Running")
+        return (
+            pods.get("again-worker-1") not in (None, old["again-worker-1"])
+            and len(pods) == 2
+            and is_true(job, "Running")
+        )
 
     await eventually(recovered, what="the evicted worker recreated and the job Running again")
     await reconciled_once_more(operator, "again")
     assert operator.metric("training_operator_jobs_restarted_total", LABELS) == 1
     events = await operator.events("again")
     restarting = [e for e in events if e["reason"] == "TFJobRestarting"]
-    assert len(restarting) == 1 and restarting[0]["message"] == "job again is restarting because Worker replica(s) failed."
+    assert (
+        len(restarting) == 1 and restarting[0]["message"] == "job again is restarting because Worker replica(s) failed."
+    )
     assert restarting[0].get("count", 1) == 1, "one restart, one event"
     job = await operator.job("again")
     assert condition(job, "Restarting") is None and condition(job, "Failed") is None
 
 
-async def test_non_dynamic_on_failure_job_restarts_a_deleted_worker_instead_of_failing(operator: Operator, kubectl) -> None:
+async def test_non_dynamic_on_failure_job_restarts_a_deleted_worker_instead_of_failing(
+    operator: Operator, kubectl
+) -> None:
     """docs/tfjob-compatibility.md Q7: under a restart policy that restarts, a deleted pod is restarted.
 
     Upstream fails the job or restarts the pod depending on whether it reconciles while the pod is still
     terminating (a race); we always restart, and the job is never Failed."""
-    await create_and_wait_running(operator, tfjob("st", workers=2, dynamic=False, restart_policy="OnFailure"), running=2)
+    await create_and_wait_running(
+        operator, tfjob("st", workers=2, dynamic=False, restart_policy="OnFailure"), running=2
+    )
     old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("st")}
     rc, _, err = await kubectl("delete", "pod", "st-worker-1", "--wait=false")
     assert rc == 0, err

@@ -24,10 +24,10 @@ import yaml
 
 from controller.runtime.client import PODS, SERVICES, ApiClient
 from controller.runtime.errors import NotFound
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
 Permission = tuple[str, str, str]  # (verb, API group, resource[/subresource])
@@ -67,12 +67,16 @@ def as_permission(verb: str, resource_key: str) -> Permission:
 
 
 def controller_requests(cluster: SimCluster, since: int = 0) -> list[Any]:
-    return [r for r in cluster.faults.requests(since) if r.user_agent.startswith("tfjob-controller/")
-            and "(" in r.user_agent]
+    return [
+        r
+        for r in cluster.faults.requests(since)
+        if r.user_agent.startswith("tfjob-controller/") and "(" in r.user_agent
+    ]
 
 
-async def representative_run(cluster: SimCluster, client: ApiClient, controller_kubeconfig: str,
-                             lease_namespace: str) -> None:
+async def representative_run(
+    cluster: SimCluster, client: ApiClient, controller_kubeconfig: str, lease_namespace: str
+) -> None:
     """Every code path that talks to the API, driven through ``client``, with ``tfjob-controller run``
     using ``controller_kubeconfig``: two replicas, a dynamic job's failover and scale-down, a TTL deletion,
     a SIGTERM (the Lease released). The CRD must be installed."""
@@ -81,27 +85,40 @@ async def representative_run(cluster: SimCluster, client: ApiClient, controller_
         # A second replica waits for the Lease (reads it, watches it for a release), then stops.
         await eventually(lambda: controller.logged("acquired lease"), timeout=60, what="the first replica to lead")
         async with ControllerProcess(*args) as standby:
-            await eventually(lambda: any(r.verb == "watch" and r.resource == "leases.coordination.k8s.io"
-                                         for r in controller_requests(cluster)),
-                             timeout=60, what="the standby to watch the Lease")
+            await eventually(
+                lambda: any(
+                    r.verb == "watch" and r.resource == "leases.coordination.k8s.io"
+                    for r in controller_requests(cluster)
+                ),
+                timeout=60,
+                what="the standby to watch the Lease",
+            )
         assert standby.proc is not None and standby.proc.returncode == 0 and not standby.logged("acquired lease")
         # A dynamic job: created, a worker deleted and replaced (the same event repeats: a patch),
         # then scaled down (pod and service deletion).
         await client.create(TFJOBS, tfjob("dyn", workers=2), namespace="default")
 
         async def workers_running(count: int, not_uid: str = "") -> list[dict[str, Any]] | None:
-            pods = (await client.list(PODS, namespace="default",
-                                      label_selector="training.kubeflow.org/job-name=dyn"))["items"]
-            running = [p for p in pods if p["status"].get("phase") == "Running"
-                       and not p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] != not_uid]
+            pods = (await client.list(PODS, namespace="default", label_selector="training.kubeflow.org/job-name=dyn"))[
+                "items"
+            ]
+            running = [
+                p
+                for p in pods
+                if p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")
+                and p["metadata"]["uid"] != not_uid
+            ]
             return running if len(running) == count and len(pods) == count else None
 
         [_, worker1] = await eventually(lambda: workers_running(2), timeout=60, what="dyn's two workers")
         await client.delete(PODS, "dyn-worker-1", namespace="default", grace_period_seconds=0)
-        await eventually(lambda: workers_running(2, worker1["metadata"]["uid"]), timeout=60,
-                         what="the deleted worker replaced")
-        await client.patch(TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
-                           namespace="default")
+        await eventually(
+            lambda: workers_running(2, worker1["metadata"]["uid"]), timeout=60, what="the deleted worker replaced"
+        )
+        await client.patch(
+            TFJOBS, "dyn", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
+        )
         await eventually(lambda: workers_running(1), timeout=60, what="scale-down to one worker")
 
         async def gone(resource: Any, name: str) -> bool:
@@ -111,11 +128,17 @@ async def representative_run(cluster: SimCluster, client: ApiClient, controller_
                 return True
             return False
 
-        await eventually(lambda: gone(SERVICES, "dyn-worker-1"), timeout=60,
-                         what="the scaled-down worker's service deleted")
+        await eventually(
+            lambda: gone(SERVICES, "dyn-worker-1"), timeout=60, what="the scaled-down worker's service deleted"
+        )
         # A job that finishes and is deleted by its TTL.
-        done = tfjob("ttl", workers=1, dynamic=False, run_policy={"ttlSecondsAfterFinished": 0},
-                     annotations={"sim.tfjob.dev/run-seconds": "50"})
+        done = tfjob(
+            "ttl",
+            workers=1,
+            dynamic=False,
+            run_policy={"ttlSecondsAfterFinished": 0},
+            annotations={"sim.tfjob.dev/run-seconds": "50"},
+        )
         await client.create(TFJOBS, done, namespace="default")
         await eventually(lambda: gone(TFJOBS, "ttl"), timeout=60, what="the finished job deleted after its TTL")
         assert is_true(await client.get(TFJOBS, "dyn", namespace="default"), "Running")
@@ -152,23 +175,30 @@ async def test_a_refused_request_names_the_missing_permission(operator: Operator
         return [e for e in await operator.events("refused") if e["reason"] == "FailedCreatePod"]
 
     [event, *_] = await eventually(failed_create, timeout=30, what="a FailedCreatePod event")
-    assert 'missing RBAC permission: create resource "pods" in API group "" in the namespace "default"' in (
-        event["message"]
+    assert (
+        'missing RBAC permission: create resource "pods" in API group "" in the namespace "default"'
+        in (event["message"])
     )
 
 
 # --- gang scheduling: the PodGroup rule of the mode's kustomize component -----------------------------------
 COMPONENTS = RBAC.parent / "components"
-GANG_MODES = {"volcano": ("gang-volcano", "scheduling.volcano.sh", "v1beta1"),
-              "scheduler-plugins-scheduler": ("gang-scheduler-plugins", "scheduling.x-k8s.io", "v1alpha1")}
+GANG_MODES = {
+    "volcano": ("gang-volcano", "scheduling.volcano.sh", "v1beta1"),
+    "scheduler-plugins-scheduler": ("gang-scheduler-plugins", "scheduling.x-k8s.io", "v1alpha1"),
+}
 
 
 def gang_granted(scheduler: str) -> set[Permission]:
     component = COMPONENTS / GANG_MODES[scheduler][0]
     out: set[Permission] = set()
     for rule in yaml.safe_load((component / "cluster_role.yaml").read_text())["rules"]:
-        out |= {(verb, group, resource) for group in rule["apiGroups"] for resource in rule["resources"]
-                for verb in rule["verbs"]}
+        out |= {
+            (verb, group, resource)
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
     return out
 
 
@@ -179,8 +209,14 @@ async def gang_run(client: ApiClient, controller_kubeconfig: str, lease_namespac
 
     _, group, version = GANG_MODES[scheduler]
     pod_groups = Resource(group, version, "podgroups")
-    args = ("--kubeconfig", controller_kubeconfig, "--leader-election-namespace", lease_namespace,
-            "--gang-scheduler-name", scheduler)
+    args = (
+        "--kubeconfig",
+        controller_kubeconfig,
+        "--leader-election-namespace",
+        lease_namespace,
+        "--gang-scheduler-name",
+        scheduler,
+    )
     async with ControllerProcess(*args) as controller:
         policy = {"schedulingPolicy": {"minAvailable": 1}}
         await client.create(TFJOBS, tfjob("gang", workers=2, dynamic=False, run_policy=policy), namespace="default")
@@ -189,8 +225,9 @@ async def gang_run(client: ApiClient, controller_kubeconfig: str, lease_namespac
             return (await client.get(pod_groups, "gang", namespace="default"))["spec"]["minMember"] == expected
 
         await eventually(lambda: min_member(1), timeout=60, what="the job's PodGroup")
-        await client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}}}},
-                           namespace="default")
+        await client.patch(
+            TFJOBS, "gang", {"spec": {"runPolicy": {"schedulingPolicy": {"minAvailable": 2}}}}, namespace="default"
+        )
         await eventually(lambda: min_member(2), timeout=60, what="the PodGroup updated")
         await client.patch(TFJOBS, "gang", {"spec": {"runPolicy": {"suspend": True}}}, namespace="default")
 
@@ -213,7 +250,9 @@ def assert_gang_used_equals_granted(cluster: SimCluster, scheduler: str) -> None
     assert used_gang == gang_granted(scheduler)
     allowed = granted("cluster_role.yaml", "leader_election_role.yaml") | gang_granted(scheduler)
     assert used <= allowed, f"requests the roles do not allow (a 403 in production): {sorted(used - allowed)}"
-    assert {r.path for r in requests if not r.verb} <= NON_RESOURCE_PATHS | {f"/apis/{group}/{GANG_MODES[scheduler][2]}"}
+    assert {r.path for r in requests if not r.verb} <= NON_RESOURCE_PATHS | {
+        f"/apis/{group}/{GANG_MODES[scheduler][2]}"
+    }
 
 
 async def install_pod_group_crds(client: ApiClient) -> None:
@@ -226,8 +265,9 @@ async def install_pod_group_crds(client: ApiClient) -> None:
 
 
 @pytest.mark.parametrize("scheduler", list(GANG_MODES))
-async def test_gang_mode_uses_exactly_the_podgroup_rule_of_its_component(sim_cluster: SimCluster,
-                                                                        scheduler: str) -> None:
+async def test_gang_mode_uses_exactly_the_podgroup_rule_of_its_component(
+    sim_cluster: SimCluster, scheduler: str
+) -> None:
     assert sim_cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
     try:

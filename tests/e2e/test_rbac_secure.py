@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from controller.runtime.client import ApiClient, Resource
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import eventually, tfjob
@@ -33,6 +32,7 @@ from tests.e2e.test_rbac import (
     install_pod_group_crds,
     representative_run,
 )
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 CONTROLLER_NAMESPACE = SERVICE_ACCOUNT = "tfjob-controller"
 MANIFESTS = RBAC.parent
@@ -66,15 +66,18 @@ async def test_the_controller_runs_under_its_service_account_without_a_403(
     assert sim_cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
     try:
-        await representative_run(sim_cluster, client, service_account_kubeconfig(sim_cluster, tmp_path),
-                                 CONTROLLER_NAMESPACE)
+        await representative_run(
+            sim_cluster, client, service_account_kubeconfig(sim_cluster, tmp_path), CONTROLLER_NAMESPACE
+        )
     finally:
         await client.close()
     assert list(sim_cluster.server.auth.forbidden_log) == []
     assert_used_equals_granted(sim_cluster)
 
 
-CASES = [("ClusterRole", i) for i, rule in enumerate(rules("ClusterRole")) if rule["resources"] != ["tfjobs/finalizers"]]
+CASES = [
+    ("ClusterRole", i) for i, rule in enumerate(rules("ClusterRole")) if rule["resources"] != ["tfjobs/finalizers"]
+]
 CASES += [("Role", i) for i in range(len(rules("Role")))]
 
 
@@ -91,8 +94,12 @@ async def test_without_a_rule_the_controller_fails_naming_the_missing_permission
         role = await client.get(resource, name, namespace=namespace)
         removed = role["rules"].pop(index)
         await client.replace(resource, role, namespace=namespace)
-        missing = {(verb, group, res) for verb in removed["verbs"] for group in removed["apiGroups"]
-                   for res in removed["resources"]}
+        missing = {
+            (verb, group, res)
+            for verb in removed["verbs"]
+            for group in removed["apiGroups"]
+            for res in removed["resources"]
+        }
         pattern = re.compile(r'missing RBAC permission: (\w+) resource "([^"]+)" in API group "([^"]*)"')
 
         def named() -> list[tuple[str, str, str]]:
@@ -100,8 +107,12 @@ async def test_without_a_rule_the_controller_fails_naming_the_missing_permission
             found = [(m.group(1), m.group(3), m.group(2)) for m in pattern.finditer(text)]
             return [f for f in found if f in missing]
 
-        async with ControllerProcess("--kubeconfig", service_account_kubeconfig(sim_cluster, tmp_path),
-                                     "--leader-election-namespace", CONTROLLER_NAMESPACE) as controller:
+        async with ControllerProcess(
+            "--kubeconfig",
+            service_account_kubeconfig(sim_cluster, tmp_path),
+            "--leader-election-namespace",
+            CONTROLLER_NAMESPACE,
+        ) as controller:
             # Work that needs every permission: a job whose pods, services, events and status are written.
             await client.create(TFJOBS, tfjob("needs-all", workers=1), namespace="default")
             await eventually(named, timeout=60, what=f"an error naming one of {sorted(missing)}")
@@ -119,8 +130,9 @@ async def test_gang_mode_runs_with_its_components_rbac_without_a_403(
 ) -> None:
     await install(kubectl)
     component = MANIFESTS / "components" / GANG_MODES[scheduler][0]
-    rc, _, err = await kubectl("apply", "-f", str(component / "cluster_role.yaml"),
-                               "-f", str(component / "cluster_role_binding.yaml"))
+    rc, _, err = await kubectl(
+        "apply", "-f", str(component / "cluster_role.yaml"), "-f", str(component / "cluster_role_binding.yaml")
+    )
     assert rc == 0, err
     assert sim_cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
@@ -141,11 +153,19 @@ async def test_gang_mode_without_its_component_names_the_missing_podgroup_permis
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path, user_agent="rbac-test")
     try:
         await install_pod_group_crds(client)
-        async with ControllerProcess("--kubeconfig", service_account_kubeconfig(sim_cluster, tmp_path),
-                                     "--leader-election-namespace", CONTROLLER_NAMESPACE,
-                                     "--gang-scheduler-name", "volcano") as controller:
+        async with ControllerProcess(
+            "--kubeconfig",
+            service_account_kubeconfig(sim_cluster, tmp_path),
+            "--leader-election-namespace",
+            CONTROLLER_NAMESPACE,
+            "--gang-scheduler-name",
+            "volcano",
+        ) as controller:
             missing = 'missing RBAC permission: list resource "podgroups" in API group "scheduling.volcano.sh"'
-            await eventually(lambda: any(missing in str(r) for r in controller.events()), timeout=60,
-                             what="the informer's error naming the missing PodGroup permission")
+            await eventually(
+                lambda: any(missing in str(r) for r in controller.events()),
+                timeout=60,
+                what="the informer's error naming the missing PodGroup permission",
+            )
     finally:
         await client.close()

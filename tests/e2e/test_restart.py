@@ -11,10 +11,9 @@ same simulated cluster with ``start_operator``; the first is stopped before the 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from controller.runtime.client import PODS
-from tfjob_sim.cluster import SimCluster
 from controller.tfjob.decide import DecideConfig
 from tests.e2e.conftest import (
     Operator,
@@ -31,6 +30,7 @@ from tests.e2e.conftest import (
     tfjob,
     worker_record,
 )
+from tfjob_sim.cluster import SimCluster
 
 EXIT_CODE = "sim.tfjob.dev/exit-code"
 HOLD = "e2e.tfjob.dev/hold"  # a finalizer of the test's own, to keep a deleted pod terminating
@@ -41,7 +41,7 @@ SLOW_FAILOVER = DecideConfig(failover_backoff_base=8.0, failover_backoff_cap=32.
 
 
 def parse(ts: str) -> float:
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 async def stop_cleanly(operator: Operator) -> None:
@@ -81,6 +81,7 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
     mark = faults.mark()
     second = await start_operator(sim_cluster, config=SLOW_FAILOVER)
     try:
+
         async def replaced() -> bool:
             pods = by_name(running_pods(await second.pods("resume")))
             return "resume-worker-1" in pods and pods["resume-worker-1"]["metadata"]["uid"] != before["resume-worker-1"]
@@ -96,11 +97,15 @@ async def test_restart_during_the_backoff_creates_one_replacement_and_keeps_the_
         assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
         record = worker_record(job, 1)
         assert record["failovers"] == 2 and record["state"] == "Replaced", record
-        assert second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 0, \
-            "the restarted controller must not count the same failover again"
-        assert second.metric("training_operator_jobs_created_total",
-                             {"job_namespace": "default", "framework": "tensorflow"}) == 0, \
-            "a restart must not count existing jobs as created again (quirk Q11)"
+        assert (
+            second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "OOMKilled"}) == 0
+        ), "the restarted controller must not count the same failover again"
+        assert (
+            second.metric(
+                "training_operator_jobs_created_total", {"job_namespace": "default", "framework": "tensorflow"}
+            )
+            == 0
+        ), "a restart must not count existing jobs as created again (quirk Q11)"
 
         # The next failure of the same worker continues the crash-loop history: back-off doubles.
         await annotate_pod(second, "resume-worker-1", {EXIT_CODE: "137"})
@@ -133,8 +138,11 @@ async def test_restart_while_the_failed_pod_terminates_counts_one_failover(sim_c
         async def terminating() -> dict | None:
             pod = by_name(await first.pods("term")).get("term-worker-0")
             record = worker_record(await first.job("term"), 0)
-            return record if pod and pod["metadata"].get("deletionTimestamp") and record and \
-                record["state"] == "Replacing" else None
+            return (
+                record
+                if pod and pod["metadata"].get("deletionTimestamp") and record and record["state"] == "Replacing"
+                else None
+            )
 
         await eventually(terminating, what="the controller deleting the failed worker")
     finally:
@@ -175,14 +183,16 @@ async def test_restart_while_scaled_down_workers_terminate_counts_no_failover(si
         faults.pause_kubelet()
         from controller.tfjob.executor import TFJOBS
 
-        await first.client.patch(TFJOBS, "down", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}},
-                                 namespace="default")
+        await first.client.patch(
+            TFJOBS, "down", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
+        )
 
         async def leaving() -> bool:
             pods = by_name(await first.pods("down"))
             services = [s["metadata"]["name"] for s in await first.services("down")]
-            return all(pods[n]["metadata"].get("deletionTimestamp") for n in ("down-worker-1", "down-worker-2")) \
-                and services == ["down-worker-0"]
+            return all(
+                pods[n]["metadata"].get("deletionTimestamp") for n in ("down-worker-1", "down-worker-2")
+            ) and services == ["down-worker-0"]
 
         await eventually(leaving, what="workers 1 and 2 terminating, their services gone")
     finally:
@@ -204,8 +214,13 @@ async def test_restart_while_scaled_down_workers_terminate_counts_no_failover(si
         job = await second.job("down")
         assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
         assert worker_record(job, 1) is None and worker_record(job, 2) is None
-        assert sum(second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
-                   for r in ("Deleted", "Evicted", "NodeLost", "Disrupted", "Error", "OOMKilled")) == 0
+        assert (
+            sum(
+                second.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
+                for r in ("Deleted", "Evicted", "NodeLost", "Disrupted", "Error", "OOMKilled")
+            )
+            == 0
+        )
     finally:
         faults.resume_kubelet()
         await stop_cleanly(second)
@@ -224,8 +239,12 @@ async def test_a_converged_job_costs_zero_writes_per_reconcile(sim_cluster: SimC
         async def replaced() -> bool:
             job = await operator.job("calm")
             pods = by_name(running_pods(await operator.pods("calm")))
-            return "calm-worker-0" in pods and pods["calm-worker-0"]["metadata"]["uid"] != old and \
-                job["status"]["replicaStatuses"]["Worker"].get("active") == 2
+            return (
+                "calm-worker-0" in pods
+                and pods["calm-worker-0"]["metadata"]["uid"] != old
+                and job["status"]["replicaStatuses"]["Worker"].get("active") == 2
+            )
+
         await eventually(replaced, what="worker 0 replaced and counted active")
         await reconciled_once_more(operator, "calm")
 

@@ -11,6 +11,7 @@ scale subresource (selector filled by the controller) makes ``kubectl scale`` an
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import (
@@ -44,8 +45,9 @@ def index_of(name: str) -> int:
 
 
 async def set_workers(operator: Operator, job: str, replicas: int) -> None:
-    await operator.client.patch(TFJOBS, job, {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas}}}},
-                                namespace="default")
+    await operator.client.patch(
+        TFJOBS, job, {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas}}}}, namespace="default"
+    )
 
 
 def assert_healthy(job: dict) -> None:
@@ -62,8 +64,9 @@ async def test_scale_up_adds_pods_and_services_and_leaves_existing_ones_alone(op
 
     async def grown() -> bool:
         pods = running_pods(await operator.pods("grow"))
-        return names(pods) == [f"grow-worker-{i}" for i in range(4)] and \
-            names(await operator.services("grow")) == names(pods)
+        return names(pods) == [f"grow-worker-{i}" for i in range(4)] and names(
+            await operator.services("grow")
+        ) == names(pods)
 
     await eventually(grown, what="workers 2 and 3 created with their services")
     after = uids(await operator.pods("grow"))
@@ -96,8 +99,9 @@ async def test_scale_down_deletes_highest_index_first_and_never_counts_a_failure
     await set_workers(operator, "shrink", 2)
 
     async def shrunk() -> bool:
-        return names(await operator.pods("shrink")) == ["shrink-worker-0", "shrink-worker-1"] and \
-            names(await operator.services("shrink")) == ["shrink-worker-0", "shrink-worker-1"]
+        return names(await operator.pods("shrink")) == ["shrink-worker-0", "shrink-worker-1"] and names(
+            await operator.services("shrink")
+        ) == ["shrink-worker-0", "shrink-worker-1"]
 
     await eventually(shrunk, what="workers 4, 3, 2 removed with their services")
     await reconciled_once_more(operator, "shrink")  # the scale-down pass's events and metrics are out
@@ -112,8 +116,13 @@ async def test_scale_down_deletes_highest_index_first_and_never_counts_a_failure
     worker = job["status"]["replicaStatuses"]["Worker"]
     assert worker.get("active") == 2 and not worker.get("failed"), worker
     assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 3
-    assert sum(operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
-               for r in ("Deleted", "Evicted", "NodeLost", "Error", "OOMKilled", "Disrupted")) == 0
+    assert (
+        sum(
+            operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
+            for r in ("Deleted", "Evicted", "NodeLost", "Error", "OOMKilled", "Disrupted")
+        )
+        == 0
+    )
     scaled = [e for e in await operator.events("shrink") if e["reason"] == "WorkerScaledDown"]
     assert len(scaled) == 1 and "shrink-worker-4" in scaled[0]["message"] and "shrink-worker-2" in scaled[0]["message"]
     assert not [e for e in await operator.events("shrink") if e["reason"] in ("WorkerFailover", "TFJobFailed")]
@@ -126,8 +135,9 @@ async def test_workers_scale_to_zero_when_a_chief_exists(operator: Operator) -> 
     await set_workers(operator, "zero", 0)
 
     async def no_workers() -> bool:
-        return not await operator.pods("zero", replica_type="worker") and \
-            names(await operator.services("zero")) == ["zero-chief-0"]
+        return not await operator.pods("zero", replica_type="worker") and names(await operator.services("zero")) == [
+            "zero-chief-0"
+        ]
 
     await eventually(no_workers, what="every worker pod and service removed")
     assert uids(await operator.pods("zero", replica_type="chief")) == chief
@@ -229,9 +239,11 @@ async def test_no_out_of_range_pod_is_created_while_a_higher_index_terminates(op
         faults.resume_kubelet()
 
     async def settled() -> bool:
-        return names(running_pods(await operator.pods("range"))) == ["range-worker-0", "range-worker-1",
-                                                                     "range-worker-2"] and \
-            names(await operator.pods("range")) == ["range-worker-0", "range-worker-1", "range-worker-2"]
+        return names(running_pods(await operator.pods("range"))) == [
+            "range-worker-0",
+            "range-worker-1",
+            "range-worker-2",
+        ] and names(await operator.pods("range")) == ["range-worker-0", "range-worker-1", "range-worker-2"]
 
     await eventually(settled, what="three workers and no terminating pod left")
     assert faults.count("create", "pods", since=mark) == 1, "an out-of-range or duplicate pod was created"
@@ -246,14 +258,15 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
     """Worker 2 failed again and waits for its back-off when the job is scaled to 2: its service and its
     failover record go, and when the back-off's timed requeue fires nothing is created."""
     import time
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from controller.tfjob.decide import DecideConfig
     from tests.e2e.conftest import annotate_pod, fail_over_once, start_operator, worker_record
 
     faults = sim_cluster.faults
-    operator = await start_operator(sim_cluster, config=DecideConfig(failover_backoff_base=3.0,
-                                                                     failover_backoff_cap=3.0))
+    operator = await start_operator(
+        sim_cluster, config=DecideConfig(failover_backoff_base=3.0, failover_backoff_cap=3.0)
+    )
     try:
         await create_and_wait_running(operator, tfjob("cancel", workers=3, restart_policy="ExitCode"), running=3)
         await fail_over_once(operator, "cancel", 2)  # replaced at once; the next failover backs off
@@ -265,8 +278,7 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
             return record if gone and record and record["state"] == "Replacing" else None
 
         record = await eventually(waiting, what="worker 2 gone and waiting for its back-off")
-        retry_after = datetime.strptime(record["retryAfter"], "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=timezone.utc).timestamp()
+        retry_after = datetime.strptime(record["retryAfter"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
         mark = faults.mark()
         await set_workers(operator, "cancel", 2)
 
@@ -280,8 +292,9 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
         queue = operator.controller.controller.queue
 
         def backoff_requeue_done() -> bool:
-            return time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and \
-                queue.num_processing == 0
+            return (
+                time.time() > retry_after and queue.num_waiting == 0 and len(queue) == 0 and queue.num_processing == 0
+            )
 
         await eventually(backoff_requeue_done, what="the back-off's timed requeue to fire and finish")
         assert names(await operator.pods("cancel")) == ["cancel-worker-0", "cancel-worker-1"]

@@ -36,8 +36,9 @@ async def sdk_list_jobs(operator: Operator) -> list[Any]:
 
 
 async def test_a_job_created_without_run_policy_is_listed_by_the_sdk(operator: Operator) -> None:
-    await operator.client.create(TFJOBS, tfjob("with-policy", workers=1, run_policy={"backoffLimit": 2}),
-                                 namespace="default")
+    await operator.client.create(
+        TFJOBS, tfjob("with-policy", workers=1, run_policy={"backoffLimit": 2}), namespace="default"
+    )
     stored = await create_and_wait_running(operator, without_run_policy("bare"), running=2)
     # The CRD's default is stored ({}; the schema's own defaults inside it, suspend: false, then apply).
     assert stored["spec"]["runPolicy"] == {"suspend": False}

@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from controller.runtime.client import EVENTS, PODS, ApiClient
-from tfjob_sim.cluster import SimCluster, SimConfig
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, FAST_FAILOVER, Operator, eventually, is_true, running_pods, tfjob
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 
 @pytest.fixture
@@ -39,12 +39,18 @@ def sim_config() -> SimConfig:
 
 def kubeconfig(cluster: SimCluster, user: dict[str, Any], path: Path) -> str:
     ca = base64.b64encode(cluster.secure.ca_cert).decode()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": cluster.url, "certificate-authority-data": ca}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "default"}}],
-        "users": [{"name": "u", "user": user}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": cluster.url, "certificate-authority-data": ca}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "default"}}],
+                "users": [{"name": "u", "user": user}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -59,9 +65,15 @@ def exec_user(tmp_path: Path, token: str, other_secret: str) -> dict[str, Any]:
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
         " 'status': {'token': os.environ['PLUGIN_TOKEN'], 'expirationTimestamp': '2999-01-01T00:00:00Z'}}))\n"
     )
-    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                     "args": [str(plugin)], "interactiveMode": "Never",
-                     "env": [{"name": "PLUGIN_TOKEN", "value": token}, {"name": "API_KEY", "value": other_secret}]}}
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(plugin)],
+            "interactiveMode": "Never",
+            "env": [{"name": "PLUGIN_TOKEN", "value": token}, {"name": "API_KEY", "value": other_secret}],
+        }
+    }
 
 
 @pytest.mark.parametrize("make_user", [bearer_user, exec_user], ids=["bearer-token", "exec-plugin"])
@@ -100,7 +112,8 @@ async def test_no_credential_appears_in_logs_events_or_metrics(
 
             async def replaced() -> bool:
                 return len(running_pods(await operator.pods("guarded"))) == 2 and any(
-                    e.get("reason") == "WorkerFailover" for e in await operator.events("guarded"))
+                    e.get("reason") == "WorkerFailover" for e in await operator.events("guarded")
+                )
 
             await eventually(replaced, timeout=30.0, what="worker-1 replaced after the relist")
             events = (await client.list(EVENTS, namespace="default"))["items"]

@@ -21,9 +21,9 @@ import anyio
 import yaml
 
 from controller.runtime.client import LEASES, NAMESPACES, PODS, ApiClient
-from tfjob_sim.cluster import SimCluster
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
+from tfjob_sim.cluster import SimCluster
 
 SHARDS = ("team-a", "team-b")
 JOBS_PER_SHARD = 3
@@ -42,11 +42,28 @@ async def shard(cluster: SimCluster, namespace: str) -> AsyncIterator[int]:
     assert cluster.kubeconfig_path
     metrics_port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "controller", "--log-level", "warning", "run",
-        "--kubeconfig", cluster.kubeconfig_path, "--namespace", namespace, "--workers", "2",
-        "--leader-election-namespace", "default", "--leader-election-id", f"tfjob-controller-{namespace}",
-        "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", f"127.0.0.1:{free_port()}",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "controller",
+        "--log-level",
+        "warning",
+        "run",
+        "--kubeconfig",
+        cluster.kubeconfig_path,
+        "--namespace",
+        namespace,
+        "--workers",
+        "2",
+        "--leader-election-namespace",
+        "default",
+        "--leader-election-id",
+        f"tfjob-controller-{namespace}",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics_port}",
+        "--health-addr",
+        f"127.0.0.1:{free_port()}",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         yield metrics_port
@@ -69,8 +86,9 @@ async def test_two_namespace_shards_each_run_their_own_jobs_and_no_job_twice(sim
         async with shard(sim_cluster, "team-a") as metrics_a, shard(sim_cluster, "team-b") as metrics_b:
             for namespace in (*SHARDS, "team-c"):
                 for i in range(JOBS_PER_SHARD):
-                    await client.create(TFJOBS, tfjob(f"job-{i}", workers=WORKERS, namespace=namespace),
-                                        namespace=namespace)
+                    await client.create(
+                        TFJOBS, tfjob(f"job-{i}", workers=WORKERS, namespace=namespace), namespace=namespace
+                    )
 
             async def all_running() -> bool:
                 for namespace in SHARDS:
@@ -83,7 +101,9 @@ async def test_two_namespace_shards_each_run_their_own_jobs_and_no_job_twice(sim
             scraped = {}
             async with aiohttp.ClientSession() as http:
                 for namespace, port in (("team-a", metrics_a), ("team-b", metrics_b)):
-                    created = f'training_operator_jobs_created_total{{framework="tensorflow",job_namespace="{namespace}"}}'
+                    created = (
+                        f'training_operator_jobs_created_total{{framework="tensorflow",job_namespace="{namespace}"}}'
+                    )
 
                     async def counted(port: int = port, created: str = created) -> str | None:
                         # A namespace's counts show from the scrape after the one that showed its series at 0.
@@ -97,7 +117,7 @@ async def test_two_namespace_shards_each_run_their_own_jobs_and_no_job_twice(sim
         # Each shard reports its own namespace's jobs and never the other's.
         for namespace, other in (("team-a", "team-b"), ("team-b", "team-a")):
             assert f'job_namespace="{other}"' not in scraped[namespace]
-            assert f'job_namespace="team-c"' not in scraped[namespace]
+            assert 'job_namespace="team-c"' not in scraped[namespace]
         holders = {ns: lease["spec"]["holderIdentity"] for ns, lease in leases.items()}
         assert all(holders.values()) and holders["team-a"] != holders["team-b"]
 
@@ -108,11 +128,15 @@ async def test_two_namespace_shards_each_run_their_own_jobs_and_no_job_twice(sim
             creates = [r for r in ours if r.verb == "create" and r.resource == resource]
             assert all(r.code == 201 for r in creates), [(r.namespace, r.code) for r in creates if r.code != 201]
             per_namespace = {ns: sum(1 for r in creates if r.namespace == ns) for ns in (*SHARDS, "team-c")}
-            assert per_namespace == {"team-a": JOBS_PER_SHARD * WORKERS, "team-b": JOBS_PER_SHARD * WORKERS,
-                                     "team-c": 0}
+            assert per_namespace == {
+                "team-a": JOBS_PER_SHARD * WORKERS,
+                "team-b": JOBS_PER_SHARD * WORKERS,
+                "team-c": 0,
+            }
         # Neither process ever read TFJobs, pods or services beyond its namespace.
-        reads = [r for r in ours if r.verb in ("list", "watch") and r.resource in (
-            "tfjobs.kubeflow.org", "pods", "services")]
+        reads = [
+            r for r in ours if r.verb in ("list", "watch") and r.resource in ("tfjobs.kubeflow.org", "pods", "services")
+        ]
         assert reads and all(r.namespace in SHARDS for r in reads)
         assert (await client.list(PODS, namespace="team-c"))["items"] == []
     finally:

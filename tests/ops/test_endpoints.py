@@ -1,5 +1,5 @@
-import anyio
 import aiohttp
+import anyio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 

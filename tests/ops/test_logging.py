@@ -28,8 +28,7 @@ print(json.dumps(chained))
 
 def run(level: str) -> tuple[list[dict], list[str]]:
     """The JSON lines written at ``level``, and the methods of the calls that reached the processor chain."""
-    done = subprocess.run([sys.executable, "-c", SCRIPT, level], capture_output=True, text=True, timeout=60,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, level], capture_output=True, text=True, timeout=60, check=True)
     return [json.loads(line) for line in done.stderr.splitlines()], json.loads(done.stdout)
 
 

@@ -61,7 +61,9 @@ def _dashboard_exprs() -> list[tuple[str, str, str]]:
 
 
 def test_generated_files_are_up_to_date() -> None:
-    stale = [str(path) for path, content in monitoring.generated_files().items() if (REPO / path).read_text() != content]
+    stale = [
+        str(path) for path, content in monitoring.generated_files().items() if (REPO / path).read_text() != content
+    ]
     assert not stale, f"run `python -m controller.ops.monitoring`: {stale}"
 
 
@@ -69,7 +71,10 @@ def test_metric_names_and_selectors_checkers_can_fail() -> None:
     expr = 'histogram_quantile(0.99, sum by (verb, le) (rate(rest_client_request_duration_seconds_bucket{a="b"}[5m])))'
     assert metric_names(expr) == {"rest_client_request_duration_seconds"}
     assert metric_names("sum(rate(workqueue_addz_total[5m]))") == {"workqueue_addz_total"}
-    assert selectors('sum(up{job="x"}) or vector(0) > bool workqueue_depth') == [("up", 'job="x"'), ("workqueue_depth", "")]
+    assert selectors('sum(up{job="x"}) or vector(0) > bool workqueue_depth') == [
+        ("up", 'job="x"'),
+        ("workqueue_depth", ""),
+    ]
 
 
 def test_every_catalogued_metric_is_used_and_every_used_metric_is_catalogued() -> None:
@@ -113,7 +118,9 @@ def test_panels_do_not_overlap_and_fit_the_grid() -> None:
         for panel in json.loads((GRAFANA / dashboard.file).read_text())["panels"]:
             grid = panel["gridPos"]
             assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
-            cells = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+            cells = {
+                (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+            }
             assert not cells & occupied, f"{panel['title']!r} overlaps another panel"
             occupied |= cells
 
@@ -139,7 +146,9 @@ def test_alert_rules_are_scoped_documented_and_linked_to_the_runbook() -> None:
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     promtool = _tool("promtool")
     checked = _run(promtool, "check", "rules", "grafana/alerts.yaml")
-    assert checked.returncode == 0 and f"SUCCESS: {len(ALERTS)} rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and f"SUCCESS: {len(ALERTS)} rules found" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
     tested = _run(promtool, "test", "rules", "grafana/alerts_test.yaml")
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
@@ -158,17 +167,31 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
 def test_promtool_unit_tests_would_catch_an_unscoped_rule(tmp_path: Path) -> None:
     # The foreign-component cases only prove something if dropping the job selector breaks them.
     promtool = _tool("promtool")
-    rules = (GRAFANA / "alerts.yaml").read_text().replace('job="tfjob-controller", ', "").replace('{job="tfjob-controller"}', "")
+    rules = (
+        (GRAFANA / "alerts.yaml")
+        .read_text()
+        .replace('job="tfjob-controller", ', "")
+        .replace('{job="tfjob-controller"}', "")
+    )
     (tmp_path / "alerts.yaml").write_text(rules)
     (tmp_path / "alerts_test.yaml").write_text((GRAFANA / "alerts_test.yaml").read_text())
-    result = subprocess.run([promtool, "test", "rules", "alerts_test.yaml"], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [promtool, "test", "rules", "alerts_test.yaml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert result.returncode != 0
     failed = set(re.findall(r"alertname: (\w+)", result.stdout + result.stderr))
     # Every alert whose input has a foreign same-named series must notice (Down is scoped by `up` alone).
-    assert {"TFJobControllerNoLeader", "TFJobControllerReconcileErrors", "TFJobControllerWorkqueueBacklogGrowing",
-            "TFJobControllerWatchStalled", "TFJobWorkerFailoverStorm", "TFJobsDegradedForLong",
-            "TFJobsStuckNotRunning", "TFJobControllerAPIErrors", "TFJobControllerDown"} <= failed, result.stdout
+    assert {
+        "TFJobControllerNoLeader",
+        "TFJobControllerReconcileErrors",
+        "TFJobControllerWorkqueueBacklogGrowing",
+        "TFJobControllerWatchStalled",
+        "TFJobWorkerFailoverStorm",
+        "TFJobsDegradedForLong",
+        "TFJobsStuckNotRunning",
+        "TFJobControllerAPIErrors",
+        "TFJobControllerDown",
+    } <= failed, result.stdout
 
 
 def test_kube_prometheus_manifests_render_and_match_the_sources() -> None:

@@ -19,26 +19,27 @@ import asyncio
 import math
 import shutil
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from controller.ops.catalogue import BY_NAME, UNCHARTED
 from controller.ops.monitoring import ALERTS, DASHBOARDS, Panel
 from controller.runtime.client import ApiClient
-from tfjob_sim.cluster import SimCluster
 from tests.prometheus_harness import (
     FOREIGN_JOB,
     SCRAPE_JOB,
     ControllerProcess,
     ForeignExporter,
-    install,
     Prometheus,
+    install,
     play_scenario,
     scrape_targets,
     substitute,
 )
 from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,7 +74,9 @@ def promtool() -> str:
     return found
 
 
-async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_cluster: SimCluster, promtool: str) -> None:
+async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
+    sim_cluster: SimCluster, promtool: str
+) -> None:
     assert sim_cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
     await install(client)
@@ -85,8 +88,9 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
         async with Prometheus(scrape_targets(controller, foreign)) as prom:
             started = time.time()
 
-            async def until(expr: str, check: Callable[[list[dict[str, Any]]], bool], what: str,
-                            timeout: float = 30) -> list[dict[str, Any]]:
+            async def until(
+                expr: str, check: Callable[[list[dict[str, Any]]], bool], what: str, timeout: float = 30
+            ) -> list[dict[str, Any]]:
                 last: list[list[dict[str, Any]]] = [[]]
 
                 async def ok() -> bool:
@@ -102,8 +106,13 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
             # --- the live scrape: promtool's conventions, and exactly the catalogue ------------------------
             exposition = await controller.scrape()
             check = await asyncio.create_subprocess_exec(
-                promtool, "check", "metrics", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT)
+                promtool,
+                "check",
+                "metrics",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
             out, _ = await check.communicate(exposition.encode())
             assert check.returncode == 0, out.decode()
             exported = families(exposition)
@@ -112,11 +121,19 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
 
             # --- wait until Prometheus has scraped the end state, then evaluate over the whole run ---------
             jobs_query = f'sum by (job_namespace, state) (tfjob_jobs{{job="{SCRAPE_JOB}"}}) > 0'
-            await until(jobs_query, lambda r: {(x["metric"]["job_namespace"], x["metric"]["state"]): float(x["value"][1])
-                                              for x in r} == {k: float(v) for k, v in expected.jobs_by_state.items()},
-                        "jobs by state scraped")
-            await until(f'sum(tfjob_worker_scaled_down_total{{job="{SCRAPE_JOB}"}})',
-                        lambda r: bool(r) and float(r[0]["value"][1]) == expected.scaled_down, "scale-down scraped")
+            await until(
+                jobs_query,
+                lambda r: (
+                    {(x["metric"]["job_namespace"], x["metric"]["state"]): float(x["value"][1]) for x in r}
+                    == {k: float(v) for k, v in expected.jobs_by_state.items()}
+                ),
+                "jobs by state scraped",
+            )
+            await until(
+                f'sum(tfjob_worker_scaled_down_total{{job="{SCRAPE_JOB}"}})',
+                lambda r: bool(r) and float(r[0]["value"][1]) == expected.scaled_down,
+                "scale-down scraped",
+            )
             # Everything below is evaluated at the controller's last scrape. At "now", increase() extrapolates from
             # that scrape to the end of its range (up to a scrape interval): on a scenario of a few seconds that is
             # 15-20 % too much, as seen under load (Deleted failovers 1.16 and 1.19 for 1). At a scrape's own time
@@ -142,7 +159,8 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
 
             # Training jobs: the scenario's numbers, untouched by the foreign component's 77s and 100/s.
             assert values(panel("Jobs by state"), "state") == {
-                state: float(sum(n for (_, s), n in expected.jobs_by_state.items() if s == state)) for state in ALL_STATES
+                state: float(sum(n for (_, s), n in expected.jobs_by_state.items() if s == state))
+                for state in ALL_STATES
             }
             failovers = values(panel("Failovers by reason in range"), "reason")
             assert set(failovers) == set(ALL_REASONS)
@@ -150,10 +168,19 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
                 assert close(failovers[reason], expected.failovers.get(reason, 0)), (reason, failovers)
             [scaled] = panel("Workers removed by scale-down in range")
             assert close(float(scaled["value"][1]), expected.scaled_down), scaled
-            lifecycle = dict(zip(("created", "successful", "failed", "restarted", "deleted"),
-                                 (float(r[0]["value"][1]) for r in results["Jobs created, succeeded, failed in range"])))
-            for kind, count in (("created", expected.created), ("successful", expected.succeeded),
-                                ("failed", expected.failed), ("restarted", 0), ("deleted", 0)):
+            lifecycle = dict(
+                zip(
+                    ("created", "successful", "failed", "restarted", "deleted"),
+                    (float(r[0]["value"][1]) for r in results["Jobs created, succeeded, failed in range"]),
+                )
+            )
+            for kind, count in (
+                ("created", expected.created),
+                ("successful", expected.succeeded),
+                ("failed", expected.failed),
+                ("restarted", 0),
+                ("deleted", 0),
+            ):
                 assert close(lifecycle[kind], count), (kind, lifecycle)
             p50 = float(panel("Failover latency", 0)[0]["value"][1])
             # First failovers are replaced as soon as the pod is gone (no back-off): the latency is measured,
@@ -163,22 +190,27 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
             assert values(panel("Degraded jobs"), "job_namespace") == {"default": 0.0, "team-b": 0.0}
             assert values(panel("Oldest job not yet Running"), "job_namespace") == {"default": 0.0, "team-b": 0.0}
             observed = await prom.query(
-                f'sum by (job_namespace) (tfjob_job_time_to_running_seconds_count{{job="{SCRAPE_JOB}"}})', at)
+                f'sum by (job_namespace) (tfjob_job_time_to_running_seconds_count{{job="{SCRAPE_JOB}"}})', at
+            )
             assert values(observed, "job_namespace") == {"default": 1.0, "team-b": 2.0}
             latencies = await prom.query(
-                f'sum by (reason) (tfjob_worker_failover_seconds_count{{job="{SCRAPE_JOB}"}})', at)
+                f'sum by (reason) (tfjob_worker_failover_seconds_count{{job="{SCRAPE_JOB}"}})', at
+            )
             assert values(latencies, "reason") == {r: float(expected.failovers.get(r, 0)) for r in ALL_REASONS}
 
             # Controller health: one leader, a small queue, the two throttled writes and their retries.
             assert values(panel("Leader"), "instance") == {f"127.0.0.1:{controller.metrics_port}": 1.0}
             assert all(v < 100 for v in values(panel("Queue depth"), "instance").values())
             seconds = float(window.rstrip("s"))
-            throttled = {(r["metric"]["method"], r["metric"]["code"]): float(r["value"][1]) * seconds
-                         for r in panel("Throttled and failed requests / s")}
+            throttled = {
+                (r["metric"]["method"], r["metric"]["code"]): float(r["value"][1]) * seconds
+                for r in panel("Throttled and failed requests / s")
+            }
             assert close(throttled.pop(("PUT", "429")), expected.throttled_writes), throttled
             assert all(v == 0 for v in throttled.values()), throttled
-            retries = {(r["metric"]["verb"], r["metric"]["code"]): float(r["value"][1]) * seconds
-                       for r in panel("Retries / s")}
+            retries = {
+                (r["metric"]["verb"], r["metric"]["code"]): float(r["value"][1]) * seconds for r in panel("Retries / s")
+            }
             assert close(retries.pop(("PUT", "429")), expected.throttled_writes), retries
             assert all(v == 0 for v in retries.values()), retries
             # Client-side throttling: the simulator runs API Priority and Fairness, so the controller's client
@@ -186,16 +218,27 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(sim_clu
             # other wait is leader election's own bucket, one per Lease request. Requests the simulator logged
             # by the scrape were counted; any counted beyond them reached it just after (the bound is loose).
             assert panel("Client-side throttling by verb"), "leader election's waits must show"
-            [waits] = await prom.query(f'sum(rest_client_rate_limiter_duration_seconds_count{{job="{SCRAPE_JOB}"}})', at)
+            [waits] = await prom.query(
+                f'sum(rest_client_rate_limiter_duration_seconds_count{{job="{SCRAPE_JOB}"}})', at
+            )
 
             def lease_requests(until: float) -> int:
-                return sum(1 for r in sim_cluster.faults.requests(requests_before, resource="leases.coordination.k8s.io")
-                           if r.time <= until)
+                return sum(
+                    1
+                    for r in sim_cluster.faults.requests(requests_before, resource="leases.coordination.k8s.io")
+                    if r.time <= until
+                )
 
             assert lease_requests(at) <= float(waits["value"][1]) - 1 <= lease_requests(at + 5), (
-                waits, lease_requests(at), lease_requests(at + 5))
+                waits,
+                lease_requests(at),
+                lease_requests(at + 5),
+            )
             assert set(values(panel("Seconds since the last watch event"), "resource")) == {
-                "pods", "services", "tfjobs.kubeflow.org"}
+                "pods",
+                "services",
+                "tfjobs.kubeflow.org",
+            }
 
             # --- alerts: every rule evaluates, every signal has data, nothing fires on a healthy controller --
             rules = await prom.rule_states()

@@ -8,7 +8,8 @@ exactly which responses come back, and we count the attempts); verb semantics ru
 from __future__ import annotations
 
 import random
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import orjson
@@ -19,11 +20,11 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from controller.runtime.client import (
+    APF_HEADERS,
     LEASES,
     NODES,
     PATCH_CONTENT_TYPES,
     PODS,
-    APF_HEADERS,
     ApiClient,
     LineSplitter,
     RequestLimit,
@@ -58,8 +59,15 @@ FAST_RETRY = RetryPolicy(max_attempts=4, base_delay=0.001, max_delay=0.005, max_
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> bytes:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return orjson.dumps(body)
@@ -146,12 +154,18 @@ def test_retry_after_from_header_or_details():
 
 
 def test_watch_error_event_status_and_too_large_rv():
-    err = error_from_status({"kind": "Status", "code": 410, "reason": "Expired",
-                             "message": "too old resource version: 1 (5)"})
+    err = error_from_status(
+        {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (5)"}
+    )
     assert isinstance(err, Expired) and "too old" in str(err)
     too_large = error_from_response(
-        504, status_body(504, "Timeout", "Timeout: Too large resource version: 9, current: 5",
-                         causes=[{"type": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
+        504,
+        status_body(
+            504,
+            "Timeout",
+            "Timeout: Too large resource version: 9, current: 5",
+            causes=[{"type": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        ),
         {"Retry-After": "1"},
     )
     assert isinstance(too_large, ServerTimeout) and is_too_large_resource_version(too_large)
@@ -163,14 +177,15 @@ def test_watch_error_event_status_and_too_large_rv():
 
 def test_line_splitter_reassembles_any_chunking():
     rng = random.Random(7)
-    events = [orjson.dumps({"type": "MODIFIED", "object": {"n": i, "pad": "x" * rng.randrange(0, 300)}})
-              for i in range(500)]
+    events = [
+        orjson.dumps({"type": "MODIFIED", "object": {"n": i, "pad": "x" * rng.randrange(0, 300)}}) for i in range(500)
+    ]
     stream = b"".join(e + b"\n" for e in events)
     for _ in range(20):
         splitter, got, pos = LineSplitter(), [], 0
         while pos < len(stream):
             step = rng.choice([1, 2, 7, 64, 1000, 5000])
-            got.extend(splitter.feed(stream[pos:pos + step]))
+            got.extend(splitter.feed(stream[pos : pos + step]))
             pos += step
         assert got == events and splitter.tail() == b""
 
@@ -180,7 +195,7 @@ def test_line_splitter_huge_line_and_tail():
     splitter = LineSplitter()
     out = []
     for i in range(0, len(big), 65536):
-        out.extend(splitter.feed(big[i:i + 65536]))
+        out.extend(splitter.feed(big[i : i + 65536]))
     assert out == []
     assert splitter.feed(b"\n{}\n{") == [big, b"{}"]
     assert splitter.tail() == b"{"
@@ -300,13 +315,13 @@ class Scripted:
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None):
-    return lambda: web.Response(body=orjson.dumps(obj), status=status, content_type="application/json",
-                                headers=headers)
+    return lambda: web.Response(body=orjson.dumps(obj), status=status, content_type="application/json", headers=headers)
 
 
 def status_response(code: int, reason: str, message: str = "x", headers: dict[str, str] | None = None):
-    return lambda: web.Response(body=status_body(code, reason, message), status=code,
-                                content_type="application/json", headers=headers)
+    return lambda: web.Response(
+        body=status_body(code, reason, message), status=code, content_type="application/json", headers=headers
+    )
 
 
 @pytest.fixture
@@ -326,8 +341,9 @@ def make_client(url: str, **kwargs: Any) -> ApiClient:
 
 async def test_429_is_retried_for_any_verb_honouring_retry_after(scripted):
     scripted.respond(
-        lambda: web.Response(text="Too many requests, please try again later.\n", status=429,
-                             headers={"Retry-After": "1"}),
+        lambda: web.Response(
+            text="Too many requests, please try again later.\n", status=429, headers={"Retry-After": "1"}
+        ),
         json_response({"kind": "Pod", "metadata": {"name": "p"}}, status=201),
     )
     registry = CollectorRegistry()
@@ -338,7 +354,10 @@ async def test_429_is_retried_for_any_verb_honouring_retry_after(scripted):
     host = scripted.url.removeprefix("http://")
     assert registry.get_sample_value("rest_client_requests_total", {"code": "429", "method": "POST", "host": host}) == 1
     assert registry.get_sample_value("rest_client_requests_total", {"code": "201", "method": "POST", "host": host}) == 1
-    assert registry.get_sample_value("rest_client_request_retries_total", {"code": "429", "verb": "POST", "host": host}) == 1
+    assert (
+        registry.get_sample_value("rest_client_request_retries_total", {"code": "429", "verb": "POST", "host": host})
+        == 1
+    )
     assert registry.get_sample_value("rest_client_request_duration_seconds_count", {"verb": "POST", "host": host}) == 2
 
 
@@ -351,8 +370,10 @@ async def test_post_is_not_replayed_on_500_without_retry_after(scripted):
 
 
 async def test_post_is_retried_on_503_with_retry_after(scripted):
-    scripted.respond(status_response(503, "ServiceUnavailable", "apiserver is shutting down", {"Retry-After": "1"}),
-                     json_response({"metadata": {"name": "p"}}, status=201))
+    scripted.respond(
+        status_response(503, "ServiceUnavailable", "apiserver is shutting down", {"Retry-After": "1"}),
+        json_response({"metadata": {"name": "p"}}, status=201),
+    )
     async with make_client(scripted.url) as client:
         await client.create(PODS, {"metadata": {"name": "p", "namespace": "ns"}})
     assert len(scripted.requests) == 2
@@ -370,8 +391,13 @@ async def test_json_patch_not_replayed_but_merge_patch_is(scripted):
     scripted.respond(status_response(500, "InternalError"))
     async with make_client(scripted.url) as client:
         with pytest.raises(ServerError):
-            await client.patch(PODS, "p", [{"op": "add", "path": "/metadata/labels/a", "value": "b"}],
-                               namespace="ns", patch_type="json")
+            await client.patch(
+                PODS,
+                "p",
+                [{"op": "add", "path": "/metadata/labels/a", "value": "b"}],
+                namespace="ns",
+                patch_type="json",
+            )
         assert len(scripted.requests) == 1
         with pytest.raises(ServerError):
             await client.patch(PODS, "p", {"metadata": {"labels": {"a": "b"}}}, namespace="ns")
@@ -389,7 +415,11 @@ async def test_client_errors_are_not_retried(scripted):
 async def test_patch_content_types_and_query_params(scripted):
     scripted.respond(json_response({"metadata": {"name": "p"}}))
     async with make_client(scripted.url) as client:
-        for patch_type, body in (("merge", {"a": 1}), ("strategic", {"a": 1}), ("json", [{"op": "test", "path": "/a", "value": 1}])):
+        for patch_type, body in (
+            ("merge", {"a": 1}),
+            ("strategic", {"a": 1}),
+            ("json", [{"op": "test", "path": "/a", "value": 1}]),
+        ):
             await client.patch(PODS, "p", body, namespace="ns", patch_type=patch_type)
         await client.patch(PODS, "p", {"a": 1}, namespace="ns", patch_type="apply", field_manager="tfjob", force=True)
         with pytest.raises(ValueError, match="field_manager"):
@@ -405,24 +435,44 @@ async def test_patch_content_types_and_query_params(scripted):
 async def test_delete_options_body(scripted):
     scripted.respond(json_response({"kind": "Status", "status": "Success"}))
     async with make_client(scripted.url) as client:
-        await client.delete(PODS, "p", namespace="ns", grace_period_seconds=0, propagation_policy="Foreground",
-                            preconditions={"uid": "u1"})
+        await client.delete(
+            PODS,
+            "p",
+            namespace="ns",
+            grace_period_seconds=0,
+            propagation_policy="Foreground",
+            preconditions={"uid": "u1"},
+        )
         with pytest.raises(ValueError, match="propagation_policy"):
             await client.delete(PODS, "p", namespace="ns", propagation_policy="Cascade")
     method, path, headers, body = scripted.requests[0]
     assert (method, path, headers["Content-Type"]) == ("DELETE", "/api/v1/namespaces/ns/pods/p", "application/json")
-    assert orjson.loads(body) == {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
-                                  "propagationPolicy": "Foreground", "preconditions": {"uid": "u1"}}
+    assert orjson.loads(body) == {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "gracePeriodSeconds": 0,
+        "propagationPolicy": "Foreground",
+        "preconditions": {"uid": "u1"},
+    }
 
 
 async def test_list_query_params(scripted):
     scripted.respond(json_response({"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": []}))
     async with make_client(scripted.url) as client:
-        page = await client.list(PODS, namespace="ns", label_selector="app in (a,b),!x", field_selector="status.phase=Running",
-                                 limit=500, continue_="tok", resource_version="0")
+        page = await client.list(
+            PODS,
+            namespace="ns",
+            label_selector="app in (a,b),!x",
+            field_selector="status.phase=Running",
+            limit=500,
+            continue_="tok",
+            resource_version="0",
+        )
     assert page["metadata"]["resourceVersion"] == "5"
-    assert scripted.requests[0][1] == ("/api/v1/namespaces/ns/pods?labelSelector=app+in+%28a%2Cb%29%2C%21x"
-                                       "&fieldSelector=status.phase%3DRunning&limit=500&continue=tok&resourceVersion=0")
+    assert scripted.requests[0][1] == (
+        "/api/v1/namespaces/ns/pods?labelSelector=app+in+%28a%2Cb%29%2C%21x"
+        "&fieldSelector=status.phase%3DRunning&limit=500&continue=tok&resourceVersion=0"
+    )
 
 
 async def test_non_json_success_body_is_a_clear_error(scripted):
@@ -444,8 +494,10 @@ async def test_connection_refused_is_transport_error_and_retried():
             await client.create(PODS, {"metadata": {"name": "p", "namespace": "ns"}})
     assert info.value.request_sent is False
     host = f"127.0.0.1:{port}"
-    assert registry.get_sample_value("rest_client_requests_total",
-                                     {"code": "<error>", "method": "POST", "host": host}) == FAST_RETRY.max_attempts
+    assert (
+        registry.get_sample_value("rest_client_requests_total", {"code": "<error>", "method": "POST", "host": host})
+        == FAST_RETRY.max_attempts
+    )
 
 
 async def test_bearer_token_refresh_hook_is_used_per_request(scripted):
@@ -475,8 +527,11 @@ async def test_in_cluster_client_rereads_rotated_token(tmp_path, monkeypatch):
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("first")
     ca.write_text("not-a-real-ca-but-non-empty")
-    client = ApiClient.in_cluster(token_path=str(token), ca_path=str(ca),
-                                  environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    client = ApiClient.in_cluster(
+        token_path=str(token),
+        ca_path=str(ca),
+        environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+    )
     assert client.base_url == "https://10.0.0.1:443"
     headers: dict[str, str] = {}
     await client._auth_headers(headers)
@@ -503,8 +558,9 @@ def test_bad_server_url_is_rejected():
 
 
 def limiter_waits(registry: CollectorRegistry, url: str, verb: str = "GET") -> float:
-    value = registry.get_sample_value("rest_client_rate_limiter_duration_seconds_count",
-                                      {"verb": verb, "host": url.removeprefix("http://")})
+    value = registry.get_sample_value(
+        "rest_client_rate_limiter_duration_seconds_count", {"verb": verb, "host": url.removeprefix("http://")}
+    )
     return value or 0.0
 
 
@@ -522,8 +578,11 @@ async def test_auto_limit_is_lifted_by_the_servers_apf_headers_with_one_log_line
     assert "(X-Kubernetes-PF-FlowSchema-UID): client-side rate limit off; set --kube-api-qps" in lifted[0]["event"]
 
 
-@pytest.mark.parametrize(("apf", "auto", "mode"), [(False, True, "auto"), (True, False, "fixed")],
-                         ids=["auto-without-apf", "explicit-with-apf"])
+@pytest.mark.parametrize(
+    ("apf", "auto", "mode"),
+    [(False, True, "auto"), (True, False, "fixed")],
+    ids=["auto-without-apf", "explicit-with-apf"],
+)
 async def test_the_bucket_stays_without_apf_or_when_explicit(scripted, apf, auto, mode):
     scripted.respond(json_response({"major": "1"}, headers=APF if apf else None))
     registry = CollectorRegistry()
@@ -539,8 +598,9 @@ async def test_the_bucket_stays_without_apf_or_when_explicit(scripted, apf, auto
 async def test_apfs_own_429_lifts_an_auto_limit_and_is_retried(scripted):
     # What APF sends when it throttles: plain text, Retry-After, and its headers.
     scripted.respond(
-        lambda: web.Response(text="Too many requests, please try again later.\n", status=429,
-                             headers={"Retry-After": "1", **APF}),
+        lambda: web.Response(
+            text="Too many requests, please try again later.\n", status=429, headers={"Retry-After": "1", **APF}
+        ),
         json_response({"major": "1"}),
     )
     async with make_client(scripted.url, auto_limit=True) as client:
@@ -597,9 +657,11 @@ def stream_handler(chunks: list[bytes], then: Callable[[], Awaitable[None]] | No
 
 
 async def test_watch_stream_decodes_events_split_across_chunks(scripted):
-    events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}", "resourceVersion": str(i)}}} for i in range(50)]
+    events = [
+        {"type": "ADDED", "object": {"metadata": {"name": f"p{i}", "resourceVersion": str(i)}}} for i in range(50)
+    ]
     raw = b"".join(orjson.dumps(e) + b"\n" for e in events)
-    chunks = [raw[i:i + 37] for i in range(0, len(raw), 37)]
+    chunks = [raw[i : i + 37] for i in range(0, len(raw), 37)]
     scripted.handler = stream_handler(chunks)
     async with make_client(scripted.url) as client:
         got = []
@@ -607,8 +669,9 @@ async def test_watch_stream_decodes_events_split_across_chunks(scripted):
             async for event in stream:
                 got.append(event)
     assert got == events
-    assert scripted.requests[0][1] == ("/api/v1/namespaces/ns/pods?watch=true&resourceVersion=7"
-                                       "&timeoutSeconds=300&allowWatchBookmarks=true")
+    assert scripted.requests[0][1] == (
+        "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=7&timeoutSeconds=300&allowWatchBookmarks=true"
+    )
 
 
 async def test_watch_stream_plain_iteration_and_truncated_tail(scripted):
@@ -623,8 +686,9 @@ async def test_watch_stream_plain_iteration_and_truncated_tail(scripted):
 
 async def test_watch_stream_stall_raises_stream_stalled(scripted):
     stop = anyio.Event()
-    scripted.handler = stream_handler([b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}\n'],
-                                      then=stop.wait)
+    scripted.handler = stream_handler(
+        [b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}\n'], then=stop.wait
+    )
     try:
         async with make_client(scripted.url) as client:
             got = []
@@ -662,8 +726,12 @@ async def test_crud_against_simulator(sim_cluster):
         version = await client.get("/version")
         assert "gitVersion" in version
         cm_res = Resource("", "v1", "configmaps")
-        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "namespace": "default"},
-              "data": {"a": "1"}}
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "c1", "namespace": "default"},
+            "data": {"a": "1"},
+        }
         created = await client.create(cm_res, cm)
         assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
         with pytest.raises(AlreadyExists):
@@ -677,8 +745,9 @@ async def test_crud_against_simulator(sim_cluster):
             await client.replace(cm_res, dict(got, data={"a": "3"}))  # got's RV is stale now
         patched = await client.patch(cm_res, "c1", {"data": {"b": "x"}}, namespace="default")
         assert patched["data"] == {"a": "2", "b": "x"}
-        patched = await client.patch(cm_res, "c1", [{"op": "remove", "path": "/data/a"}], namespace="default",
-                                     patch_type="json")
+        patched = await client.patch(
+            cm_res, "c1", [{"op": "remove", "path": "/data/a"}], namespace="default", patch_type="json"
+        )
         assert patched["data"] == {"b": "x"}
         page = await client.list(cm_res, namespace="default")
         assert [i["metadata"]["name"] for i in page["items"]] == ["c1"]
@@ -691,8 +760,12 @@ async def test_crud_against_simulator(sim_cluster):
         with pytest.raises(ApiError) as info:
             await client.list(PODS, namespace="default", label_selector="a in (")
         assert info.value.status == 400
-        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                 "metadata": {"name": "l1", "namespace": "default"}, "spec": {"holderIdentity": "x"}}
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "l1", "namespace": "default"},
+            "spec": {"holderIdentity": "x"},
+        }
         created = await client.create(LEASES, lease)
         with pytest.raises(Invalid) as invalid:
             await client.replace(LEASES, lease)  # a Lease PUT without resourceVersion is refused
@@ -719,14 +792,30 @@ async def test_kubeconfig_exec_credentials_are_refreshed_when_expired(tmp_path, 
         " 'status': {'token': f'tok-{n}', 'expirationTimestamp': '2000-01-01T00:00:00Z'}}))\n"
     )
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": scripted.url}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
-                                                  "command": sys.executable, "args": [str(plugin)],
-                                                  "interactiveMode": "Never"}}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": scripted.url}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": sys.executable,
+                                "args": [str(plugin)],
+                                "interactiveMode": "Never",
+                            }
+                        },
+                    }
+                ],
+            }
+        )
+    )
     scripted.respond(json_response({"gitVersion": "v1.30.0"}))
     async with await ApiClient.from_kubeconfig(str(kubeconfig), retry=FAST_RETRY) as client:
         await client.get("/version")
@@ -762,8 +851,11 @@ async def test_gzip_responses_are_asked_for_and_decoded(scripted):
     import gzip
 
     body = orjson.dumps({"kind": "PodList", "items": [{"metadata": {"name": f"p{i}"}} for i in range(200)]})
-    scripted.respond(lambda: web.Response(body=gzip.compress(body), content_type="application/json",
-                                          headers={"Content-Encoding": "gzip"}))
+    scripted.respond(
+        lambda: web.Response(
+            body=gzip.compress(body), content_type="application/json", headers={"Content-Encoding": "gzip"}
+        )
+    )
     async with make_client(scripted.url) as client:
         listed = await client.list(PODS, namespace="ns")
     assert len(listed["items"]) == 200
@@ -773,8 +865,9 @@ async def test_gzip_responses_are_asked_for_and_decoded(scripted):
 async def test_cookies_set_by_the_server_are_not_sent_back(scripted):
     # client-go's http.Client has no cookie jar: a Set-Cookie (from a proxy in front of the apiserver, say)
     # must not make later requests differ.
-    scripted.respond(lambda: web.Response(body=b"{}", content_type="application/json",
-                                          headers={"Set-Cookie": "session=abc; Path=/"}))
+    scripted.respond(
+        lambda: web.Response(body=b"{}", content_type="application/json", headers={"Set-Cookie": "session=abc; Path=/"})
+    )
     # A host name, not an IP: aiohttp's default jar ignores cookies of IP hosts.
     async with make_client(scripted.url.replace("127.0.0.1", "localhost")) as client:
         await client.get("/version")

@@ -46,8 +46,11 @@ class FakeEventsClient:
 
 
 def job(name: str = "j", uid: str = "uid-1") -> dict[str, Any]:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "7"}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "7"},
+    }
 
 
 class Clock:
@@ -60,8 +63,9 @@ class Clock:
 
 def recorder(client: FakeEventsClient, registry: CollectorRegistry | None = None, **kwargs: Any) -> EventRecorder:
     kwargs.setdefault("qps", 0)  # no pacing unless a test asks for it
-    return EventRecorder(client, "tfjob-controller", registry, now=lambda: "2026-01-01T00:00:00Z",
-                         instance="test", **kwargs)
+    return EventRecorder(
+        client, "tfjob-controller", registry, now=lambda: "2026-01-01T00:00:00Z", instance="test", **kwargs
+    )
 
 
 def dropped(registry: CollectorRegistry, reason: str) -> float:
@@ -79,10 +83,20 @@ async def test_record_returns_at_once_and_the_writer_creates_the_event():
         tg.cancel_scope.cancel()
     [(verb, name, body)] = client.calls
     assert verb == "create" and name.startswith("j.")
-    assert body["involvedObject"] == {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j",
-                                      "namespace": "ns", "uid": "uid-1", "resourceVersion": "7"}
+    assert body["involvedObject"] == {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "name": "j",
+        "namespace": "ns",
+        "uid": "uid-1",
+        "resourceVersion": "7",
+    }
     assert (body["type"], body["reason"], body["message"], body["count"]) == (
-        "Normal", "SuccessfulCreatePod", "Created pod: j-worker-0", 1)
+        "Normal",
+        "SuccessfulCreatePod",
+        "Created pod: j-worker-0",
+        1,
+    )
     assert body["source"] == {"component": "tfjob-controller"} and body["reportingInstance"] == "test"
 
 

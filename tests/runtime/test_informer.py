@@ -8,8 +8,9 @@ proves that no relist happened where a plain re-watch suffices.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -19,9 +20,9 @@ from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnkn
 from controller.runtime.client import CONFIGMAPS, NODES, ApiClient, Resource, RetryPolicy
 from controller.runtime.clock import FakeClock
 from controller.runtime.informer import Backoff, Informer, _BackoffState
+from tests.waiting import eventually
 from tfjob_sim.cluster import SimConfig
 from tfjob_sim.watch import WatchConfig
-from tests.waiting import eventually
 
 NS = "default"
 FAST_BACKOFF = Backoff(initial=0.05, factor=2.0, cap=0.2, jitter=0.5, reset_after=5.0)
@@ -78,8 +79,11 @@ class Mirror:
 def server_state(cluster, resource: str = "configmaps", namespace: str | None = NS) -> dict[str, str]:
     items, _ = cluster.store.list(resource, namespace)
     return {
-        (f"{i['metadata']['namespace']}/{i['metadata']['name']}" if i["metadata"].get("namespace")
-         else i["metadata"]["name"]): i["metadata"]["resourceVersion"]
+        (
+            f"{i['metadata']['namespace']}/{i['metadata']['name']}"
+            if i["metadata"].get("namespace")
+            else i["metadata"]["name"]
+        ): i["metadata"]["resourceVersion"]
         for i in items
     }
 
@@ -88,16 +92,26 @@ def cache_state(informer: Informer) -> dict[str, str]:
     return {k: o["metadata"]["resourceVersion"] for k in informer.cache.keys() for o in [informer.cache.get(k)]}
 
 
-async def converged(cluster, informer: Informer, mirror: Mirror, namespace: str | None = NS,
-                    timeout: float = 30.0) -> None:
-    await wait_until(lambda: cache_state(informer) == server_state(cluster, namespace=namespace)
-                     and mirror.state == cache_state(informer), timeout,
-                     "informer cache / handler mirror equal to the server state")
+async def converged(
+    cluster, informer: Informer, mirror: Mirror, namespace: str | None = NS, timeout: float = 30.0
+) -> None:
+    await wait_until(
+        lambda: (
+            cache_state(informer) == server_state(cluster, namespace=namespace)
+            and mirror.state == cache_state(informer)
+        ),
+        timeout,
+        "informer cache / handler mirror equal to the server state",
+    )
 
 
 def cm(name: str, ns: str = NS, **data: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
-            "data": dict(data) or {"v": "0"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns},
+        "data": dict(data) or {"v": "0"},
+    }
 
 
 def bump(cluster, name: str, value: str, ns: str = NS) -> None:
@@ -105,13 +119,16 @@ def bump(cluster, name: str, value: str, ns: str = NS) -> None:
 
 
 @asynccontextmanager
-async def running(cluster, resource: Resource = CONFIGMAPS, **kwargs: Any) -> AsyncIterator[tuple[Informer, Mirror, CollectorRegistry]]:
+async def running(
+    cluster, resource: Resource = CONFIGMAPS, **kwargs: Any
+) -> AsyncIterator[tuple[Informer, Mirror, CollectorRegistry]]:
     registry = CollectorRegistry()
     kwargs.setdefault("namespace", NS)
     kwargs.setdefault("backoff", FAST_BACKOFF)
     kwargs.setdefault("inactivity_timeout", 30.0)
     async with await ApiClient.from_kubeconfig(
-        cluster.kubeconfig_path, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, max_retry_after=0.05),
+        cluster.kubeconfig_path,
+        retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, max_retry_after=0.05),
     ) as client:
         informer = Informer(client, resource, registry=registry, **kwargs)
         mirror = Mirror(informer)
@@ -120,8 +137,10 @@ async def running(cluster, resource: Resource = CONFIGMAPS, **kwargs: Any) -> As
             with anyio.fail_after(30):
                 await informer.wait_for_sync()
             # Watch faults act on open watches: start each test with the informer's watch(es) established.
-            await wait_until(lambda: len(cluster.hub.watchers(resource.qualified)) >= len(informer.namespaces),
-                             what="informer watch established")
+            await wait_until(
+                lambda: len(cluster.hub.watchers(resource.qualified)) >= len(informer.namespaces),
+                what="informer watch established",
+            )
             yield informer, mirror, registry
             tg.cancel_scope.cancel()
 
@@ -190,6 +209,7 @@ async def test_late_handler_receives_existing_objects(sim_cluster):
 
 async def test_failing_handler_does_not_stop_the_informer(sim_cluster):
     async with running(sim_cluster) as (informer, mirror, _):
+
         def boom(obj: dict) -> None:
             raise RuntimeError("handler bug")
 
@@ -202,10 +222,15 @@ async def test_failing_handler_does_not_stop_the_informer(sim_cluster):
 async def test_indexers_and_owner_index(sim_cluster):
     for name, uid in (("a", "u1"), ("b", "u1"), ("c", "u2")):
         obj = cm(name)
-        obj["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j",
-                                               "uid": uid, "controller": True}]
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j", "uid": uid, "controller": True}
+        ]
         sim_cluster.store.create("configmaps", NS, obj)
-    async with running(sim_cluster, indexers={CONTROLLER_UID_INDEX: controller_owner_uid_index}) as (informer, mirror, _):
+    async with running(sim_cluster, indexers={CONTROLLER_UID_INDEX: controller_owner_uid_index}) as (
+        informer,
+        mirror,
+        _,
+    ):
         assert sorted(o["metadata"]["name"] for o in informer.by_index(CONTROLLER_UID_INDEX, "u1")) == ["a", "b"]
         sim_cluster.store.delete("configmaps", NS, "a")
         await converged(sim_cluster, informer, mirror)
@@ -240,8 +265,13 @@ async def test_dropped_connection_rewatches_without_relist(sim_cluster):
             await wait_until(lambda: watches(sim_cluster, mark) > w, what="re-watch")
         await converged(sim_cluster, informer, mirror)
         # A watch closed within a second without events counts as "short" (re-watched after a backoff).
-        assert sum(metric(registry, "informer_watch_restarts_total", resource="configmaps", reason=reason)
-                   for reason in ("closed", "short")) == 3
+        assert (
+            sum(
+                metric(registry, "informer_watch_restarts_total", resource="configmaps", reason=reason)
+                for reason in ("closed", "short")
+            )
+            == 3
+        )
     assert lists(sim_cluster, mark) == 1
 
 
@@ -300,8 +330,11 @@ async def test_500_storm_on_every_verb_converges(sim_cluster):
             sim_cluster.faults.close_watches("configmaps")
             bump(sim_cluster, f"c{i + 5}", "storm")
             sim_cluster.store.delete("configmaps", NS, f"c{i}")
-            await wait_until(lambda: len(sim_cluster.hub.watchers("configmaps")) == 1
-                             and watches(sim_cluster, mark) >= 1, 10, "a watch re-established through the storm")
+            await wait_until(
+                lambda: len(sim_cluster.hub.watchers("configmaps")) == 1 and watches(sim_cluster, mark) >= 1,
+                10,
+                "a watch re-established through the storm",
+            )
         assert rule.hits >= 1
         sim_cluster.faults.remove(rule)
         await converged(sim_cluster, informer, mirror)
@@ -381,8 +414,9 @@ async def test_relist_handlers_follow_the_object_handlers_with_the_lists_generat
 
 async def test_list_generation_is_per_namespace(sim_cluster):
     for ns in ("team-a", "team-b"):
-        sim_cluster.store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": ns}})
+        sim_cluster.store.create(
+            "namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
     async with running(sim_cluster, namespace=None, namespaces=["team-a", "team-b"]) as (informer, _, _):
         assert informer.list_generation("team-a") == informer.list_generation("team-b") == 1
         with pytest.raises(ValueError, match="does not watch namespace 'team-c'"):
@@ -422,8 +456,9 @@ async def test_410_on_continue_restarts_the_list(sim_cluster):
 
 async def test_several_namespaces_one_cache_relist_is_scoped(sim_cluster):
     for ns in ("team-a", "team-b", "team-c"):
-        sim_cluster.store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": ns}})
+        sim_cluster.store.create(
+            "namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
         sim_cluster.store.create("configmaps", ns, cm("x", ns))
     async with running(sim_cluster, namespace=None, namespaces=["team-a", "team-b"]) as (informer, mirror, _):
         assert sorted(informer.cache.keys()) == ["team-a/x", "team-b/x"]
@@ -453,8 +488,12 @@ async def test_cluster_scoped_resource(sim_cluster):
         assert informer.cache.keys() == ["n1"]  # cluster-scoped key: the bare name
         sim_cluster.store.create("nodes", None, dict(node, metadata={"name": "n2"}))
         sim_cluster.store.delete("nodes", None, "n1")
-        await wait_until(lambda: cache_state(informer) == server_state(sim_cluster, "nodes", None)
-                         and mirror.state == cache_state(informer))
+        await wait_until(
+            lambda: (
+                cache_state(informer) == server_state(sim_cluster, "nodes", None)
+                and mirror.state == cache_state(informer)
+            )
+        )
         assert informer.cache.keys() == ["n2"]
 
 

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from controller.runtime.client import ApiClient, RetryPolicy
 from controller.runtime.errors import TransportError
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost, micro_time
-from tfjob_sim.cluster import SimConfig
 from tests.waiting import eventually, never
+from tfjob_sim.cluster import SimConfig
 
 NS = "default"
 LEASE = "tfjob-controller"
@@ -164,8 +164,10 @@ async def test_two_candidates_one_leader_and_takeover_after_release(sim_cluster)
             # b keeps trying for longer than a lease duration, and never leads while a renews.
             await wait_until(lambda: b.observed_holder == "a")
             mark = sim_cluster.faults.mark()
-            await wait_until(lambda: sim_cluster.faults.count("get", LEASES, since=mark) >= 12,
-                             what="b retried for > 2 lease durations")
+            await wait_until(
+                lambda: sim_cluster.faults.count("get", LEASES, since=mark) >= 12,
+                what="b retried for > 2 lease durations",
+            )
             assert leader_b.started_at is None and not b.is_leader and a.is_leader
             # Shutdown of a: cancellation releases the lease, b takes over at its next retry.
             released_at = time.monotonic()
@@ -206,7 +208,10 @@ async def test_a_waiting_candidate_is_woken_by_the_release(sim_cluster, watch_re
 
 
 async def test_partitioned_leader_stops_before_anyone_takes_over(sim_cluster):
-    async with await client_for(sim_cluster, PartitionableClient) as client_a, await client_for(sim_cluster) as client_b:
+    async with (
+        await client_for(sim_cluster, PartitionableClient) as client_a,
+        await client_for(sim_cluster) as client_b,
+    ):
         a = LeaderElector(client_a, NS, LEASE, "a", **SAFETY)
         b = LeaderElector(client_b, NS, LEASE, "b", **SAFETY)
         leader_a, leader_b = Leader(), Leader()
@@ -254,8 +259,10 @@ async def test_stolen_lease_is_lost_within_the_renew_deadline(sim_cluster):
             tg.start_soon(run_a)
             await wait_until(lambda: leader.started_at is not None)
             lease = sim_cluster.store.get(LEASES, NS, LEASE)
-            stolen = dict(lease, spec=dict(lease["spec"], holderIdentity="intruder", leaseDurationSeconds=3600,
-                                           renewTime=micro_time()))
+            stolen = dict(
+                lease,
+                spec=dict(lease["spec"], holderIdentity="intruder", leaseDurationSeconds=3600, renewTime=micro_time()),
+            )
             sim_cluster.store.update(LEASES, NS, LEASE, stolen)
             stolen_at = time.monotonic()
             await wait_until(lambda: bool(outcome), what="a notices it no longer holds the lease")
@@ -298,11 +305,16 @@ async def test_racing_initial_create_one_wins(sim_cluster):
             for elector, leader in zip(electors, leaders):
                 tg.start_soon(elector.run, leader)
             await wait_until(lambda: any(l.started_at is not None for l in leaders))
-            await wait_until(lambda: len(sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES)) == 2
-                             and all(r.code for r in sim_cluster.faults.requests(since=mark, verb="create",
-                                                                                  resource=LEASES)), 5)
+            await wait_until(
+                lambda: (
+                    len(sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES)) == 2
+                    and all(r.code for r in sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES))
+                ),
+                5,
+            )
             creates = sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES)
             assert sorted(r.code for r in creates) == [201, 409]
+
             # Exactly one leads, now and over the following renewals.
             def one_leader_after_renewals() -> bool:
                 assert sum(e.is_leader for e in electors) == 1

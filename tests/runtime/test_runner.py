@@ -191,9 +191,7 @@ async def test_cache_sync_timeout_is_a_clear_error_and_starts_nothing() -> None:
 
     synced = FakeSource("synced")
     synced.mark_synced()
-    controller = Controller(
-        "c", reconcile, sources=[synced, FakeSource("stuck-pods")], cache_sync_timeout=0.05
-    )
+    controller = Controller("c", reconcile, sources=[synced, FakeSource("stuck-pods")], cache_sync_timeout=0.05)
     controller.queue.add("ns/a")
     with anyio.fail_after(30), pytest.raises(CacheSyncTimeoutError) as caught:
         await controller.run()
@@ -412,27 +410,55 @@ async def test_a_controller_runs_once() -> None:
 
 FAILURE_CASES = {
     # exception: (level, reason, retry_in (backoff 1 s * 2**0, or a longer Retry-After), traceback?)
-    "429 honours Retry-After": (TooManyRequests(429, "TooManyRequests", "slow down", retry_after=7.0),
-                                "warning", "throttled", 7.0, False),
-    "503": (ServiceUnavailable(503, "ServiceUnavailable", "apiserver is shutting down"),
-            "warning", "server_error", 1.0, False),
+    "429 honours Retry-After": (
+        TooManyRequests(429, "TooManyRequests", "slow down", retry_after=7.0),
+        "warning",
+        "throttled",
+        7.0,
+        False,
+    ),
+    "503": (
+        ServiceUnavailable(503, "ServiceUnavailable", "apiserver is shutting down"),
+        "warning",
+        "server_error",
+        1.0,
+        False,
+    ),
     "504": (ServerTimeout(504, "Timeout", "request did not complete"), "warning", "server_error", 1.0, False),
     "connection reset": (TransportError("connection reset by peer"), "warning", "transport", 1.0, False),
-    "409 stale resourceVersion": (Conflict(409, "Conflict", "the object has been modified"),
-                                  "warning", "conflict", 1.0, False),
-    "404 of a job deleted meanwhile": (NotFound(404, "NotFound", 'tfjobs "a" not found'),
-                                       "warning", "not_found", 1.0, False),
+    "409 stale resourceVersion": (
+        Conflict(409, "Conflict", "the object has been modified"),
+        "warning",
+        "conflict",
+        1.0,
+        False,
+    ),
+    "404 of a job deleted meanwhile": (
+        NotFound(404, "NotFound", 'tfjobs "a" not found'),
+        "warning",
+        "not_found",
+        1.0,
+        False,
+    ),
     "403 needs a human": (Forbidden(403, "Forbidden", "cannot create pods"), "error", "forbidden", 1.0, False),
     "422 needs a human": (Invalid(422, "Invalid", "metadata.name: too long"), "error", "invalid", 1.0, False),
     "a bug": (Boom("broken"), "error", "unexpected", 1.0, True),
 }
 
 
-@pytest.mark.parametrize(("exc", "level", "reason", "retry_in", "traceback"), list(FAILURE_CASES.values()),
-                         ids=list(FAILURE_CASES))
+@pytest.mark.parametrize(
+    ("exc", "level", "reason", "retry_in", "traceback"), list(FAILURE_CASES.values()), ids=list(FAILURE_CASES)
+)
 async def test_failures_are_logged_by_kind_with_a_traceback_only_for_a_bug(
-    exc: Exception, level: str, reason: str, retry_in: float, traceback: bool,
-    fake_clock: FakeClock, registry: CollectorRegistry, metric_value: Callable[..., float], eventually: Eventually,
+    exc: Exception,
+    level: str,
+    reason: str,
+    retry_in: float,
+    traceback: bool,
+    fake_clock: FakeClock,
+    registry: CollectorRegistry,
+    metric_value: Callable[..., float],
+    eventually: Eventually,
 ) -> None:
     def raise_it() -> None:
         raise exc
@@ -443,8 +469,11 @@ async def test_failures_are_logged_by_kind_with_a_traceback_only_for_a_bug(
     out = io.StringIO()
     logger = structlog.wrap_logger(
         structlog.PrintLogger(out),
-        processors=[structlog.processors.add_log_level, structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer()],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
     )
     queue = make_queue(fake_clock)
     controller = Controller("c", reconcile, queue=queue, metrics=ReconcileMetrics("c", registry), logger=logger)

@@ -29,34 +29,92 @@ Eventually = Callable[..., Awaitable[None]]
 # | ("get_shutdown",). A "get" step only appears where an item must be available without waiting.
 CORE_CASES = {
     "dedupe while queued": [
-        ("add", "a"), ("add", "a"), ("add", "a"), ("len", 1), ("get", "a"), ("len", 0), ("done", "a"), ("len", 0),
+        ("add", "a"),
+        ("add", "a"),
+        ("add", "a"),
+        ("len", 1),
+        ("get", "a"),
+        ("len", 0),
+        ("done", "a"),
+        ("len", 0),
     ],
     "fifo order": [
-        ("add", "a"), ("add", "b"), ("add", "c"), ("add", "a"),
-        ("get", "a"), ("get", "b"), ("get", "c"), ("processing", 3),
+        ("add", "a"),
+        ("add", "b"),
+        ("add", "c"),
+        ("add", "a"),
+        ("get", "a"),
+        ("get", "b"),
+        ("get", "c"),
+        ("processing", 3),
     ],
     "re-add while processing runs once more after done": [
-        ("add", "a"), ("get", "a"), ("add", "a"), ("add", "a"), ("len", 0), ("processing", 1),
-        ("done", "a"), ("len", 1), ("get", "a"), ("done", "a"), ("len", 0), ("processing", 0),
+        ("add", "a"),
+        ("get", "a"),
+        ("add", "a"),
+        ("add", "a"),
+        ("len", 0),
+        ("processing", 1),
+        ("done", "a"),
+        ("len", 1),
+        ("get", "a"),
+        ("done", "a"),
+        ("len", 0),
+        ("processing", 0),
     ],
     "processing item is not handed out again before done": [
-        ("add", "a"), ("get", "a"), ("add", "a"), ("add", "b"), ("get", "b"), ("len", 0),
-        ("done", "a"), ("get", "a"),
+        ("add", "a"),
+        ("get", "a"),
+        ("add", "a"),
+        ("add", "b"),
+        ("get", "b"),
+        ("len", 0),
+        ("done", "a"),
+        ("get", "a"),
     ],
     "re-queued item goes to the back": [
-        ("add", "a"), ("get", "a"), ("add", "a"), ("add", "b"), ("done", "a"), ("get", "b"), ("get", "a"),
+        ("add", "a"),
+        ("get", "a"),
+        ("add", "a"),
+        ("add", "b"),
+        ("done", "a"),
+        ("get", "b"),
+        ("get", "a"),
     ],
     "done of an unknown or finished item is a no-op": [
-        ("done", "zzz"), ("add", "a"), ("get", "a"), ("done", "a"), ("done", "a"), ("len", 0), ("processing", 0),
-        ("add", "a"), ("done", "a"), ("len", 1), ("get", "a"),
+        ("done", "zzz"),
+        ("add", "a"),
+        ("get", "a"),
+        ("done", "a"),
+        ("done", "a"),
+        ("len", 0),
+        ("processing", 0),
+        ("add", "a"),
+        ("done", "a"),
+        ("len", 1),
+        ("get", "a"),
     ],
     "shutdown hands out queued items, then reports shutdown": [
-        ("add", "a"), ("add", "b"), ("shutdown",), ("add", "c"), ("len", 2),
-        ("get", "a"), ("get", "b"), ("get_shutdown",), ("get_shutdown",),
+        ("add", "a"),
+        ("add", "b"),
+        ("shutdown",),
+        ("add", "c"),
+        ("len", 2),
+        ("get", "a"),
+        ("get", "b"),
+        ("get_shutdown",),
+        ("get_shutdown",),
     ],
     "after shutdown done still re-queues an item dirtied while processing": [
-        ("add", "a"), ("get", "a"), ("add", "a"), ("shutdown",), ("add", "b"), ("done", "a"),
-        ("get", "a"), ("done", "a"), ("get_shutdown",),
+        ("add", "a"),
+        ("get", "a"),
+        ("add", "a"),
+        ("shutdown",),
+        ("add", "b"),
+        ("done", "a"),
+        ("get", "a"),
+        ("done", "a"),
+        ("get_shutdown",),
     ],
 }
 
@@ -310,7 +368,9 @@ async def test_due_entries_are_queued_in_ready_order(fake_clock: FakeClock, even
         assert [(await queue.get())[0] for _ in range(3)] == ["a", "b", "c"]
 
 
-async def test_entries_due_before_run_starts_are_queued_when_it_runs(fake_clock: FakeClock, eventually: Eventually) -> None:
+async def test_entries_due_before_run_starts_are_queued_when_it_runs(
+    fake_clock: FakeClock, eventually: Eventually
+) -> None:
     queue: RateLimitingQueue[str] = RateLimitingQueue("t", clock=fake_clock)
     queue.add_after("a", 1.0)
     fake_clock.advance(2.0)
@@ -363,7 +423,9 @@ async def test_shutdown_drops_delayed_adds_and_ignores_new_ones(fake_clock: Fake
 # ----------------------------------------------------------------------------------------- rate limit
 
 
-async def test_add_rate_limited_backs_off_per_item_and_forget_resets(fake_clock: FakeClock, eventually: Eventually) -> None:
+async def test_add_rate_limited_backs_off_per_item_and_forget_resets(
+    fake_clock: FakeClock, eventually: Eventually
+) -> None:
     limiter = ItemExponentialFailureRateLimiter(base_delay=1.0, max_delay=100.0)
     queue: RateLimitingQueue[str] = RateLimitingQueue("t", rate_limiter=limiter, clock=fake_clock)
     async with running(queue):
@@ -518,7 +580,9 @@ async def test_queue_metrics_scripted(
     fake_clock: FakeClock, registry: CollectorRegistry, eventually: Eventually, metric_value: Callable[..., float]
 ) -> None:
     queue: RateLimitingQueue[str] = RateLimitingQueue(
-        "jobs", clock=fake_clock, metrics=QueueMetrics("jobs", registry),
+        "jobs",
+        clock=fake_clock,
+        metrics=QueueMetrics("jobs", registry),
         rate_limiter=ItemExponentialFailureRateLimiter(1.0, 10.0),
     )
     labels = {"name": "jobs", "controller": "jobs"}

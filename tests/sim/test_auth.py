@@ -14,11 +14,11 @@ import yaml
 
 from controller.runtime.client import PODS, ApiClient, RetryPolicy
 from controller.runtime.errors import Forbidden, TransportError
+from tests.conftest import Kubectl
+from tests.waiting import eventually
 from tfjob_sim.auth import SecureMaterial
 from tfjob_sim.cluster import SimCluster, SimConfig, kubeconfig_document
 from tfjob_sim.rbac import Attributes, UserInfo, rule_allows
-from tests.conftest import Kubectl
-from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -82,7 +82,9 @@ async def test_tls_with_ca_verification_admin_token_and_401(kubectl: Kubectl, si
     assert "insecure-skip-tls-verify" not in config["clusters"][0]["cluster"]
     whoami = await ok(kubectl, "auth", "whoami", "-o", "json")
     assert json.loads(whoami)["status"]["userInfo"] == {
-        "username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+        "username": "kubernetes-admin",
+        "groups": ["system:masters", "system:authenticated"],
+    }
     assert (await ok(kubectl, "get", "nodes", "-o", "name")).split() == ["node/sim-node-0", "node/sim-node-1"]
 
     # No credentials: 401 with the real Status, over a connection that verified the server against the CA.
@@ -91,11 +93,18 @@ async def test_tls_with_ca_verification_admin_token_and_401(kubectl: Kubectl, si
         for path in ("/api/v1/pods", "/version", "/_sim/requests", "/api/v1/watch/pods"):
             async with http.get(sim_cluster.url + path, ssl=context) as response:
                 assert response.status == 401, path
-                assert await response.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                                  "status": "Failure", "message": "Unauthorized",
-                                                  "reason": "Unauthorized", "code": 401}
-        async with http.get(sim_cluster.url + "/api/v1/pods", ssl=context,
-                            headers={"Authorization": "Bearer not-a-token"}) as response:
+                assert await response.json() == {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "Unauthorized",
+                    "reason": "Unauthorized",
+                    "code": 401,
+                }
+        async with http.get(
+            sim_cluster.url + "/api/v1/pods", ssl=context, headers={"Authorization": "Bearer not-a-token"}
+        ) as response:
             assert response.status == 401
     rc, _out, err = await as_token(kubectl, "not-a-token")("get", "pods")
     assert rc == 1 and "error: You must be logged in to the server (Unauthorized)" in err
@@ -107,17 +116,23 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     user = "system:serviceaccount:default:bot"
     # Discovery and the auth APIs work for any authenticated user (system:discovery, system:basic-user).
     whoami = json.loads(await ok(bot, "auth", "whoami", "-o", "json"))["status"]["userInfo"]
-    assert whoami["username"] == user and whoami["uid"] == sim_cluster.store.get(
-        "serviceaccounts", "default", "bot")["metadata"]["uid"]
+    assert (
+        whoami["username"] == user
+        and whoami["uid"] == sim_cluster.store.get("serviceaccounts", "default", "bot")["metadata"]["uid"]
+    )
     assert whoami["groups"] == ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"]
 
     rc, _out, err = await bot("run", "web", "--image=nginx:1.27")
     assert rc == 1
-    assert err.strip() == (f'Error from server (Forbidden): pods is forbidden: User "{user}" cannot create resource '
-                           '"pods" in API group "" in the namespace "default"')
+    assert err.strip() == (
+        f'Error from server (Forbidden): pods is forbidden: User "{user}" cannot create resource '
+        '"pods" in API group "" in the namespace "default"'
+    )
     rc, _out, err = await bot("get", "deployments", "-n", "kube-system")
-    assert f'deployments.apps is forbidden: User "{user}" cannot list resource "deployments" in API group "apps" ' \
-           'in the namespace "kube-system"' in err
+    assert (
+        f'deployments.apps is forbidden: User "{user}" cannot list resource "deployments" in API group "apps" '
+        'in the namespace "kube-system"' in err
+    )
     rc, _out, err = await bot("get", "nodes")
     assert f'nodes is forbidden: User "{user}" cannot list resource "nodes" in API group "" at the cluster scope' in err
     rc, _out, err = await bot("get", "--raw", "/_sim/requests")
@@ -145,16 +160,23 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
         watch.terminate()
         await watch.wait()
     # The log route is authorized as the pods/log subresource: view grants it; "get pods" alone does not.
-    await eventually(lambda: (sim_cluster.store.get("pods", "default", "web") or {}).get("status", {})
-                     .get("phase") == "Running", timeout=20, what="pod web running")
+    await eventually(
+        lambda: (sim_cluster.store.get("pods", "default", "web") or {}).get("status", {}).get("phase") == "Running",
+        timeout=20,
+        what="pod web running",
+    )
     assert (await ok(bot, "logs", "web")).strip()
     reader = as_token(kubectl, await new_token(kubectl, "reader"))
     await ok(kubectl, "create", "role", "pod-reader", "--verb=get", "--resource=pods")
     await ok(kubectl, "create", "rolebinding", "reader", "--role=pod-reader", "--serviceaccount=default:reader")
     await ok(reader, "get", "pod", "web")
     rc, _out, err = await reader("logs", "web")
-    assert rc == 1 and 'pods "web" is forbidden: User "system:serviceaccount:default:reader" cannot get resource ' \
-                       '"pods/log" in API group "" in the namespace "default"' in err
+    assert (
+        rc == 1
+        and 'pods "web" is forbidden: User "system:serviceaccount:default:reader" cannot get resource '
+        '"pods/log" in API group "" in the namespace "default"'
+        in err
+    )
     listing = await ok(bot, "auth", "can-i", "--list")
     assert "selfsubjectaccessreviews.authorization.k8s.io" in listing
     assert any(row.split()[0] == "pods" and "[get list watch]" in row for row in listing.splitlines())
@@ -166,8 +188,10 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     await ok(kubectl, "create", "secret", "generic", "b")
     await ok(bot, "get", "secret", "a")
     rc, _out, err = await bot("get", "secret", "b")
-    assert f'secrets "b" is forbidden: User "{user}" cannot get resource "secrets" in API group "" in the ' \
-           'namespace "default"' in err
+    assert (
+        f'secrets "b" is forbidden: User "{user}" cannot get resource "secrets" in API group "" in the '
+        'namespace "default"' in err
+    )
     # A binding to a role that does not exist explains itself.
     await ok(kubectl, "create", "rolebinding", "bot-ghost", "--role=ghost", "--serviceaccount=default:bot")
     rc, _out, err = await bot("get", "secrets")
@@ -196,42 +220,63 @@ async def test_token_request_validation(kubectl: Kubectl) -> None:
     assert rc == 1 and 'serviceaccounts "nope" not found' in err
     await ok(kubectl, "create", "serviceaccount", "bot")
     rc, _out, err = await kubectl("create", "token", "bot", "--duration=1m")
-    assert rc == 1 and "spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 " \
-                       "minutes" in err
+    assert (
+        rc == 1 and "spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes" in err
+    )
     request = json.loads(await ok(kubectl, "create", "token", "bot", "--duration=2h", "-o", "json"))
     assert request["kind"] == "TokenRequest" and request["spec"]["expirationSeconds"] == 7200
     assert request["status"]["token"].count(".") == 2
 
 
 async def test_rbac_objects_are_validated(kubectl: Kubectl) -> None:
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"},
-            "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}, {"resources": ["pods"], "verbs": []}]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "r"},
+        "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}, {"resources": ["pods"], "verbs": []}],
+    }
     rc, _out, err = await kubectl("create", "-f", "-", input=json.dumps(role))
     assert rc == 1
-    assert 'rules[0].nonResourceURLs: Invalid value: []string{"/healthz"}: namespaced rules cannot apply to ' \
-           "non-resource URLs" in err
+    assert (
+        'rules[0].nonResourceURLs: Invalid value: []string{"/healthz"}: namespaced rules cannot apply to '
+        "non-resource URLs" in err
+    )
     assert "rules[1].verbs: Required value: verbs must contain at least one value" in err
     assert "rules[1].apiGroups: Required value: resource rules must supply at least one api group" in err
     await ok(kubectl, "create", "rolebinding", "b", "--clusterrole=view", "--user=jane")
     rc, _out, err = await kubectl("patch", "rolebinding", "b", "--type=merge", "-p", '{"roleRef":{"name":"edit"}}')
-    assert rc == 1 and 'roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", ' \
-                       'Kind:"ClusterRole", Name:"edit"}: cannot change roleRef' in err
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "c"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
-               "subjects": [{"kind": "ServiceAccount", "name": "bot"}]}
+    assert (
+        rc == 1
+        and 'roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", '
+        'Kind:"ClusterRole", Name:"edit"}: cannot change roleRef'
+        in err
+    )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "c"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+        "subjects": [{"kind": "ServiceAccount", "name": "bot"}],
+    }
     rc, _out, err = await kubectl("create", "-f", "-", input=json.dumps(binding))
     assert rc == 1 and 'roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole"' in err
     assert "subjects[0].namespace: Required value" in err
 
 
 async def test_the_controllers_client_verifies_the_server_against_the_kubeconfig_ca(
-        sim_cluster: SimCluster, tmp_path: Path) -> None:
+    sim_cluster: SimCluster, tmp_path: Path
+) -> None:
     """The controller's kubeconfig handling over TLS: the CA of the kubeconfig is what the server is
     verified against (another CA fails the handshake), and a ServiceAccount kubeconfig works."""
     stranger = SecureMaterial.generate("127.0.0.1")
     path = tmp_path / "wrong-ca"
-    path.write_text(yaml.safe_dump(kubeconfig_document(sim_cluster.url, ca_cert=stranger.ca_cert,
-                                                       user={"token": sim_cluster.secure.admin_token})))
+    path.write_text(
+        yaml.safe_dump(
+            kubeconfig_document(
+                sim_cluster.url, ca_cert=stranger.ca_cert, user={"token": sim_cluster.secure.admin_token}
+            )
+        )
+    )
     client = await ApiClient.from_kubeconfig(str(path), retry=RetryPolicy(max_attempts=1))
     try:
         with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -240,8 +285,9 @@ async def test_the_controllers_client_verifies_the_server_against_the_kubeconfig
         await client.close()
 
     sim_cluster.store.create("serviceaccounts", "default", {"metadata": {"name": "reader"}})
-    config = yaml.safe_load(Path(sim_cluster.service_account_kubeconfig(tmp_path / "sa", "default", "reader"))
-                            .read_text())
+    config = yaml.safe_load(
+        Path(sim_cluster.service_account_kubeconfig(tmp_path / "sa", "default", "reader")).read_text()
+    )
     assert config["clusters"][0]["cluster"]["certificate-authority-data"] and config["users"][0]["user"]["token"]
     client = await ApiClient.from_kubeconfig(str(tmp_path / "sa"), retry=RetryPolicy(max_attempts=1))
     try:

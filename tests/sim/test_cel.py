@@ -6,8 +6,11 @@ import pytest
 
 from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule
 
-CONTAINER = {"type": "object", "required": ["name"],
-             "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}
+CONTAINER = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {"name": {"type": "string"}, "image": {"type": "string"}},
+}
 CONTAINERS = {"type": "array", "items": CONTAINER}
 REPLICA_SPECS = {
     "type": "object",
@@ -15,7 +18,10 @@ REPLICA_SPECS = {
         "type": "object",
         "properties": {
             "replicas": {"type": "integer", "format": "int32"},
-            "template": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"containers": CONTAINERS}}}},
+            "template": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {"containers": CONTAINERS}}},
+            },
         },
     },
 }
@@ -30,7 +36,9 @@ TF = {"name": "tensorflow", "image": "tf:2"}
 # -- the TFJob CRD rules ---------------------------------------------------------------------------
 
 AT_MOST_ONE_CHIEF = "!(has(self.Chief) && has(self.Master))"
-TENSORFLOW_CONTAINER = "self.all(k, has(self[k].template) && self[k].template.spec.containers.exists(c, c.name == 'tensorflow'))"
+TENSORFLOW_CONTAINER = (
+    "self.all(k, has(self[k].template) && self[k].template.spec.containers.exists(c, c.name == 'tensorflow'))"
+)
 NON_EMPTY_IMAGES = "self.all(c, has(c.image) && size(c.image) > 0)"
 DNS1035 = "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63"
 KNOWN_TYPES = "self.all(k, k.matches('^(?i)(chief|master|ps|worker|evaluator)$'))"
@@ -42,7 +50,12 @@ KNOWN_TYPES = "self.all(k, k.matches('^(?i)(chief|master|ps|worker|evaluator)$')
         (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Worker": replica(TF)}, True),
         (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Chief": replica(TF), "Worker": replica(TF)}, True),
         (AT_MOST_ONE_CHIEF, REPLICA_SPECS, {"Chief": replica(TF), "Master": replica(TF)}, False),
-        (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": replica(TF), "PS": replica({"name": "x", "image": "i"}, TF)}, True),
+        (
+            TENSORFLOW_CONTAINER,
+            REPLICA_SPECS,
+            {"Worker": replica(TF), "PS": replica({"name": "x", "image": "i"}, TF)},
+            True,
+        ),
         (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": replica({"name": "main", "image": "i"})}, False),
         (TENSORFLOW_CONTAINER, REPLICA_SPECS, {"Worker": {"replicas": 1}}, False),
         (NON_EMPTY_IMAGES, CONTAINERS, [TF, {"name": "sidecar", "image": "busybox"}], True),
@@ -85,22 +98,48 @@ def test_optional_old_self() -> None:
 
 # -- compile errors (surface at CRD creation) --------------------------------------------------------
 
-OBJ = {"type": "object", "properties": {"x": {"type": "integer"}, "m": {"type": "object", "additionalProperties": {"type": "string"}},
-                                        "any": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                                        "ios": {"x-kubernetes-int-or-string": True}}}
+OBJ = {
+    "type": "object",
+    "properties": {
+        "x": {"type": "integer"},
+        "m": {"type": "object", "additionalProperties": {"type": "string"}},
+        "any": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "ios": {"x-kubernetes-int-or-string": True},
+    },
+}
 
 
 @pytest.mark.parametrize(
     ("rule", "schema", "message"),
     [
-        ("self.x ==", OBJ, "compilation failed: ERROR: <input>:1:10: Syntax error: mismatched input '<EOF>'\n | self.x ==\n | .........^"),
-        ("self.x # 1", OBJ, "compilation failed: ERROR: <input>:1:8: Syntax error: token recognition error at: '#'\n | self.x # 1\n | .......^"),
-        ("self.nope == 1", OBJ, "compilation failed: ERROR: <input>:1:5: undefined field 'nope'\n | self.nope == 1\n | ....^"),
+        (
+            "self.x ==",
+            OBJ,
+            "compilation failed: ERROR: <input>:1:10: Syntax error: mismatched input '<EOF>'\n | self.x ==\n | .........^",
+        ),
+        (
+            "self.x # 1",
+            OBJ,
+            "compilation failed: ERROR: <input>:1:8: Syntax error: token recognition error at: '#'\n | self.x # 1\n | .......^",
+        ),
+        (
+            "self.nope == 1",
+            OBJ,
+            "compilation failed: ERROR: <input>:1:5: undefined field 'nope'\n | self.nope == 1\n | ....^",
+        ),
         ("has(self.nope)", OBJ, "compilation failed: ERROR: <input>:1:9: undefined field 'nope'"),
         ("self.all(c, c.imag == 'x')", CONTAINERS, "compilation failed: ERROR: <input>:1:14: undefined field 'imag'"),
-        ("self.frob()", OBJ, "compilation failed: ERROR: <input>:1:10: undeclared reference to 'frob' (in container '')"),
+        (
+            "self.frob()",
+            OBJ,
+            "compilation failed: ERROR: <input>:1:10: undeclared reference to 'frob' (in container '')",
+        ),
         ("frob(self)", OBJ, "compilation failed: ERROR: <input>:1:5: undeclared reference to 'frob' (in container '')"),
-        ("other == 1", OBJ, "compilation failed: ERROR: <input>:1:1: undeclared reference to 'other' (in container '')"),
+        (
+            "other == 1",
+            OBJ,
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to 'other' (in container '')",
+        ),
     ],
 )
 def test_compile_errors(rule: str, schema: dict, message: str) -> None:
@@ -128,10 +167,13 @@ def test_root_rules_only_see_name_and_generate_name() -> None:
     with pytest.raises(CelCompileError, match="undefined field 'namespace'"):
         CelRule("self.metadata.namespace == 'x'", root, is_root=True)
     rule = CelRule("self.metadata.name == 'abc' && !has(self.metadata.generateName)", root, is_root=True)
-    assert rule.evaluate({"kind": "TFJob", "metadata": {"name": "abc", "namespace": "ns", "labels": {"a": "b"}}}) is True
+    assert (
+        rule.evaluate({"kind": "TFJob", "metadata": {"name": "abc", "namespace": "ns", "labels": {"a": "b"}}}) is True
+    )
 
 
 # -- evaluation errors (Kubernetes wording) -----------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("rule", "value", "message", "overload"),
@@ -159,11 +201,14 @@ def test_missing_key_inside_a_macro_is_an_evaluation_error() -> None:
 
 # -- schema-typed values --------------------------------------------------------------------------------
 
+
 def test_values_follow_the_schema_types() -> None:
     num = {"type": "object", "properties": {"ratio": {"type": "number"}, "count": {"type": "integer"}}}
     assert CelRule("self.ratio == 1.0 && self.count == 1", num).evaluate({"ratio": 1, "count": 1}) is True
-    ts = {"type": "object", "properties": {"t": {"type": "string", "format": "date-time"},
-                                           "d": {"type": "string", "format": "duration"}}}
+    ts = {
+        "type": "object",
+        "properties": {"t": {"type": "string", "format": "date-time"}, "d": {"type": "string", "format": "duration"}},
+    }
     rule = CelRule("self.t > timestamp('2020-01-01T00:00:00Z') && self.d == duration('90s')", ts)
     assert rule.evaluate({"t": "2024-01-01T00:00:00Z", "d": "1m30s"}) is True
     assert CelRule("self.t.getFullYear() == 2024", ts).evaluate({"t": "2024-06-01T00:00:00Z"}) is True
@@ -236,79 +281,103 @@ def test_every_tfjob_crd_rule_runs_compiled() -> None:
     assert [r for r in rules if CelRule(r, is_root=r.startswith("size(self.metadata"))._fast is None] == []
 
 
-@pytest.mark.parametrize(("rule", "value", "expected"), [
-    ("has(self.a) && self.a > 1", {"a": 2}, True),
-    ("has(self.a) && self.a > 1", {}, False),
-    ("has(self.a.b)", {"a": {}}, False),
-    ("has(self.a.b)", {}, False),
-    ("false && self.missing", {}, False),
-    ("self.missing || true", {}, True),
-    ("self.missing == 1 || self.x == 2", {"x": 2}, True),
-    ("self.l.all(x, x > 0)", {"l": [1, 2]}, True),
-    ("self.l.all(x, x.missing > 0)", {"l": []}, True),
-    ("self.l.exists(x, x == 2)", {"l": [1, 2]}, True),
-    ("self.l.exists_one(x, x >= 2)", {"l": [1, 2, 3]}, False),
-    ("self.l.filter(x, x > 1).size() == 2", {"l": [1, 2, 3]}, True),
-    ("self.l.map(x, x * 2) == [2, 4]", {"l": [1, 2]}, True),
-    ("self.m.all(k, k.startsWith('a'))", {"m": {"ab": 1, "ac": 2}}, True),
-    ("self.s + 'x' == 'yx' ? true : false", {"s": "y"}, True),
-    ("!(self.n - 1 == 0)", {"n": 1}, False),
-    ("size(self.s) <= 3 && self.s.matches('^[a-z]+$')", {"s": "abc"}, True),
-    ("self.s.lowerAscii() == 'abc'", {"s": "ABC"}, True),
-    ("'b' in self.m", {"m": {"b": 1}}, True),
-    ("self.n / 2 == 1 && self.n % 2 == 0", {"n": 2}, True),
-    ("self.m.all(k, !has(self.m[k].r) || self.m[k].r > 0)", {"m": {"a": {"r": 1}, "b": {}}}, True),
-    ("self.m.all(k, has(self.m[k].r))", {"m": {"a": {"r": 1}, "b": {}}}, False),
-    ("self.l[1] == 'y' && size(string(self.n - 1)) == 2", {"l": ["x", "y"], "n": 11}, True),
-])
+@pytest.mark.parametrize(
+    ("rule", "value", "expected"),
+    [
+        ("has(self.a) && self.a > 1", {"a": 2}, True),
+        ("has(self.a) && self.a > 1", {}, False),
+        ("has(self.a.b)", {"a": {}}, False),
+        ("has(self.a.b)", {}, False),
+        ("false && self.missing", {}, False),
+        ("self.missing || true", {}, True),
+        ("self.missing == 1 || self.x == 2", {"x": 2}, True),
+        ("self.l.all(x, x > 0)", {"l": [1, 2]}, True),
+        ("self.l.all(x, x.missing > 0)", {"l": []}, True),
+        ("self.l.exists(x, x == 2)", {"l": [1, 2]}, True),
+        ("self.l.exists_one(x, x >= 2)", {"l": [1, 2, 3]}, False),
+        ("self.l.filter(x, x > 1).size() == 2", {"l": [1, 2, 3]}, True),
+        ("self.l.map(x, x * 2) == [2, 4]", {"l": [1, 2]}, True),
+        ("self.m.all(k, k.startsWith('a'))", {"m": {"ab": 1, "ac": 2}}, True),
+        ("self.s + 'x' == 'yx' ? true : false", {"s": "y"}, True),
+        ("!(self.n - 1 == 0)", {"n": 1}, False),
+        ("size(self.s) <= 3 && self.s.matches('^[a-z]+$')", {"s": "abc"}, True),
+        ("self.s.lowerAscii() == 'abc'", {"s": "ABC"}, True),
+        ("'b' in self.m", {"m": {"b": 1}}, True),
+        ("self.n / 2 == 1 && self.n % 2 == 0", {"n": 2}, True),
+        ("self.m.all(k, !has(self.m[k].r) || self.m[k].r > 0)", {"m": {"a": {"r": 1}, "b": {}}}, True),
+        ("self.m.all(k, has(self.m[k].r))", {"m": {"a": {"r": 1}, "b": {}}}, False),
+        ("self.l[1] == 'y' && size(string(self.n - 1)) == 2", {"l": ["x", "y"], "n": 11}, True),
+    ],
+)
 def test_compiled_rules_agree_with_the_interpreter(rule: str, value: dict, expected: bool) -> None:
     compiled = CelRule(rule)
     assert compiled._fast is not None, "the rule should take the compiled path"
     assert compiled.evaluate(value) is expected
 
 
-@pytest.mark.parametrize(("rule", "value", "message"), [
-    ("self.missing > 1", {}, "no such key: missing"),
-    ("self.n / 0 == 1", {"n": 1}, "division by zero"),
-    ("self.s > 1", {"s": "a"}, "no such overload"),
-    ("self.l.all(x, x.missing > 0)", {"l": [{"a": 1}]}, "no such key: missing"),
-    ("self.m['absent'] == 1", {"m": {}}, "absent"),
-    ("self.l[2] == 1", {"l": [1]}, "index"),
-])
+@pytest.mark.parametrize(
+    ("rule", "value", "message"),
+    [
+        ("self.missing > 1", {}, "no such key: missing"),
+        ("self.n / 0 == 1", {"n": 1}, "division by zero"),
+        ("self.s > 1", {"s": "a"}, "no such overload"),
+        ("self.l.all(x, x.missing > 0)", {"l": [{"a": 1}]}, "no such key: missing"),
+        ("self.m['absent'] == 1", {"m": {}}, "absent"),
+        ("self.l[2] == 1", {"l": [1]}, "index"),
+    ],
+)
 def test_compiled_rules_leave_errors_to_the_interpreter(rule: str, value: dict, message: str) -> None:
     with pytest.raises(CelEvalError, match=message):
         CelRule(rule).evaluate(value)
 
 
-TYPED = {"type": "object", "properties": {
-    "metadata": {"type": "object", "properties": {"name": {"type": "string"}, "uid": {"type": "string"}}},
-    "n": {"type": "number"},
-    "i": {"x-kubernetes-int-or-string": True},
-    "t": {"type": "string", "format": "date-time"},
-    "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
-    "l": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}, "d": {"type": "number"}}}},
-    "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"r": {"type": "integer"}}}},
-    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-}}
-TYPED_VALUE = {"apiVersion": "v1", "kind": "K", "metadata": {"name": "a", "uid": "u"}, "n": 1, "i": "50%",
-               "t": "2024-01-01T00:00:00Z", "set": ["x", "y"], "l": [{"a": 1, "d": 2}, {"a": 2}],
-               "m": {"a": {"r": 1}, "b": {}}, "free": {"x": [1, {"y": 2}]}}
+TYPED = {
+    "type": "object",
+    "properties": {
+        "metadata": {"type": "object", "properties": {"name": {"type": "string"}, "uid": {"type": "string"}}},
+        "n": {"type": "number"},
+        "i": {"x-kubernetes-int-or-string": True},
+        "t": {"type": "string", "format": "date-time"},
+        "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+        "l": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"a": {"type": "integer"}, "d": {"type": "number"}}},
+        },
+        "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"r": {"type": "integer"}}}},
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    },
+}
+TYPED_VALUE = {
+    "apiVersion": "v1",
+    "kind": "K",
+    "metadata": {"name": "a", "uid": "u"},
+    "n": 1,
+    "i": "50%",
+    "t": "2024-01-01T00:00:00Z",
+    "set": ["x", "y"],
+    "l": [{"a": 1, "d": 2}, {"a": 2}],
+    "m": {"a": {"r": 1}, "b": {}},
+    "free": {"x": [1, {"y": 2}]},
+}
 
 
-@pytest.mark.parametrize(("rule", "expected"), [
-    ("self.n == 1.0 && self.l[0].d == 2.0", True),
-    ("self.set == ['y', 'x'] && self.set.exists(s, s == 'y')", True),
-    ("self.l.filter(x, x.a > 1).size() == 1 && self.l.filter(x, x.a > 1)[0].a == 2", True),
-    ("self.l.map(x, x.a) == [1, 2] && self.l[0] == self.l[0]", True),
-    ("size(self.metadata) == 1 && !('uid' in self.metadata) && self.metadata.name == 'a'", True),
-    ("self.m.all(k, has(self.m[k].r) ? self.m[k].r == 1 : true) && self['m']['a'].r == 1", True),
-    ("(self.n > 0 ? self.m : self.free).a.r == 1", True),
-    ("self.free.x[1].y == 2 && self.i == '50%' && self.t < timestamp('2025-01-01T00:00:00Z')", True),
-    ("size(self) == 10 && [self.m.a] == [self.m.a] && self.m.map(k, self.m[k]).size() == 2", True),
-    ("self.m.exists_one(k, has(self.m[k].r)) && self.m.b != self.m.a", True),
-    ("self.l.all(x, x.a > 1)", False),
-    ("self.m.filter(k, k == 'b') == ['b'] && self.l.exists(x, x == self.l[1])", True),
-])
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ("self.n == 1.0 && self.l[0].d == 2.0", True),
+        ("self.set == ['y', 'x'] && self.set.exists(s, s == 'y')", True),
+        ("self.l.filter(x, x.a > 1).size() == 1 && self.l.filter(x, x.a > 1)[0].a == 2", True),
+        ("self.l.map(x, x.a) == [1, 2] && self.l[0] == self.l[0]", True),
+        ("size(self.metadata) == 1 && !('uid' in self.metadata) && self.metadata.name == 'a'", True),
+        ("self.m.all(k, has(self.m[k].r) ? self.m[k].r == 1 : true) && self['m']['a'].r == 1", True),
+        ("(self.n > 0 ? self.m : self.free).a.r == 1", True),
+        ("self.free.x[1].y == 2 && self.i == '50%' && self.t < timestamp('2025-01-01T00:00:00Z')", True),
+        ("size(self) == 10 && [self.m.a] == [self.m.a] && self.m.map(k, self.m[k]).size() == 2", True),
+        ("self.m.exists_one(k, has(self.m[k].r)) && self.m.b != self.m.a", True),
+        ("self.l.all(x, x.a > 1)", False),
+        ("self.m.filter(k, k == 'b') == ['b'] && self.l.exists(x, x == self.l[1])", True),
+    ],
+)
 def test_schema_typed_values_read_in_part_agree_with_the_interpreter(rule: str, expected: bool) -> None:
     """Compiled rules read ``self`` converted only as far as they look into it; every answer must be the
     interpreter's on the whole value (the sim tests' cross-check compares both)."""
@@ -317,12 +386,15 @@ def test_schema_typed_values_read_in_part_agree_with_the_interpreter(rule: str, 
     assert compiled.evaluate(TYPED_VALUE) is expected
 
 
-@pytest.mark.parametrize(("rule", "message"), [
-    ("self.l[5].a == 1", "index"),
-    ("self.m.c.r == 1", "no such key: c"),
-    ("self.free.nope == 1", "no such key: nope"),
-    ("self.m.b.r == 1", "no such key: r"),
-])
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ("self.l[5].a == 1", "index"),
+        ("self.m.c.r == 1", "no such key: c"),
+        ("self.free.nope == 1", "no such key: nope"),
+        ("self.m.b.r == 1", "no such key: r"),
+    ],
+)
 def test_schema_typed_values_read_in_part_keep_the_interpreter_errors(rule: str, message: str) -> None:
     with pytest.raises(CelEvalError, match=message):
         CelRule(rule, TYPED, is_root=True).evaluate(TYPED_VALUE)
@@ -400,9 +472,14 @@ def test_what_a_rule_reads_is_a_safe_view() -> None:
         "self.l.filter(x, x.n == 1).size() == 1": ({"l": [{"n": 1, "m": 2}]}, {"l": [{"n": 1, "m": 2}]}),
         "self.m.all(k, self.m[k].r > 0)": ({"m": {"a": {"r": 1, "s": 2}}}, {"m": {"a": {"r": 1}}}),
         "self.m.all(k, k != 'x') && self.m.a == self.m.a": ({"m": {"a": {"r": 1}}}, {"m": {"a": {"r": 1}}}),
-        "[self.a] == [self.a] && self.b.c > 0": ({"a": {"x": 1}, "b": {"c": 1, "d": 2}}, {"a": {"x": 1}, "b": {"c": 1}}),
-        "(self.n > 0 ? self.a : self.b).c == 1": ({"n": 1, "a": {"c": 1, "d": 2}, "b": {}, "z": 0},
-                                                  {"n": 1, "a": {"c": 1, "d": 2}, "b": {}}),
+        "[self.a] == [self.a] && self.b.c > 0": (
+            {"a": {"x": 1}, "b": {"c": 1, "d": 2}},
+            {"a": {"x": 1}, "b": {"c": 1}},
+        ),
+        "(self.n > 0 ? self.a : self.b).c == 1": (
+            {"n": 1, "a": {"c": 1, "d": 2}, "b": {}, "z": 0},
+            {"n": 1, "a": {"c": 1, "d": 2}, "b": {}},
+        ),
     }
     for rule, (value, view) in views.items():
         observed = CelRule(rule)._observed

@@ -9,8 +9,8 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tfjob_sim.cluster import SimCluster, SimConfig
 from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 
 @pytest.fixture
@@ -28,10 +28,16 @@ async def v1(sim_cluster: SimCluster) -> AsyncIterator[client.CoreV1Api]:
 
 async def _owner_and_dependent(v1: client.CoreV1Api, suffix: str) -> tuple[str, str]:
     owner = await v1.create_namespaced_config_map("default", {"metadata": {"name": f"owner-{suffix}"}})
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid,
-           "blockOwnerDeletion": True}
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": True,
+    }
     await v1.create_namespaced_config_map(
-        "default", {"metadata": {"name": f"dependent-{suffix}", "ownerReferences": [ref]}})
+        "default", {"metadata": {"name": f"dependent-{suffix}", "ownerReferences": [ref]}}
+    )
     return owner.metadata.name, f"dependent-{suffix}"
 
 
@@ -51,7 +57,9 @@ async def _until(check, timeout: float = 10.0) -> None:
 
 async def test_background_deletes_the_owner_at_once_and_the_dependent_later(v1: client.CoreV1Api) -> None:
     owner, dependent = await _owner_and_dependent(v1, "bg")
-    await v1.delete_namespaced_config_map(owner, "default", body=client.V1DeleteOptions(propagation_policy="Background"))
+    await v1.delete_namespaced_config_map(
+        owner, "default", body=client.V1DeleteOptions(propagation_policy="Background")
+    )
     assert await _gone(v1, owner)
     await _until(lambda: _gone(v1, dependent))
 
@@ -61,7 +69,9 @@ async def test_foreground_keeps_the_owner_until_blocking_dependents_are_gone(
 ) -> None:
     sim_cluster.faults.pause_gc()
     owner, dependent = await _owner_and_dependent(v1, "fg")
-    await v1.delete_namespaced_config_map(owner, "default", body=client.V1DeleteOptions(propagation_policy="Foreground"))
+    await v1.delete_namespaced_config_map(
+        owner, "default", body=client.V1DeleteOptions(propagation_policy="Foreground")
+    )
     waiting = await v1.read_namespaced_config_map(owner, "default")
     assert waiting.metadata.deletion_timestamp is not None
     assert waiting.metadata.finalizers == ["foregroundDeletion"]

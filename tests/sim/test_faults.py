@@ -10,11 +10,11 @@ import anyio
 import orjson
 import pytest
 
-from tfjob_sim.cluster import SimCluster, SimConfig
-from tfjob_sim.watch import WatchConfig
 from tests.sim.crds import pod
 from tests.sim.test_watch import open_watch
 from tests.waiting import eventually, never
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.watch import WatchConfig
 
 CMS = "/api/v1/namespaces/default/configmaps"
 PODS = "/api/v1/namespaces/default/pods"
@@ -46,13 +46,17 @@ async def test_429_is_plain_text_with_retry_after(session, sim_cluster: SimClust
     assert (await get(session, sim_cluster, "/api/v1/namespaces/default/secrets"))[0] == 200  # other resource
 
 
-@pytest.mark.parametrize(("code", "reason", "message"), [
-    (500, "InternalError", "Internal error occurred: injected fault"),
-    (503, "ServiceUnavailable", "apiserver is shutting down"),
-    (504, "Timeout", "Timeout: request did not complete within the allotted timeout"),
-])
-async def test_server_errors_are_status_objects(session, sim_cluster: SimCluster, code: int, reason: str,
-                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "reason", "message"),
+    [
+        (500, "InternalError", "Internal error occurred: injected fault"),
+        (503, "ServiceUnavailable", "apiserver is shutting down"),
+        (504, "Timeout", "Timeout: request did not complete within the allotted timeout"),
+    ],
+)
+async def test_server_errors_are_status_objects(
+    session, sim_cluster: SimCluster, code: int, reason: str, message: str
+) -> None:
     sim_cluster.faults.fail_next("get", "configmaps", code, retry_after=1 if code == 503 else None)
     sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "a"}})
     status, body, headers = await get(session, sim_cluster, CMS + "/a")
@@ -71,8 +75,9 @@ async def test_one_shot_conflict_then_success(session, sim_cluster: SimCluster) 
     body = orjson.dumps({**obj, "data": {"k": "2"}})
     codes = []
     for _ in range(3):
-        async with session.put(sim_cluster.url + CMS + "/a", data=body,
-                               headers={"Content-Type": "application/json"}) as resp:
+        async with session.put(
+            sim_cluster.url + CMS + "/a", data=body, headers={"Content-Type": "application/json"}
+        ) as resp:
             codes.append(resp.status)
             if resp.status == 409:
                 parsed = await resp.json()
@@ -97,6 +102,7 @@ async def test_error_rate_and_matching(session, sim_cluster: SimCluster) -> None
 
 async def test_faults_aimed_at_one_client(session, sim_cluster: SimCluster) -> None:
     """A rule with a user agent throttles that client's flow only; others are served (APF per flow)."""
+
     async def list_as(agent: str) -> int:
         async with session.get(sim_cluster.url + CMS, headers={"User-Agent": agent}) as resp:
             return resp.status
@@ -104,11 +110,13 @@ async def test_faults_aimed_at_one_client(session, sim_cluster: SimCluster) -> N
     sim_cluster.faults.fail("list", "configmaps", 429, user_agent="tfjob-controller")
     assert await list_as("tfjob-controller/0.1.0 (leader)") == 429
     assert await list_as("soak-observer") == 200
-    async with session.post(sim_cluster.url + "/_sim/faults",
-                            json={"code": 503, "resource": "secrets", "userAgent": "kubectl"}) as resp:
+    async with session.post(
+        sim_cluster.url + "/_sim/faults", json={"code": 503, "resource": "secrets", "userAgent": "kubectl"}
+    ) as resp:
         assert resp.status == 201 and (await resp.json())["userAgent"] == "kubectl"
-    async with session.get(sim_cluster.url + "/api/v1/namespaces/default/secrets",
-                           headers={"User-Agent": "kubectl/v1.31.0"}) as resp:
+    async with session.get(
+        sim_cluster.url + "/api/v1/namespaces/default/secrets", headers={"User-Agent": "kubectl/v1.31.0"}
+    ) as resp:
         assert resp.status == 503
     async with session.post(sim_cluster.url + "/_sim/faults", json={"code": 503, "userAgent": 7}) as resp:
         assert resp.status == 400 and "userAgent must be a string" in (await resp.json())["error"]
@@ -151,8 +159,7 @@ async def test_close_all_watches(session, sim_cluster: SimCluster) -> None:
 
 async def test_stalled_watch_sends_nothing_until_closed(session, sim_cluster: SimCluster) -> None:
     rv = sim_cluster.store.resource_version
-    stream = await open_watch(session, sim_cluster,
-                              f"{CMS}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")
     await eventually(lambda: sim_cluster.hub.watchers("configmaps"))
     sim_cluster.faults.stall_watches("configmaps")
     sim_cluster.store.create("configmaps", "default", {"metadata": {"name": "unseen"}})
@@ -165,8 +172,9 @@ async def test_stalled_watch_sends_nothing_until_closed(session, sim_cluster: Si
 
 async def test_delayed_watch_events_for_one_watcher(session, sim_cluster: SimCluster) -> None:
     rv = sim_cluster.store.resource_version
-    slow = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}",
-                            {"User-Agent": "slow-informer/1.0"})
+    slow = await open_watch(
+        session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}", {"User-Agent": "slow-informer/1.0"}
+    )
     fast = await open_watch(session, sim_cluster, f"{CMS}?watch=true&resourceVersion={rv}")
     await eventually(lambda: len(sim_cluster.hub.watchers("configmaps")) == 2)
     sim_cluster.faults.delay_watch_events(0.4, "configmaps", user_agent="slow-informer")
@@ -225,8 +233,11 @@ async def test_pause_and_resume_kubelet(sim_cluster: SimCluster) -> None:
     sim_cluster.faults.pause_kubelet()
     store.create("pods", "default", pod("held"))
     # Unpaused, the kubelet (scheduler included) runs the pod within a few loop turns at this time scale.
-    await never(lambda: store.get("pods", "default", "held")["status"].get("phase") == "Running", within=0.5,
-                what="a pod started by a paused kubelet")
+    await never(
+        lambda: store.get("pods", "default", "held")["status"].get("phase") == "Running",
+        within=0.5,
+        what="a pod started by a paused kubelet",
+    )
     sim_cluster.faults.resume_kubelet()
     await eventually(lambda: store.get("pods", "default", "held")["status"].get("phase") == "Running")
 
@@ -238,8 +249,11 @@ async def test_pause_and_resume_gc(sim_cluster: SimCluster) -> None:
     store.create("configmaps", "default", {"metadata": {"name": "dep", "ownerReferences": [ref]}})
     sim_cluster.faults.pause_gc()
     store.delete("configmaps", "default", "owner")
-    await never(lambda: store.get("configmaps", "default", "dep") is None, within=0.5,
-                what="a dependent collected by a paused garbage collector")
+    await never(
+        lambda: store.get("configmaps", "default", "dep") is None,
+        within=0.5,
+        what="a dependent collected by a paused garbage collector",
+    )
     sim_cluster.faults.resume_gc()
     await eventually(lambda: store.get("configmaps", "default", "dep") is None)
 
@@ -269,16 +283,18 @@ async def test_request_log_counts_between_marks(session, sim_cluster: SimCluster
     records = faults.requests(since=mark)
     assert [r.code for r in records] == [200, 404, 200]
     second = faults.mark()
-    async with session.post(sim_cluster.url + CMS, json={"apiVersion": "v1", "kind": "ConfigMap",
-                                                         "metadata": {"name": "w"}}) as resp:
+    async with session.post(
+        sim_cluster.url + CMS, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}}
+    ) as resp:
         assert resp.status == 201
     assert faults.writes(since=second) == 1 and faults.writes(since=mark) == 1
 
 
 async def test_http_control_api(session, sim_cluster: SimCluster) -> None:
     base = sim_cluster.url + "/_sim"
-    async with session.post(base + "/faults", json={"verb": "list", "resource": "configmaps", "code": 503,
-                                                    "count": 1, "retryAfter": 2}) as resp:
+    async with session.post(
+        base + "/faults", json={"verb": "list", "resource": "configmaps", "code": 503, "count": 1, "retryAfter": 2}
+    ) as resp:
         assert resp.status == 201
         rule = await resp.json()
     code, _, headers = await get(session, sim_cluster, CMS)
@@ -310,8 +326,11 @@ async def test_http_control_api(session, sim_cluster: SimCluster) -> None:
 async def test_request_summary_counts_per_user_agent(session, sim_cluster: SimCluster) -> None:
     mark = sim_cluster.faults.mark()
     for agent in ("one/1.0", "one/1.0", "two/2.0"):
-        async with session.post(sim_cluster.url + CMS, data=orjson.dumps({"metadata": {"generateName": "c-"}}),
-                                headers={"User-Agent": agent, "Content-Type": "application/json"}) as resp:
+        async with session.post(
+            sim_cluster.url + CMS,
+            data=orjson.dumps({"metadata": {"generateName": "c-"}}),
+            headers={"User-Agent": agent, "Content-Type": "application/json"},
+        ) as resp:
             assert resp.status == 201
     async with session.get(sim_cluster.url + CMS, headers={"User-Agent": "two/2.0"}) as resp:
         assert resp.status == 200
@@ -340,8 +359,9 @@ async def test_history_reports_each_committed_change_with_the_store_time(session
 
 async def test_history_reports_phase_and_true_conditions(session, sim_cluster: SimCluster) -> None:
     since = sim_cluster.store.resource_version
-    async with session.post(sim_cluster.url + PODS, data=orjson.dumps(pod("hp")),
-                            headers={"Content-Type": "application/json"}) as resp:
+    async with session.post(
+        sim_cluster.url + PODS, data=orjson.dumps(pod("hp")), headers={"Content-Type": "application/json"}
+    ) as resp:
         assert resp.status == 201
 
     async def running() -> bool:
@@ -365,8 +385,10 @@ async def test_bulk_objects_create_and_replace_status_with_api_semantics(session
     sim_cluster.faults.pause_kubelet()  # nothing else writes the pods while the test replaces a status
     mark = sim_cluster.faults.mark()
     items = [pod(f"bulk-{i}") for i in range(3)] + [{"metadata": {"name": "bad name"}, "spec": {}}]
-    async with session.post(sim_cluster.url + "/_sim/objects",
-                            data=orjson.dumps({"resource": "pods", "namespace": "default", "items": items})) as resp:
+    async with session.post(
+        sim_cluster.url + "/_sim/objects",
+        data=orjson.dumps({"resource": "pods", "namespace": "default", "items": items}),
+    ) as resp:
         assert resp.status == 200
         answer = await resp.json()
     assert [i["name"] for i in answer["items"]] == ["bulk-0", "bulk-1", "bulk-2"]
@@ -374,13 +396,22 @@ async def test_bulk_objects_create_and_replace_status_with_api_semantics(session
     stored = sim_cluster.store.get("pods", "default", "bulk-0")
     assert stored["metadata"]["uid"] == answer["items"][0]["uid"]
     assert stored["spec"]["containers"][0]["terminationMessagePath"]  # defaulted like an API create
-    status_item = {"metadata": {"name": "bulk-1", "resourceVersion": answer["items"][1]["resourceVersion"]},
-                   "status": {"phase": "Pending", "message": "loaded"}}
-    async with session.post(sim_cluster.url + "/_sim/objects", data=orjson.dumps(
-            {"resource": "pods", "namespace": "default", "subresource": "status", "items": [status_item]})) as resp:
+    status_item = {
+        "metadata": {"name": "bulk-1", "resourceVersion": answer["items"][1]["resourceVersion"]},
+        "status": {"phase": "Pending", "message": "loaded"},
+    }
+    async with session.post(
+        sim_cluster.url + "/_sim/objects",
+        data=orjson.dumps(
+            {"resource": "pods", "namespace": "default", "subresource": "status", "items": [status_item]}
+        ),
+    ) as resp:
         answer = await resp.json()
-    assert answer["errors"] == [] and sim_cluster.store.get("pods", "default", "bulk-1")["status"]["message"] == "loaded"
+    assert (
+        answer["errors"] == [] and sim_cluster.store.get("pods", "default", "bulk-1")["status"]["message"] == "loaded"
+    )
     assert sim_cluster.faults.count(since=mark) == 0  # control calls are not API requests
-    async with session.post(sim_cluster.url + "/_sim/objects", data=orjson.dumps(
-            {"resource": "pods", "subresource": "scale", "items": []})) as resp:
+    async with session.post(
+        sim_cluster.url + "/_sim/objects", data=orjson.dumps({"resource": "pods", "subresource": "scale", "items": []})
+    ) as resp:
         assert resp.status == 400 and "subresource" in (await resp.json())["error"]

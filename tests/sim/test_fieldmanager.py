@@ -14,29 +14,41 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfjob_sim import fieldmanager
-from tfjob_sim.errors import ApiError
-from tfjob_sim.store import Store, WriteOptions
 from controller.tfjob.crd import build_crd
 from tests.conftest import Kubectl
 from tests.sim.conftest import FakeClock
 from tests.sim.crds import widget_crd
+from tfjob_sim import fieldmanager
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import Store, WriteOptions
 
 NS = "default"
 NOW = "2023-11-14T22:13:20Z"  # the FakeClock's instant
 
 
 def worker_pod(name: str = "w-0") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"replica-type": "worker"}},
-            "spec": {"containers": [{"name": "tensorflow", "image": "tf:2.15",
-                                     "ports": [{"containerPort": 2222, "name": "tfjob-port"}],
-                                     "env": [{"name": "TF_CONFIG", "value": "{}"}]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"replica-type": "worker"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "tensorflow",
+                    "image": "tf:2.15",
+                    "ports": [{"containerPort": 2222, "name": "tfjob-port"}],
+                    "env": [{"name": "TF_CONFIG", "value": "{}"}],
+                }
+            ]
+        },
+    }
 
 
 def entries(obj: dict) -> dict[tuple[str, str, str], dict]:
-    return {(e.get("manager", ""), e["operation"], e.get("subresource", "")): e
-            for e in obj["metadata"].get("managedFields") or []}
+    return {
+        (e.get("manager", ""), e["operation"], e.get("subresource", "")): e
+        for e in obj["metadata"].get("managedFields") or []
+    }
 
 
 def fields(obj: dict, manager: str, operation: str = "Update", subresource: str = "") -> dict:
@@ -50,45 +62,99 @@ def test_create_records_the_creator_with_defaulted_fields_and_keyed_list_items(s
     pod = store.create_ex("pods", NS, worker_pod(), WriteOptions(user_agent="kubectl-create/v1.30.0 (linux)")).obj
     [entry] = pod["metadata"]["managedFields"]
     assert {k: v for k, v in entry.items() if k != "fieldsV1"} == {
-        "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "time": NOW,
-        "fieldsType": "FieldsV1"}
+        "manager": "kubectl-create",
+        "operation": "Update",
+        "apiVersion": "v1",
+        "time": NOW,
+        "fieldsType": "FieldsV1",
+    }
     assert entry["fieldsV1"] == {
         "f:metadata": {"f:labels": {".": {}, "f:replica-type": {}}},
         "f:spec": {
-            "f:containers": {'k:{"name":"tensorflow"}': {
-                ".": {}, "f:env": {".": {}, 'k:{"name":"TF_CONFIG"}': {".": {}, "f:name": {}, "f:value": {}}},
-                "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
-                "f:ports": {".": {}, 'k:{"containerPort":2222,"protocol":"TCP"}': {
-                    ".": {}, "f:containerPort": {}, "f:name": {}, "f:protocol": {}}},
-                "f:resources": {}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+            "f:containers": {
+                'k:{"name":"tensorflow"}': {
+                    ".": {},
+                    "f:env": {".": {}, 'k:{"name":"TF_CONFIG"}': {".": {}, "f:name": {}, "f:value": {}}},
+                    "f:image": {},
+                    "f:imagePullPolicy": {},
+                    "f:name": {},
+                    "f:ports": {
+                        ".": {},
+                        'k:{"containerPort":2222,"protocol":"TCP"}': {
+                            ".": {},
+                            "f:containerPort": {},
+                            "f:name": {},
+                            "f:protocol": {},
+                        },
+                    },
+                    "f:resources": {},
+                    "f:terminationMessagePath": {},
+                    "f:terminationMessagePolicy": {},
+                }
+            },
             # Defaults are owned (they are set while decoding); what admission sets later is not:
             # no serviceAccountName, priority or preemptionPolicy, and no status (PrepareForCreate).
-            "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {}, "f:schedulerName": {},
-            "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}}}
+            "f:dnsPolicy": {},
+            "f:enableServiceLinks": {},
+            "f:restartPolicy": {},
+            "f:schedulerName": {},
+            "f:securityContext": {},
+            "f:terminationGracePeriodSeconds": {},
+        },
+    }
     assert list(entry["fieldsV1"]["f:spec"]) == sorted(entry["fieldsV1"]["f:spec"])
 
 
 def test_status_writes_get_their_own_entry_and_leave_the_creators_alone(store: Store, clock: FakeClock) -> None:
     created = store.create("pods", NS, worker_pod(), field_manager="tfjob-controller")
     clock.now += 1
-    store.patch("pods", NS, "w-0", "merge", {"status": {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True"}]}}, subresource="status", field_manager="kubelet")
-    pod = store.patch("pods", NS, "w-0", "merge", {"status": {"conditions": [
-        {"type": "Ready", "status": "False"}, {"type": "ContainersReady", "status": "False"}]}},
-        subresource="status", field_manager="kubelet")
+    store.patch(
+        "pods",
+        NS,
+        "w-0",
+        "merge",
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+        subresource="status",
+        field_manager="kubelet",
+    )
+    pod = store.patch(
+        "pods",
+        NS,
+        "w-0",
+        "merge",
+        {
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False"}, {"type": "ContainersReady", "status": "False"}]
+            }
+        },
+        subresource="status",
+        field_manager="kubelet",
+    )
     assert fields(pod, "tfjob-controller") == fields(created, "tfjob-controller")
-    assert fields(pod, "kubelet", subresource="status") == {"f:status": {
-        "f:conditions": {".": {}, 'k:{"type":"ContainersReady"}': {".": {}, "f:status": {}, "f:type": {}},
-                         'k:{"type":"Ready"}': {".": {}, "f:status": {}, "f:type": {}}},
-        "f:phase": {}}}
+    assert fields(pod, "kubelet", subresource="status") == {
+        "f:status": {
+            "f:conditions": {
+                ".": {},
+                'k:{"type":"ContainersReady"}': {".": {}, "f:status": {}, "f:type": {}},
+                'k:{"type":"Ready"}': {".": {}, "f:status": {}, "f:type": {}},
+            },
+            "f:phase": {},
+        }
+    }
     assert [e.get("subresource", "") for e in pod["metadata"]["managedFields"]] == ["", "status"]
 
 
 def test_an_update_takes_the_fields_it_changes_from_other_managers(store: Store, clock: FakeClock) -> None:
     store.create("pods", NS, worker_pod(), field_manager="creator")
     clock.now += 60
-    pod = store.patch("pods", NS, "w-0", "merge", {"metadata": {"labels": {"replica-type": "ps", "extra": "1"}}},
-                      field_manager="editor")
+    pod = store.patch(
+        "pods",
+        NS,
+        "w-0",
+        "merge",
+        {"metadata": {"labels": {"replica-type": "ps", "extra": "1"}}},
+        field_manager="editor",
+    )
     assert fields(pod, "editor") == {"f:metadata": {"f:labels": {"f:extra": {}, "f:replica-type": {}}}}
     # The creator still owns the labels map it created, not the label it no longer set.
     assert fields(pod, "creator")["f:metadata"] == {"f:labels": {}}
@@ -97,8 +163,12 @@ def test_an_update_takes_the_fields_it_changes_from_other_managers(store: Store,
 
 
 def test_removed_fields_leave_every_entry_and_empty_entries_are_dropped(store: Store) -> None:
-    store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                    "data": {"a": "1"}}, field_manager="alice")
+    store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
+        field_manager="alice",
+    )
     store.patch("configmaps", NS, "c", "merge", {"data": {"b": "2"}}, field_manager="bob")
     cm = store.patch("configmaps", NS, "c", "merge", {"data": {"b": None}}, field_manager="carol")
     assert set(entries(cm)) == {("alice", "Update", "")}  # bob owned only b; carol only removed
@@ -109,23 +179,33 @@ def test_removed_fields_leave_every_entry_and_empty_entries_are_dropped(store: S
 def test_a_no_op_write_keeps_the_entries_and_the_resource_version(store: Store, clock: FakeClock) -> None:
     created = store.create("pods", NS, worker_pod(), field_manager="creator")
     clock.now += 60
-    again = store.patch("pods", NS, "w-0", "merge", {"metadata": {"labels": {"replica-type": "worker"}}},
-                        field_manager="someone-else")
+    again = store.patch(
+        "pods", NS, "w-0", "merge", {"metadata": {"labels": {"replica-type": "worker"}}}, field_manager="someone-else"
+    )
     assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert again["metadata"]["managedFields"] == created["metadata"]["managedFields"]
 
 
 def test_custom_resources_own_their_new_spec_node_and_defaults(store: Store) -> None:
     store.create("customresourcedefinitions.apiextensions.k8s.io", None, widget_crd())
-    widget = store.create("widgets.example.com", NS, {
-        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"replicas": 2}},
-        field_manager="kubectl-client-side-apply")
+    widget = store.create(
+        "widgets.example.com",
+        NS,
+        {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"replicas": 2}},
+        field_manager="kubectl-client-side-apply",
+    )
     # A custom resource has no Go zero value: spec is a new node, so it is a member (".").
     assert fields(widget, "kubectl-client-side-apply") == {
-        "f:spec": {".": {}, "f:color": {}, "f:maxReplicas": {}, "f:replicas": {}}}
-    scaled = store.update("widgets.example.com", NS, "w", {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                                                            "metadata": {"name": "w"}, "spec": {"replicas": 5}},
-                          subresource="scale", field_manager="hpa")
+        "f:spec": {".": {}, "f:color": {}, "f:maxReplicas": {}, "f:replicas": {}}
+    }
+    scaled = store.update(
+        "widgets.example.com",
+        NS,
+        "w",
+        {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w"}, "spec": {"replicas": 5}},
+        subresource="scale",
+        field_manager="hpa",
+    )
     widget = store.get("widgets.example.com", NS, "w")
     assert scaled["spec"]["replicas"] == 5
     assert fields(widget, "hpa", subresource="scale") == {"f:spec": {"f:replicas": {}}}
@@ -133,8 +213,12 @@ def test_custom_resources_own_their_new_spec_node_and_defaults(store: Store) -> 
 
 
 def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, clock: FakeClock) -> None:
-    store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                    "data": {"base": "v"}}, field_manager="creator")
+    store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"base": "v"}},
+        field_manager="creator",
+    )
     for i in range(12):
         clock.now += 1
         cm = store.patch("configmaps", NS, "c", "merge", {"data": {f"k{i}": "v"}}, field_manager=f"m{i}")
@@ -148,21 +232,45 @@ def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, 
     assert managers == [fieldmanager.ANCIENT_CHANGES] + [f"m{i}" for i in range(3, 12)]
 
 
-@pytest.mark.parametrize(("sent", "expected"), [
-    pytest.param(None, "kept", id="absent"),
-    pytest.param([], "reset", id="empty-list-resets"),
-    pytest.param([{"operation": "Destroy", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
-                 id="invalid-falls-back-to-stored"),
-    pytest.param([{}], "reset", id="single-empty-entry-resets"),
-    pytest.param([{"fieldsV1": {}}], "kept", id="an-entry-with-fields-is-no-reset"),
-    pytest.param([{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "kept",
-                 id="no-api-version-falls-back-to-stored"),
-    pytest.param([{"manager": "mine", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
-                   "fieldsV1": {"f:data": {"f:a": {}}}}], "replaced", id="valid-list-is-taken"),
-])
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        pytest.param(None, "kept", id="absent"),
+        pytest.param([], "reset", id="empty-list-resets"),
+        pytest.param(
+            [{"operation": "Destroy", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+            "kept",
+            id="invalid-falls-back-to-stored",
+        ),
+        pytest.param([{}], "reset", id="single-empty-entry-resets"),
+        pytest.param([{"fieldsV1": {}}], "kept", id="an-entry-with-fields-is-no-reset"),
+        pytest.param(
+            [{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+            "kept",
+            id="no-api-version-falls-back-to-stored",
+        ),
+        pytest.param(
+            [
+                {
+                    "manager": "mine",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:data": {"f:a": {}}},
+                }
+            ],
+            "replaced",
+            id="valid-list-is-taken",
+        ),
+    ],
+)
 def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected: str) -> None:
-    created = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                              "data": {"a": "1"}}, field_manager="creator")
+    created = store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
+        field_manager="creator",
+    )
     body = json.loads(json.dumps(created))
     body["metadata"].pop("managedFields")
     if sent is not None:
@@ -180,18 +288,36 @@ def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected
 
 
 def test_an_accepted_body_list_is_stored_in_normal_form(store: Store) -> None:
-    created = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                              "data": {"a": "1"}}, field_manager="creator")
+    created = store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
+        field_manager="creator",
+    )
     body = json.loads(json.dumps(created))
     body["metadata"]["managedFields"] = [
-        {"manager": "later", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:14:00Z",
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {".": {}}}}},
-        {"manager": "earlier", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:13:00Z",
-         "fieldsType": "FieldsV1", "fieldsV1": {}}]
+        {
+            "manager": "later",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2023-11-14T22:14:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:a": {".": {}}}},
+        },
+        {
+            "manager": "earlier",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2023-11-14T22:13:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {},
+        },
+    ]
     cm = store.update("configmaps", NS, "c", body, field_manager="editor")
     # Re-encoded: a lone "." is a plain member, the entry without fields is gone, order is by time.
     assert [(e["manager"], e["fieldsV1"]) for e in cm["metadata"]["managedFields"]] == [
-        ("later", {"f:data": {"f:a": {}}})]
+        ("later", {"f:data": {"f:a": {}}})
+    ]
 
 
 # --------------------------------------------------------------------------------------------- apply
@@ -205,9 +331,16 @@ def apply(store: Store, body: dict, manager: str, force: bool = False) -> dict:
 
 def test_apply_owns_exactly_the_applied_fields_and_reapplying_is_a_no_op(store: Store, clock: FakeClock) -> None:
     first = apply(store, CM, "alice")
-    assert first["metadata"]["managedFields"] == [{
-        "manager": "alice", "operation": "Apply", "apiVersion": "v1", "time": NOW, "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}]
+    assert first["metadata"]["managedFields"] == [
+        {
+            "manager": "alice",
+            "operation": "Apply",
+            "apiVersion": "v1",
+            "time": NOW,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}},
+        }
+    ]
     clock.now += 60
     again = apply(store, CM, "alice")
     assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
@@ -223,7 +356,8 @@ def test_apply_conflicts_with_another_managers_field_and_force_takes_it(store: S
     # An Apply manager is named without a version (it is one identity across versions).
     assert status["message"] == 'Apply failed with 1 conflict: conflict with "alice": .data.a'
     assert status["details"]["causes"] == [
-        {"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".data.a"}]
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".data.a"}
+    ]
     # Applying the same value is shared ownership, not a conflict.
     shared = apply(store, {**CM, "data": {"b": "2"}}, "bob")
     assert fields(shared, "bob", "Apply") == {"f:data": {"f:b": {}}}
@@ -237,11 +371,23 @@ def test_apply_conflicts_with_another_managers_field_and_force_takes_it(store: S
 def test_apply_conflicts_with_an_update_manager_too(store: Store) -> None:
     store.create("pods", NS, worker_pod(), field_manager="tfjob-controller")
     with pytest.raises(ApiError) as caught:
-        store.patch("pods", NS, "w-0", "apply", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w-0"},
-            "spec": {"containers": [{"name": "tensorflow", "image": "tf:2.16"}]}}, field_manager="upgrader")
-    assert caught.value.message == ('Apply failed with 1 conflict: conflict with "tfjob-controller" using v1: '
-                                    '.spec.containers[name="tensorflow"].image')
+        store.patch(
+            "pods",
+            NS,
+            "w-0",
+            "apply",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "w-0"},
+                "spec": {"containers": [{"name": "tensorflow", "image": "tf:2.16"}]},
+            },
+            field_manager="upgrader",
+        )
+    assert caught.value.message == (
+        'Apply failed with 1 conflict: conflict with "tfjob-controller" using v1: '
+        '.spec.containers[name="tensorflow"].image'
+    )
 
 
 def test_fields_an_applier_stops_applying_are_removed_unless_someone_else_owns_them(store: Store) -> None:
@@ -263,17 +409,29 @@ def test_apply_creates_with_an_apply_entry_and_rejects_sent_managed_fields(store
 
 
 def test_apply_entries_come_before_update_entries(store: Store, clock: FakeClock) -> None:
-    store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                    "data": {"z": "1"}}, field_manager="zed")
+    store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"z": "1"}},
+        field_manager="zed",
+    )
     clock.now += 1
     cm = apply(store, CM, "alice")
     assert [(e["manager"], e["operation"]) for e in cm["metadata"]["managedFields"]] == [
-        ("alice", "Apply"), ("zed", "Update")]
+        ("alice", "Apply"),
+        ("zed", "Update"),
+    ]
 
 
-SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
-           "spec": {"selector": {"app": "x"}, "ports": [{"name": "a", "port": 80, "targetPort": 8080},
-                                                        {"name": "b", "port": 81}]}}
+SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "s"},
+    "spec": {
+        "selector": {"app": "x"},
+        "ports": [{"name": "a", "port": 80, "targetPort": 8080}, {"name": "b", "port": 81}],
+    },
+}
 
 
 def apply_service(store: Store, spec_ports: list[dict], manager: str) -> dict:
@@ -288,8 +446,9 @@ def test_applied_list_items_are_keyed_with_defaulted_keys_and_conflict_per_field
     assert set(ports) == {'k:{"port":80,"protocol":"TCP"}', 'k:{"port":81,"protocol":"TCP"}'}
     with pytest.raises(ApiError) as caught:
         apply_service(store, [{"name": "a", "port": 80, "targetPort": 9090}], "bob")
-    assert caught.value.message == ('Apply failed with 1 conflict: conflict with "alice": '
-                                    '.spec.ports[port=80,protocol="TCP"].targetPort')
+    assert caught.value.message == (
+        'Apply failed with 1 conflict: conflict with "alice": .spec.ports[port=80,protocol="TCP"].targetPort'
+    )
 
 
 def test_an_applier_dropping_a_list_item_removes_the_whole_item(store: Store) -> None:
@@ -302,8 +461,9 @@ def test_a_dropped_item_added_after_creation_is_removed_and_leaves_no_stale_owne
     first = [{"name": "a", "port": 80}]
     apply_service(store, first, "alice")
     apply_service(store, first + [{"name": "b", "port": 81}], "alice")  # stored without its default protocol
-    store.patch("services", NS, "s", "strategic", {"spec": {"ports": [{"port": 81, "targetPort": 9999}]}},
-                field_manager="bob")
+    store.patch(
+        "services", NS, "s", "strategic", {"spec": {"ports": [{"port": 81, "targetPort": 9999}]}}, field_manager="bob"
+    )
     svc = apply_service(store, first, "alice")
     assert [p["port"] for p in svc["spec"]["ports"]] == [80]
     assert ("bob", "Update", "") not in entries(svc)  # bob owned only fields of the deleted item
@@ -321,31 +481,45 @@ def test_several_conflicts_are_listed_by_manager_then_in_field_order(store: Stor
     apply(store, {**CM, "metadata": {"name": "c", "labels": {"z": "1"}}}, "alice")
     store.patch("configmaps", NS, "c", "merge", {"data": {"c": "3"}}, field_manager="editor")
     with pytest.raises(ApiError) as caught:
-        apply(store, {**CM, "metadata": {"name": "c", "labels": {"z": "2"}},
-                      "data": {"b": "9", "a": "9", "c": "9"}}, "bob")
+        apply(
+            store,
+            {**CM, "metadata": {"name": "c", "labels": {"z": "2"}}, "data": {"b": "9", "a": "9", "c": "9"}},
+            "bob",
+        )
     assert caught.value.message == (
         'Apply failed with 4 conflicts: conflicts with "alice":\n- .data.a\n- .data.b\n- .metadata.labels.z\n'
-        'conflicts with "editor" using v1:\n- .data.c')
+        'conflicts with "editor" using v1:\n- .data.c'
+    )
     assert [c["field"] for c in caught.value.status()["details"]["causes"]] == [
-        ".data.a", ".data.b", ".metadata.labels.z", ".data.c"]
+        ".data.a",
+        ".data.b",
+        ".metadata.labels.z",
+        ".data.c",
+    ]
 
 
 def test_the_first_apply_to_an_untracked_object_conflicts_with_before_first_apply(store: Store) -> None:
-    created = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                              "data": {"a": "1"}}, field_manager="creator")
+    created = store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
+        field_manager="creator",
+    )
     body = json.loads(json.dumps(created))
     body["metadata"]["managedFields"] = [{}]
     store.update("configmaps", NS, "c", body, field_manager="resetter")
     with pytest.raises(ApiError) as caught:
         apply(store, {**CM, "data": {"a": "9"}}, "alice")
-    assert caught.value.message == ('Apply failed with 1 conflict: conflict with "before-first-apply" using v1: '
-                                    '.data.a')
+    assert caught.value.message == (
+        'Apply failed with 1 conflict: conflict with "before-first-apply" using v1: .data.a'
+    )
 
 
 def test_emptying_a_map_removes_its_fields_and_gives_the_writer_nothing(store: Store) -> None:
     store.create("pods", NS, worker_pod(), field_manager="creator")
-    pod = store.patch("pods", NS, "w-0", "json", [{"op": "replace", "path": "/metadata/labels", "value": {}}],
-                      field_manager="editor")
+    pod = store.patch(
+        "pods", NS, "w-0", "json", [{"op": "replace", "path": "/metadata/labels", "value": {}}], field_manager="editor"
+    )
     assert ("editor", "Update", "") not in entries(pod)
     assert fields(pod, "creator")["f:metadata"] == {"f:labels": {}}
 
@@ -377,40 +551,59 @@ def test_an_eviction_adds_no_ownership_entry(store: Store) -> None:
 
 
 def test_a_write_without_manager_or_user_agent_is_recorded_as_unknown(store: Store) -> None:
-    cm = store.create("configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                         "data": {"a": "1"}})
+    cm = store.create(
+        "configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+    )
     assert [e["manager"] for e in cm["metadata"]["managedFields"]] == ["unknown"]
 
 
 # ----------------------------------------------------------------------------------- pure functions
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    (("f:spec", "f:replicas"), ".spec.replicas"),
-    (("f:spec", "f:containers", 'k:{"name":"tf"}', "f:image"), '.spec.containers[name="tf"].image'),
-    (("f:spec", "f:ports", 'k:{"port":80,"protocol":"TCP"}'), '.spec.ports[port=80,protocol="TCP"]'),
-    (("f:metadata", "f:finalizers", 'v:"a/b"'), '.metadata.finalizers[="a/b"]'),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (("f:spec", "f:replicas"), ".spec.replicas"),
+        (("f:spec", "f:containers", 'k:{"name":"tf"}', "f:image"), '.spec.containers[name="tf"].image'),
+        (("f:spec", "f:ports", 'k:{"port":80,"protocol":"TCP"}'), '.spec.ports[port=80,protocol="TCP"]'),
+        (("f:metadata", "f:finalizers", 'v:"a/b"'), '.metadata.finalizers[="a/b"]'),
+    ],
+)
 def test_field_path_strings_match_the_apiservers(path: tuple[str, ...], expected: str) -> None:
     assert fieldmanager.field_path_string(path) == expected
 
 
-@pytest.mark.parametrize(("value", "field"), [
-    ("nope", "metadata.managedFields"),
-    ([{"operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV2", "fieldsV1": {}}],
-     "metadata.managedFields[0].fieldsType"),
-    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"x:bad": {}}}],
-     "metadata.managedFields[0].fieldsV1"),
-    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "manager": 7}],
-     "metadata.managedFields[0].manager"),
-    ([{"operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "metadata.managedFields[0].apiVersion"),
-    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:notjson": {}}}],
-     "metadata.managedFields[0].fieldsV1"),
-    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:[1]": {}}}],
-     "metadata.managedFields[0].fieldsV1"),
-    ([{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"i:x": {}}}],
-     "metadata.managedFields[0].fieldsV1"),
-])
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("nope", "metadata.managedFields"),
+        (
+            [{"operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV2", "fieldsV1": {}}],
+            "metadata.managedFields[0].fieldsType",
+        ),
+        (
+            [{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"x:bad": {}}}],
+            "metadata.managedFields[0].fieldsV1",
+        ),
+        (
+            [{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "manager": 7}],
+            "metadata.managedFields[0].manager",
+        ),
+        ([{"operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}], "metadata.managedFields[0].apiVersion"),
+        (
+            [{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:notjson": {}}}],
+            "metadata.managedFields[0].fieldsV1",
+        ),
+        (
+            [{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"k:[1]": {}}}],
+            "metadata.managedFields[0].fieldsV1",
+        ),
+        (
+            [{"operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"i:x": {}}}],
+            "metadata.managedFields[0].fieldsV1",
+        ),
+    ],
+)
 def test_invalid_entries_are_reported_with_the_field_at_fault(value: object, field: str) -> None:
     assert [c["field"] for c in fieldmanager.validate_entries(value)] == [field]
 
@@ -436,7 +629,10 @@ async def test_kubectl_hides_managed_fields_unless_asked_and_names_its_managers(
     assert rc == 0, err
     [entry] = yaml.safe_load(out)["metadata"]["managedFields"]
     assert (entry["manager"], entry["operation"], entry["fieldsV1"]) == (
-        "kubectl-create", "Update", {"f:data": {".": {}, "f:a": {}}})
+        "kubectl-create",
+        "Update",
+        {"f:data": {".": {}, "f:a": {}}},
+    )
     rc, _out, err = await kubectl("label", "configmap", "c", "team=ml")
     assert rc == 0, err
     rc, out, err = await kubectl("get", "configmap", "c", "-o", "json", "--show-managed-fields")
@@ -447,15 +643,14 @@ async def test_kubectl_hides_managed_fields_unless_asked_and_names_its_managers(
 
 async def test_kubectl_server_side_apply_conflict_and_force(kubectl: Kubectl) -> None:
     manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: '{}'\n"
-    rc, out, err = await kubectl("apply", "--server-side", "--field-manager=alice", "-f", "-",
-                                 input=manifest.format(1))
+    rc, out, err = await kubectl("apply", "--server-side", "--field-manager=alice", "-f", "-", input=manifest.format(1))
     assert (rc, out.strip()) == (0, "configmap/c serverside-applied"), err
-    rc, _out, err = await kubectl("apply", "--server-side", "--field-manager=bob", "-f", "-",
-                                  input=manifest.format(2))
+    rc, _out, err = await kubectl("apply", "--server-side", "--field-manager=bob", "-f", "-", input=manifest.format(2))
     assert rc == 1
     assert 'Apply failed with 1 conflict: conflict with "alice": .data.a' in err
-    rc, _out, err = await kubectl("apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-",
-                                  input=manifest.format(2))
+    rc, _out, err = await kubectl(
+        "apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-", input=manifest.format(2)
+    )
     assert rc == 0, err
     rc, out, err = await kubectl("get", "configmap", "c", "-o", "json", "--show-managed-fields")
     doc = json.loads(out)
@@ -481,10 +676,21 @@ def _model_compare(old: Any, new: Any, schema: dict, path: tuple, present: bool,
                 continue
             if key in old and old[key] == value and type(old[key]) is type(value):
                 continue
-            _model_compare(old.get(key), value, fieldmanager._child(schema, key), path + ("f:" + key,), key in old,
-                           changed, removed)
-        removed.extend(path + ("f:" + key,) for key in old if key not in new and not (
-            (top and key in fieldmanager._STRIPPED_TOP) or (meta and key in fieldmanager._STRIPPED_META)))
+            _model_compare(
+                old.get(key),
+                value,
+                fieldmanager._child(schema, key),
+                path + ("f:" + key,),
+                key in old,
+                changed,
+                removed,
+            )
+        removed.extend(
+            path + ("f:" + key,)
+            for key in old
+            if key not in new
+            and not ((top and key in fieldmanager._STRIPPED_TOP) or (meta and key in fieldmanager._STRIPPED_META))
+        )
         return
     items = fieldmanager._keyed_items(new, schema) if type(new) is list and new else None
     old_items = (fieldmanager._keyed_items(old, schema) if type(old) is list else {}) if items is not None else None
@@ -499,8 +705,9 @@ def _model_compare(old: Any, new: Any, schema: dict, path: tuple, present: bool,
             if pe not in old_items:
                 changed.append(path + (pe,))
             if type(item) is dict and item_schema.get("x-kubernetes-map-type") != "atomic":
-                _model_compare(before if type(before) is dict else {}, item, item_schema,
-                               path + (pe,), True, changed, removed)
+                _model_compare(
+                    before if type(before) is dict else {}, item, item_schema, path + (pe,), True, changed, removed
+                )
             elif before is not None:
                 changed.append(path + (pe,))
         removed.extend(path + (pe,) for pe in old_items if pe not in items)
@@ -530,8 +737,9 @@ def _model_is_member(fields: dict, path: tuple) -> bool:
     return found is not None and (not found or "." in found)
 
 
-def _model_update(schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str,
-                  api_version: str, now: str) -> Any:
+def _model_update(
+    schema: dict, before: dict, after: dict, managed: Any, manager: str, subresource: str, api_version: str, now: str
+) -> Any:
     changed: list = []
     removed: list = []
     _model_compare(before, after, schema, (), True, changed, removed)
@@ -575,8 +783,11 @@ _KEYS = st.sampled_from(["a", "b", "name", "type"])
 _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(0, 2), st.sampled_from(["x", "y"]))
 # Any JSON, from a small vocabulary so that successive versions of an object collide: a field turns from
 # a map into a list or a scalar, null, empty; a keyed list loses its keys (atomic) and gets them back.
-_JSON = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(_KEYS, inner, max_size=3)), max_leaves=8)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)),
+    max_leaves=8,
+)
 
 
 def _maybe(strategy: st.SearchStrategy) -> st.SearchStrategy:
@@ -584,54 +795,122 @@ def _maybe(strategy: st.SearchStrategy) -> st.SearchStrategy:
 
 
 def _fields(required: dict, optional: dict) -> st.SearchStrategy:
-    return st.fixed_dictionaries({k: v for k, v in required.items()},
-                                 optional={k: _maybe(v) for k, v in optional.items()})
+    return st.fixed_dictionaries(
+        {k: v for k, v in required.items()}, optional={k: _maybe(v) for k, v in optional.items()}
+    )
 
 
-_CONTAINER = _fields({"name": st.sampled_from(["main", "side"])}, {
-    "image": st.sampled_from(["tf:1", "tf:2"]),
-    "ports": st.lists(_fields({"containerPort": st.sampled_from([80, 81])},
-                              {"protocol": st.sampled_from(["TCP", "UDP"]), "name": st.sampled_from(["p", "q"])}),
-                      max_size=3),
-    "env": st.lists(_fields({}, {"name": st.sampled_from(["A", "B"]), "value": _SCALARS}), max_size=3),
-    "resources": _JSON,
-})
-_META = _fields({"name": st.just("o")}, {
-    "labels": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=3),
-    "annotations": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
-    "finalizers": st.lists(st.sampled_from(["f/1", "f/2", "f/3"]), max_size=3),
-    "ownerReferences": st.lists(_fields({"uid": st.sampled_from(["u1", "u2"])}, {"name": st.just("j")}),
-                                max_size=2),
-    "resourceVersion": st.sampled_from(["1", "2"]),
-})
-_CONDITIONS = st.lists(_fields({}, {"type": st.sampled_from(["Ready", "Created"]), "status": _SCALARS,
-                                    "reason": st.sampled_from(["r", "s"])}), max_size=3)
-_POD = _fields({"apiVersion": st.just("v1"), "kind": st.just("Pod"), "metadata": _META}, {
-    "spec": _fields({}, {"containers": st.lists(_CONTAINER, max_size=3), "nodeSelector": st.dictionaries(_KEYS, _SCALARS),
-                         "restartPolicy": st.sampled_from(["Never", "Always"]), "extra": _JSON}),
-    "status": _fields({}, {"conditions": _CONDITIONS, "phase": st.sampled_from(["Pending", "Running"]),
-                           "podIPs": st.lists(_fields({}, {"ip": st.sampled_from(["10.0.0.1", "10.0.0.2"])}),
-                                              max_size=2),
-                           "containerStatuses": st.lists(_JSON, max_size=2)}),
-})
-_SERVICE = _fields({"apiVersion": st.just("v1"), "kind": st.just("Service"), "metadata": _META}, {
-    "spec": _fields({}, {"ports": st.lists(_fields({"port": st.sampled_from([80, 81])},
-                                                   {"protocol": st.sampled_from(["TCP", "UDP"]),
-                                                    "targetPort": _SCALARS}), max_size=3),
-                         "selector": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
-                         "clusterIP": st.sampled_from(["None", "10.0.0.9"])}),
-    "status": _fields({}, {"conditions": _CONDITIONS}),
-})
-_REPLICA = _fields({}, {"replicas": st.integers(0, 3), "restartPolicy": st.sampled_from(["ExitCode", "Never"]),
-                        "template": _fields({}, {"metadata": _fields({}, {"annotations": st.dictionaries(_KEYS, _SCALARS)}),
-                                                 "spec": _fields({}, {"containers": st.lists(_CONTAINER, max_size=2)})})})
-_TFJOB = _fields({"apiVersion": st.just("kubeflow.org/v1"), "kind": st.just("TFJob"), "metadata": _META}, {
-    "spec": _fields({}, {"enableDynamicWorker": st.booleans(),
-                         "tfReplicaSpecs": st.dictionaries(st.sampled_from(["PS", "Worker"]), _REPLICA, max_size=2),
-                         "runPolicy": _fields({}, {"suspend": st.booleans()})}),
-    "status": _fields({}, {"conditions": _CONDITIONS, "startTime": st.sampled_from(["t1", "t2"]),
-                           "replicaStatuses": st.dictionaries(st.sampled_from(["PS", "Worker"]), _JSON, max_size=2)}),
-})
+_CONTAINER = _fields(
+    {"name": st.sampled_from(["main", "side"])},
+    {
+        "image": st.sampled_from(["tf:1", "tf:2"]),
+        "ports": st.lists(
+            _fields(
+                {"containerPort": st.sampled_from([80, 81])},
+                {"protocol": st.sampled_from(["TCP", "UDP"]), "name": st.sampled_from(["p", "q"])},
+            ),
+            max_size=3,
+        ),
+        "env": st.lists(_fields({}, {"name": st.sampled_from(["A", "B"]), "value": _SCALARS}), max_size=3),
+        "resources": _JSON,
+    },
+)
+_META = _fields(
+    {"name": st.just("o")},
+    {
+        "labels": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=3),
+        "annotations": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
+        "finalizers": st.lists(st.sampled_from(["f/1", "f/2", "f/3"]), max_size=3),
+        "ownerReferences": st.lists(
+            _fields({"uid": st.sampled_from(["u1", "u2"])}, {"name": st.just("j")}), max_size=2
+        ),
+        "resourceVersion": st.sampled_from(["1", "2"]),
+    },
+)
+_CONDITIONS = st.lists(
+    _fields(
+        {}, {"type": st.sampled_from(["Ready", "Created"]), "status": _SCALARS, "reason": st.sampled_from(["r", "s"])}
+    ),
+    max_size=3,
+)
+_POD = _fields(
+    {"apiVersion": st.just("v1"), "kind": st.just("Pod"), "metadata": _META},
+    {
+        "spec": _fields(
+            {},
+            {
+                "containers": st.lists(_CONTAINER, max_size=3),
+                "nodeSelector": st.dictionaries(_KEYS, _SCALARS),
+                "restartPolicy": st.sampled_from(["Never", "Always"]),
+                "extra": _JSON,
+            },
+        ),
+        "status": _fields(
+            {},
+            {
+                "conditions": _CONDITIONS,
+                "phase": st.sampled_from(["Pending", "Running"]),
+                "podIPs": st.lists(_fields({}, {"ip": st.sampled_from(["10.0.0.1", "10.0.0.2"])}), max_size=2),
+                "containerStatuses": st.lists(_JSON, max_size=2),
+            },
+        ),
+    },
+)
+_SERVICE = _fields(
+    {"apiVersion": st.just("v1"), "kind": st.just("Service"), "metadata": _META},
+    {
+        "spec": _fields(
+            {},
+            {
+                "ports": st.lists(
+                    _fields(
+                        {"port": st.sampled_from([80, 81])},
+                        {"protocol": st.sampled_from(["TCP", "UDP"]), "targetPort": _SCALARS},
+                    ),
+                    max_size=3,
+                ),
+                "selector": st.dictionaries(_KEYS, st.sampled_from(["x", "y"]), max_size=2),
+                "clusterIP": st.sampled_from(["None", "10.0.0.9"]),
+            },
+        ),
+        "status": _fields({}, {"conditions": _CONDITIONS}),
+    },
+)
+_REPLICA = _fields(
+    {},
+    {
+        "replicas": st.integers(0, 3),
+        "restartPolicy": st.sampled_from(["ExitCode", "Never"]),
+        "template": _fields(
+            {},
+            {
+                "metadata": _fields({}, {"annotations": st.dictionaries(_KEYS, _SCALARS)}),
+                "spec": _fields({}, {"containers": st.lists(_CONTAINER, max_size=2)}),
+            },
+        ),
+    },
+)
+_TFJOB = _fields(
+    {"apiVersion": st.just("kubeflow.org/v1"), "kind": st.just("TFJob"), "metadata": _META},
+    {
+        "spec": _fields(
+            {},
+            {
+                "enableDynamicWorker": st.booleans(),
+                "tfReplicaSpecs": st.dictionaries(st.sampled_from(["PS", "Worker"]), _REPLICA, max_size=2),
+                "runPolicy": _fields({}, {"suspend": st.booleans()}),
+            },
+        ),
+        "status": _fields(
+            {},
+            {
+                "conditions": _CONDITIONS,
+                "startTime": st.sampled_from(["t1", "t2"]),
+                "replicaStatuses": st.dictionaries(st.sampled_from(["PS", "Worker"]), _JSON, max_size=2),
+            },
+        ),
+    },
+)
 
 
 @functools.cache
@@ -641,19 +920,44 @@ def _schema(kind: str, custom: bool) -> dict:
 
 
 _KINDS = {"Pod": (_POD, False), "Service": (_SERVICE, False), "TFJob": (_TFJOB, True)}
-_FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_FUZZ = settings(
+    derandomize=True,
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 # A field set a client made up: managedFields may be edited, so an entry may claim fields the object does
 # not have, own a map's fields but not the map, and so on.
-_PATH_ELEMENTS = st.sampled_from(["f:spec", "f:status", "f:metadata", "f:labels", "f:extra", "f:a", "f:b",
-                                  "f:containers", 'k:{"name":"main"}', "f:image", "f:restartPolicy", "f:phase",
-                                  "f:enableDynamicWorker", "f:clusterIP"])
+_PATH_ELEMENTS = st.sampled_from(
+    [
+        "f:spec",
+        "f:status",
+        "f:metadata",
+        "f:labels",
+        "f:extra",
+        "f:a",
+        "f:b",
+        "f:containers",
+        'k:{"name":"main"}',
+        "f:image",
+        "f:restartPolicy",
+        "f:phase",
+        "f:enableDynamicWorker",
+        "f:clusterIP",
+    ]
+)
 _MADE_UP_FIELDS = st.recursive(
-    st.just({}), lambda inner: st.builds(lambda member, children: {**({".": {}} if member else {}), **children},
-                                         st.booleans(), st.dictionaries(_PATH_ELEMENTS, inner, min_size=1, max_size=3)),
-    max_leaves=12)
+    st.just({}),
+    lambda inner: st.builds(
+        lambda member, children: {**({".": {}} if member else {}), **children},
+        st.booleans(),
+        st.dictionaries(_PATH_ELEMENTS, inner, min_size=1, max_size=3),
+    ),
+    max_leaves=12,
+)
 
 
 def _shuffled(node: dict, rnd: Any) -> dict:
@@ -682,11 +986,18 @@ def test_update_ownership_matches_the_path_set_model(data: st.DataObject) -> Non
             rnd = data.draw(st.randoms(use_true_random=False))
             managed = [{**raw, "fieldsV1": _shuffled(raw["fieldsV1"], rnd)} for raw in managed]
         if data.draw(st.integers(0, 3)) == 0:
-            made_up = {"manager": data.draw(st.sampled_from([manager, "kubelet"])), "operation": "Update",
-                       "apiVersion": version, "time": "2023-11-14T22:13:00Z", "fieldsType": "FieldsV1",
-                       "fieldsV1": data.draw(_MADE_UP_FIELDS), **({"subresource": subresource} if subresource else {})}
-            sent = [raw for raw in managed or () if fieldmanager._wire_identity(raw)
-                    != fieldmanager._wire_identity(made_up)] + [made_up]
+            made_up = {
+                "manager": data.draw(st.sampled_from([manager, "kubelet"])),
+                "operation": "Update",
+                "apiVersion": version,
+                "time": "2023-11-14T22:13:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": data.draw(_MADE_UP_FIELDS),
+                **({"subresource": subresource} if subresource else {}),
+            }
+            sent = [
+                raw for raw in managed or () if fieldmanager._wire_identity(raw) != fieldmanager._wire_identity(made_up)
+            ] + [made_up]
             assert not fieldmanager.validate_entries(sent)
             managed = fieldmanager.encode_entries(fieldmanager.decode_entries(sent))  # as the store takes a body's
         now = f"2023-11-14T22:13:{20 + step}Z"
@@ -723,9 +1034,18 @@ def test_a_changed_field_an_edited_entry_owned_only_below_becomes_a_member_liste
     schema = fieldmanager.root_schema("Pod", False, None)
     before = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "o"}, "spec": {"restartPolicy": "Never"}}
     after = {**before, "spec": {"restartPolicy": "Always"}}
-    managed = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "time": "2023-11-14T22:13:00Z",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:restartPolicy": {"f:z": {}, "f:a": {}}}}}]
+    managed = [
+        {
+            "manager": "m",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2023-11-14T22:13:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:restartPolicy": {"f:z": {}, "f:a": {}}}},
+        }
+    ]
     [entry] = fieldmanager.update_ownership(schema, before, after, managed, "m", "", "v1", NOW)
     assert orjson.dumps(entry["fieldsV1"]) == orjson.dumps(
-        {"f:spec": {"f:restartPolicy": {".": {}, "f:z": {}, "f:a": {}}}})
+        {"f:spec": {"f:restartPolicy": {".": {}, "f:z": {}, "f:a": {}}}}
+    )
     assert entry == _model_update(schema, before, after, managed, "m", "", "v1", NOW)[0]

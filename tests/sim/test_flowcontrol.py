@@ -23,13 +23,22 @@ def classified_as(headers: Any) -> str | None:
     pair = (headers.get(FLOW_SCHEMA_HEADER), headers.get(PRIORITY_LEVEL_HEADER))
     if pair == (None, None):
         return None
-    [name] = [name for name, sent in CLASSES.items() if sent == ((FLOW_SCHEMA_HEADER, pair[0]),
-                                                                 (PRIORITY_LEVEL_HEADER, pair[1]))]
+    [name] = [
+        name
+        for name, sent in CLASSES.items()
+        if sent == ((FLOW_SCHEMA_HEADER, pair[0]), (PRIORITY_LEVEL_HEADER, pair[1]))
+    ]
     return name
 
 
-async def headers_of(cluster: SimCluster, path: str, *, method: str = "GET", token: str | None = None,
-                     ssl_context: ssl.SSLContext | None = None) -> tuple[int, Any]:
+async def headers_of(
+    cluster: SimCluster,
+    path: str,
+    *,
+    method: str = "GET",
+    token: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[int, Any]:
     auth = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession() as http:
         async with http.request(method, cluster.url + path, headers=auth, ssl=ssl_context or False) as response:
@@ -61,8 +70,9 @@ def test_uids_are_stable_and_distinct() -> None:
     assert all(uuid.UUID(value).version == 5 for headers in CLASSES.values() for _, value in headers)
 
 
-@pytest.mark.parametrize("sim_config", [SimConfig(nodes=1, time_scale=0.01, priority_and_fairness=False)],
-                         ids=["no-apf"])
+@pytest.mark.parametrize(
+    "sim_config", [SimConfig(nodes=1, time_scale=0.01, priority_and_fairness=False)], ids=["no-apf"]
+)
 async def test_without_priority_and_fairness_no_response_carries_them(sim_cluster: SimCluster) -> None:
     sim_cluster.faults.fail("list", "secrets", 429, retry_after=1)  # max-in-flight's 429 then
     answers = [

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from controller.cli import parse_args
+from tests.conftest import Kubectl, _kubectl_binary
+from tests.controller_process import CLI, clean_env
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.crds import crd_dir
 from tfjob_sim.watch import WatchConfig
-from tests.conftest import Kubectl, _kubectl_binary
-from tests.controller_process import CLI, clean_env
 
 
 def manifest(*docs: dict) -> str:
@@ -31,12 +31,18 @@ async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
     return out
 
 
-VOLCANO_PG = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-              "metadata": {"name": "job", "namespace": "default"},
-              "spec": {"minMember": 3, "queue": "default", "minResources": {"cpu": "3", "memory": "1Gi"}}}
-SP_PG = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-         "metadata": {"name": "job", "namespace": "default"},
-         "spec": {"minMember": 2, "scheduleTimeoutSeconds": 10}}
+VOLCANO_PG = {
+    "apiVersion": "scheduling.volcano.sh/v1beta1",
+    "kind": "PodGroup",
+    "metadata": {"name": "job", "namespace": "default"},
+    "spec": {"minMember": 3, "queue": "default", "minResources": {"cpu": "3", "memory": "1Gi"}},
+}
+SP_PG = {
+    "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+    "kind": "PodGroup",
+    "metadata": {"name": "job", "namespace": "default"},
+    "spec": {"minMember": 2, "scheduleTimeoutSeconds": 10},
+}
 
 
 class TestAbsentByDefault:
@@ -75,17 +81,38 @@ class TestServedOnRequest:
         assert wide.splitlines()[1].split()[-1] == "default"
         resources = await ok(kubectl, "api-resources", "--api-group=scheduling.volcano.sh")
         rows = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
-        assert rows["podgroups"] == ["podgroups", "pg,podgroup-v1beta1", "scheduling.volcano.sh/v1beta1", "true",
-                                     "PodGroup"]
+        assert rows["podgroups"] == [
+            "podgroups",
+            "pg,podgroup-v1beta1",
+            "scheduling.volcano.sh/v1beta1",
+            "true",
+            "PodGroup",
+        ]
         assert rows["queues"] == ["queues", "q,queue-v1beta1", "scheduling.volcano.sh/v1beta1", "false", "Queue"]
         # No status subresource (as upstream): status is written with the object, /status does not exist.
-        rc, _out, err = await kubectl("patch", "podgroups.scheduling.volcano.sh", "job", "--subresource=status",
-                                      "--type=merge", "-p", '{"status":{"phase":"Completed"}}')
+        rc, _out, err = await kubectl(
+            "patch",
+            "podgroups.scheduling.volcano.sh",
+            "job",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Completed"}}',
+        )
         assert rc == 1 and "NotFound" in err
-        await ok(kubectl, "patch", "podgroups.scheduling.volcano.sh", "job", "--type=merge",
-                 "-p", '{"status":{"phase":"Completed","running":0}}')
-        assert await ok(kubectl, "get", "podgroups.scheduling.volcano.sh", "job",
-                        "-o", "jsonpath={.status.phase}") == "Completed"
+        await ok(
+            kubectl,
+            "patch",
+            "podgroups.scheduling.volcano.sh",
+            "job",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Completed","running":0}}',
+        )
+        assert (
+            await ok(kubectl, "get", "podgroups.scheduling.volcano.sh", "job", "-o", "jsonpath={.status.phase}")
+            == "Completed"
+        )
 
     async def test_volcano_schema_rejects_bad_quantities(self, kubectl: Kubectl) -> None:
         bad = yaml.safe_load(yaml.safe_dump(VOLCANO_PG))
@@ -106,28 +133,58 @@ class TestServedOnRequest:
         row_of = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
         assert row_of["podgroups"] == ["podgroups", "pg,pgs", "scheduling.x-k8s.io/v1alpha1", "true", "PodGroup"]
         rc, out, err = await kubectl("get", "pg")  # both claim "pg": kubectl picks Volcano's and says so
-        assert rc == 0 and out == "" and 'short name "pg" could also match lower priority resource ' \
-                                         "podgroups.scheduling.x-k8s.io" in err
+        assert (
+            rc == 0
+            and out == ""
+            and 'short name "pg" could also match lower priority resource podgroups.scheduling.x-k8s.io' in err
+        )
         zero = yaml.safe_load(yaml.safe_dump(SP_PG))
         zero["metadata"]["name"] = "zero"
         zero["spec"]["minMember"] = 0
         rc, _out, err = await kubectl("apply", "-f", "-", input=manifest(zero))
-        assert rc == 1 and "spec.minMember: Invalid value: 0: spec.minMember in body should be greater than or " \
-                           "equal to 1" in err
+        assert (
+            rc == 1
+            and "spec.minMember: Invalid value: 0: spec.minMember in body should be greater than or equal to 1" in err
+        )
         # The status subresource is on: a main-resource write ignores status, /status writes it.
-        await ok(kubectl, "patch", "podgroups.scheduling.x-k8s.io", "job", "--type=merge",
-                 "-p", '{"status":{"phase":"Running"}}')
+        await ok(
+            kubectl,
+            "patch",
+            "podgroups.scheduling.x-k8s.io",
+            "job",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Running"}}',
+        )
         assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Pending"
-        await ok(kubectl, "patch", "podgroups.scheduling.x-k8s.io", "job", "--subresource=status", "--type=merge",
-                 "-p", '{"status":{"phase":"Finished"}}')
+        await ok(
+            kubectl,
+            "patch",
+            "podgroups.scheduling.x-k8s.io",
+            "job",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Finished"}}',
+        )
         assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Finished"
 
 
 async def test_sim_command_serves_the_crds_it_is_asked_for(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "sim", "--kubeconfig", str(kubeconfig), "--nodes", "1", "--podgroup-crds", "scheduler-plugins",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env())
+        *CLI,
+        "sim",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--nodes",
+        "1",
+        "--podgroup-crds",
+        "scheduler-plugins",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_env(),
+    )
     try:
         assert proc.stdout is not None
         with anyio.fail_after(30):

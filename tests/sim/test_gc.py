@@ -9,8 +9,9 @@ empty due queue cannot act until the next store change.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -45,13 +46,16 @@ class Recorder:
                 self._changed = anyio.Event()
 
     def deleted_at(self, resource: str, name: str) -> float | None:
-        return next((t for t, e, r, o, _n in self.events
-                     if e == "DELETED" and r == resource and o["metadata"]["name"] == name), None)
+        return next(
+            (t for t, e, r, o, _n in self.events if e == "DELETED" and r == resource and o["metadata"]["name"] == name),
+            None,
+        )
 
 
 @asynccontextmanager
-async def collector(store: Store | None = None, delay: float = 0.0,
-                    kubelet: bool = False) -> AsyncIterator[tuple[Store, GarbageCollector, Recorder]]:
+async def collector(
+    store: Store | None = None, delay: float = 0.0, kubelet: bool = False
+) -> AsyncIterator[tuple[Store, GarbageCollector, Recorder]]:
     store = store or Store()
     rec = Recorder(store)
     gc = GarbageCollector(store, GCConfig(delay_seconds=delay, time_scale=SCALE))
@@ -65,8 +69,13 @@ async def collector(store: Store | None = None, delay: float = 0.0,
 
 
 def ref(owner: dict, block: bool = False, **override: Any) -> dict:
-    out = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-           "uid": owner["metadata"]["uid"], **override}
+    out = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        **override,
+    }
     if block:
         out["blockOwnerDeletion"] = True
     return out
@@ -90,14 +99,29 @@ def release(store: Store, name: str, resource: str = "configmaps", namespace: st
 
 
 def define_crd(store: Store, plural: str, kind: str, scope: str) -> str:
-    store.create(CRDS, None, {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.example.com"},
-        "spec": {"group": "example.com", "scope": scope,
-                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                                              "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    store.create(
+        CRDS,
+        None,
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": scope,
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        },
+    )
     return f"{plural}.example.com"
 
 
@@ -170,8 +194,9 @@ async def test_owner_resolved_by_uid_not_name() -> None:
         configmap(store, "misnamed", ref(owner, name="someone-else"))
         configmap(store, "miskinded", ref(owner, kind="Secret"))
         configmap(store, "good", ref(owner))
-        await rec.until(lambda: cm(store, "stale") is None and cm(store, "misnamed") is None
-                        and cm(store, "miskinded") is None)
+        await rec.until(
+            lambda: cm(store, "stale") is None and cm(store, "misnamed") is None and cm(store, "miskinded") is None
+        )
         await anyio.wait_all_tasks_blocked()
         assert cm(store, "good") is not None and cm(store, "owner") is not None
 
@@ -181,20 +206,38 @@ async def test_invalid_namespace_references_count_as_absent() -> None:
         store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
         foreign = configmap(store, "foreign", namespace="other")
         configmap(store, "cross", ref(foreign))  # in "default", owner in "other"
-        cluster_role = store.create("clusterroles.rbac.authorization.k8s.io", None, {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "owned-by-configmap", "ownerReferences": [ref(foreign)]}, "rules": []})
+        cluster_role = store.create(
+            "clusterroles.rbac.authorization.k8s.io",
+            None,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "owned-by-configmap", "ownerReferences": [ref(foreign)]},
+                "rules": [],
+            },
+        )
         assert cluster_role["metadata"]["ownerReferences"]
-        await rec.until(lambda: cm(store, "cross") is None
-                        and store.get("clusterroles.rbac.authorization.k8s.io", None, "owned-by-configmap") is None)
+        await rec.until(
+            lambda: (
+                cm(store, "cross") is None
+                and store.get("clusterroles.rbac.authorization.k8s.io", None, "owned-by-configmap") is None
+            )
+        )
         assert cm(store, "foreign", "other") is not None
 
 
 async def test_cluster_scoped_owner_of_namespaced_dependents() -> None:
     async with collector() as (store, _gc, rec):
-        owner = store.create("clusterroles.rbac.authorization.k8s.io", None, {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "boss"},
-            "rules": []})
+        owner = store.create(
+            "clusterroles.rbac.authorization.k8s.io",
+            None,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "boss"},
+                "rules": [],
+            },
+        )
         configmap(store, "worker", ref(owner))
         await anyio.wait_all_tasks_blocked()
         assert cm(store, "worker") is not None  # a valid owner: kept
@@ -214,8 +257,12 @@ async def test_foreground_waits_only_for_blocking_dependents() -> None:
         meta = cm(store, "owner")["metadata"]
         assert meta["deletionTimestamp"] and meta["finalizers"] == ["foregroundDeletion"]
         # Both dependents are deleted; they stay terminating because of the hold finalizer.
-        await rec.until(lambda: cm(store, "blocker")["metadata"].get("deletionTimestamp")
-                        and cm(store, "free")["metadata"].get("deletionTimestamp"))
+        await rec.until(
+            lambda: (
+                cm(store, "blocker")["metadata"].get("deletionTimestamp")
+                and cm(store, "free")["metadata"].get("deletionTimestamp")
+            )
+        )
         await anyio.wait_all_tasks_blocked()
         assert cm(store, "owner") is not None
         release(store, "free")  # a non-blocking dependent going away does not release the owner
@@ -242,8 +289,12 @@ async def test_foreground_is_recursive_through_blocking_chains() -> None:
         configmap(store, "grandchild", ref(child, block=True), hold=True)
         store.delete("configmaps", NS, "owner", {"propagationPolicy": "Foreground"})
         # The child has dependents and a waiting owner: it is deleted in foreground too.
-        await rec.until(lambda: "foregroundDeletion" in (cm(store, "child")["metadata"].get("finalizers") or [])
-                        and cm(store, "grandchild")["metadata"].get("deletionTimestamp"))
+        await rec.until(
+            lambda: (
+                "foregroundDeletion" in (cm(store, "child")["metadata"].get("finalizers") or [])
+                and cm(store, "grandchild")["metadata"].get("deletionTimestamp")
+            )
+        )
         await anyio.wait_all_tasks_blocked()
         assert cm(store, "owner") is not None and cm(store, "child") is not None
         release(store, "grandchild")
@@ -270,13 +321,23 @@ async def test_dependent_added_while_owner_waits_is_deleted_too() -> None:
 async def test_foreground_waits_for_graceful_pod_termination() -> None:
     async with collector(kubelet=True) as (store, _gc, rec):
         owner = configmap(store, "job")
-        store.create("pods", NS, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "job-worker-0", "ownerReferences": [ref(owner, block=True, controller=True)],
-                         "annotations": {IGNORE_SIGTERM: "true"}},  # stays terminating for its whole grace
-            "spec": {"terminationGracePeriodSeconds": 20, "containers": [{"name": "main", "image": "busybox"}]}})
-        await rec.until(lambda: (store.get("pods", NS, "job-worker-0") or {}).get("status", {}).get("phase")
-                        == "Running")
+        store.create(
+            "pods",
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "job-worker-0",
+                    "ownerReferences": [ref(owner, block=True, controller=True)],
+                    "annotations": {IGNORE_SIGTERM: "true"},
+                },  # stays terminating for its whole grace
+                "spec": {"terminationGracePeriodSeconds": 20, "containers": [{"name": "main", "image": "busybox"}]},
+            },
+        )
+        await rec.until(
+            lambda: (store.get("pods", NS, "job-worker-0") or {}).get("status", {}).get("phase") == "Running"
+        )
         start = anyio.current_time()
         store.delete("configmaps", NS, "job", {"propagationPolicy": "Foreground"})
         await rec.until(lambda: cm(store, "job") is None)
@@ -318,21 +379,40 @@ async def test_custom_resources_and_cluster_scoped_custom_owner() -> None:
     async with collector() as (store, _gc, rec):
         widgets = define_crd(store, "widgets", "Widget", "Namespaced")
         fleets = define_crd(store, "fleets", "Fleet", "Cluster")
-        fleet = store.create(fleets, None, {"apiVersion": "example.com/v1", "kind": "Fleet",
-                                            "metadata": {"name": "fleet"}})
-        widget = store.create(widgets, NS, {"apiVersion": "example.com/v1", "kind": "Widget",
-                                            "metadata": {"name": "w", "ownerReferences": [ref(fleet)]}})
+        fleet = store.create(
+            fleets, None, {"apiVersion": "example.com/v1", "kind": "Fleet", "metadata": {"name": "fleet"}}
+        )
+        widget = store.create(
+            widgets,
+            NS,
+            {
+                "apiVersion": "example.com/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w", "ownerReferences": [ref(fleet)]},
+            },
+        )
         configmap(store, "w-config", ref(widget, block=True), hold=True)
-        store.create("services", NS, {"apiVersion": "v1", "kind": "Service",
-                                      "metadata": {"name": "w-svc", "ownerReferences": [ref(widget, block=True)]},
-                                      "spec": {"ports": [{"port": 80}]}})
+        store.create(
+            "services",
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "w-svc", "ownerReferences": [ref(widget, block=True)]},
+                "spec": {"ports": [{"port": 80}]},
+            },
+        )
         store.delete(fleets, None, "fleet", {"propagationPolicy": "Foreground"})
         # w's reference does not block the fleet, so the fleet goes without waiting for w; w and
         # its own dependents are collected (w in foreground if the fleet was still waiting when w
         # was examined, else in background: either way everything below it goes).
         await rec.until(lambda: store.get(fleets, None, "fleet") is None)
-        await rec.until(lambda: store.get("services", NS, "w-svc") is None
-                        and cm(store, "w-config")["metadata"].get("deletionTimestamp"))
+        await rec.until(
+            lambda: (
+                store.get("services", NS, "w-svc") is None
+                and cm(store, "w-config")["metadata"].get("deletionTimestamp")
+            )
+        )
         release(store, "w-config")
         await rec.until(lambda: store.get(widgets, NS, "w") is None and cm(store, "w-config") is None)
 
@@ -340,12 +420,23 @@ async def test_custom_resources_and_cluster_scoped_custom_owner() -> None:
 async def test_custom_resource_foreground_with_blocking_pods() -> None:
     async with collector() as (store, _gc, rec):
         widgets = define_crd(store, "widgets", "Widget", "Namespaced")
-        widget = store.create(widgets, NS, {"apiVersion": "example.com/v1", "kind": "Widget",
-                                            "metadata": {"name": "w"}})
-        store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod",
-                                  "metadata": {"name": "w-0", "finalizers": [HOLD],
-                                               "ownerReferences": [ref(widget, block=True, controller=True)]},
-                                  "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+        widget = store.create(
+            widgets, NS, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        )
+        store.create(
+            "pods",
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "w-0",
+                    "finalizers": [HOLD],
+                    "ownerReferences": [ref(widget, block=True, controller=True)],
+                },
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+            },
+        )
         store.delete(widgets, NS, "w", {"propagationPolicy": "Foreground"})
         await rec.until(lambda: store.get("pods", NS, "w-0")["metadata"].get("deletionTimestamp"))
         await anyio.wait_all_tasks_blocked()

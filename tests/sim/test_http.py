@@ -10,8 +10,8 @@ import aiohttp
 import orjson
 import pytest
 
-from tfjob_sim.cluster import SimCluster, SimConfig
 from tests.sim.crds import pod, widget, widget_crd
+from tfjob_sim.cluster import SimCluster, SimConfig
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 PODS = "/api/v1/namespaces/default/pods"
@@ -29,9 +29,16 @@ class Api:
         self.session = session
         self.base = base
 
-    async def __call__(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                       headers: dict[str, str] | None = None, raw: bytes | None = None
-                       ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
+    async def __call__(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
         hdrs = dict(headers or {})
         data = raw
         if body is not None:
@@ -58,8 +65,15 @@ def assert_status(body: Any, code: int, reason: str, message_part: str = "") -> 
 
 
 async def test_unknown_paths_get_plain_text_404(api: Api) -> None:
-    for path in ("/nope", "/api/v2", "/api/v1/frobs", "/apis/example.com/v1/widgets", "/api/v1/pods/x",
-                 "/api/v1/namespaces/default/nodes", "/openapi/v2"):
+    for path in (
+        "/nope",
+        "/api/v2",
+        "/api/v1/frobs",
+        "/apis/example.com/v1/widgets",
+        "/api/v1/pods/x",
+        "/api/v1/namespaces/default/nodes",
+        "/openapi/v2",
+    ):
         code, body, headers = await api("GET", path)
         assert code == 404 and body == "404 page not found\n", path
         assert headers["Content-Type"].startswith("text/plain")
@@ -91,8 +105,9 @@ async def test_health_version_and_content_negotiation(api: Api) -> None:
 
 
 async def test_create_get_update_delete_round_trip(api: Api) -> None:
-    code, created, _ = await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap",
-                                               "metadata": {"name": "a"}, "data": {"k": "v"}})
+    code, created, _ = await api(
+        "POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    )
     assert code == 201 and created["metadata"]["resourceVersion"]
     code, got, _ = await api("GET", CMS + "/a")
     assert code == 200 and got == created
@@ -103,8 +118,9 @@ async def test_create_get_update_delete_round_trip(api: Api) -> None:
     assert code == 409
     assert_status(body, 409, "Conflict", 'Operation cannot be fulfilled on configmaps "a"')
     assert body["details"] == {"name": "a", "kind": "configmaps"}
-    code, body, _ = await api("DELETE", CMS + "/a", {"kind": "DeleteOptions", "apiVersion": "v1",
-                                                      "propagationPolicy": "Background"})
+    code, body, _ = await api(
+        "DELETE", CMS + "/a", {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    )
     assert code == 200 and body["status"] == "Success" and body["details"]["uid"] == created["metadata"]["uid"]
     code, body, _ = await api("GET", CMS + "/a")
     assert code == 404
@@ -120,33 +136,42 @@ async def test_bad_bodies_get_real_status_errors(api: Api) -> None:
     assert code == 201 and (body["kind"], body["apiVersion"]) == ("ConfigMap", "v1")
     code, body, _ = await api("POST", CMS, {"apiVersion": "v2", "kind": "ConfigMap", "metadata": {"name": "a"}})
     assert code == 400
-    assert_status(body, 400, "BadRequest", "the API version in the data (v2) does not match the expected API "
-                                           "version (v1)")
+    assert_status(
+        body, 400, "BadRequest", "the API version in the data (v2) does not match the expected API version (v1)"
+    )
     code, body, _ = await api("POST", CMS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}})
     assert code == 400
     assert_status(body, 400, "BadRequest", "does not match the expected kind")
     code, body, _ = await api("POST", CMS, ["not", "an", "object"])
     assert code == 400
-    code, body, _ = await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
-                              content_type="text/csv")
+    code, body, _ = await api(
+        "POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}, content_type="text/csv"
+    )
     assert code == 415
     assert_status(body, 415, "UnsupportedMediaType")
-    code, body, _ = await api("POST", CMS + "/named", {"apiVersion": "v1", "kind": "ConfigMap",
-                                                       "metadata": {"name": "a"}})
+    code, body, _ = await api(
+        "POST", CMS + "/named", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}
+    )
     assert code == 405
     assert_status(body, 405, "MethodNotAllowed")
-    code, body, _ = await api("POST", PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                             "spec": {"containers": [{"name": "c"}]}})
+    code, body, _ = await api(
+        "POST",
+        PODS,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}},
+    )
     assert code == 422
     assert_status(body, 422, "Invalid", 'Pod "p" is invalid: spec.containers[0].image: Required value')
-    assert body["details"]["causes"] == [{"reason": "FieldValueRequired", "message": "Required value",
-                                          "field": "spec.containers[0].image"}]
+    assert body["details"]["causes"] == [
+        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"}
+    ]
 
 
 async def test_protobuf_bodies(api: Api) -> None:
     # The envelope kubectl sends for `create configmap pb --from-literal=a=b`.
-    body = (b"k8s\x00\n\x0f\n\x02v1\x12\tConfigMap\x12\x18\n\x0e\n\x02pb\x12\x00\x1a\x00\"\x00"
-            b"8\x00B\x00\x12\x06\n\x01a\x12\x01b\x1a\x00\"\x00")
+    body = (
+        b'k8s\x00\n\x0f\n\x02v1\x12\tConfigMap\x12\x18\n\x0e\n\x02pb\x12\x00\x1a\x00"\x00'
+        b'8\x00B\x00\x12\x06\n\x01a\x12\x01b\x1a\x00"\x00'
+    )
     code, created, _ = await api("POST", CMS, raw=body, content_type="application/vnd.kubernetes.protobuf")
     assert code == 201 and created["metadata"]["name"] == "pb" and created["data"] == {"a": "b"}
     code, err, _ = await api("POST", CMS, raw=b"k8s\x00\n\xff", content_type="application/vnd.kubernetes.protobuf")
@@ -172,27 +197,38 @@ async def test_field_validation_strict_warn_ignore(api: Api) -> None:
 
 
 async def test_dry_run(api: Api) -> None:
-    code, body, _ = await api("POST", CMS + "?dryRun=All", {"apiVersion": "v1", "kind": "ConfigMap",
-                                                            "metadata": {"name": "d"}})
+    code, body, _ = await api(
+        "POST", CMS + "?dryRun=All", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}}
+    )
     assert code == 201 and body["metadata"]["name"] == "d"
     assert (await api("GET", CMS + "/d"))[0] == 404
-    assert (await api("POST", CMS + "?dryRun=Some", {"apiVersion": "v1", "kind": "ConfigMap",
-                                                     "metadata": {"name": "d"}}))[0] == 400
+    assert (
+        await api("POST", CMS + "?dryRun=Some", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}})
+    )[0] == 400
 
 
 async def test_patches_and_bad_patches(api: Api) -> None:
     await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}, "data": {"a": "1"}})
     code, body, _ = await api("PATCH", CMS + "/p", {"data": {"b": "2"}}, content_type="application/merge-patch+json")
     assert code == 200 and body["data"] == {"a": "1", "b": "2"}
-    code, body, _ = await api("PATCH", CMS + "/p", [{"op": "replace", "path": "/data/a", "value": "9"}],
-                              content_type="application/json-patch+json")
+    code, body, _ = await api(
+        "PATCH",
+        CMS + "/p",
+        [{"op": "replace", "path": "/data/a", "value": "9"}],
+        content_type="application/json-patch+json",
+    )
     assert code == 200 and body["data"]["a"] == "9"
-    code, body, _ = await api("PATCH", CMS + "/p", {"data": {"c": "3"}},
-                              content_type="application/strategic-merge-patch+json")
+    code, body, _ = await api(
+        "PATCH", CMS + "/p", {"data": {"c": "3"}}, content_type="application/strategic-merge-patch+json"
+    )
     assert code == 200 and body["data"]["c"] == "3"
     rv = body["metadata"]["resourceVersion"]
-    code, body, _ = await api("PATCH", CMS + "/p", [{"op": "test", "path": "/data/a", "value": "nope"}],
-                              content_type="application/json-patch+json")
+    code, body, _ = await api(
+        "PATCH",
+        CMS + "/p",
+        [{"op": "test", "path": "/data/a", "value": "nope"}],
+        content_type="application/json-patch+json",
+    )
     assert code == 422, body
     code, body, _ = await api("PATCH", CMS + "/p", {"op": "add"}, content_type="application/json-patch+json")
     assert code == 400 and body["kind"] == "Status"
@@ -201,8 +237,12 @@ async def test_patches_and_bad_patches(api: Api) -> None:
     assert_status(body, 400, "BadRequest")
     code, body, _ = await api("PATCH", CMS + "/p", {"data": {}}, content_type="application/xml")
     assert code == 415
-    code, body, _ = await api("PATCH", CMS + "/p", {"metadata": {"resourceVersion": "1"}, "data": {"z": "1"}},
-                              content_type="application/merge-patch+json")
+    code, body, _ = await api(
+        "PATCH",
+        CMS + "/p",
+        {"metadata": {"resourceVersion": "1"}, "data": {"z": "1"}},
+        content_type="application/merge-patch+json",
+    )
     assert code == 409  # an RV inside a merge patch is a precondition
     code, body, _ = await api("GET", CMS + "/p")
     assert body["metadata"]["resourceVersion"] == rv  # none of the failed patches wrote anything
@@ -212,12 +252,14 @@ async def test_server_side_apply_creates_and_updates(api: Api) -> None:
     manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "1"}}
     code, body, _ = await api("PATCH", CMS + "/ssa", manifest, content_type="application/apply-patch+yaml")
     assert code == 422 and "fieldManager" in body["message"]
-    code, body, _ = await api("PATCH", CMS + "/ssa?fieldManager=test", manifest,
-                              content_type="application/apply-patch+yaml")
+    code, body, _ = await api(
+        "PATCH", CMS + "/ssa?fieldManager=test", manifest, content_type="application/apply-patch+yaml"
+    )
     assert code == 201 and body["data"] == {"a": "1"}
     manifest["data"] = {"a": "2"}
-    code, body, _ = await api("PATCH", CMS + "/ssa?fieldManager=test", manifest,
-                              content_type="application/apply-patch+yaml")
+    code, body, _ = await api(
+        "PATCH", CMS + "/ssa?fieldManager=test", manifest, content_type="application/apply-patch+yaml"
+    )
     assert code == 200 and body["data"] == {"a": "2"}
 
 
@@ -311,7 +353,10 @@ async def test_discovery_and_openapi_follow_crds(api: Api) -> None:
     assert by_name["widgets"]["shortNames"] == ["wd"] and by_name["widgets"]["kind"] == "Widget"
     assert by_name["widgets/status"]["verbs"] == ["get", "patch", "update"]
     assert {k: by_name["widgets/scale"][k] for k in ("group", "version", "kind")} == {
-        "group": "autoscaling", "version": "v1", "kind": "Scale"}
+        "group": "autoscaling",
+        "version": "v1",
+        "kind": "Scale",
+    }
     code, groups, _ = await api("GET", "/apis")
     assert "example.com" in [g["name"] for g in groups["groups"]]
     code, core, _ = await api("GET", "/api/v1")
@@ -334,17 +379,20 @@ async def test_custom_resource_subresources_over_http(api: Api) -> None:
     await api("POST", WIDGETS, widget("w", 2))
     code, scale, _ = await api("GET", WIDGETS + "/w/scale")
     assert code == 200 and scale["spec"] == {"replicas": 2}
-    code, scale, _ = await api("PATCH", WIDGETS + "/w/scale", {"spec": {"replicas": 4}},
-                               content_type="application/merge-patch+json")
+    code, scale, _ = await api(
+        "PATCH", WIDGETS + "/w/scale", {"spec": {"replicas": 4}}, content_type="application/merge-patch+json"
+    )
     assert code == 200 and scale["spec"]["replicas"] == 4
-    code, body, _ = await api("PATCH", WIDGETS + "/w", {"spec": {"replicas": 1}},
-                              content_type="application/strategic-merge-patch+json")
+    code, body, _ = await api(
+        "PATCH", WIDGETS + "/w", {"spec": {"replicas": 1}}, content_type="application/strategic-merge-patch+json"
+    )
     assert code == 415
     assert_status(body, 415, "UnsupportedMediaType", "application/json-patch+json, application/merge-patch+json")
     code, body, _ = await api("PUT", WIDGETS + "/w", widget("w", 3))
     assert code == 422 and "must be specified for an update" in body["message"]
-    code, body, _ = await api("PATCH", WIDGETS + "/w/status", {"status": {"phase": "Up"}},
-                              content_type="application/merge-patch+json")
+    code, body, _ = await api(
+        "PATCH", WIDGETS + "/w/status", {"status": {"phase": "Up"}}, content_type="application/merge-patch+json"
+    )
     assert code == 200 and body["status"]["phase"] == "Up"
     code, body, _ = await api("GET", CMS.replace("configmaps", "pods") + "/none/scale")
     assert code == 404
@@ -352,14 +400,18 @@ async def test_custom_resource_subresources_over_http(api: Api) -> None:
 
 async def test_eviction_and_delete_collection(api: Api, sim_cluster: SimCluster) -> None:
     await api("POST", PODS, {**pod("e", node="sim-node-0")})
-    code, body, _ = await api("POST", PODS + "/e/eviction", {"apiVersion": "policy/v1", "kind": "Eviction",
-                                                             "metadata": {"name": "e", "namespace": "default"}})
+    code, body, _ = await api(
+        "POST",
+        PODS + "/e/eviction",
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "e", "namespace": "default"}},
+    )
     assert code == 201 and body["status"] == "Success"
     current = sim_cluster.store.get("pods", "default", "e")
     assert current is None or current["metadata"]["deletionTimestamp"]
     for i in range(3):
-        await api("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"dc{i}",
-                                                                                   "labels": {"g": "x"}}})
+        await api(
+            "POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"dc{i}", "labels": {"g": "x"}}}
+        )
     code, body, _ = await api("DELETE", CMS + "?labelSelector=g%3Dx")
     assert code == 200 and body["kind"] == "ConfigMapList" and len(body["items"]) == 3
     code, body, _ = await api("DELETE", "/api/v1/namespaces")

@@ -83,7 +83,7 @@ def test_find_reports_evaluation_errors() -> None:
 
 
 def test_find_returns_every_template_segment() -> None:
-    assert compile_path('.metadata.name}-{.spec.flag').find(JOB) == [["mnist"], ["-"], [True]]
+    assert compile_path(".metadata.name}-{.spec.flag").find(JOB) == [["mnist"], ["-"], [True]]
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_compile_is_cached() -> None:
     assert compile_path(".status.conditions[-1:].type") is compile_path(".status.conditions[-1:].type")
 
 
-NOW = dt.datetime(2024, 5, 1, 12, 5, 10, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2024, 5, 1, 12, 5, 10, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import anyio
 import pytest
 import yaml
 
-from tfjob_sim.cluster import SimCluster
 from tests.conftest import Kubectl
 from tests.sim.crds import widget_crd
+from tfjob_sim.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,8 +22,12 @@ def manifest(*docs: dict) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False)
 
 
-WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
-          "spec": {"replicas": 2, "color": "green"}}
+WIDGET = {
+    "apiVersion": "example.com/v1",
+    "kind": "Widget",
+    "metadata": {"name": "w1"},
+    "spec": {"replicas": 2, "color": "green"},
+}
 
 
 async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
@@ -42,8 +46,20 @@ async def widgets(kubectl: Kubectl) -> Kubectl:
 async def test_api_resources_lists_builtins_and_new_crds(widgets: Kubectl) -> None:
     out = await ok(widgets, "api-resources")
     rows = {tuple(line.split()[:1]) for line in out.splitlines()[1:]}
-    for name in ("pods", "namespaces", "nodes", "services", "configmaps", "secrets", "events", "leases",
-                 "customresourcedefinitions", "widgets", "roles", "clusterrolebindings"):
+    for name in (
+        "pods",
+        "namespaces",
+        "nodes",
+        "services",
+        "configmaps",
+        "secrets",
+        "events",
+        "leases",
+        "customresourcedefinitions",
+        "widgets",
+        "roles",
+        "clusterrolebindings",
+    ):
         assert (name,) in rows, f"{name} missing from:\n{out}"
     widget_row = next(line.split() for line in out.splitlines() if line.startswith("widgets"))
     assert widget_row == ["widgets", "wd", "example.com/v1", "true", "Widget"]
@@ -77,7 +93,14 @@ async def test_apply_the_project_tfjob_crd(kubectl: Kubectl) -> None:
     crd = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
     out = await ok(kubectl, "apply", "-f", str(crd))
     assert "tfjobs.kubeflow.org created" in out
-    out = await ok(kubectl, "get", "crd", "tfjobs.kubeflow.org", "-o", "jsonpath={.status.conditions[?(@.type==\"Established\")].status}")
+    out = await ok(
+        kubectl,
+        "get",
+        "crd",
+        "tfjobs.kubeflow.org",
+        "-o",
+        'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+    )
     assert out == "True"
 
 
@@ -130,8 +153,9 @@ async def test_label_annotate_and_patch(widgets: Kubectl, sim_cluster: SimCluste
     await ok(widgets, "label", "widget", "w1", "tier=gold")
     await ok(widgets, "annotate", "widget", "w1", "note=hello")
     await ok(widgets, "patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"replicas":3}}')
-    await ok(widgets, "patch", "widget", "w1", "--type=json", "-p",
-             '[{"op":"replace","path":"/spec/color","value":"red"}]')
+    await ok(
+        widgets, "patch", "widget", "w1", "--type=json", "-p", '[{"op":"replace","path":"/spec/color","value":"red"}]'
+    )
     stored = sim_cluster.store.get("widgets.example.com", "default", "w1")
     assert stored["metadata"]["labels"] == {"tier": "gold"}
     assert stored["metadata"]["annotations"]["note"] == "hello"
@@ -141,8 +165,9 @@ async def test_label_annotate_and_patch(widgets: Kubectl, sim_cluster: SimCluste
     assert out.strip() == "widget.example.com/w1"
     rc, _out, err = await widgets("patch", "widget", "w1", "-p", '{"spec":{"replicas":1}}')  # strategic on a CR
     assert rc == 1 and "application/strategic-merge-patch+json is not supported" in err
-    rc, _out, err = await widgets("patch", "widget", "w1", "--type=json", "-p",
-                                  '[{"op":"test","path":"/spec/color","value":"green"}]')
+    rc, _out, err = await widgets(
+        "patch", "widget", "w1", "--type=json", "-p", '[{"op":"test","path":"/spec/color","value":"green"}]'
+    )
     assert rc == 1 and "The request is invalid" in err  # 422, the generic message kubectl prints
     await ok(widgets, "label", "configmap", "--all", "x=y")  # no configmaps: still succeeds
 
@@ -178,19 +203,24 @@ async def test_delete_with_and_without_wait_and_wait_for_delete(widgets: Kubectl
 
 
 async def test_wait_for_jsonpath_and_a_pod_running_to_completion(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "job", "annotations": {"sim.tfjob.dev/run-seconds": "20"}},
-           "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "job", "annotations": {"sim.tfjob.dev/run-seconds": "20"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
     await ok(kubectl, "apply", "-f", "-", input=manifest(pod))
     await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/job", "--timeout=30s")
     out = await ok(kubectl, "get", "pod", "job")
     assert out.splitlines()[1].split()[:3] == ["job", "0/1", "Completed"]
-    exit_code = await ok(kubectl, "get", "pod", "job", "-o",
-                         "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}")
+    exit_code = await ok(
+        kubectl, "get", "pod", "job", "-o", "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}"
+    )
     assert exit_code == "0"
     failing = json.loads(json.dumps(pod))
-    failing["metadata"].update(name="fails", annotations={"sim.tfjob.dev/run-seconds": "10",
-                                                           "sim.tfjob.dev/exit-code": "3"})
+    failing["metadata"].update(
+        name="fails", annotations={"sim.tfjob.dev/run-seconds": "10", "sim.tfjob.dev/exit-code": "3"}
+    )
     await ok(kubectl, "apply", "-f", "-", input=manifest(failing))
     await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Failed", "pod/fails", "--timeout=30s")
     # A running pod told to exit through an annotation.
@@ -203,15 +233,20 @@ async def test_wait_for_jsonpath_and_a_pod_running_to_completion(kubectl: Kubect
 
 
 async def test_drain_evicts_pods(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"d{i}"},
-             "spec": {"nodeName": "sim-node-0", "containers": [{"name": "main", "image": "busybox:1.36"}]}}
-            for i in range(2)]
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"d{i}"},
+            "spec": {"nodeName": "sim-node-0", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+        }
+        for i in range(2)
+    ]
     await ok(kubectl, "apply", "-f", "-", input=manifest(*pods))
     await ok(kubectl, "wait", "--for=condition=Ready", "pod/d0", "pod/d1", "--timeout=30s")
-    rc, out, err = await kubectl("drain", "sim-node-0", "--force", "--ignore-daemonsets", "--timeout=30s",
-                                 timeout=60)
+    rc, out, err = await kubectl("drain", "sim-node-0", "--force", "--ignore-daemonsets", "--timeout=30s", timeout=60)
     assert rc == 0, err
-    assert 'evicting pod default/d0' in err + out and "drained" in out
+    assert "evicting pod default/d0" in err + out and "drained" in out
     assert sim_cluster.store.get("pods", "default", "d0") is None
     assert sim_cluster.store.get("nodes", None, "sim-node-0")["spec"]["unschedulable"] is True
     assert "uncordoned" in await ok(kubectl, "uncordon", "sim-node-0")
@@ -219,8 +254,12 @@ async def test_drain_evicts_pods(kubectl: Kubectl, sim_cluster: SimCluster) -> N
 
 
 async def test_delete_pod_waits_for_graceful_termination(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g"},
-           "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "g"},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
     await ok(kubectl, "apply", "-f", "-", input=manifest(pod))
     await ok(kubectl, "wait", "--for=condition=Ready", "pod/g", "--timeout=30s")
     assert (await ok(kubectl, "delete", "pod", "g")).strip() == 'pod "g" deleted'

@@ -9,17 +9,22 @@ import re
 
 import yaml
 
+from tests.conftest import Kubectl
+from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
 from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
-from tests.conftest import Kubectl
-from tests.waiting import eventually
 
 
 def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": name, "annotations": annotations or {}},
-                           "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec},
+        }
+    )
 
 
 async def run(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
@@ -36,7 +41,7 @@ def restarts(cluster: SimCluster, name: str) -> int:
 
 def described_events(out: str) -> list[tuple[str, str, str, str, str]]:
     """The rows (type, reason, age, from, message) of the Events table of ``kubectl describe``."""
-    lines = out[out.index("\nEvents:") + 1:].splitlines()
+    lines = out[out.index("\nEvents:") + 1 :].splitlines()
     if lines[0].split() == ["Events:", "<none>"]:
         return []
     assert lines[1].split() == ["Type", "Reason", "Age", "From", "Message"], lines[:3]
@@ -56,7 +61,8 @@ def times(age: str) -> int:
 
 
 async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
-        kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    kubectl: Kubectl, sim_cluster: SimCluster
+) -> None:
     await run(kubectl, "apply", "-f", "-", input=pod("oom", {RUN_SECONDS: "0.5", EXIT_CODE: "137"}))
     await eventually(lambda: restarts(sim_cluster, "oom") >= 2, timeout=30, what="two restarts")
     sim_cluster.faults.pause_kubelet()  # a stable picture: no restart between the pod and its events
@@ -70,8 +76,13 @@ async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
     expected = {
         ("Normal", "Scheduled", "default-scheduler", f"Successfully assigned default/oom to {node}"): 1,
         ("Normal", "Pulling", "kubelet", 'Pulling image "python:3.12"'): 1,
-        ("Normal", "Pulled", "kubelet", 'Successfully pulled image "python:3.12" in 500ms (500ms including waiting). '
-                                        f"Image size: {image_size} bytes."): 1,
+        (
+            "Normal",
+            "Pulled",
+            "kubelet",
+            'Successfully pulled image "python:3.12" in 500ms (500ms including waiting). '
+            f"Image size: {image_size} bytes.",
+        ): 1,
         ("Normal", "Pulled", "kubelet", 'Container image "python:3.12" already present on machine'): restart_count,
         ("Normal", "Created", "kubelet", "Created container: main"): restart_count + 1,
         ("Normal", "Started", "kubelet", "Started container main"): restart_count + 1,
@@ -95,18 +106,23 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
     messages = {
         "stuck": f"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. {preemption}",
         "greedy": "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: "
-                  "3 No preemption victims found for incoming pod.",
+        "3 No preemption victims found for incoming pod.",
     }
 
     async def failed_scheduling(name: str, count: int) -> bool:
         rows = described_events(await run(kubectl, "describe", "pod", name))
         assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
-            ("Warning", "FailedScheduling", "default-scheduler", messages[name])], rows
+            ("Warning", "FailedScheduling", "default-scheduler", messages[name])
+        ], rows
         return times(rows[0][2]) == count
 
     for name in messages:
-        await eventually(lambda: failed_scheduling(name, 1), timeout=30, what=f"one FailedScheduling of {name}",
-                         tolerate=(AssertionError,))
+        await eventually(
+            lambda: failed_scheduling(name, 1),
+            timeout=30,
+            what=f"one FailedScheduling of {name}",
+            tolerate=(AssertionError,),
+        )
     # Their own status writes were not new attempts; a cluster change (a node joins, not ready) is one:
     # the scheduler's series counts it and keeps the first message.
     sim_cluster.store.create("nodes", None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "joining"}})
@@ -115,7 +131,8 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
 
 
 async def test_get_events_by_involved_object_shows_sources_and_killing(
-        kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    kubectl: Kubectl, sim_cluster: SimCluster
+) -> None:
     await run(kubectl, "apply", "-f", "-", input=pod("web"))
     await run(kubectl, "wait", "--for=condition=Ready", "pod/web", "--timeout=30s")
     await run(kubectl, "delete", "pod", "web")
@@ -133,8 +150,9 @@ async def test_get_events_by_involved_object_shows_sources_and_killing(
     assert scheduled["source"] == {} and scheduled["reportingComponent"] == "default-scheduler"
     assert scheduled["action"] == "Binding" and scheduled["eventTime"] and scheduled["lastTimestamp"] is None
     # The table kubectl prints, filtered on the server by reason and source.
-    table = await run(kubectl, "get", "events", "--field-selector",
-                      "involvedObject.name=web,reason=Killing,source=kubelet")
+    table = await run(
+        kubectl, "get", "events", "--field-selector", "involvedObject.name=web,reason=Killing,source=kubelet"
+    )
     assert table.splitlines()[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert len(table.splitlines()) == 2 and "pod/web" in table and "Stopping container main" in table
     scheduler = await run(kubectl, "get", "events", "--field-selector", "source=default-scheduler", "-o", "name")
@@ -146,13 +164,17 @@ async def test_get_events_by_involved_object_shows_sources_and_killing(
 
 def running(cluster: SimCluster, name: str) -> bool:
     obj = cluster.store.get("pods", "default", name)
-    return bool(obj and obj.get("status", {}).get("phase") == "Running" and
-                all("running" in s["state"] for s in obj["status"]["containerStatuses"]))
+    return bool(
+        obj
+        and obj.get("status", {}).get("phase") == "Running"
+        and all("running" in s["state"] for s in obj["status"]["containerStatuses"])
+    )
 
 
 async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    body = yaml.safe_load(pod("trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}",
-                                          f"{LOG}.sidecar": "sidecar ready"}))
+    body = yaml.safe_load(
+        pod("trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}", f"{LOG}.sidecar": "sidecar ready"})
+    )
     body["spec"]["containers"].append({"name": "sidecar", "image": "envoy:1.31"})
     await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(body))
     await eventually(lambda: running(sim_cluster, "trainer"), timeout=30, what="trainer running")
@@ -162,24 +184,37 @@ async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: 
     assert await run(kubectl, "logs", "trainer", "-c", "sidecar") == "sidecar ready\n"
     assert await run(kubectl, "logs", "trainer", "--tail=1", "-c", "main") == "step 2 of main\n"
     rc, _out, err = await kubectl("logs", "trainer", "-c", "main", "--previous")
-    assert rc == 1 and err.strip() == \
-        'Error from server (BadRequest): previous terminated container "main" in pod "trainer" not found'
+    assert (
+        rc == 1
+        and err.strip()
+        == 'Error from server (BadRequest): previous terminated container "main" in pod "trainer" not found'
+    )
     # The process fails once; the first restart is immediate: instance 1 runs, instance 0 is --previous.
     sim_cluster.store.patch("pods", "default", "trainer", "merge", {"metadata": {"annotations": {EXIT_CODE: "1"}}})
-    await eventually(lambda: restarts(sim_cluster, "trainer") == 1 and running(sim_cluster, "trainer"), timeout=30,
-                     what="one restart")
+    await eventually(
+        lambda: restarts(sim_cluster, "trainer") == 1 and running(sim_cluster, "trainer"),
+        timeout=30,
+        what="one restart",
+    )
     assert await run(kubectl, "logs", "trainer", "-c", "main") == "step 1 of instance 1\nstep 2 of main\n"
-    assert await run(kubectl, "logs", "trainer", "-c", "main", "--previous") == \
-        "step 1 of instance 0\nstep 2 of main\n"
+    assert await run(kubectl, "logs", "trainer", "-c", "main", "--previous") == "step 1 of instance 0\nstep 2 of main\n"
     stamped = await run(kubectl, "logs", "trainer", "-c", "main", "-p", "--timestamps", "--tail=1")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z step 2 of main\n", stamped), stamped
 
 
 async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     # A line every simulated 30 s (0.3 s here); the container runs 100 s (1 s here) and exits.
-    await run(kubectl, "apply", "-f", "-", input=pod("epochs", {
-        LOG: "\n".join(f"epoch {i}" for i in range(1, 100)), LOG_INTERVAL_SECONDS: "30", RUN_SECONDS: "100"},
-        restartPolicy="Never"))
+    await run(
+        kubectl,
+        "apply",
+        "-f",
+        "-",
+        input=pod(
+            "epochs",
+            {LOG: "\n".join(f"epoch {i}" for i in range(1, 100)), LOG_INTERVAL_SECONDS: "30", RUN_SECONDS: "100"},
+            restartPolicy="Never",
+        ),
+    )
     await eventually(lambda: running(sim_cluster, "epochs"), timeout=30, what="epochs running")
     rc, out, err = await kubectl("logs", "-f", "epochs", timeout=60)
     assert rc == 0, err
@@ -190,9 +225,14 @@ async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_c
 
 async def test_logs_of_a_container_waiting_to_start(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     await run(kubectl, "apply", "-f", "-", input=pod("slow", {START_SECONDS: "100000"}))
-    await eventually(lambda: (sim_cluster.store.get("pods", "default", "slow").get("status") or {})
-                     .get("containerStatuses"), timeout=30, what="slow admitted")
+    await eventually(
+        lambda: (sim_cluster.store.get("pods", "default", "slow").get("status") or {}).get("containerStatuses"),
+        timeout=30,
+        what="slow admitted",
+    )
     rc, out, err = await kubectl("logs", "slow")
     assert (rc, out) == (1, "")
-    assert err.strip() == \
-        'Error from server (BadRequest): container "main" in pod "slow" is waiting to start: ContainerCreating'
+    assert (
+        err.strip()
+        == 'Error from server (BadRequest): container "main" in pod "slow" is waiting to start: ContainerCreating'
+    )

@@ -9,9 +9,9 @@ import time
 import pytest
 import yaml
 
+from tests.conftest import Kubectl
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import IGNORE_SIGTERM
-from tests.conftest import Kubectl
 
 
 @pytest.fixture
@@ -20,9 +20,14 @@ def sim_config() -> SimConfig:
 
 
 def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": name, "annotations": annotations or {}},
-                           "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec},
+        }
+    )
 
 
 def final_states(cluster: SimCluster) -> dict[str, dict]:
@@ -65,10 +70,12 @@ async def test_delete_with_default_grace_is_over_in_about_a_second(kubectl: Kube
 
 
 async def test_process_ignoring_sigterm_is_killed_when_its_grace_period_ends(
-        kubectl: Kubectl, sim_cluster: SimCluster) -> None:
+    kubectl: Kubectl, sim_cluster: SimCluster
+) -> None:
     last = final_states(sim_cluster)
-    await run(kubectl, "apply", "-f", "-",
-              input=pod("stubborn", {IGNORE_SIGTERM: "true"}, terminationGracePeriodSeconds=3))
+    await run(
+        kubectl, "apply", "-f", "-", input=pod("stubborn", {IGNORE_SIGTERM: "true"}, terminationGracePeriodSeconds=3)
+    )
     await run(kubectl, "wait", "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
     start = time.monotonic()
     await run(kubectl, "delete", "pod", "stubborn")

@@ -9,8 +9,9 @@ the same kubelet that fired proves every earlier one was processed.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -29,8 +30,8 @@ from tfjob_sim.kubelet import (
     Kubelet,
     KubeletConfig,
     fit_error,
-    image_size,
     go_duration,
+    image_size,
     parse_quantity,
 )
 from tfjob_sim.store import Store
@@ -92,14 +93,22 @@ async def cluster(**config: Any) -> AsyncIterator[tuple[Store, Kubelet, Recorder
         tg.cancel_scope.cancel()
 
 
-def make_pod(name: str, annotations: dict[str, str] | None = None, restart: str = "Always",
-             containers: tuple[str, ...] = ("main",), **spec: Any) -> dict:
+def make_pod(
+    name: str,
+    annotations: dict[str, str] | None = None,
+    restart: str = "Always",
+    containers: tuple[str, ...] = ("main",),
+    **spec: Any,
+) -> dict:
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "annotations": dict(annotations or {})},
-        "spec": {"restartPolicy": restart,
-                 "containers": [{"name": c, "image": "busybox:1.36"} for c in containers], **spec},
+        "spec": {
+            "restartPolicy": restart,
+            "containers": [{"name": c, "image": "busybox:1.36"} for c in containers],
+            **spec,
+        },
     }
     return body
 
@@ -127,8 +136,11 @@ def annotate(store: Store, name: str, **values: str | None) -> None:
 
 def running(store: Store, name: str) -> bool:
     pod = get_pod(store, name)
-    return bool(pod and pod["status"].get("phase") == "Running"
-                and all(s.get("state", {}).get("running") for s in pod["status"].get("containerStatuses", [])))
+    return bool(
+        pod
+        and pod["status"].get("phase") == "Running"
+        and all(s.get("state", {}).get("running") for s in pod["status"].get("containerStatuses", []))
+    )
 
 
 def restart_count(store: Store, name: str) -> int:
@@ -156,8 +168,12 @@ async def test_nodes_are_created_ready_with_capacity() -> None:
             assert status["allocatable"] == status["capacity"]
             ready = next(c for c in status["conditions"] if c["type"] == "Ready")
             assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
-            assert {c["type"] for c in status["conditions"]} == {"Ready", "MemoryPressure", "DiskPressure",
-                                                                  "PIDPressure"}
+            assert {c["type"] for c in status["conditions"]} == {
+                "Ready",
+                "MemoryPressure",
+                "DiskPressure",
+                "PIDPressure",
+            }
             assert node["metadata"]["labels"]["kubernetes.io/hostname"] == node["metadata"]["name"]
         ips = {next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP") for n in nodes}
         assert len(ips) == 3
@@ -217,7 +233,9 @@ async def test_pod_is_scheduled_then_created_then_running() -> None:
         states = [o for _t, _e, o in rec.pod_states("web")]
         assert not states[0]["spec"].get("nodeName")
         bound = next(i for i, o in enumerate(states) if o["spec"].get("nodeName"))
-        scheduled = next(i for i, o in enumerate(states) if (condition(o, "PodScheduled") or {}).get("status") == "True")
+        scheduled = next(
+            i for i, o in enumerate(states) if (condition(o, "PodScheduled") or {}).get("status") == "True"
+        )
         creating = next(i for i, o in enumerate(states) if o["status"].get("containerStatuses"))
         first_running = next(i for i, o in enumerate(states) if o["status"].get("phase") == "Running")
         assert bound <= scheduled < creating < first_running
@@ -250,8 +268,10 @@ async def test_unschedulable_annotation_keeps_pod_pending_until_removed() -> Non
         store.create("pods", NS, make_pod("stuck", {UNSCHEDULABLE: "true"}))
         cond = await rec.until(lambda: condition(get_pod(store, "stuck"), "PodScheduled"))
         assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
-        assert cond["message"] == ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
-                                   "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+        assert cond["message"] == (
+            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+            "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        )
         pod = get_pod(store, "stuck")
         assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
         annotate(store, "stuck", **{UNSCHEDULABLE: None})
@@ -265,8 +285,10 @@ async def test_insufficient_resources_and_retry_when_capacity_frees() -> None:
         big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
         store.create("pods", NS, big)
         cond = await rec.until(lambda: condition(get_pod(store, "big"), "PodScheduled"))
-        assert cond["message"] == ("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
-                                   "available: 2 No preemption victims found for incoming pod.")
+        assert cond["message"] == (
+            "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
+            "available: 2 No preemption victims found for incoming pod."
+        )
         store.create("pods", NS, make_pod("a"))
         store.create("pods", NS, make_pod("b"))
         await rec.until(lambda: running(store, "a") and running(store, "b"))
@@ -375,8 +397,9 @@ async def test_exit_code_annotation_on_running_pod_acts_once_per_value() -> None
         assert restart_count(store, "svc") == 1 and running(store, "svc")
         # A new value acts again; being the second crash within 10 minutes it backs off.
         annotate(store, "svc", **{EXIT_CODE: "4"})
-        cs = await rec.until(lambda: (lambda c: c if c["state"].get("waiting") else None)(
-            container(get_pod(store, "svc"))))
+        cs = await rec.until(
+            lambda: (lambda c: c if c["state"].get("waiting") else None)(container(get_pod(store, "svc")))
+        )
         assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         assert cs["lastState"]["terminated"]["exitCode"] == 4
         assert cs["restartCount"] == 1
@@ -437,9 +460,12 @@ async def test_back_off_resets_after_ten_minutes_of_running() -> None:
     async with cluster(time_scale=0.001) as (store, _k, rec):
         store.create("pods", NS, make_pod("long", {RUN_SECONDS: "700", EXIT_CODE: "1"}))
         await rec.until(lambda: restart_count(store, "long") == 3)
-        waiting = [o for _t, _e, o in rec.pod_states("long")
-                   if o["status"].get("containerStatuses")
-                   and o["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"]
+        waiting = [
+            o
+            for _t, _e, o in rec.pod_states("long")
+            if o["status"].get("containerStatuses")
+            and o["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+        ]
         assert waiting == []
 
 
@@ -563,8 +589,11 @@ async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
     async with cluster() as (store, _k, rec):
         ignore = {IGNORE_SIGTERM: "true"}
         store.create("pods", NS, make_pod("a", ignore, terminationGracePeriodSeconds=LONG_GRACE))
-        store.create("pods", NS, make_pod("b", {RUN_SECONDS: "10", **ignore}, restart="Never",
-                                          terminationGracePeriodSeconds=LONG_GRACE))
+        store.create(
+            "pods",
+            NS,
+            make_pod("b", {RUN_SECONDS: "10", **ignore}, restart="Never", terminationGracePeriodSeconds=LONG_GRACE),
+        )
         await rec.until(lambda: running(store, "a") and running(store, "b"))
         start = anyio.current_time()
         store.delete("pods", NS, "a")
@@ -580,11 +609,15 @@ async def test_shorter_grace_on_second_delete_and_early_exit() -> None:
 
 async def test_deleting_crash_looping_or_finished_pods_is_prompt() -> None:
     async with cluster() as (store, _k, rec):
-        store.create("pods", NS, make_pod("crash", {RUN_SECONDS: "0", EXIT_CODE: "1"},
-                                          terminationGracePeriodSeconds=LONG_GRACE))
-        await rec.until(lambda: get_pod(store, "crash")["status"].get("containerStatuses") and
-                        container(get_pod(store, "crash"))["state"].get("waiting", {}).get("reason")
-                        == "CrashLoopBackOff")
+        store.create(
+            "pods", NS, make_pod("crash", {RUN_SECONDS: "0", EXIT_CODE: "1"}, terminationGracePeriodSeconds=LONG_GRACE)
+        )
+        await rec.until(
+            lambda: (
+                get_pod(store, "crash")["status"].get("containerStatuses")
+                and container(get_pod(store, "crash"))["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+            )
+        )
         start = anyio.current_time()
         store.delete("pods", NS, "crash")
         await rec.until(lambda: rec.deleted_at("crash"))
@@ -641,8 +674,10 @@ async def test_not_ready_node_evicts_pods_which_stay_terminating_until_node_retu
     async with cluster(nodes=2, node_eviction_seconds=20) as (store, kubelet, rec):
         store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": True}})
         store.create("pods", NS, make_pod("w", terminationGracePeriodSeconds=5))
-        tolerant = make_pod("tolerant", tolerations=[{"key": "node.kubernetes.io/unreachable",
-                                                      "operator": "Exists", "effect": "NoExecute"}])
+        tolerant = make_pod(
+            "tolerant",
+            tolerations=[{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}],
+        )
         store.create("pods", NS, tolerant)
         await rec.until(lambda: running(store, "w") and running(store, "tolerant"))
         assert get_pod(store, "w")["spec"]["nodeName"] == "sim-node-0"
@@ -653,17 +688,24 @@ async def test_not_ready_node_evicts_pods_which_stay_terminating_until_node_retu
         node = store.get("nodes", None, "sim-node-0")
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"], ready["message"]) == (
-            "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        )
         assert {(t["key"], t["effect"]) for t in node["spec"]["taints"]} == {
-            ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
+            ("node.kubernetes.io/unreachable", "NoSchedule"),
+            ("node.kubernetes.io/unreachable", "NoExecute"),
+        }
         # Node lifecycle controller: pods not ready at once; taint manager: deletion after 20 s.
         await rec.until(lambda: condition(get_pod(store, "w"), "Ready")["status"] == "False")
         await rec.until(lambda: get_pod(store, "w")["metadata"].get("deletionTimestamp"))
         evicted_at = anyio.current_time()
         assert evicted_at - went_down >= 20 * SCALE
         target = condition(get_pod(store, "w"), "DisruptionTarget")
-        assert (target["reason"], target["message"]) == ("DeletionByTaintManager",
-                                                         "Taint manager: deleting due to NoExecute taint")
+        assert (target["reason"], target["message"]) == (
+            "DeletionByTaintManager",
+            "Taint manager: deleting due to NoExecute taint",
+        )
         # New pods avoid the tainted node.
         store.create("pods", NS, make_pod("fresh"))
         await rec.until(lambda: running(store, "fresh"))
@@ -688,7 +730,8 @@ async def test_unreachable_nodes_are_reported_by_the_scheduler() -> None:
         store.create("pods", NS, make_pod("nowhere"))
         cond = await rec.until(lambda: condition(get_pod(store, "nowhere"), "PodScheduled"))
         assert cond["message"].startswith(
-            "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }.")
+            "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }."
+        )
         kubelet.set_node_ready("sim-node-1", True)
         await rec.until(lambda: running(store, "nowhere"))
         with pytest.raises(ApiError) as info:
@@ -719,8 +762,16 @@ async def test_scheduling_is_one_write_with_pod_scheduled() -> None:
     kubelet = Kubelet(store, KubeletConfig(nodes=1, time_scale=SCALE))
     async with anyio.create_task_group() as tg:
         tg.start_soon(kubelet.run)
-        store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "one"},
-                                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})
+        store.create(
+            "pods",
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "one"},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+            },
+        )
         await rec.until(lambda: (get_pod(store, "one") or {}).get("status", {}).get("phase") == "Running")
         tg.cancel_scope.cancel()
     states = [o for _t, _e, o in rec.pod_states("one")]
@@ -775,8 +826,17 @@ def pod_events(store: Store, name: str) -> list[tuple[str, str, str, str, str, i
     """(type, reason, source component, fieldPath, message, count) of the events of pod ``name``."""
     items, _ = store.list("events", NS, field_selector=f"involvedObject.name={name}")
     items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
-    return [(e["type"], e["reason"], e["source"].get("component") or e["reportingComponent"],
-             e["involvedObject"].get("fieldPath", ""), e["message"], e.get("count", 1)) for e in items]
+    return [
+        (
+            e["type"],
+            e["reason"],
+            e["source"].get("component") or e["reportingComponent"],
+            e["involvedObject"].get("fieldPath", ""),
+            e["message"],
+            e.get("count", 1),
+        )
+        for e in items
+    ]
 
 
 async def test_events_of_init_and_regular_containers_in_order() -> None:
@@ -794,14 +854,28 @@ async def test_events_of_init_and_regular_containers_in_order() -> None:
             ("Normal", "Pulling", "kubelet", init, 'Pulling image "busybox:1.36"', 1),
             # One container after the other: the first pull took the start delay, the same image is
             # then present, another one is pulled at once.
-            ("Normal", "Pulled", "kubelet", init, pulled.format("busybox:1.36", "2s", "2s", image_size("busybox:1.36")), 1),
+            (
+                "Normal",
+                "Pulled",
+                "kubelet",
+                init,
+                pulled.format("busybox:1.36", "2s", "2s", image_size("busybox:1.36")),
+                1,
+            ),
             ("Normal", "Created", "kubelet", init, "Created container: setup", 1),
             ("Normal", "Started", "kubelet", init, "Started container setup", 1),
             ("Normal", "Pulled", "kubelet", main, present, 1),
             ("Normal", "Created", "kubelet", main, "Created container: main", 1),
             ("Normal", "Started", "kubelet", main, "Started container main", 1),
             ("Normal", "Pulling", "kubelet", side, 'Pulling image "envoy:latest"', 1),
-            ("Normal", "Pulled", "kubelet", side, pulled.format("envoy:latest", "0s", "0s", image_size("envoy:latest")), 1),
+            (
+                "Normal",
+                "Pulled",
+                "kubelet",
+                side,
+                pulled.format("envoy:latest", "0s", "0s", image_size("envoy:latest")),
+                1,
+            ),
             ("Normal", "Created", "kubelet", side, "Created container: side", 1),
             ("Normal", "Started", "kubelet", side, "Started container side", 1),
         ]
@@ -821,24 +895,34 @@ async def test_eviction_and_unreachable_node_events() -> None:
         message = get_pod(store, "victim")["status"]["message"]
         assert pod_events(store, "victim")[-2:] == [
             ("Warning", "Evicted", "kubelet", "", message, 1),
-            ("Normal", "Killing", "kubelet", "spec.containers{main}", "Stopping container main", 1)]
+            ("Normal", "Killing", "kubelet", "spec.containers{main}", "Stopping container main", 1),
+        ]
 
         kubelet.set_node_ready("sim-node-0", False)
         await rec.until(lambda: condition(get_pod(store, "stranded"), "Ready")["status"] == "False")
-        assert pod_events(store, "stranded")[-1] == ("Warning", "NodeNotReady", "node-controller", "",
-                                                     "Node is not ready", 1)
+        assert pod_events(store, "stranded")[-1] == (
+            "Warning",
+            "NodeNotReady",
+            "node-controller",
+            "",
+            "Node is not ready",
+            1,
+        )
         kubelet.set_node_ready("sim-node-0", False)  # no change, no event
         kubelet.set_node_ready("sim-node-0", True)
         assert [(e[0], e[1], e[2], e[4]) for e in pod_events(store, "sim-node-0")] == [
             ("Normal", "NodeNotReady", "node-controller", "Node sim-node-0 status is now: NodeNotReady"),
-            ("Normal", "NodeReady", "node-controller", "Node sim-node-0 status is now: NodeReady")]
+            ("Normal", "NodeReady", "node-controller", "Node sim-node-0 status is now: NodeReady"),
+        ]
 
 
 # ------------------------------------------------------------------------------------------------
 # The scheduler's fast path (per-shape static filter cache) against the brute-force filter.
 
-def brute_force_find_node(kubelet: Kubelet, pod: dict, requests: tuple[int, int],
-                          extra: dict[str, tuple[int, int, int]] | None = None) -> tuple[str | None, str]:
+
+def brute_force_find_node(
+    kubelet: Kubelet, pod: dict, requests: tuple[int, int], extra: dict[str, tuple[int, int, int]] | None = None
+) -> tuple[str | None, str]:
     """What find_node answered before its cache: every filter on every node, then the best score."""
     spec = pod.get("spec") or {}
     forced = ((pod.get("metadata") or {}).get("annotations") or {}).get(UNSCHEDULABLE) == "true"
@@ -848,8 +932,9 @@ def brute_force_find_node(kubelet: Kubelet, pod: dict, requests: tuple[int, int]
     candidates = []
     extra = extra or {}
     for node in kubelet._nodes.values():
-        failed = kubelet._filter(node, spec, spec.get("tolerations") or [], forced, requests[0], requests[1],
-                                 extra.get(node.name))
+        failed = kubelet._filter(
+            node, spec, spec.get("tolerations") or [], forced, requests[0], requests[1], extra.get(node.name)
+        )
         if failed:
             if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
                 resource_failures += 1
@@ -863,53 +948,95 @@ def brute_force_find_node(kubelet: Kubelet, pod: dict, requests: tuple[int, int]
     return best.name, ""
 
 
-_TAINTS = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
-           {"key": "dedicated", "value": "cpu", "effect": "NoExecute"},
-           {"key": "spot", "effect": "PreferNoSchedule"},
-           {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
-_TOLERATIONS = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
-                {"key": "dedicated", "operator": "Exists"},
-                {"operator": "Exists", "effect": "NoExecute"},
-                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
-_EXPRESSIONS = [{"key": "zone", "operator": "In", "values": ["a"]},
-                {"key": "zone", "operator": "NotIn", "values": ["b"]},
-                {"key": "gpu", "operator": "Exists"},
-                {"key": "gpu", "operator": "DoesNotExist"},
-                {"key": "rank", "operator": "Gt", "values": ["2"]},
-                {"key": "rank", "operator": "Lt", "values": ["4"]}]
+_TAINTS = [
+    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "cpu", "effect": "NoExecute"},
+    {"key": "spot", "effect": "PreferNoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+]
+_TOLERATIONS = [
+    {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "operator": "Exists"},
+    {"operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+]
+_EXPRESSIONS = [
+    {"key": "zone", "operator": "In", "values": ["a"]},
+    {"key": "zone", "operator": "NotIn", "values": ["b"]},
+    {"key": "gpu", "operator": "Exists"},
+    {"key": "gpu", "operator": "DoesNotExist"},
+    {"key": "rank", "operator": "Gt", "values": ["2"]},
+    {"key": "rank", "operator": "Lt", "values": ["4"]},
+]
 
 
-def _node_object(index: int, labels: dict, taints: list, unschedulable: bool, ready: bool, pods: int,
-                 cpu: int, memory: int) -> dict:
+def _node_object(
+    index: int, labels: dict, taints: list, unschedulable: bool, ready: bool, pods: int, cpu: int, memory: int
+) -> dict:
     name = f"n{index}"
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
-            "spec": {"unschedulable": unschedulable, "taints": taints},
-            "status": {"allocatable": {"cpu": f"{cpu}m", "memory": str(memory), "pods": str(pods)},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "addresses": [{"type": "InternalIP", "address": f"10.0.0.{index + 1}"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "spec": {"unschedulable": unschedulable, "taints": taints},
+        "status": {
+            "allocatable": {"cpu": f"{cpu}m", "memory": str(memory), "pods": str(pods)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "addresses": [{"type": "InternalIP", "address": f"10.0.0.{index + 1}"}],
+        },
+    }
 
 
 def _scheduler_strategies() -> tuple[Any, Any]:
     from hypothesis import strategies as st
 
-    labels = st.fixed_dictionaries({}, optional={"zone": st.sampled_from(["a", "b"]), "gpu": st.just("yes"),
-                                                 "rank": st.sampled_from(["1", "3", "5", "x"])})
-    node = st.tuples(labels, st.lists(st.sampled_from(_TAINTS), max_size=2, unique_by=lambda t: orjson_key(t)),
-                     st.booleans(), st.booleans(), st.integers(1, 3), st.sampled_from([500, 1000, 4000]),
-                     st.sampled_from([2**30, 2**32]))
-    term = st.fixed_dictionaries({}, optional={
-        "matchExpressions": st.lists(st.sampled_from(_EXPRESSIONS), max_size=2),
-        "matchFields": st.lists(st.builds(lambda op, n: {"key": "metadata.name", "operator": op, "values": [f"n{n}"]},
-                                          st.sampled_from(["In", "NotIn"]), st.integers(0, 5)), max_size=1)})
-    spec = st.fixed_dictionaries({}, optional={
-        "tolerations": st.lists(st.sampled_from(_TOLERATIONS), max_size=3),
-        "nodeSelector": st.dictionaries(st.sampled_from(["zone", "gpu"]), st.sampled_from(["a", "b", "yes"]),
-                                        max_size=2),
-        "affinity": st.builds(lambda terms: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                                                              {"nodeSelectorTerms": terms}}},
-                              st.lists(term, min_size=1, max_size=2))})
+    labels = st.fixed_dictionaries(
+        {},
+        optional={
+            "zone": st.sampled_from(["a", "b"]),
+            "gpu": st.just("yes"),
+            "rank": st.sampled_from(["1", "3", "5", "x"]),
+        },
+    )
+    node = st.tuples(
+        labels,
+        st.lists(st.sampled_from(_TAINTS), max_size=2, unique_by=lambda t: orjson_key(t)),
+        st.booleans(),
+        st.booleans(),
+        st.integers(1, 3),
+        st.sampled_from([500, 1000, 4000]),
+        st.sampled_from([2**30, 2**32]),
+    )
+    term = st.fixed_dictionaries(
+        {},
+        optional={
+            "matchExpressions": st.lists(st.sampled_from(_EXPRESSIONS), max_size=2),
+            "matchFields": st.lists(
+                st.builds(
+                    lambda op, n: {"key": "metadata.name", "operator": op, "values": [f"n{n}"]},
+                    st.sampled_from(["In", "NotIn"]),
+                    st.integers(0, 5),
+                ),
+                max_size=1,
+            ),
+        },
+    )
+    spec = st.fixed_dictionaries(
+        {},
+        optional={
+            "tolerations": st.lists(st.sampled_from(_TOLERATIONS), max_size=3),
+            "nodeSelector": st.dictionaries(
+                st.sampled_from(["zone", "gpu"]), st.sampled_from(["a", "b", "yes"]), max_size=2
+            ),
+            "affinity": st.builds(
+                lambda terms: {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+                },
+                st.lists(term, min_size=1, max_size=2),
+            ),
+        },
+    )
     pod = st.tuples(spec, st.booleans(), st.sampled_from([0, 100, 600]), st.sampled_from([0, 2**29, 2**31]))
     return node, pod
 
@@ -933,7 +1060,8 @@ def test_find_node_equals_brute_force_filter_as_nodes_and_usage_change() -> None
         st.tuples(st.just("schedule"), pod_st, st.booleans()),
         st.tuples(st.just("node"), st.integers(0, 5), node_st),
         st.tuples(st.just("delete"), st.integers(0, 5)),
-        st.tuples(st.just("bind"), pod_st))
+        st.tuples(st.just("bind"), pod_st),
+    )
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(node_st, min_size=1, max_size=6), st.lists(step_st, min_size=1, max_size=25))
@@ -956,9 +1084,14 @@ def test_find_node_equals_brute_force_filter_as_nodes_and_usage_change() -> None
                         kubelet._on_node_event("DELETED", nodes.pop(step[1]), None)
                     continue
                 (spec, forced, cpu, mem) = step[1]
-                pod = {"metadata": {"name": f"p{serial}", "uid": f"u{serial}",
-                                    "annotations": {UNSCHEDULABLE: "true"} if forced else {}},
-                       "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}}
+                pod = {
+                    "metadata": {
+                        "name": f"p{serial}",
+                        "uid": f"u{serial}",
+                        "annotations": {UNSCHEDULABLE: "true"} if forced else {},
+                    },
+                    "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec},
+                }
                 extra = {"n0": (100, 2**28, 1), "n2": (0, 0, 2)} if step[0] == "schedule" and step[2] else None
                 if not kubelet._nodes:
                     continue
@@ -966,8 +1099,11 @@ def test_find_node_equals_brute_force_filter_as_nodes_and_usage_change() -> None
                 assert chosen == brute_force_find_node(kubelet, pod, (cpu, mem), extra)
                 if step[0] == "bind" and chosen[0] is not None:
                     # Accounted like a bound pod's ADDED event: usage changes, the static cache stays.
-                    kubelet._on_pod_event("ADDED", None, dict(pod, spec=dict(pod["spec"], nodeName=chosen[0]),
-                                                              status={"phase": "Pending"}))
+                    kubelet._on_pod_event(
+                        "ADDED",
+                        None,
+                        dict(pod, spec=dict(pod["spec"], nodeName=chosen[0]), status={"phase": "Pending"}),
+                    )
 
         anyio.run(run)
 

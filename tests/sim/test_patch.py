@@ -350,7 +350,8 @@ def test_merge_patch(description: str, patch: dict[str, Any], edit: Any) -> None
 
 @pytest.mark.parametrize(("description", "patch", "edit"), MERGE_PATCH_CASES, ids=[c[0] for c in MERGE_PATCH_CASES])
 def test_merge_patch_sharing_the_document_gives_the_same_result_and_changes_no_input(
-        description: str, patch: dict[str, Any], edit: Any) -> None:
+    description: str, patch: dict[str, Any], edit: Any
+) -> None:
     # The store patches a stored pod's status this way: the stored version must stay as it was,
     # and the request body must not end up inside the new version.
     expected = _pod()

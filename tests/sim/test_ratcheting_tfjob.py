@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.conftest import CRD_PATH, tfjob
 from tfjob_sim.errors import ApiError
 from tfjob_sim.store import CRD_RESOURCE, Store
-from tests.e2e.conftest import CRD_PATH, tfjob
 
 TFJOBS = "tfjobs.kubeflow.org"
 NS = "default"
@@ -63,15 +63,25 @@ def store() -> Store:
             store.create(TFJOBS, NS, makers[kind](job_name(test, kind)))
     tight = yaml.safe_load(CRD_PATH.read_text())
     tight["metadata"]["resourceVersion"] = store.get(CRD_RESOURCE, None, tight["metadata"]["name"])["metadata"][
-        "resourceVersion"]
+        "resourceVersion"
+    ]
     store.update(CRD_RESOURCE, None, tight["metadata"]["name"], tight)
     return store
 
 
 def failed_status() -> dict[str, Any]:
-    return {"conditions": [{"type": "Failed", "status": "True", "reason": "TFJobFailedValidation",
-                            "message": "failed validation", "lastUpdateTime": "2026-01-01T00:00:00Z",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    return {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "TFJobFailedValidation",
+                "message": "failed validation",
+                "lastUpdateTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    }
 
 
 def edited(store: Store, name: str, change: Any) -> dict[str, Any]:
@@ -98,18 +108,27 @@ def test_edits_that_leave_the_invalid_value_alone_are_accepted(store: Store, kin
 
 
 CHANGED_AND_STILL_INVALID = [
-    ("bad-policy", lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Whenever"),
-     'spec.tfReplicaSpecs.Worker.restartPolicy: Unsupported value: "Whenever"'),
-    ("no-tensorflow",
-     lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="other"),
-     "template.spec.containers must include a container named tensorflow"),
-    ("long", lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=11),
-     "metadata.name must be at most 53 characters for this job"),
+    (
+        "bad-policy",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Whenever"),
+        'spec.tfReplicaSpecs.Worker.restartPolicy: Unsupported value: "Whenever"',
+    ),
+    (
+        "no-tensorflow",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="other"),
+        "template.spec.containers must include a container named tensorflow",
+    ),
+    (
+        "long",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=11),
+        "metadata.name must be at most 53 characters for this job",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("kind", "change", "message"), CHANGED_AND_STILL_INVALID,
-                         ids=[k for k, _, _ in CHANGED_AND_STILL_INVALID])
+@pytest.mark.parametrize(
+    ("kind", "change", "message"), CHANGED_AND_STILL_INVALID, ids=[k for k, _, _ in CHANGED_AND_STILL_INVALID]
+)
 def test_a_changed_invalid_value_is_still_rejected(store: Store, kind: str, change: Any, message: str) -> None:
     name = job_name("changed", kind)
     with pytest.raises(ApiError) as caught:

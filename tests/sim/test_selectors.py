@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfjob_sim.errors import ApiError
-from tfjob_sim.store import Store
 from tests.sim.crds import pod
+from tfjob_sim.errors import ApiError
 from tfjob_sim.selectors import (
     POD_FIELDS,
     FieldSelector,
@@ -18,6 +17,7 @@ from tfjob_sim.selectors import (
     parse_label_selector,
     pod_fields,
 )
+from tfjob_sim.store import Store
 
 KEY_NAME_RULE = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "

@@ -3,14 +3,16 @@ spam filter and series, and the fast write path storing what the API write would
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import anyio
 
 from tfjob_sim.events import (
     COMBINED_PREFIX,
-    _micro_time,
-    _time,
     EventRecorder,
     EventTTL,
+    _micro_time,
+    _time,
     node_reference,
     object_reference,
     truncate_note,
@@ -32,8 +34,16 @@ def setup() -> tuple[Store, EventRecorder, Clock, dict]:
     store = Store()
     clock = Clock()
     recorder = EventRecorder(store, monotonic=clock)
-    pod = store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
-                                    "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    pod = store.create(
+        "pods",
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+        },
+    )
     return store, recorder, clock, pod
 
 
@@ -42,8 +52,9 @@ def events(store: Store) -> list[dict]:
 
 
 def kubelet_event(recorder: EventRecorder, pod: dict, reason: str, message: str, type_: str = "Normal") -> None:
-    recorder.record(object_reference(pod, "spec.containers{app}"), type_, reason, message, component="kubelet",
-                    host="sim-node-0")
+    recorder.record(
+        object_reference(pod, "spec.containers{app}"), type_, reason, message, component="kubelet", host="sim-node-0"
+    )
 
 
 def test_exact_repeats_update_the_first_event() -> None:
@@ -54,11 +65,20 @@ def test_exact_repeats_update_the_first_event() -> None:
     [event] = events(store)
     assert event["count"] == 3
     assert event["metadata"]["name"].startswith("web.")
-    assert event["involvedObject"] == {"kind": "Pod", "namespace": NS, "name": "web", "uid": pod["metadata"]["uid"],
-                                       "apiVersion": "v1", "resourceVersion": pod["metadata"]["resourceVersion"],
-                                       "fieldPath": "spec.containers{app}"}
+    assert event["involvedObject"] == {
+        "kind": "Pod",
+        "namespace": NS,
+        "name": "web",
+        "uid": pod["metadata"]["uid"],
+        "apiVersion": "v1",
+        "resourceVersion": pod["metadata"]["resourceVersion"],
+        "fieldPath": "spec.containers{app}",
+    }
     assert (event["source"], event["reportingComponent"], event["reportingInstance"]) == (
-        {"component": "kubelet", "host": "sim-node-0"}, "kubelet", "sim-node-0")
+        {"component": "kubelet", "host": "sim-node-0"},
+        "kubelet",
+        "sim-node-0",
+    )
     assert event["eventTime"] is None and event["firstTimestamp"] <= event["lastTimestamp"]
 
 
@@ -72,8 +92,11 @@ def test_the_fast_path_stores_what_the_api_write_would() -> None:
     slow = store.create("events", NS, body, field_manager="kubelet")
 
     def comparable(obj: dict) -> dict:
-        meta = {k: v for k, v in obj["metadata"].items()
-                if k not in ("name", "uid", "resourceVersion", "creationTimestamp", "managedFields")}
+        meta = {
+            k: v
+            for k, v in obj["metadata"].items()
+            if k not in ("name", "uid", "resourceVersion", "creationTimestamp", "managedFields")
+        }
         fields = [{k: v for k, v in e.items() if k != "time"} for e in obj["metadata"]["managedFields"]]
         return {**obj, "metadata": {**meta, "managedFields": fields}}
 
@@ -112,16 +135,26 @@ def test_scheduler_series() -> None:
     store, recorder, clock, pod = setup()
 
     def failed() -> None:
-        recorder.record_series(object_reference(pod), "Warning", "FailedScheduling", "Scheduling",
-                               f"0/3 nodes are available (at {clock.now})", controller="default-scheduler",
-                               instance="default-scheduler-host")
+        recorder.record_series(
+            object_reference(pod),
+            "Warning",
+            "FailedScheduling",
+            "Scheduling",
+            f"0/3 nodes are available (at {clock.now})",
+            controller="default-scheduler",
+            instance="default-scheduler-host",
+        )
 
     failed()
     [event] = events(store)
     assert event["message"] == "0/3 nodes are available (at 1000.0)"
     assert event.get("series") is None and "count" not in event and event["eventTime"].endswith("Z")
     assert (event["source"], event["action"], event["reportingComponent"], event["reportingInstance"]) == (
-        {}, "Scheduling", "default-scheduler", "default-scheduler-host")
+        {},
+        "Scheduling",
+        "default-scheduler",
+        "default-scheduler-host",
+    )
     clock.now += 10
     failed()
     [event] = events(store)
@@ -152,8 +185,13 @@ def test_long_scheduler_messages_are_truncated() -> None:
 
 def test_node_events_live_in_the_default_namespace() -> None:
     store, recorder, _clock, _pod = setup()
-    recorder.record(node_reference("sim-node-0"), "Normal", "NodeNotReady",
-                    "Node sim-node-0 status is now: NodeNotReady", component="node-controller")
+    recorder.record(
+        node_reference("sim-node-0"),
+        "Normal",
+        "NodeNotReady",
+        "Node sim-node-0 status is now: NodeNotReady",
+        component="node-controller",
+    )
     [event] = events(store)
     assert event["involvedObject"] == {"kind": "Node", "name": "sim-node-0", "uid": "sim-node-0", "apiVersion": "v1"}
     assert event["source"] == {"component": "node-controller"} and event["reportingInstance"] == ""
@@ -162,9 +200,16 @@ def test_node_events_live_in_the_default_namespace() -> None:
 def test_events_for_a_terminating_namespace_are_dropped() -> None:
     store, recorder, _clock, _pod = setup()
     store.create("namespaces", None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"}})
-    held = store.create("pods", "gone", {"apiVersion": "v1", "kind": "Pod",
-                                         "metadata": {"name": "p", "finalizers": ["example.com/hold"]},
-                                         "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    held = store.create(
+        "pods",
+        "gone",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "finalizers": ["example.com/hold"]},
+            "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+        },
+    )
     store.delete("namespaces", None, "gone")
     kubelet_event(recorder, held, "Killing", "Stopping container app")  # refused with 403: dropped, no error
     assert store.list("events", "gone")[0] == []
@@ -174,21 +219,45 @@ async def test_events_expire_after_the_ttl_unless_written_again() -> None:
     store = Store()
     ttl = EventTTL(store, ttl=30, time_scale=0.01)  # 0.3 s
     recorder = EventRecorder(store)
-    pod = store.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
-                                    "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    pod = store.create(
+        "pods",
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
+        },
+    )
     deleted: list[str] = []
-    store.add_listener(lambda t, r, old, new: deleted.append(old["metadata"]["name"])
-                       if t == "DELETED" and r in ("events", "events.events.k8s.io") else None)
+    store.add_listener(
+        lambda t, r, old, new: (
+            deleted.append(old["metadata"]["name"])
+            if t == "DELETED" and r in ("events", "events.events.k8s.io")
+            else None
+        )
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(ttl.run)
         await anyio.wait_all_tasks_blocked()
         kubelet_event(recorder, pod, "Pulled", "present")  # written once
         kubelet_event(recorder, pod, "Started", "started")  # written, then written again below
-        other = store.create("events.events.k8s.io", NS, {
-            "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "api-written"},
-            "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "someone",
-            "reportingInstance": "someone-1", "action": "Doing", "reason": "Done", "type": "Normal",
-            "regarding": {"kind": "Pod", "namespace": NS, "name": "web"}})
+        other = store.create(
+            "events.events.k8s.io",
+            NS,
+            {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": "api-written"},
+                "eventTime": "2026-01-01T00:00:00.000000Z",
+                "reportingController": "someone",
+                "reportingInstance": "someone-1",
+                "action": "Doing",
+                "reason": "Done",
+                "type": "Normal",
+                "regarding": {"kind": "Pod", "namespace": NS, "name": "web"},
+            },
+        )
         started = next(e for e in events(store) if e["reason"] == "Started")["metadata"]["name"]
         pulled = next(e for e in events(store) if e["reason"] == "Pulled")["metadata"]["name"]
         with anyio.fail_after(10):
@@ -210,13 +279,13 @@ def test_timestamps_are_formatted_as_go_formats_them() -> None:
     datetime does), including the roundings that carry into the next second."""
     import random
     import time
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     rng = random.Random(7)
     stamps = [1_700_000_000 + rng.random() * 1e6 for _ in range(20_000)]
     stamps += [1_700_000_000 + k + (j + 0.5) / 1e6 for k in range(3) for j in range(0, 1_000_000, 991)]
     stamps += [1_700_000_000.9999995, 1_700_000_000.9999996, 1_700_000_000.0000005, 0.0, 1e-7, 12.5e-6]
     for ts in stamps:
-        assert _micro_time(ts) == datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), ts
+        assert _micro_time(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), ts
         assert _time(ts) == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)), ts
     assert _micro_time(1_700_000_000.9999996) == "2023-11-14T22:13:21.000000Z"

@@ -10,10 +10,10 @@ import uuid
 import orjson
 import pytest
 
-from tfjob_sim.errors import ApiError
-from tfjob_sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
 from tests.sim.conftest import FakeClock
 from tests.sim.crds import pod, widget, widget_crd
+from tfjob_sim.errors import ApiError
+from tfjob_sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
 
 
 @pytest.fixture
@@ -42,21 +42,24 @@ def raises(code: int, reason: str | None = None):
 
 # ---------------------------------------------------------------- uid
 
+
 @pytest.mark.parametrize("raw", [bytes(16), b"\xff" * 16, bytes(range(16)), os.urandom(16), os.urandom(16)])
 def test_uid_text_is_what_the_uuid_module_gives_for_the_same_bytes(raw: bytes) -> None:
     assert uid_from_bytes(raw) == str(uuid.UUID(bytes=raw, version=4))
 
 
 def test_created_objects_get_distinct_version_4_uids(store: Store) -> None:
-    uids = [store.create("configmaps", "default", {"metadata": {"name": f"c{i}"}})["metadata"]["uid"]
-            for i in range(50)]
+    uids = [
+        store.create("configmaps", "default", {"metadata": {"name": f"c{i}"}})["metadata"]["uid"] for i in range(50)
+    ]
     assert len(set(uids)) == 50
     assert all(uuid.UUID(u).version == 4 and str(uuid.UUID(u)) == u for u in uids)
 
 
 @pytest.mark.parametrize("bound", [4096, 2])
-def test_label_and_annotation_keys_are_checked_on_every_write(store: Store, monkeypatch: pytest.MonkeyPatch,
-                                                              bound: int) -> None:
+def test_label_and_annotation_keys_are_checked_on_every_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch, bound: int
+) -> None:
     """Keys that passed are remembered (the same few come with every object); a bad key is refused
     every time, with the same causes, whatever was remembered or forgotten before."""
     from tfjob_sim import resources
@@ -68,8 +71,17 @@ def test_label_and_annotation_keys_are_checked_on_every_write(store: Store, monk
     for i in range(3):
         store.create("configmaps", "default", {"metadata": {"name": f"ok{i}", "labels": good, "annotations": good}})
         with raises(422, "Invalid") as ctx:
-            store.create("configmaps", "default", {"metadata": {"name": f"bad{i}", "labels": {**good, "-bad": "v"},
-                                                                "annotations": {"a/b/c": "v", **good}}})
+            store.create(
+                "configmaps",
+                "default",
+                {
+                    "metadata": {
+                        "name": f"bad{i}",
+                        "labels": {**good, "-bad": "v"},
+                        "annotations": {"a/b/c": "v", **good},
+                    }
+                },
+            )
         causes.append(ctx.error.status()["details"]["causes"])
     assert causes[0] == causes[1] == causes[2]
     assert [c["field"] for c in causes[0]] == ["metadata.labels", "metadata.annotations"]
@@ -77,6 +89,7 @@ def test_label_and_annotation_keys_are_checked_on_every_write(store: Store, monk
 
 
 # ---------------------------------------------------------------- resourceVersion
+
 
 def test_one_global_rv_across_kinds_and_list_rv_is_the_counter(store: Store) -> None:
     start = store.resource_version
@@ -144,16 +157,27 @@ def test_apply_picks_the_engine_by_kind_and_its_errors_propagate(store: Store, e
     """Built-ins merge strategically (keyed lists), no silent fallback to JSON merge on an error."""
     store.create("pods", "default", pod("p"))
     opts = WriteOptions(field_manager="m", force=True)  # the image is the creator's: take it over
-    applied = store.patch_ex("pods", "default", "p", "apply",
-                             {"apiVersion": "v1", "kind": "Pod",
-                              "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}, opts=opts).obj
+    applied = store.patch_ex(
+        "pods",
+        "default",
+        "p",
+        "apply",
+        {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}},
+        opts=opts,
+    ).obj
     containers = applied["spec"]["containers"]
     assert [c["image"] for c in containers] == ["busybox:1.37"]
     assert containers[0]["terminationMessagePolicy"] == "File"  # merged by name, not replaced
     events.clear()
     with raises(500) as no_merge_key:  # a JSON merge fallback would have replaced the list instead
-        store.patch_ex("pods", "default", "p", "apply",
-                       {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"image": "x"}]}}, opts=opts)
+        store.patch_ex(
+            "pods",
+            "default",
+            "p",
+            "apply",
+            {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"image": "x"}]}},
+            opts=opts,
+        )
     assert "does not contain declared merge key: name" in no_merge_key.error.message
     assert events == []
 
@@ -166,9 +190,11 @@ def test_patches_never_alias_stored_objects_or_the_request_body(store: Store) ->
     versions = [store.get("configmaps", "default", "a")]
     snapshots = [orjson.dumps(versions[0])]
     body = {"metadata": {"labels": {"k": "w"}}, "data": {"nested": "2"}}
-    for patch_type, patch in (("merge", body),
-                              ("strategic", {"metadata": {"labels": {"k": "s"}}}),
-                              ("json", [{"op": "add", "path": "/data/y", "value": "3"}])):
+    for patch_type, patch in (
+        ("merge", body),
+        ("strategic", {"metadata": {"labels": {"k": "s"}}}),
+        ("json", [{"op": "add", "path": "/data/y", "value": "3"}]),
+    ):
         versions.append(store.patch("configmaps", "default", "a", patch_type, patch))
         snapshots.append(orjson.dumps(versions[-1]))
     body["metadata"]["labels"]["k"] = "mutated by the client"
@@ -182,8 +208,14 @@ def test_pod_status_writes_share_the_unchanged_parts_and_keep_old_versions_intac
 
     before = store.create("pods", "default", pod("p"))
     snapshot = orjson.dumps(before)
-    after = store.patch("pods", "default", "p", "merge", {"status": {"phase": "Running"},
-                                                          "spec": {"nodeName": "ignored"}}, subresource="status")
+    after = store.patch(
+        "pods",
+        "default",
+        "p",
+        "merge",
+        {"status": {"phase": "Running"}, "spec": {"nodeName": "ignored"}},
+        subresource="status",
+    )
     assert orjson.dumps(before) == snapshot  # the earlier version is untouched (its RV too)
     assert after["status"]["phase"] == "Running" and "nodeName" not in after["spec"]
     assert after["spec"] is before["spec"]  # one copy per status write: the spec is shared, not re-copied
@@ -191,18 +223,25 @@ def test_pod_status_writes_share_the_unchanged_parts_and_keep_old_versions_intac
     assert int(after["metadata"]["resourceVersion"]) == int(before["metadata"]["resourceVersion"]) + 1
     # The next status write copies only the status maps it patches: the version before it stays whole.
     snapshot = orjson.dumps(after)
-    latest = store.patch("pods", "default", "p", "merge", {"status": {"phase": "Succeeded", "qosClass": None}},
-                         subresource="status")
+    latest = store.patch(
+        "pods", "default", "p", "merge", {"status": {"phase": "Succeeded", "qosClass": None}}, subresource="status"
+    )
     assert orjson.dumps(after) == snapshot
     assert latest["status"] == {"phase": "Succeeded"} and latest["spec"] is before["spec"]
 
 
 # ---------------------------------------------------------------- create
 
+
 def test_create_sets_server_fields_and_generate_name(store: Store) -> None:
-    obj = store.create("pods", "default", {**pod(""), "metadata": {"generateName": "web-",
-                                                                     "uid": "client-uid",
-                                                                     "creationTimestamp": "1999-01-01T00:00:00Z"}})
+    obj = store.create(
+        "pods",
+        "default",
+        {
+            **pod(""),
+            "metadata": {"generateName": "web-", "uid": "client-uid", "creationTimestamp": "1999-01-01T00:00:00Z"},
+        },
+    )
     meta = obj["metadata"]
     assert meta["name"].startswith("web-") and len(meta["name"]) == len("web-") + 5
     assert meta["uid"] != "client-uid" and len(meta["uid"]) == 36
@@ -245,23 +284,29 @@ def test_dry_run_create_persists_nothing(store: Store, events: list) -> None:
 
 # ---------------------------------------------------------------- update / optimistic concurrency
 
+
 def test_stale_rv_conflicts_and_unconditional_rules(store: Store) -> None:
     cm = store.create("configmaps", "default", {"metadata": {"name": "a"}, "data": {"k": "1"}})
     store.patch("configmaps", "default", "a", "merge", {"data": {"k": "2"}})
     with raises(409, "Conflict") as ctx:
         store.update("configmaps", "default", "a", {**cm, "data": {"k": "3"}})
-    assert ctx.error.message == ('Operation cannot be fulfilled on configmaps "a": the object has been modified; '
-                                 "please apply your changes to the latest version and try again")
+    assert ctx.error.message == (
+        'Operation cannot be fulfilled on configmaps "a": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
     # Core types allow PUT without an RV (unconditional); leases do not.
     unconditional = {"metadata": {"name": "a"}, "data": {"k": "4"}}
     assert store.update("configmaps", "default", "a", unconditional)["data"] == {"k": "4"}
-    lease = store.update("leases.coordination.k8s.io", "default", "l",
-                         {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}})  # create-on-PUT
+    lease = store.update(
+        "leases.coordination.k8s.io", "default", "l", {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}}
+    )  # create-on-PUT
     assert lease["spec"]["holderIdentity"] == "me"
     with raises(422, "Invalid") as ctx:
         store.update("leases.coordination.k8s.io", "default", "l", {"metadata": {"name": "l"}, "spec": {}})
-    assert ctx.error.message == ('leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: Invalid '
-                                 "value: 0x0: must be specified for an update")
+    assert ctx.error.message == (
+        'leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: Invalid '
+        "value: 0x0: must be specified for an update"
+    )
     with raises(404, "NotFound"):
         store.update("configmaps", "default", "missing", {"metadata": {"name": "missing"}})
     with raises(400, "BadRequest"):
@@ -270,8 +315,14 @@ def test_stale_rv_conflicts_and_unconditional_rules(store: Store) -> None:
 
 def test_update_keeps_server_owned_metadata(store: Store) -> None:
     cm = store.create("configmaps", "default", {"metadata": {"name": "a"}})
-    body = {"metadata": {"name": "a", "resourceVersion": cm["metadata"]["resourceVersion"],
-                         "creationTimestamp": "2000-01-01T00:00:00Z", "labels": {"x": "y"}}}
+    body = {
+        "metadata": {
+            "name": "a",
+            "resourceVersion": cm["metadata"]["resourceVersion"],
+            "creationTimestamp": "2000-01-01T00:00:00Z",
+            "labels": {"x": "y"},
+        }
+    }
     updated = store.update("configmaps", "default", "a", body)
     assert updated["metadata"]["creationTimestamp"] == cm["metadata"]["creationTimestamp"]
     assert updated["metadata"]["uid"] == cm["metadata"]["uid"]
@@ -285,8 +336,11 @@ def test_pod_status_subresource_rules(store: Store) -> None:
     body = {**created, "status": {"phase": "Running"}}
     after_main = store.update("pods", "default", "p", body)
     assert after_main["status"]["phase"] == "Pending"
-    status_body = {**after_main, "status": {"phase": "Running"}, "metadata": {**after_main["metadata"],
-                                                                              "labels": {"x": "y"}}}
+    status_body = {
+        **after_main,
+        "status": {"phase": "Running"},
+        "metadata": {**after_main["metadata"], "labels": {"x": "y"}},
+    }
     after_status = store.update("pods", "default", "p", status_body, subresource="status")
     assert after_status["status"]["phase"] == "Running"
     assert "labels" not in after_status["metadata"]
@@ -299,23 +353,43 @@ def test_pod_status_subresource_rules(store: Store) -> None:
 
 # ---------------------------------------------------------------- delete, finalizers, graceful pods
 
+
 def test_binding_sets_the_node_and_pod_scheduled_in_one_write(store: Store, events: list, clock) -> None:
     store.create("pods", "default", pod("p"))
-    store.patch("pods", "default", "p", "merge", {"status": {"conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes",
-         "lastTransitionTime": "2020-01-01T00:00:00Z"}]}}, subresource="status")
+    store.patch(
+        "pods",
+        "default",
+        "p",
+        "merge",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes",
+                        "lastTransitionTime": "2020-01-01T00:00:00Z",
+                    }
+                ]
+            }
+        },
+        subresource="status",
+    )
     events.clear()
     rv_before = store.resource_version
-    status = store.bind("default", "p", {"metadata": {"annotations": {"scheduler/by": "sim"}},
-                                         "target": {"kind": "Node", "name": "n1"}})
+    status = store.bind(
+        "default", "p", {"metadata": {"annotations": {"scheduler/by": "sim"}}, "target": {"kind": "Node", "name": "n1"}}
+    )
     assert status["status"] == "Success" and status["code"] == 201
     assert store.resource_version == rv_before + 1 and [e[0] for e in events] == ["MODIFIED"]
     bound = store.get("pods", "default", "p")
     assert bound["spec"]["nodeName"] == "n1"
     assert bound["metadata"]["annotations"] == {"scheduler/by": "sim"}
     # The condition is replaced whole (no stale reason/message) and its transition time is now.
-    assert bound["status"]["conditions"] == [{"type": "PodScheduled", "status": "True",
-                                              "lastTransitionTime": _rfc(clock.now)}]
+    assert bound["status"]["conditions"] == [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": _rfc(clock.now)}
+    ]
     with raises(409, "Conflict"):
         store.bind("default", "p", {"target": {"name": "n2"}})
     with raises(422, "Invalid"):
@@ -329,8 +403,9 @@ def test_finalizers_hold_deletion_until_removed(store: Store, events: list) -> N
     assert answer["metadata"]["deletionTimestamp"]  # the object, still there
     assert [e[0] for e in events] == ["MODIFIED"]
     with raises(422, "Invalid") as ctx:
-        store.patch("configmaps", "default", "a", "merge",
-                    {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}})
+        store.patch(
+            "configmaps", "default", "a", "merge", {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}}
+        )
     assert "no new finalizers can be added if the object is being deleted" in ctx.error.message
     last = store.get("configmaps", "default", "a")
     store.patch("configmaps", "default", "a", "merge", {"metadata": {"finalizers": None}})
@@ -348,8 +423,13 @@ def test_delete_returns_status_or_object_and_preconditions(store: Store) -> None
     with raises(409, "Conflict"):
         store.delete("configmaps", "default", "a", {"preconditions": {"resourceVersion": "1"}})
     status = store.delete("configmaps", "default", "a")
-    assert status == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                      "details": {"name": "a", "kind": "configmaps", "uid": cm["metadata"]["uid"]}}
+    assert status == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "a", "kind": "configmaps", "uid": cm["metadata"]["uid"]},
+    }
     with raises(404, "NotFound"):
         store.delete("configmaps", "default", "a")
     store.create("pods", "default", pod("p"))
@@ -388,10 +468,12 @@ def test_propagation_policies_add_gc_finalizers(store: Store) -> None:
     store.create("configmaps", "default", {"metadata": {"name": "o"}})
     store.create("configmaps", "default", {"metadata": {"name": "f"}})
     store.create("configmaps", "default", {"metadata": {"name": "b", "finalizers": ["orphan"]}})
-    assert store.delete("configmaps", "default", "o", {"propagationPolicy": "Orphan"})["metadata"][
-        "finalizers"] == ["orphan"]
+    assert store.delete("configmaps", "default", "o", {"propagationPolicy": "Orphan"})["metadata"]["finalizers"] == [
+        "orphan"
+    ]
     assert store.delete("configmaps", "default", "f", {"propagationPolicy": "Foreground"})["metadata"][
-        "finalizers"] == ["foregroundDeletion"]
+        "finalizers"
+    ] == ["foregroundDeletion"]
     store.delete("configmaps", "default", "b", {"propagationPolicy": "Background"})  # drops "orphan"
     assert store.get("configmaps", "default", "b") is None
     with raises(422, "Invalid"):
@@ -431,6 +513,7 @@ def test_delete_collection_by_label(store: Store) -> None:
 
 # ---------------------------------------------------------------- lists: selectors, exact RV, continue
 
+
 def test_list_selectors_and_namespaces(store: Store) -> None:
     store.create("namespaces", None, {"metadata": {"name": "other"}})
     store.create("pods", "default", pod("a", labels={"app": "web"}))
@@ -439,11 +522,14 @@ def test_list_selectors_and_namespaces(store: Store) -> None:
     names = lambda items: [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]  # noqa: E731
     assert names(store.list("pods")[0]) == [("default", "a"), ("default", "b"), ("other", "c")]
     assert names(store.list("pods", label_selector="app=web")[0]) == [("default", "a"), ("other", "c")]
-    assert names(store.list("pods", "default", label_selector="app in (web,db)")[0]) == [("default", "a"),
-                                                                                         ("default", "b")]
+    assert names(store.list("pods", "default", label_selector="app in (web,db)")[0]) == [
+        ("default", "a"),
+        ("default", "b"),
+    ]
     assert names(store.list("pods", field_selector="spec.nodeName=n1")[0]) == [("default", "b")]
     assert names(store.list("pods", field_selector="status.phase=Pending,metadata.namespace=other")[0]) == [
-        ("other", "c")]
+        ("other", "c")
+    ]
     with raises(400, "BadRequest") as ctx:
         store.list("pods", field_selector="spec.bogus=1")
     assert "field label not supported: spec.bogus" in ctx.error.message
@@ -466,8 +552,9 @@ def test_exact_rv_list_reconstructs_the_past_and_410s_after_compaction(store: St
         store.list_ex("configmaps", "default", resource_version=str(past), resource_version_match="Exact")
     assert ctx.error.message == "The resourceVersion for the provided list is too old."
     with raises(504, "Timeout") as ctx:
-        store.list_ex("configmaps", resource_version=str(store.resource_version + 5),
-                      resource_version_match="NotOlderThan")
+        store.list_ex(
+            "configmaps", resource_version=str(store.resource_version + 5), resource_version_match="NotOlderThan"
+        )
     assert ctx.error.status()["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
 
 
@@ -538,6 +625,7 @@ def test_listener_failures_do_not_break_writes(store: Store, caplog: pytest.LogC
 
 # ---------------------------------------------------------------- custom resources
 
+
 @pytest.fixture
 def crd_store(store: Store) -> Store:
     store.create("customresourcedefinitions.apiextensions.k8s.io", None, widget_crd())
@@ -562,8 +650,9 @@ def test_a_crd_update_brings_new_rules_and_defaults_not_remembered_ones(crd_stor
     assert crd_store.create("widgets.example.com", "default", widget("a", 3, maxReplicas=5))["spec"]["color"] == "red"
     crd = copy.deepcopy(crd_store.get(crds, None, "widgets.example.com"))
     spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    spec_schema["x-kubernetes-validations"] = [{"rule": "self.replicas < self.maxReplicas - 2",
-                                                "message": "leave room for two"}]
+    spec_schema["x-kubernetes-validations"] = [
+        {"rule": "self.replicas < self.maxReplicas - 2", "message": "leave room for two"}
+    ]
     spec_schema["properties"]["size"] = {"type": "string", "default": "m"}
     crd_store.update(crds, None, "widgets.example.com", crd)
     with pytest.raises(ApiError, match="leave room for two"):
@@ -585,8 +674,13 @@ def _status_crd(status_default: bool) -> dict:
             "phase": {"type": "string", "default": "Pending"},
             "note": {"type": "string", "nullable": True},
             "selector": {"type": "string"},
-            "conditions": {"type": "array", "items": {"type": "object", "properties": {
-                "type": {"type": "string"}, "status": {"type": "string", "default": "Unknown"}}}},
+            "conditions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"type": {"type": "string"}, "status": {"type": "string", "default": "Unknown"}},
+                },
+            },
             "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
     }
@@ -602,8 +696,16 @@ STATUS_WRITES = [
     pytest.param("update", "null", id="null-status"),
     pytest.param("merge", {"status": {"replicas": 3, "bogus": True}}, id="merge-patch"),
     pytest.param("json", [{"op": "add", "path": "/status", "value": {"conditions": [{"type": "C"}]}}], id="json-patch"),
-    pytest.param("apply", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
-                           "status": {"replicas": 4, "unknown": 1}}, id="apply"),
+    pytest.param(
+        "apply",
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w"},
+            "status": {"replicas": 4, "unknown": 1},
+        },
+        id="apply",
+    ),
 ]
 
 
@@ -626,7 +728,8 @@ def _status_write(store: Store, how: str, status: object, validation: str) -> tu
 @pytest.mark.parametrize("validation", ["Warn", "Ignore"])
 @pytest.mark.parametrize(("how", "status"), STATUS_WRITES)
 def test_a_status_write_normalizing_only_the_status_stores_what_normalizing_everything_does(
-        clock: FakeClock, how: str, status: object, validation: str, status_default: bool) -> None:
+    clock: FakeClock, how: str, status: object, validation: str, status_default: bool
+) -> None:
     """The fast path of a custom resource's /status write (the rest of the stored object is already
     pruned and defaulted: only the new status is) against the full pass over the whole object."""
     outcomes = []
@@ -657,7 +760,9 @@ def test_a_status_write_after_a_schema_change_still_defaults_the_whole_object(cr
     assert crd_store._bucket(rt).normalized is rt.schema
     crd = copy.deepcopy(crd_store.get(CRDS, None, "widgets.example.com"))
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"] = {
-        "type": "string", "default": "m"}
+        "type": "string",
+        "default": "m",
+    }
     crd_store.update(CRDS, None, "widgets.example.com", crd)
     written = crd_store.patch("widgets.example.com", "default", "w", "merge", {"status": {"phase": "Up"}}, "status")
     assert written["spec"]["size"] == "m" and written["status"] == {"phase": "Up"}
@@ -668,12 +773,15 @@ def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
     created = crd_store.create("widgets.example.com", "default", obj)
     assert "extra" not in created["spec"] and created["spec"]["free"] == {"anything": {"goes": 1}}
     with raises(400, "BadRequest") as ctx:
-        crd_store.create_ex("widgets.example.com", "default", widget("s", extra=1),
-                            WriteOptions(field_validation="Strict"))
-    assert ctx.error.message == ('Widget in version "v1" cannot be handled as a Widget: strict decoding error: '
-                                 'unknown field "spec.extra"')
-    warned = crd_store.create_ex("widgets.example.com", "default", widget("t", extra=1),
-                                 WriteOptions(field_validation="Warn"))
+        crd_store.create_ex(
+            "widgets.example.com", "default", widget("s", extra=1), WriteOptions(field_validation="Strict")
+        )
+    assert ctx.error.message == (
+        'Widget in version "v1" cannot be handled as a Widget: strict decoding error: unknown field "spec.extra"'
+    )
+    warned = crd_store.create_ex(
+        "widgets.example.com", "default", widget("t", extra=1), WriteOptions(field_validation="Warn")
+    )
     assert warned.warnings == ['unknown field "spec.extra"']
     with raises(422, "Invalid") as ctx:
         crd_store.create("widgets.example.com", "default", widget("bad", -1, color="pink"))
@@ -687,12 +795,16 @@ def test_cr_pruning_validation_and_strict(crd_store: Store) -> None:
 def test_cr_unknown_metadata_fields_are_reported_once(crd_store: Store) -> None:
     body = widget("w")
     body["metadata"]["bogus"] = 1
-    body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u",
-                                            "extra": True}]
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u", "extra": True}
+    ]
     body["spec"]["unknownSpec"] = 1
     warned = crd_store.create_ex("widgets.example.com", "default", body, WriteOptions(field_validation="Warn"))
-    assert warned.warnings == ['unknown field "metadata.bogus"', 'unknown field "metadata.ownerReferences[0].extra"',
-                               'unknown field "spec.unknownSpec"']
+    assert warned.warnings == [
+        'unknown field "metadata.bogus"',
+        'unknown field "metadata.ownerReferences[0].extra"',
+        'unknown field "spec.unknownSpec"',
+    ]
     assert "bogus" not in warned.obj["metadata"] and "extra" not in warned.obj["metadata"]["ownerReferences"][0]
     body["metadata"]["name"] = "w2"
     with raises(400, "BadRequest") as strict:
@@ -710,13 +822,18 @@ def test_cr_generation_and_status_subresource(crd_store: Store) -> None:
     assert spec["metadata"]["generation"] == 2
     main_status = crd_store.patch("widgets.example.com", "default", "w", "merge", {"status": {"phase": "x"}})
     assert "status" not in main_status  # status ignored on the main resource
-    status = crd_store.patch("widgets.example.com", "default", "w", "merge",
-                             {"status": {"phase": "Running"}, "spec": {"replicas": 9}}, subresource="status")
+    status = crd_store.patch(
+        "widgets.example.com",
+        "default",
+        "w",
+        "merge",
+        {"status": {"phase": "Running"}, "spec": {"replicas": 9}},
+        subresource="status",
+    )
     assert status["status"] == {"phase": "Running"} and status["spec"]["replicas"] == 3
     assert status["metadata"]["generation"] == 2
     with raises(409, "Conflict"):
-        crd_store.update("widgets.example.com", "default", "w", {**w, "status": {"phase": "old"}},
-                         subresource="status")
+        crd_store.update("widgets.example.com", "default", "w", {**w, "status": {"phase": "old"}}, subresource="status")
     with raises(415, "UnsupportedMediaType"):
         crd_store.patch("widgets.example.com", "default", "w", "strategic", {"spec": {"replicas": 1}})
 
@@ -726,21 +843,29 @@ def test_cr_status_writes_leave_the_stored_version_intact(crd_store: Store) -> N
 
     before = crd_store.create("widgets.example.com", "default", widget("w", 2))
     snapshot = orjson.dumps(before)
-    after = crd_store.patch("widgets.example.com", "default", "w", "merge",
-                            {"status": {"phase": "Ready", "bogus": 1}}, subresource="status")
+    after = crd_store.patch(
+        "widgets.example.com", "default", "w", "merge", {"status": {"phase": "Ready", "bogus": 1}}, subresource="status"
+    )
     assert orjson.dumps(before) == snapshot
     assert after["status"] == {"phase": "Ready"} and after["spec"] == before["spec"]
 
 
 def test_scale_subresource(crd_store: Store) -> None:
     crd_store.create("widgets.example.com", "default", widget("w", 2))
-    crd_store.patch("widgets.example.com", "default", "w", "merge",
-                    {"status": {"replicas": 1, "selector": "app=w"}}, subresource="status")
+    crd_store.patch(
+        "widgets.example.com",
+        "default",
+        "w",
+        "merge",
+        {"status": {"replicas": 1, "selector": "app=w"}},
+        subresource="status",
+    )
     scale = crd_store.get_scale("widgets.example.com", "default", "w")
     assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
     assert scale["spec"] == {"replicas": 2} and scale["status"] == {"replicas": 1, "selector": "app=w"}
-    after = crd_store.patch("widgets.example.com", "default", "w", "merge", {"spec": {"replicas": 5}},
-                            subresource="scale")
+    after = crd_store.patch(
+        "widgets.example.com", "default", "w", "merge", {"spec": {"replicas": 5}}, subresource="scale"
+    )
     assert after["spec"]["replicas"] == 5
     cr = crd_store.get("widgets.example.com", "default", "w")
     assert cr["spec"]["replicas"] == 5 and cr["metadata"]["generation"] == 2
@@ -776,7 +901,10 @@ def test_eviction_marks_the_pod_as_a_disruption_target_before_deleting_it(store:
     assert evicted["metadata"]["deletionTimestamp"]
     [target] = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
     assert (target["status"], target["reason"], target["message"]) == (
-        "True", "EvictionByEvictionAPI", "Eviction API: evicting")
+        "True",
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
 
 
 def test_evicting_a_finished_pod_deletes_it_without_a_condition(store: Store) -> None:
@@ -791,7 +919,9 @@ def test_updates_default_what_they_add_like_creates(store: Store) -> None:
     store.create("services", "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     svc = store.patch("services", "default", "s", "strategic", {"spec": {"ports": [{"port": 81}]}})
     assert sorted((p["port"], p["protocol"], p["targetPort"]) for p in svc["spec"]["ports"]) == [
-        (80, "TCP", 80), (81, "TCP", 81)]
+        (80, "TCP", 80),
+        (81, "TCP", 81),
+    ]
 
 
 @pytest.mark.parametrize(("spec", "json_type"), [("x", "string"), ([], "array"), (3, "number")])
@@ -799,8 +929,10 @@ def test_a_builtin_spec_that_is_not_an_object_is_a_bad_request(store: Store, spe
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
     with raises(400) as bad:
         store.create("pods", "default", body)
-    assert bad.error.message == ('Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal '
-                                 f'{json_type} into Go struct field Pod.spec of type v1.PodSpec')
+    assert bad.error.message == (
+        'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal '
+        f"{json_type} into Go struct field Pod.spec of type v1.PodSpec"
+    )
     store.create("services", "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     with raises(400):
         store.patch("services", "default", "s", "merge", {"spec": spec})

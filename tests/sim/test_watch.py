@@ -12,18 +12,23 @@ import anyio
 import orjson
 import pytest
 
-from tfjob_sim.cluster import SimCluster, SimConfig
-from tfjob_sim.watch import WatchConfig
 from tests.sim.crds import pod
 from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.watch import WatchConfig
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    return SimConfig(nodes=1, time_scale=0.01, kubelet=False, gc=False,
-                     watch=WatchConfig(bookmark_period=0.2, bookmark_before_deadline=0.3, buffer_limit=50))
+    return SimConfig(
+        nodes=1,
+        time_scale=0.01,
+        kubelet=False,
+        gc=False,
+        watch=WatchConfig(bookmark_period=0.2, bookmark_before_deadline=0.3, buffer_limit=50),
+    )
 
 
 class Stream:
@@ -73,21 +78,24 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-async def open_watch(session: aiohttp.ClientSession, cluster: SimCluster, path: str,
-                     headers: dict | None = None) -> Stream:
+async def open_watch(
+    session: aiohttp.ClientSession, cluster: SimCluster, path: str, headers: dict | None = None
+) -> Stream:
     resp = await session.get(cluster.url + path, headers=headers or {})
     assert resp.status == 200, await resp.text()
     return Stream(resp)
 
 
 def cm(store, name: str, labels: dict | None = None, **data: str) -> dict:
-    return store.create("configmaps", "default", {"metadata": {"name": name, **({"labels": labels} if labels else {})},
-                                                  "data": data})
+    return store.create(
+        "configmaps", "default", {"metadata": {"name": name, **({"labels": labels} if labels else {})}, "data": data}
+    )
 
 
 def summary(events: list[dict]) -> list[tuple[str, str, str]]:
-    return [(e["type"], e["object"]["metadata"].get("name", ""), e["object"]["metadata"]["resourceVersion"])
-            for e in events]
+    return [
+        (e["type"], e["object"]["metadata"].get("name", ""), e["object"]["metadata"]["resourceVersion"]) for e in events
+    ]
 
 
 async def test_headers_arrive_before_any_event_and_lines_are_compact(session, sim_cluster: SimCluster) -> None:
@@ -111,8 +119,10 @@ async def test_synthetic_added_then_changes(session, sim_cluster: SimCluster) ->
         a, b = store.get("configmaps", "default", "a"), store.get("configmaps", "default", "b")
         stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true{rv_param}")
         initial = await stream.collect(2)
-        assert sorted(summary(initial)) == [("ADDED", "a", a["metadata"]["resourceVersion"]),
-                                            ("ADDED", "b", b["metadata"]["resourceVersion"])]
+        assert sorted(summary(initial)) == [
+            ("ADDED", "a", a["metadata"]["resourceVersion"]),
+            ("ADDED", "b", b["metadata"]["resourceVersion"]),
+        ]
         changed = store.patch("configmaps", "default", "a", "merge", {"data": {"k": rv_param or "unset"}})
         assert summary(await stream.collect(1)) == [("MODIFIED", "a", changed["metadata"]["resourceVersion"])]
         stream.resp.close()
@@ -129,7 +139,10 @@ async def test_resume_from_rv_is_exact_and_deleted_carries_deletion_rv(session, 
     stream = await open_watch(session, sim_cluster, f"{CMS}?watch=1&resourceVersion={start}")
     events = await stream.collect(3)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "b"),
+    ]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and rvs[0] == start + 1
     deleted = events[2]["object"]
@@ -156,8 +169,7 @@ async def test_selector_transitions(session, sim_cluster: SimCluster) -> None:
     store = sim_cluster.store
     cm(store, "a", labels={"app": "web"})
     start = store.resource_version
-    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&labelSelector=app%3Dweb"
-                                                    f"&resourceVersion={start}")
+    stream = await open_watch(session, sim_cluster, f"{CMS}?watch=true&labelSelector=app%3Dweb&resourceVersion={start}")
     before = store.get("configmaps", "default", "a")
     store.patch("configmaps", "default", "a", "merge", {"metadata": {"labels": {"app": "db"}}})
     left_rv = str(store.resource_version)
@@ -174,8 +186,9 @@ async def test_namespace_and_field_selector_scope(session, sim_cluster: SimClust
     store = sim_cluster.store
     store.create("namespaces", None, {"metadata": {"name": "other"}})
     start = store.resource_version
-    stream = await open_watch(session, sim_cluster,
-                              f"{CMS}?watch=true&fieldSelector=metadata.name%3Dwanted&resourceVersion={start}")
+    stream = await open_watch(
+        session, sim_cluster, f"{CMS}?watch=true&fieldSelector=metadata.name%3Dwanted&resourceVersion={start}"
+    )
     store.create("configmaps", "other", {"metadata": {"name": "wanted"}})
     cm(store, "unwanted")
     mine = cm(store, "wanted")
@@ -203,8 +216,9 @@ async def test_timeout_seconds_ends_cleanly_after_a_pre_deadline_bookmark(sessio
     rv = store.resource_version
     sim_cluster.hub.config.bookmark_period = 60.0  # only the pre-deadline bookmark can arrive
     started = anyio.current_time()
-    stream = await open_watch(session, sim_cluster,
-                              f"{CMS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion={rv}")
+    stream = await open_watch(
+        session, sim_cluster, f"{CMS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion={rv}"
+    )
     # Without timeoutSeconds the watch would run for the server's default (minutes): the read deadline tells.
     events = await stream.expect_eof()
     elapsed = anyio.current_time() - started
@@ -227,8 +241,9 @@ async def test_table_watch_for_kubectl_get_w(session, sim_cluster: SimCluster) -
     store = sim_cluster.store
     rv = store.resource_version
     accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-    stream = await open_watch(session, sim_cluster,
-                              f"/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}", {"Accept": accept})
+    stream = await open_watch(
+        session, sim_cluster, f"/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}", {"Accept": accept}
+    )
     store.create("pods", "default", pod("tp"))
     event = await stream.next()
     assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
@@ -251,7 +266,8 @@ async def test_watches_of_a_custom_resource_end_when_its_crd_goes(session, sim_c
     store = sim_cluster.store
     store.create("customresourcedefinitions.apiextensions.k8s.io", None, widget_crd())
     rv = store.resource_version
-    stream = await open_watch(session, sim_cluster,
-                              f"/apis/example.com/v1/namespaces/default/widgets?watch=true&resourceVersion={rv}")
+    stream = await open_watch(
+        session, sim_cluster, f"/apis/example.com/v1/namespaces/default/widgets?watch=true&resourceVersion={rv}"
+    )
     store.delete("customresourcedefinitions.apiextensions.k8s.io", None, "widgets.example.com")
     assert await stream.expect_eof() == []

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tfjob_sim.cluster import SimCluster
-from tfjob_sim.workloads import pod_template_hash
 from tests.conftest import Kubectl
 from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster
+from tfjob_sim.workloads import pod_template_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "tfjob-controller"
@@ -46,11 +46,17 @@ async def test_apply_k_manifests_then_rollout_status_and_scale(kubectl: Kubectl,
     assert spec["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
     assert deploy["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
     status = deploy["status"]
-    assert (status["replicas"], status["updatedReplicas"], status["readyReplicas"], status["availableReplicas"]) == \
-        (2, 2, 2, 2)
+    assert (status["replicas"], status["updatedReplicas"], status["readyReplicas"], status["availableReplicas"]) == (
+        2,
+        2,
+        2,
+        2,
+    )
     assert status["observedGeneration"] == deploy["metadata"]["generation"]
     assert {c["type"]: c["reason"] for c in status["conditions"]} == {
-        "Available": "MinimumReplicasAvailable", "Progressing": "NewReplicaSetAvailable"}
+        "Available": "MinimumReplicasAvailable",
+        "Progressing": "NewReplicaSetAvailable",
+    }
 
     # One ReplicaSet named after the template hash, owning two running pods that carry the hash label.
     template_hash = pod_template_hash(spec["template"])
@@ -73,11 +79,13 @@ async def test_apply_k_manifests_then_rollout_status_and_scale(kubectl: Kubectl,
     await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=3")
     await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
     assert len(controller_pods(sim_cluster)) == 3
-    scale = json.loads(await ok(kubectl, "get", "--raw",
-                                f"/apis/apps/v1/namespaces/{NS}/deployments/tfjob-controller/scale"))
+    scale = json.loads(
+        await ok(kubectl, "get", "--raw", f"/apis/apps/v1/namespaces/{NS}/deployments/tfjob-controller/scale")
+    )
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
-    assert scale["status"]["selector"] == \
-        "app.kubernetes.io/component=controller,app.kubernetes.io/name=tfjob-controller"
+    assert (
+        scale["status"]["selector"] == "app.kubernetes.io/component=controller,app.kubernetes.io/name=tfjob-controller"
+    )
     await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=1")
     await eventually(lambda: len(controller_pods(sim_cluster)) == 1, timeout=30, what="scale down to 1 pod")
 
@@ -92,8 +100,10 @@ async def test_rolling_update_and_undo_reuse_replicasets(kubectl: Kubectl, sim_c
     await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
     sets = {rs["metadata"]["name"]: rs for rs in (await get_json(kubectl, "-n", NS, "rs"))["items"]}
     (new,) = set(sets) - first
-    assert sets[new]["spec"]["replicas"] == 4 and sets[new]["metadata"]["annotations"][
-        "deployment.kubernetes.io/revision"] == "2"
+    assert (
+        sets[new]["spec"]["replicas"] == 4
+        and sets[new]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    )
     assert all(sets[name]["spec"]["replicas"] == 0 for name in first)
     pods = controller_pods(sim_cluster)
     assert len(pods) == 4 and {p["spec"]["containers"][0]["image"] for p in pods} == {"tfjob-controller:0.2.0"}
@@ -106,8 +116,13 @@ async def test_rolling_update_and_undo_reuse_replicasets(kubectl: Kubectl, sim_c
     (reused,) = first
     assert sets[reused]["spec"]["replicas"] == 4
     assert sets[reused]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
-    await eventually(lambda: {p["spec"]["containers"][0]["image"] for p in controller_pods(sim_cluster)} ==
-                     {"tfjob-controller:0.1.0"}, timeout=30, what="old-image pods replaced")
+    await eventually(
+        lambda: (
+            {p["spec"]["containers"][0]["image"] for p in controller_pods(sim_cluster)} == {"tfjob-controller:0.1.0"}
+        ),
+        timeout=30,
+        what="old-image pods replaced",
+    )
 
 
 DEPLOYMENT = """
@@ -129,12 +144,19 @@ spec:
 async def test_apps_validation_messages(kubectl: Kubectl) -> None:
     rc, _out, err = await kubectl("apply", "-f", "-", input=DEPLOYMENT % "other")
     assert rc != 0
-    assert 'The Deployment "web" is invalid: spec.template.metadata.labels: Invalid value: ' \
-           'map[string]string{"app":"other"}: `selector` does not match template `labels`' in err
+    assert (
+        'The Deployment "web" is invalid: spec.template.metadata.labels: Invalid value: '
+        'map[string]string{"app":"other"}: `selector` does not match template `labels`' in err
+    )
     await ok(kubectl, "apply", "-f", "-", input=DEPLOYMENT % "web")
-    rc, _out, err = await kubectl("patch", "deploy", "web", "--type=merge", "-p",
-                                  '{"spec":{"selector":{"matchLabels":{"app":"x"}},'
-                                  '"template":{"metadata":{"labels":{"app":"x"}}}}}')
+    rc, _out, err = await kubectl(
+        "patch",
+        "deploy",
+        "web",
+        "--type=merge",
+        "-p",
+        '{"spec":{"selector":{"matchLabels":{"app":"x"}},"template":{"metadata":{"labels":{"app":"x"}}}}}',
+    )
     assert rc != 0 and "spec.selector: Invalid value: " in err and "field is immutable" in err
     rc, _out, err = await kubectl("scale", "deploy", "web", "--replicas=-1")
     assert rc != 0
@@ -166,7 +188,8 @@ async def test_client_side_to_server_side_apply_migration(kubectl: Kubectl) -> N
     assert managers == {("kubectl", "Apply"), ("kubectl-last-applied", "Apply")}
     kubectl_fields = next(e for e in svc["metadata"]["managedFields"] if e["manager"] == "kubectl")["fieldsV1"]
     assert kubectl_fields["f:spec"]["f:ports"] == {
-        'k:{"port":80,"protocol":"TCP"}': {".": {}, "f:port": {}, "f:targetPort": {}}}
+        'k:{"port":80,"protocol":"TCP"}': {".": {}, "f:port": {}, "f:targetPort": {}}
+    }
     # Both directions keep working afterwards.
     assert "unchanged" in await ok(kubectl, "apply", "-f", "-", input=SERVICE)
     await ok(kubectl, "apply", "--server-side", "-f", "-", input=SERVICE)
@@ -186,9 +209,15 @@ async def test_server_side_apply_of_every_manifest(kubectl: Kubectl, sim_cluster
     await ok(kubectl, "apply", "--server-side", "-k", manifests)
     assert {rt: sim_cluster.store.list(rt)[0] for rt in before} == before
     await ok(kubectl, "delete", "-k", manifests, "--wait=false", "--ignore-not-found")
-    await eventually(lambda: sim_cluster.store.get("namespaces", None, NS) is None and
-                     sim_cluster.store.get("customresourcedefinitions.apiextensions.k8s.io", None,
-                                           "tfjobs.kubeflow.org") is None, timeout=30, what="manifests deleted")
+    await eventually(
+        lambda: (
+            sim_cluster.store.get("namespaces", None, NS) is None
+            and sim_cluster.store.get("customresourcedefinitions.apiextensions.k8s.io", None, "tfjobs.kubeflow.org")
+            is None
+        ),
+        timeout=30,
+        what="manifests deleted",
+    )
     await ok(kubectl, "apply", "-k", manifests)
     out = await ok(kubectl, "apply", "--server-side", "-k", manifests)
     assert out.count("serverside-applied") == INSTALL_OBJECTS

@@ -54,8 +54,15 @@ PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tfjob-controller"
 SIM = "sim.tfjob.dev/"
-API_RESOURCES = ("*", "pods", "services", "tfjobs.kubeflow.org", "tfjobs.kubeflow.org/status", "events",
-                 "leases.coordination.k8s.io")
+API_RESOURCES = (
+    "*",
+    "pods",
+    "services",
+    "tfjobs.kubeflow.org",
+    "tfjobs.kubeflow.org/status",
+    "events",
+    "leases.coordination.k8s.io",
+)
 WATCHED = ("pods", "services", "tfjobs.kubeflow.org")
 RSS_WARM_UP_SECONDS = 10.0
 
@@ -79,8 +86,14 @@ SHAPES = (
     Shape("dynexit", True, {"Worker": (2, "ExitCode"), "Evaluator": (1, "OnFailure")}, success_policy="AllWorkers"),
     Shape("dynfin", True, {"Worker": (2, "OnFailure")}, run_seconds=900, clean_pod_policy="All", ttl=8),
     Shape("static", False, {"PS": (1, "OnFailure"), "Worker": (2, "OnFailure")}),
-    Shape("staticnever", False, {"Worker": (2, "Never")}, success_policy="AllWorkers", run_seconds=700,
-          clean_pod_policy="Running"),
+    Shape(
+        "staticnever",
+        False,
+        {"Worker": (2, "Never")},
+        success_policy="AllWorkers",
+        run_seconds=700,
+        clean_pod_policy="Running",
+    ),
     Shape("staticexit", False, {"Chief": (1, "ExitCode"), "Worker": (1, "ExitCode")}),
     Shape("staticalways", False, {"Worker": (2, "Always"), "Evaluator": (1, "Always")}),
 )
@@ -109,8 +122,12 @@ def manifest(shape: Shape, name: str) -> dict[str, Any]:
         spec["runPolicy"] = run_policy
     if shape.success_policy is not None:
         spec["successPolicy"] = shape.success_policy
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": spec}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
 
 
 @dataclass
@@ -157,9 +174,11 @@ class SoakResult:
         return not self.violations and self.error is None
 
     def summary(self) -> str:
-        head = (f"soak seed={self.seed}: {'PASSED' if self.passed else 'FAILED'} in {self.duration:.0f}s "
-                f"({self.fault_seconds:.0f}s of faults, {sum(self.faults.values())} actions, "
-                f"{sum(self.checks.values())} checks, {self.observations} observations)")
+        head = (
+            f"soak seed={self.seed}: {'PASSED' if self.passed else 'FAILED'} in {self.duration:.0f}s "
+            f"({self.fault_seconds:.0f}s of faults, {sum(self.faults.values())} actions, "
+            f"{sum(self.checks.values())} checks, {self.observations} observations)"
+        )
         lines = [head]
         if self.error:
             lines.append(f"error: {self.error}")
@@ -182,20 +201,29 @@ class Api:
         self.session = session
         self.url = url
 
-    async def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                   accept: tuple[int, ...] = (200, 201, 202), tolerate: tuple[int, ...] = (404, 409),
-                   attempts: int = 40) -> tuple[int, Any]:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        accept: tuple[int, ...] = (200, 201, 202),
+        tolerate: tuple[int, ...] = (404, 409),
+        attempts: int = 40,
+    ) -> tuple[int, Any]:
         data = orjson.dumps(body) if body is not None else None
         last = ""
         for _ in range(attempts):
             try:
-                async with self.session.request(method, self.url + path, data=data,
-                                                headers={"Content-Type": content_type}) as resp:
+                async with self.session.request(
+                    method, self.url + path, data=data, headers={"Content-Type": content_type}
+                ) as resp:
                     raw = await resp.read()
                     if resp.status in accept or resp.status in tolerate:
                         return resp.status, orjson.loads(raw) if raw[:1] in (b"{", b"[") else raw
                     last = f"HTTP {resp.status}: {raw[:300]!r}"
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             await anyio.sleep(0.25)  # the apiserver is restarting: back off, then retry
         raise SoakError(f"{method} {path} kept failing: {last}")
@@ -250,8 +278,9 @@ class Soak:
         self.config = config
         self.rng = random.Random(config.seed)
         self.checker = InvariantChecker(config.bounds)
-        self.result = SoakResult(config.seed, _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                                 workdir=str(config.workdir))
+        self.result = SoakResult(
+            config.seed, _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), workdir=str(config.workdir)
+        )
         self.t0 = time.monotonic()
         self.api: Api | None = None
         self.sim_proc: asyncio.subprocess.Process | None = None
@@ -277,10 +306,24 @@ class Soak:
         self.config.workdir.mkdir(parents=True, exist_ok=True)
         sim_log = open(self.config.workdir / "sim.log", "wb")  # noqa: SIM115 (closed with the process)
         self.sim_proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "controller", "--log-format", "json", "sim", "--port", "0",
-            "--kubeconfig", str(self.kubeconfig), "--nodes", str(self.config.nodes),
-            "--time-scale", str(self.config.time_scale),
-            stdout=asyncio.subprocess.PIPE, stderr=sim_log, cwd=ROOT)
+            sys.executable,
+            "-m",
+            "controller",
+            "--log-format",
+            "json",
+            "sim",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--nodes",
+            str(self.config.nodes),
+            "--time-scale",
+            str(self.config.time_scale),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=sim_log,
+            cwd=ROOT,
+        )
         sim_log.close()
         assert self.sim_proc.stdout is not None
         with anyio.fail_after(60):
@@ -297,11 +340,29 @@ class Soak:
         command = self.config.controller_command or ["-m", "controller"]
         with open(log_path, "wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, *command, "--log-format", "json", "run", "--kubeconfig", str(self.kubeconfig),
-                "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
-                "--workers", str(self.config.controller_workers), "--leader-election-namespace", NAMESPACE,
-                "--failover-backoff", str(base), str(cap),
-                stdout=log_file, stderr=log_file, cwd=ROOT, start_new_session=True)
+                sys.executable,
+                *command,
+                "--log-format",
+                "json",
+                "run",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+                "--workers",
+                str(self.config.controller_workers),
+                "--leader-election-namespace",
+                NAMESPACE,
+                "--failover-backoff",
+                str(base),
+                str(cap),
+                stdout=log_file,
+                stderr=log_file,
+                cwd=ROOT,
+                start_new_session=True,
+            )
         process = Process(label, proc, log_path)
         self.controllers[slot_name] = process
         self.result.rss[label] = []
@@ -400,8 +461,11 @@ class Soak:
                 has_ttl = "ttlSecondsAfterFinished" in (job["spec"].get("runPolicy") or {})
                 if not has_ttl and self.now() - first > 5:
                     policy = self.rng.choice(["Background", "Foreground"])
-                    await self.api.call("DELETE", f"{TFJOBS}/{job['metadata']['name']}",
-                                        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy})
+                    await self.api.call(
+                        "DELETE",
+                        f"{TFJOBS}/{job['metadata']['name']}",
+                        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy},
+                    )
                     self.count("job-delete-finished")
         if len(jobs) < self.config.jobs:
             await self.create_job()
@@ -411,10 +475,25 @@ class Soak:
         assert self.api is not None
         api = self.api
         kinds = {
-            "api-error": 4, "latency": 2, "dropped-connections": 1, "watch-close": 2, "watch-stall": 2,
-            "watch-delay": 1, "compaction": 1, "apiserver-restart": 1, "kubelet-pause": 1, "gc-pause": 1,
-            "node-not-ready": 1, "worker-delete": 3, "eviction": 2, "oom": 2, "error-exit": 2,
-            "scale-spec": 3, "scale-subresource": 2, "job-delete": 1, "lost-create-relist": 1,
+            "api-error": 4,
+            "latency": 2,
+            "dropped-connections": 1,
+            "watch-close": 2,
+            "watch-stall": 2,
+            "watch-delay": 1,
+            "compaction": 1,
+            "apiserver-restart": 1,
+            "kubelet-pause": 1,
+            "gc-pause": 1,
+            "node-not-ready": 1,
+            "worker-delete": 3,
+            "eviction": 2,
+            "oom": 2,
+            "error-exit": 2,
+            "scale-spec": 3,
+            "scale-subresource": 2,
+            "job-delete": 1,
+            "lost-create-relist": 1,
         }
         kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
         code = 200  # cluster-level faults either succeed or raise
@@ -423,18 +502,38 @@ class Soak:
         if kind in active:
             return  # one episode of a timed fault at a time
         if kind == "api-error":
-            rule = await api.sim("/faults", {
-                "code": self.rng.choice([429, 500, 503]), "rate": round(self.rng.uniform(0.1, 0.5), 2),
-                "verb": self.rng.choice(["*", "create", "delete", "update", "patch", "list", "get"]),
-                "resource": self.rng.choice(API_RESOURCES), "userAgent": CONTROLLER_AGENT, "retryAfter": 1})
+            rule = await api.sim(
+                "/faults",
+                {
+                    "code": self.rng.choice([429, 500, 503]),
+                    "rate": round(self.rng.uniform(0.1, 0.5), 2),
+                    "verb": self.rng.choice(["*", "create", "delete", "update", "patch", "list", "get"]),
+                    "resource": self.rng.choice(API_RESOURCES),
+                    "userAgent": CONTROLLER_AGENT,
+                    "retryAfter": 1,
+                },
+            )
             self.later(duration, kind, lambda: api.sim(f"/faults/{rule['id']}", method="DELETE"))
         elif kind == "latency":
-            rule = await api.sim("/faults", {"latency": round(self.rng.uniform(0.05, 0.8), 2),
-                                             "resource": self.rng.choice(API_RESOURCES), "userAgent": CONTROLLER_AGENT})
+            rule = await api.sim(
+                "/faults",
+                {
+                    "latency": round(self.rng.uniform(0.05, 0.8), 2),
+                    "resource": self.rng.choice(API_RESOURCES),
+                    "userAgent": CONTROLLER_AGENT,
+                },
+            )
             self.later(duration, kind, lambda: api.sim(f"/faults/{rule['id']}", method="DELETE"))
         elif kind == "dropped-connections":
-            rule = await api.sim("/faults", {"drop": True, "rate": round(self.rng.uniform(0.05, 0.3), 2),
-                                             "resource": self.rng.choice(API_RESOURCES), "userAgent": CONTROLLER_AGENT})
+            rule = await api.sim(
+                "/faults",
+                {
+                    "drop": True,
+                    "rate": round(self.rng.uniform(0.05, 0.3), 2),
+                    "resource": self.rng.choice(API_RESOURCES),
+                    "userAgent": CONTROLLER_AGENT,
+                },
+            )
             self.later(duration, kind, lambda: api.sim(f"/faults/{rule['id']}", method="DELETE"))
         elif kind == "watch-close":
             await api.sim("/watches/close", {"resource": self.rng.choice([None, *WATCHED])})
@@ -446,13 +545,19 @@ class Soak:
                 if compact:
                     await api.sim("/compact")
                 await api.sim("/watches/unstall")
+
             self.later(duration, kind, unstall)
         elif kind == "watch-delay":
             resource = self.rng.choice(WATCHED)
-            await api.sim("/watches/delay", {"seconds": round(self.rng.uniform(0.2, 2.0), 2), "resource": resource,
-                                             "userAgent": CONTROLLER_AGENT})
-            self.later(duration, kind, lambda: api.sim("/watches/delay", {"seconds": 0, "resource": resource,
-                                                                           "userAgent": CONTROLLER_AGENT}))
+            await api.sim(
+                "/watches/delay",
+                {"seconds": round(self.rng.uniform(0.2, 2.0), 2), "resource": resource, "userAgent": CONTROLLER_AGENT},
+            )
+            self.later(
+                duration,
+                kind,
+                lambda: api.sim("/watches/delay", {"seconds": 0, "resource": resource, "userAgent": CONTROLLER_AGENT}),
+            )
         elif kind == "compaction":
             await api.sim("/compact")
         elif kind == "apiserver-restart":
@@ -467,6 +572,7 @@ class Soak:
             async def resume_gc() -> None:
                 await api.sim("/gc/resume")
                 self.checker.gc_resumed(self.now())
+
             self.later(duration, kind, resume_gc)
         elif kind == "node-not-ready":
             node = self.rng.choice(sorted(n["metadata"]["name"] for n in await api.items("/api/v1/nodes")))
@@ -487,11 +593,17 @@ class Soak:
                 annotations = {
                     "eviction": {SIM + "evict": "true"},
                     "oom": {SIM + "exit-code": "137", SIM + "reason": "OOMKilled"},
-                    "error-exit": {SIM + "exit-code": str(self.rng.choice([1, 2, 3, 42, 255])),
-                                   SIM + "reason": "Error"},
+                    "error-exit": {
+                        SIM + "exit-code": str(self.rng.choice([1, 2, 3, 42, 255])),
+                        SIM + "reason": "Error",
+                    },
                 }[kind]
-                code, _ = await api.call("PATCH", f"{PODS}/{pod}", {"metadata": {"annotations": annotations}},
-                                         content_type="application/merge-patch+json")
+                code, _ = await api.call(
+                    "PATCH",
+                    f"{PODS}/{pod}",
+                    {"metadata": {"annotations": annotations}},
+                    content_type="application/merge-patch+json",
+                )
         elif kind in ("scale-spec", "scale-subresource"):
             jobs = [j for j in self.jobs() if is_dynamic(j) and not finished(j)]
             if not jobs:
@@ -502,8 +614,12 @@ class Soak:
                 body = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas}}}}
                 code, _ = await api.call("PATCH", f"{TFJOBS}/{name}", body, content_type="application/merge-patch+json")
             else:
-                code, _ = await api.call("PATCH", f"{TFJOBS}/{name}/scale", {"spec": {"replicas": replicas}},
-                                         content_type="application/merge-patch+json")
+                code, _ = await api.call(
+                    "PATCH",
+                    f"{TFJOBS}/{name}/scale",
+                    {"spec": {"replicas": replicas}},
+                    content_type="application/merge-patch+json",
+                )
         elif kind == "lost-create-relist":
             if not await self.lose_a_create():
                 return
@@ -512,9 +628,15 @@ class Soak:
             if not jobs:
                 return
             name = self.rng.choice(jobs)["metadata"]["name"]
-            code, _ = await api.call("DELETE", f"{TFJOBS}/{name}", {
-                "kind": "DeleteOptions", "apiVersion": "v1",
-                "propagationPolicy": self.rng.choice(["Background", "Foreground"])})
+            code, _ = await api.call(
+                "DELETE",
+                f"{TFJOBS}/{name}",
+                {
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "propagationPolicy": self.rng.choice(["Background", "Foreground"]),
+                },
+            )
         if code >= 300:
             return  # the target went away between the LIST and the action: nothing was done
         self.count(kind)
@@ -525,7 +647,9 @@ class Soak:
         with 410 and a relist. A controller whose create expectation outlives that relist freezes."""
         assert self.api is not None
         api = self.api
-        jobs = [j for j in self.jobs() if is_dynamic(j) and not finished(j) and not j["metadata"].get("deletionTimestamp")]
+        jobs = [
+            j for j in self.jobs() if is_dynamic(j) and not finished(j) and not j["metadata"].get("deletionTimestamp")
+        ]
         if not jobs:
             return False
         job = self.rng.choice(jobs)
@@ -543,14 +667,20 @@ class Soak:
             with anyio.move_on_after(10):  # the controller may be throttled or mid-failover: then skip
                 while pod is None:
                     for candidate in await api.items(PODS):
-                        if live(candidate) and slot(candidate) == ("Worker", replicas) and any(
-                                r.get("uid") == uid for r in candidate["metadata"].get("ownerReferences") or []):
+                        if (
+                            live(candidate)
+                            and slot(candidate) == ("Worker", replicas)
+                            and any(r.get("uid") == uid for r in candidate["metadata"].get("ownerReferences") or [])
+                        ):
                             pod = candidate
                     await anyio.sleep(0.1)
             if pod is None:
                 return False
-            await api.call("DELETE", f"{PODS}/{pod['metadata']['name']}",
-                           {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+            await api.call(
+                "DELETE",
+                f"{PODS}/{pod['metadata']['name']}",
+                {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+            )
             await api.sim("/compact")
             return True
         finally:
@@ -571,8 +701,10 @@ class Soak:
         phase_end = self.now() + self.config.fault_seconds
         # Kills spread over the first half of the faults, so the last leader leads for the second half:
         # its memory over a long stretch of leadership is what the flat-RSS check is about.
-        kills = [self.now() + self.config.fault_seconds * 0.5 * (i + 1) / self.config.leader_kills
-                 for i in range(self.config.leader_kills)]
+        kills = [
+            self.now() + self.config.fault_seconds * 0.5 * (i + 1) / self.config.leader_kills
+            for i in range(self.config.leader_kills)
+        ]
         next_population = self.now()
         self.faulting = True
         while self.now() < phase_end:
@@ -645,23 +777,36 @@ class Soak:
                 await self.api.sim("/kubelet/resume")
         # Delete every job; every child must be gone within the orphan bound.
         for job in self.jobs():
-            await self.api.call("DELETE", f"{TFJOBS}/{job['metadata']['name']}",
-                                {"kind": "DeleteOptions", "apiVersion": "v1",
-                                 "propagationPolicy": self.rng.choice(["Background", "Foreground"])})
+            await self.api.call(
+                "DELETE",
+                f"{TFJOBS}/{job['metadata']['name']}",
+                {
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "propagationPolicy": self.rng.choice(["Background", "Foreground"]),
+                },
+            )
         deleted = self.now()
         while True:
             jobs, pods, services = await self.list_all()
             self.checker.observe(self.now(), jobs, pods, services)
-            owned = [o for o in (*pods, *services) if any(r.get("kind") == "TFJob" for r in
-                                                          o["metadata"].get("ownerReferences") or [])]
+            owned = [
+                o
+                for o in (*pods, *services)
+                if any(r.get("kind") == "TFJob" for r in o["metadata"].get("ownerReferences") or [])
+            ]
             self.checker.checks["no-orphans"] += 1
             if not jobs and not owned:
                 break
             if self.now() - deleted > bounds.orphan_seconds:
-                self.checker._violate("no-orphans", self.now(), "end",
-                                      f"{len(jobs)} jobs and {len(owned)} children remain "
-                                      f"{bounds.orphan_seconds:.0f}s after every job was deleted: "
-                                      f"{sorted(o['metadata']['name'] for o in owned)[:10]}")
+                self.checker._violate(
+                    "no-orphans",
+                    self.now(),
+                    "end",
+                    f"{len(jobs)} jobs and {len(owned)} children remain "
+                    f"{bounds.orphan_seconds:.0f}s after every job was deleted: "
+                    f"{sorted(o['metadata']['name'] for o in owned)[:10]}",
+                )
                 break
             await anyio.sleep(self.config.observe_interval)
 
@@ -679,11 +824,19 @@ class Soak:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.proc.pid, signal.SIGKILL)
                 code = await process.proc.wait()
-                self.checker._violate("no-unexpected-exit", self.now(), process.label + "-stop",
-                                      f"{process.label} did not stop within 30s of SIGTERM")
+                self.checker._violate(
+                    "no-unexpected-exit",
+                    self.now(),
+                    process.label + "-stop",
+                    f"{process.label} did not stop within 30s of SIGTERM",
+                )
             if code != 0 and not process.killed:
-                self.checker._violate("no-unexpected-exit", self.now(), process.label + "-stop",
-                                      f"{process.label} exited {code} on SIGTERM: {process.log_text()[-600:]}")
+                self.checker._violate(
+                    "no-unexpected-exit",
+                    self.now(),
+                    process.label + "-stop",
+                    f"{process.label} exited {code} on SIGTERM: {process.log_text()[-600:]}",
+                )
         if self.sim_proc is not None and self.sim_proc.returncode is None:
             self.sim_proc.send_signal(signal.SIGTERM)
             with anyio.move_on_after(30):
@@ -704,11 +857,15 @@ class Soak:
         try:
             url = await self.start_sim()
             self.say(f"simulator at {url} (seed {config.seed}, {config.fault_seconds:.0f}s of faults)")
-            async with aiohttp.ClientSession(headers={"User-Agent": OBSERVER_AGENT},
-                                             timeout=aiohttp.ClientTimeout(total=30)) as session:
+            async with aiohttp.ClientSession(
+                headers={"User-Agent": OBSERVER_AGENT}, timeout=aiohttp.ClientTimeout(total=30)
+            ) as session:
                 self.api = Api(session, url)
-                await self.api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                                    yaml.safe_load(CRD_PATH.read_text()))
+                await self.api.call(
+                    "POST",
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    yaml.safe_load(CRD_PATH.read_text()),
+                )
                 await self.api.call("GET", TFJOBS, tolerate=())
                 for slot_name in ("a", "b"):
                     await self.start_controller(slot_name)
@@ -747,8 +904,11 @@ async def run_soak(config: SoakConfig) -> SoakResult:
 
 RUNS_BEGIN = "<!-- runs: one row per run, newest first; kept by benchmarks/soak.py -->"
 RUNS_END = "<!-- /runs -->"
-RUNS_HEADER = ("| date | seed | minutes | outcome | violations | actions | checks | converged after (s) | "
-               "longest-lived controller RSS first / last / max (MiB) |", "|---|---:|---:|---|---:|---:|---:|---:|---|")
+RUNS_HEADER = (
+    "| date | seed | minutes | outcome | violations | actions | checks | converged after (s) | "
+    "longest-lived controller RSS first / last / max (MiB) |",
+    "|---|---:|---:|---|---:|---:|---:|---:|---|",
+)
 
 
 def run_row(result: SoakResult) -> str:
@@ -757,9 +917,11 @@ def run_row(result: SoakResult) -> str:
     rss = [v / 2**20 for _, v in series]
     memory = f"{rss[0]:.1f} / {rss[-1]:.1f} / {max(rss):.1f}" if rss else "-"
     converged = f"{result.converged_after:.1f}" if result.converged_after is not None else "no"
-    return (f"| {result.started} | {result.seed} | {(result.duration / 60):.1f} | "
-            f"{'PASSED' if result.passed else 'FAILED'} | {len(result.violations)} | {sum(result.faults.values())} | "
-            f"{sum(result.checks.values())} | {converged} | {memory} |")
+    return (
+        f"| {result.started} | {result.seed} | {(result.duration / 60):.1f} | "
+        f"{'PASSED' if result.passed else 'FAILED'} | {len(result.violations)} | {sum(result.faults.values())} | "
+        f"{sum(result.checks.values())} | {converged} | {memory} |"
+    )
 
 
 def previous_rows(document: str) -> list[str]:
@@ -783,7 +945,8 @@ def render_markdown(result: SoakResult, command: str, bounds: Bounds, earlier_ro
         f"- seed: **{result.seed}**",
         f"- outcome: **{'PASSED' if result.passed else 'FAILED'}** ({len(result.violations)} invariant violations)",
         f"- duration: {result.duration:.0f} s, of which {result.fault_seconds:.0f} s of faults",
-        f"- converged {result.converged_after:.1f} s after the faults were lifted" if result.converged_after is not None
+        f"- converged {result.converged_after:.1f} s after the faults were lifted"
+        if result.converged_after is not None
         else "- did not converge within the bound",
         f"- slowest scale-down observed (pod or service gone or terminating after its replicas were lowered): "
         f"{result.slowest_scale_down:.1f} s",
@@ -807,8 +970,10 @@ def render_markdown(result: SoakResult, command: str, bounds: Bounds, earlier_ro
         "",
         "| invariant | checks | violations |",
         "|---|---:|---:|",
-        *[f"| {name} | {result.checks.get(name, 0)} | {sum(1 for v in result.violations if v.invariant == name)} |"
-          for name in INVARIANTS],
+        *[
+            f"| {name} | {result.checks.get(name, 0)} | {sum(1 for v in result.violations if v.invariant == name)} |"
+            for name in INVARIANTS
+        ],
         "",
         "## Controller memory (RSS, MiB)",
         "",
@@ -822,13 +987,25 @@ def render_markdown(result: SoakResult, command: str, bounds: Bounds, earlier_ro
         if not series:
             continue
         values = [rss / 2**20 for _, rss in series]
-        lines.append(f"| {label} | {len(series)} | {series[-1][0] - series[0][0]:.0f} | {values[0]:.1f} | "
-                     f"{values[-1]:.1f} | {max(values):.1f} |")
+        lines.append(
+            f"| {label} | {len(series)} | {series[-1][0] - series[0][0]:.0f} | {values[0]:.1f} | "
+            f"{values[-1]:.1f} | {max(values):.1f} |"
+        )
     if result.violations or result.error:
         lines += ["", "## Violations", "", "```", *(str(v) for v in result.violations[:50])]
         if result.error:
             lines.append(f"error: {result.error}")
         lines.append("```")
-    lines += ["", "## Runs", "", "Every run recorded here, newest first (RSS: the longest-lived controller process).",
-              "", RUNS_BEGIN, *RUNS_HEADER, run_row(result), *earlier_rows, RUNS_END]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "Every run recorded here, newest first (RSS: the longest-lived controller process).",
+        "",
+        RUNS_BEGIN,
+        *RUNS_HEADER,
+        run_row(result),
+        *earlier_rows,
+        RUNS_END,
+    ]
     return "\n".join(lines) + "\n"

@@ -118,8 +118,12 @@ def _phase(pod: Obj) -> str:
 
 def controller_uid(obj: Obj) -> str | None:
     for ref in _meta(obj).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "TFJob" \
-                and str(ref.get("apiVersion", "")).startswith(GROUP_PREFIX):
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller")
+            and ref.get("kind") == "TFJob"
+            and str(ref.get("apiVersion", "")).startswith(GROUP_PREFIX)
+        ):
             return str(ref.get("uid", ""))
     return None
 
@@ -249,27 +253,40 @@ class InvariantChecker:
         for (owner, replica_type, index), names in seen.items():
             if len(names) > 1:
                 job = _name(by_uid[owner]) if owner in by_uid else owner
-                self._violate("one-live-pod-per-index", t, f"{owner}/{replica_type}/{index}/{sorted(names)}",
-                              f"job {job}: {len(names)} live pods for {replica_type} {index}: {sorted(names)}")
+                self._violate(
+                    "one-live-pod-per-index",
+                    t,
+                    f"{owner}/{replica_type}/{index}/{sorted(names)}",
+                    f"job {job}: {len(names)} live pods for {replica_type} {index}: {sorted(names)}",
+                )
 
     def _check_job(self, t: float, job: Obj) -> None:
         uid, name = _uid(job), _name(job)
         self.checks["finished-never-reverted"] += 1
         previous = self._finished.get(uid)
         if previous is not None and not is_true(job, previous):
-            self._violate("finished-never-reverted", t, uid,
-                          f"job {name} was {previous}, now its conditions are "
-                          f"{[(c, v.get('status')) for c, v in conditions(job).items()]}")
+            self._violate(
+                "finished-never-reverted",
+                t,
+                uid,
+                f"job {name} was {previous}, now its conditions are "
+                f"{[(c, v.get('status')) for c, v in conditions(job).items()]}",
+            )
         elif previous is None and finished(job):
             self._finished[uid] = finished(job) or ""
         if is_dynamic(job):
             self.checks["dynamic-never-failed-by-workers"] += 1
             if failed_by_workers(job):
-                self._violate("dynamic-never-failed-by-workers", t, uid,
-                              f"dynamic job {name} failed: {conditions(job)['Failed'].get('message')}")
+                self._violate(
+                    "dynamic-never-failed-by-workers",
+                    t,
+                    uid,
+                    f"dynamic job {name} failed: {conditions(job)['Failed'].get('message')}",
+                )
 
-    def _check_scale_down(self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj],
-                          services: Sequence[Obj]) -> None:
+    def _check_scale_down(
+        self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj], services: Sequence[Obj]
+    ) -> None:
         current: set[tuple[str, str]] = set()
         for uid, job in by_uid.items():
             for replica_type in replica_specs(job):
@@ -301,9 +318,13 @@ class InvariantChecker:
                     beyond.add(_uid(obj))
                     self._beyond.setdefault(_uid(obj), (since, owner))
                 if where[1] >= r and t - since > self.bounds.scale_down_seconds:
-                    self._violate("scale-down-bounded", t, _uid(obj),
-                                  f"job {_name(job)}: {kind} {_name(obj)} ({where[0]} {where[1]}) still exists "
-                                  f"{t - since:.0f}s after {where[0]} replicas became {r}")
+                    self._violate(
+                        "scale-down-bounded",
+                        t,
+                        _uid(obj),
+                        f"job {_name(job)}: {kind} {_name(obj)} ({where[0]} {where[1]}) still exists "
+                        f"{t - since:.0f}s after {where[0]} replicas became {r}",
+                    )
         remaining = {_uid(o) for o in (*pods, *services) if not _terminating(o)}
         for uid in set(self._beyond) - beyond:
             since, owner = self._beyond.pop(uid)
@@ -312,8 +333,7 @@ class InvariantChecker:
                 continue  # scaled back up, or its job finished or went: no scale-down to time
             self.slowest_scale_down = max(self.slowest_scale_down, t - since)  # gone or terminating: done
 
-    def _check_orphans(self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj],
-                       services: Sequence[Obj]) -> None:
+    def _check_orphans(self, t: float, by_uid: Mapping[str, Obj], pods: Sequence[Obj], services: Sequence[Obj]) -> None:
         orphans: set[str] = set()
         for kind, objects in (("pod", pods), ("service", services)):
             for obj in objects:
@@ -328,9 +348,13 @@ class InvariantChecker:
                     continue
                 age = t - max(since, self._gc_resumed_at)
                 if age > self.bounds.orphan_seconds:
-                    self._violate("no-orphans", t, uid,
-                                  f"{kind} {_name(obj)} outlived its deleted TFJob (uid {owner}) by {age:.0f}s "
-                                  "of running garbage collection")
+                    self._violate(
+                        "no-orphans",
+                        t,
+                        uid,
+                        f"{kind} {_name(obj)} outlived its deleted TFJob (uid {owner}) by {age:.0f}s "
+                        "of running garbage collection",
+                    )
         for uid in set(self._orphan_since) - orphans:
             del self._orphan_since[uid]
 
@@ -369,8 +393,12 @@ class InvariantChecker:
         if isinstance(run_policy.get("ttlSecondsAfterFinished"), int):
             reasons.append(f"{name}: finished, its TTL deletion is due")
         policy = run_policy.get("cleanPodPolicy")
-        doomed = [_name(p) for p in pods if not _terminating(p) and (
-            policy == "All" or (policy == "Running" and _phase(p) in ("Running", "Pending")))]
+        doomed = [
+            _name(p)
+            for p in pods
+            if not _terminating(p)
+            and (policy == "All" or (policy == "Running" and _phase(p) in ("Running", "Pending")))
+        ]
         if doomed:
             reasons.append(f"{name}: finished, cleanPodPolicy {policy} has yet to delete {sorted(doomed)}")
         return reasons
@@ -398,8 +426,9 @@ class InvariantChecker:
                 elif not alive and (done or (gave_up and permanently_failed)):
                     pass
                 else:
-                    phases = sorted(f"{_name(p)}:{_phase(p)}{'(terminating)' if _terminating(p) else ''}"
-                                    for p in at_index)
+                    phases = sorted(
+                        f"{_name(p)}:{_phase(p)}{'(terminating)' if _terminating(p) else ''}" for p in at_index
+                    )
                     reasons.append(f"{name}: {replica_type} {index} is not settled ({phases or 'no pod'})")
             extra = sorted(_name(o) for s, o in typed if s[1] >= r and not _terminating(o))
             extra += sorted(_name(s) for s in services if slot(s) and slot(s)[0] == replica_type and slot(s)[1] >= r)
@@ -419,25 +448,35 @@ class InvariantChecker:
         self.checks["converged-after-faults"] += 1
         if reasons:
             shown = "; ".join(reasons[:12]) + (f"; ... ({len(reasons)} in all)" if len(reasons) > 12 else "")
-            self._violate("converged-after-faults", t, "end",
-                          f"not converged {waited:.0f}s after the faults stopped "
-                          f"(bound {self.bounds.converge_seconds:.0f}s): {shown}")
+            self._violate(
+                "converged-after-faults",
+                t,
+                "end",
+                f"not converged {waited:.0f}s after the faults stopped "
+                f"(bound {self.bounds.converge_seconds:.0f}s): {shown}",
+            )
 
     # --- the rest of the evidence -----------------------------------------------------------------
     def check_quiet(self, t: float, records: Iterable[Mapping[str, Any]], controller_agent: str) -> None:
         """``records``: the simulator's request log (``/_sim/requests``) over a quiet window."""
         self.checks["quiet-when-converged"] += 1
         writes = [
-            r for r in records
-            if controller_agent in str(r.get("userAgent", "")) and r.get("verb") in WRITE_VERBS
+            r
+            for r in records
+            if controller_agent in str(r.get("userAgent", ""))
+            and r.get("verb") in WRITE_VERBS
             and not str(r.get("resource", "")).startswith(LEASES)
         ]
         if writes:
             counts = Counter(f"{r.get('verb')} {r.get('resource')}" for r in writes)
             # Which objects, in order: the one fact that tells a bug from a workload that was not quiet.
             each = "; ".join(f"{r.get('method')} {r.get('path')} -> {r.get('code')}" for r in writes[:12])
-            self._violate("quiet-when-converged", t, "quiet",
-                          f"{len(writes)} controller writes while converged: {dict(counts)} ({each})")
+            self._violate(
+                "quiet-when-converged",
+                t,
+                "quiet",
+                f"{len(writes)} controller writes while converged: {dict(counts)} ({each})",
+            )
 
     def check_rss(self, t: float, samples: Mapping[str, Sequence[tuple[float, int]]]) -> None:
         """``samples``: process label -> [(time, RSS bytes)] in time order."""
@@ -446,13 +485,17 @@ class InvariantChecker:
                 continue
             self.checks["flat-rss"] += 1
             third = len(series) // 3
-            middle = max(rss for _, rss in series[third:2 * third])
-            last = max(rss for _, rss in series[2 * third:])
+            middle = max(rss for _, rss in series[third : 2 * third])
+            last = max(rss for _, rss in series[2 * third :])
             allowed = max(middle * self.bounds.rss_growth_ratio, self.bounds.rss_growth_bytes)
             if last - middle > allowed:
-                self._violate("flat-rss", t, process,
-                              f"{process}: RSS peak grew from {middle / 2**20:.1f} MiB (middle third) to "
-                              f"{last / 2**20:.1f} MiB (last third), more than {allowed / 2**20:.1f} MiB")
+                self._violate(
+                    "flat-rss",
+                    t,
+                    process,
+                    f"{process}: RSS peak grew from {middle / 2**20:.1f} MiB (middle third) to "
+                    f"{last / 2**20:.1f} MiB (last third), more than {allowed / 2**20:.1f} MiB",
+                )
 
     def check_logs(self, t: float, process: str, lines: Iterable[str]) -> None:
         for number, line in enumerate(lines, 1):
@@ -469,8 +512,9 @@ class InvariantChecker:
                     last = str(record["exception"]).strip().splitlines()[-1]
                     summary = f"{record.get('event', '')!r} (key {record.get('key', '-')}): {last[:400]}"
             if summary is not None:
-                self._violate("no-unexpected-traceback", t, f"{process}:{number}",
-                              f"{process} log line {number}: {summary}")
+                self._violate(
+                    "no-unexpected-traceback", t, f"{process}:{number}", f"{process} log line {number}: {summary}"
+                )
 
     def check_exits(self, t: float, process: str, code: int | None, killed: bool, log_tail: str) -> None:
         """A controller process ended with ``code`` (None: still running)."""

@@ -13,13 +13,29 @@ import pytest
 
 from tests.soak.invariants import INVARIANTS, Bounds, InvariantChecker
 
-BOUNDS = Bounds(scale_down_seconds=10, orphan_seconds=5, converge_seconds=30, quiet_seconds=5,
-                rss_growth_ratio=0.1, rss_growth_bytes=4 * 2**20, rss_min_samples=9)
+BOUNDS = Bounds(
+    scale_down_seconds=10,
+    orphan_seconds=5,
+    converge_seconds=30,
+    quiet_seconds=5,
+    rss_growth_ratio=0.1,
+    rss_growth_bytes=4 * 2**20,
+    rss_min_samples=9,
+)
 
 
-def job(name: str = "j", *, uid: str | None = None, workers: int = 2, ps: int = 0, dynamic: bool = True,
-        conditions: list[tuple[str, str, str, str]] = (), active: dict[str, int] | None = None,
-        records: dict[str, Any] | None = None, deleting: bool = False) -> dict[str, Any]:
+def job(
+    name: str = "j",
+    *,
+    uid: str | None = None,
+    workers: int = 2,
+    ps: int = 0,
+    dynamic: bool = True,
+    conditions: list[tuple[str, str, str, str]] = (),
+    active: dict[str, int] | None = None,
+    records: dict[str, Any] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
     specs = {"Worker": {"replicas": workers}}
     if ps:
         specs["PS"] = {"replicas": ps}
@@ -35,15 +51,33 @@ def job(name: str = "j", *, uid: str | None = None, workers: int = 2, ps: int = 
     return {"metadata": meta, "spec": {"tfReplicaSpecs": specs, "enableDynamicWorker": dynamic}, "status": status}
 
 
-def child(owner: dict[str, Any], replica_type: str, index: int, *, phase: str = "Running", suffix: str = "",
-          terminating: bool = False, kind: str = "pod") -> dict[str, Any]:
+def child(
+    owner: dict[str, Any],
+    replica_type: str,
+    index: int,
+    *,
+    phase: str = "Running",
+    suffix: str = "",
+    terminating: bool = False,
+    kind: str = "pod",
+) -> dict[str, Any]:
     name = f"{owner['metadata']['name']}-{replica_type.lower()}-{index}{suffix}"
     meta: dict[str, Any] = {
-        "name": name, "uid": f"{kind}-{name}",
-        "labels": {"training.kubeflow.org/replica-type": replica_type.lower(),
-                   "training.kubeflow.org/replica-index": str(index)},
-        "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": owner["metadata"]["name"],
-                             "uid": owner["metadata"]["uid"], "controller": True}],
+        "name": name,
+        "uid": f"{kind}-{name}",
+        "labels": {
+            "training.kubeflow.org/replica-type": replica_type.lower(),
+            "training.kubeflow.org/replica-index": str(index),
+        },
+        "ownerReferences": [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ],
     }
     if terminating:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -75,8 +109,11 @@ def test_one_live_pod_per_index_catches_a_duplicate_pod() -> None:
     j = job()
     pods, services = healthy(j, {"Worker": 2})
     # A replacement while the old pod is terminating, and a finished pod beside a live one, are fine.
-    ok = [*pods, child(j, "Worker", 0, suffix="-old", terminating=True), child(j, "Worker", 1, suffix="-x",
-                                                                             phase="Failed")]
+    ok = [
+        *pods,
+        child(j, "Worker", 0, suffix="-old", terminating=True),
+        child(j, "Worker", 1, suffix="-x", phase="Failed"),
+    ]
     assert checker.observe(0, [j], ok, services) == []
     broken = [*pods, child(j, "Worker", 1, suffix="-dup", phase="Pending")]
     found = checker.observe(1, [j], broken, services)
@@ -131,15 +168,27 @@ def test_scale_down_bounded_accepts_a_controller_that_scales_down_in_time() -> N
 # --- dynamic-never-failed-by-workers ----------------------------------------------------------------
 def test_dynamic_never_failed_by_workers_catches_a_job_failed_by_its_workers() -> None:
     checker = InvariantChecker(BOUNDS)
-    by_ps = job("a", ps=1, conditions=[("Failed", "True", "TFJobFailed",
-                                        "TFJob default/a has failed because 1 PS replica(s) failed.")])
-    static = job("b", dynamic=False, conditions=[("Failed", "True", "TFJobFailed",
-                                                  "TFJob default/b has failed because 1 Worker replica(s) failed.")])
+    by_ps = job(
+        "a",
+        ps=1,
+        conditions=[("Failed", "True", "TFJobFailed", "TFJob default/a has failed because 1 PS replica(s) failed.")],
+    )
+    static = job(
+        "b",
+        dynamic=False,
+        conditions=[
+            ("Failed", "True", "TFJobFailed", "TFJob default/b has failed because 1 Worker replica(s) failed.")
+        ],
+    )
     invalid = job("c", conditions=[("Failed", "True", "TFJobFailedValidation", "failed validation because ...")])
     checker.observe(0, [by_ps, static, invalid], [], [])
     assert checker.violations == []
-    broken = job("d", conditions=[("Failed", "True", "TFJobFailed",
-                                   "TFJob default/d has failed because 1 Worker replica(s) failed.")])
+    broken = job(
+        "d",
+        conditions=[
+            ("Failed", "True", "TFJobFailed", "TFJob default/d has failed because 1 Worker replica(s) failed.")
+        ],
+    )
     only_workers = job("e", conditions=[("Failed", "True", "TFJobFailed", "something else")])
     checker.observe(1, [broken, only_workers], [], [])
     assert [v.invariant for v in checker.violations] == ["dynamic-never-failed-by-workers"] * 2
@@ -193,7 +242,9 @@ def test_converged_after_faults_catches_a_job_that_never_settles() -> None:
     # A missing replacement (frozen after a relist), a stale status, a pod beyond replicas, no service.
     frozen = [p for p in pods if p["metadata"]["name"] != "j-worker-1"]
     assert checker.unconverged([j], frozen, services) == [
-        "j: Worker 1 is not settled (no pod)", "j: status says Worker active=3, 2 running"]
+        "j: Worker 1 is not settled (no pod)",
+        "j: status says Worker active=3, 2 running",
+    ]
     extra = [*pods, child(j, "Worker", 3)]
     assert checker.unconverged([j], extra, services) == ["j: Worker objects beyond replicas 3: ['j-worker-3']"]
     assert checker.unconverged([j], pods, services[1:]) == ["j: Worker services missing for indices [0]"]
@@ -202,8 +253,7 @@ def test_converged_after_faults_catches_a_job_that_never_settles() -> None:
     # Settled states that are not "running": a finished job, a completed worker, a worker that failed
     # for good in a dynamic job (recorded Failed), a suspended job without pods.
     done = job(conditions=[("Succeeded", "True", "", "")])
-    completed = job("k", workers=2, active={"Worker": 1},
-                    records={"1": {"state": "Failed"}})
+    completed = job("k", workers=2, active={"Worker": 1}, records={"1": {"state": "Failed"}})
     k_pods = [child(completed, "Worker", 0), child(completed, "Worker", 1, phase="Failed")]
     k_services = [child(completed, "Worker", i, kind="service") for i in range(2)]
     assert checker.unconverged([done, completed], [*pods, *k_pods], [*services, *k_services]) == []
@@ -211,7 +261,9 @@ def test_converged_after_faults_catches_a_job_that_never_settles() -> None:
     ttl = job("t", conditions=[("Succeeded", "True", "", "")])
     ttl["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 30, "cleanPodPolicy": "Running"}
     assert checker.unconverged([ttl], [child(ttl, "Worker", 0), child(ttl, "Worker", 1, phase="Succeeded")], []) == [
-        "t: finished, its TTL deletion is due", "t: finished, cleanPodPolicy Running has yet to delete ['t-worker-0']"]
+        "t: finished, its TTL deletion is due",
+        "t: finished, cleanPodPolicy Running has yet to delete ['t-worker-0']",
+    ]
     checker.check_converged(50, checker.unconverged([j], frozen, services), waited=30)
     assert [v.invariant for v in checker.violations] == ["converged-after-faults"]
     assert "Worker 1 is not settled" in checker.violations[0].detail
@@ -252,11 +304,16 @@ def test_no_unexpected_traceback_catches_tracebacks_in_json_and_text_logs() -> N
     clean = ['{"event": "created pod", "level": "info"}', '{"event": "retrying request", "level": "warning"}']
     checker.check_logs(1, "a", clean)
     assert checker.violations == []
-    checker.check_logs(2, "b", [*clean, '{"event": "reconcile failed", "key": "default/j", '
-                                        '"exception": "Traceback ...\\nValueError: boom"}'])
+    checker.check_logs(
+        2,
+        "b",
+        [*clean, '{"event": "reconcile failed", "key": "default/j", "exception": "Traceback ...\\nValueError: boom"}'],
+    )
     checker.check_logs(3, "c", ["Traceback (most recent call last):", '  File "x.py", line 1'])
     assert [(v.invariant, v.detail.split(" ")[0]) for v in checker.violations] == [
-        ("no-unexpected-traceback", "b"), ("no-unexpected-traceback", "c")]
+        ("no-unexpected-traceback", "b"),
+        ("no-unexpected-traceback", "c"),
+    ]
     assert checker.violations[0].detail == "b log line 3: 'reconcile failed' (key default/j): ValueError: boom"
 
 

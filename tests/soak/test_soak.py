@@ -16,16 +16,34 @@ from tests.soak.invariants import INVARIANTS, Bounds
 
 CI_SEED = 20261203
 EVERY_KIND = {
-    "api-error", "latency", "dropped-connections", "watch-close", "watch-stall", "watch-delay", "compaction",
-    "apiserver-restart", "kubelet-pause", "gc-pause", "node-not-ready", "worker-delete", "eviction", "oom",
-    "error-exit", "scale-spec", "scale-subresource", "job-delete", "lost-create-relist", "job-create",
+    "api-error",
+    "latency",
+    "dropped-connections",
+    "watch-close",
+    "watch-stall",
+    "watch-delay",
+    "compaction",
+    "apiserver-restart",
+    "kubelet-pause",
+    "gc-pause",
+    "node-not-ready",
+    "worker-delete",
+    "eviction",
+    "oom",
+    "error-exit",
+    "scale-spec",
+    "scale-subresource",
+    "job-delete",
+    "lost-create-relist",
+    "job-create",
 }
 
 
 @pytest.mark.timeout(420)
 async def test_soak_with_a_fixed_seed(tmp_path: Path) -> None:
-    config = SoakConfig(seed=CI_SEED, fault_seconds=120, workdir=tmp_path, jobs=8, leader_kills=1,
-                        bounds=Bounds(), progress=print)
+    config = SoakConfig(
+        seed=CI_SEED, fault_seconds=120, workdir=tmp_path, jobs=8, leader_kills=1, bounds=Bounds(), progress=print
+    )
     result = await run_soak(config)
     assert result.passed, result.summary()
     # The run did what it claims: every kind of trouble happened and every invariant was checked.
@@ -35,13 +53,19 @@ async def test_soak_with_a_fixed_seed(tmp_path: Path) -> None:
     assert result.converged_after is not None
 
 
-
 @pytest.mark.timeout(240)
 async def test_a_controller_that_writes_on_every_reconcile_fails_the_soak(tmp_path: Path) -> None:
     """End to end: the checker is wired to what the controllers really do."""
-    config = SoakConfig(seed=3, fault_seconds=5, workdir=tmp_path, jobs=2, leader_kills=0,
-                        bounds=Bounds(converge_seconds=60, quiet_seconds=5),
-                        controller_command=["-m", "tests.soak.broken_controller"], progress=print)
+    config = SoakConfig(
+        seed=3,
+        fault_seconds=5,
+        workdir=tmp_path,
+        jobs=2,
+        leader_kills=0,
+        bounds=Bounds(converge_seconds=60, quiet_seconds=5),
+        controller_command=["-m", "tests.soak.broken_controller"],
+        progress=print,
+    )
     result = await run_soak(config)
     quiet = [v for v in result.violations if v.invariant == "quiet-when-converged"]
     assert quiet, result.summary()

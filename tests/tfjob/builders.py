@@ -262,8 +262,12 @@ class Cluster:
             copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config, **gang
         )
         trimmed = decide(
-            copy.deepcopy(self.job), [trim_pod(p) for p in self.pods], [trim_service(s) for s in self.services], now,
-            self.config, **gang,
+            copy.deepcopy(self.job),
+            [trim_pod(p) for p in self.pods],
+            [trim_service(s) for s in self.services],
+            now,
+            self.config,
+            **gang,
         )
         assert trimmed == decision, "decide() differs on the trimmed (cached) pods and services"
         return decision

@@ -111,9 +111,16 @@ def test_time_format_is_rfc3339_seconds_utc():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("2024-05-01T12:34:56Z", 1714566896.0), ("2024-05-01T12:34:56.5Z", 1714566896.5),
-     ("2024-05-01T14:34:56+02:00", 1714566896.0), ("", None), ("yesterday", None), (None, None), (5, None),
-     ("0001-01-01T00:00:00-23:59", -62135510460.0)],
+    [
+        ("2024-05-01T12:34:56Z", 1714566896.0),
+        ("2024-05-01T12:34:56.5Z", 1714566896.5),
+        ("2024-05-01T14:34:56+02:00", 1714566896.0),
+        ("", None),
+        ("yesterday", None),
+        (None, None),
+        (5, None),
+        ("0001-01-01T00:00:00-23:59", -62135510460.0),
+    ],
 )
 def test_parse_time(value, expected):
     assert parse_time(value) == expected

@@ -18,8 +18,16 @@ KEY = "ns/job"
 
 def child(name: str, uid: str, **meta: Any) -> dict[str, Any]:
     owner = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "job", "uid": "job-uid", "controller": True}
-    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": uid,
-                         "ownerReferences": [owner], **meta}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "resourceVersion": uid,
+            "ownerReferences": [owner],
+            **meta,
+        }
+    }
 
 
 def controller() -> TFJobController:

@@ -22,10 +22,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tfjob_sim.cel import CelRule
-from tfjob_sim.jsonpath import evaluate as jsonpath_evaluate
-from tfjob_sim.jsonpath import format_cell
-from tfjob_sim.schema import StructuralSchema, validate_crd
 from controller.tfjob import crd as crd_module
 from controller.tfjob.crd import (
     QUANTITY_PATTERN,
@@ -34,6 +30,10 @@ from controller.tfjob.crd import (
     pod_template_schema,
     to_yaml,
 )
+from tfjob_sim.cel import CelRule
+from tfjob_sim.jsonpath import evaluate as jsonpath_evaluate
+from tfjob_sim.jsonpath import format_cell
+from tfjob_sim.schema import StructuralSchema, validate_crd
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
@@ -331,10 +331,12 @@ def test_each_invalid_job_reports_only_its_own_problem() -> None:
 
 def test_a_scale_up_that_would_make_a_generated_name_too_long_is_refused() -> None:
     old = tfjob("a" * 54, Worker=_replica(10))
-    assert validate(_with(old, f"{_W}.replicas", 11), old)[0].endswith("must be at most 53 characters for this job"
-                                                                        ": the name of each of its pods and services,"
-                                                                        " <name>-<replica type>-<index>, must be a"
-                                                                        " DNS-1035 label of at most 63 characters")
+    assert validate(_with(old, f"{_W}.replicas", 11), old)[0].endswith(
+        "must be at most 53 characters for this job"
+        ": the name of each of its pods and services,"
+        " <name>-<replica type>-<index>, must be a"
+        " DNS-1035 label of at most 63 characters"
+    )
 
 
 def test_a_job_stored_before_the_generated_names_rule_may_change_as_long_as_its_names_do_not_grow() -> None:
@@ -388,7 +390,9 @@ def test_every_rule_compiles_against_its_schema_node() -> None:
             if "messageExpression" in rule:
                 CelRule(rule["messageExpression"], node, is_root=not path)
             assert set(rule) - {"messageExpression", "optionalOldSelf"} == {"rule", "message"} and rule["message"], (
-                path, rule)
+                path,
+                rule,
+            )
             rules += 1
     assert rules == 9
 
@@ -468,11 +472,16 @@ def test_printer_columns_show_state_and_worker_counts() -> None:
             "replicaStatuses": {"Worker": {"active": 3}},
         },
     }
-    cells = {c["name"]: format_cell(jsonpath_evaluate(running, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns}
+    cells = {
+        c["name"]: format_cell(jsonpath_evaluate(running, c["jsonPath"]), c["type"], c.get("format", ""))
+        for c in columns
+    }
     assert cells.pop("Age")  # rendered relative to now by the server
     assert cells == {"State": "Running", "Workers": 4, "Active": 3}
     fresh = {"metadata": {"creationTimestamp": "2024-05-01T12:00:00Z"}, "spec": {"tfReplicaSpecs": {"PS": {}}}}
-    cells = {c["name"]: format_cell(jsonpath_evaluate(fresh, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns}
+    cells = {
+        c["name"]: format_cell(jsonpath_evaluate(fresh, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns
+    }
     assert cells.pop("Age")
     assert cells == {"State": None, "Workers": None, "Active": None}
 
@@ -556,7 +565,11 @@ def _pod_spec_node(path: str) -> dict[str, Any]:
     return node
 
 
-QUANTITY = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN, "x-kubernetes-int-or-string": True}
+QUANTITY = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": QUANTITY_PATTERN,
+    "x-kubernetes-int-or-string": True,
+}
 INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
 
 
@@ -660,7 +673,9 @@ def test_pod_template_adds_no_constraints_beyond_the_pod_api() -> None:
     # patterns and the one image rule on spec.containers may reject anything.
     replica = _schema()["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]
     for path, node in _walk(replica["properties"]["template"]):
-        assert not {"enum", "minimum", "maximum", "maxItems", "maxLength", "maxProperties", "default"} & node.keys(), path
+        assert not {"enum", "minimum", "maximum", "maxItems", "maxLength", "maxProperties", "default"} & node.keys(), (
+            path
+        )
         if "pattern" in node:
             assert node["pattern"] == QUANTITY_PATTERN, path
         if "x-kubernetes-validations" in node:

@@ -64,24 +64,41 @@ def test_deleted_worker_is_replaced_at_once_and_a_repeat_backs_off():
     assert actions_of(decision, CreateService) == []  # the service stayed
     assert_still_running(decision.status)
     assert failover_events(decision) == [
-        Event("Warning", "WorkerFailover",
-              f"Worker {W1} (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 1)")]
+        Event(
+            "Warning",
+            "WorkerFailover",
+            f"Worker {W1} (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 1)",
+        )
+    ]
     assert decision.metrics == (
-        MetricInc("tfjob_worker_failovers_total", (("job_namespace", "default"), ("reason", "Deleted"))),)
+        MetricInc("tfjob_worker_failovers_total", (("job_namespace", "default"), ("reason", "Deleted"))),
+    )
     assert decision.requeue_after is None
-    assert workers_status(cluster) == {"1": {"state": "Replaced", "failovers": 1, "lastFailoverTime": ts(100),
-                                             "lastReason": "Deleted"}}
+    assert workers_status(cluster) == {
+        "1": {"state": "Replaced", "failovers": 1, "lastFailoverTime": ts(100), "lastReason": "Deleted"}
+    }
     assert_converged(cluster, at(101))
 
     cluster.remove_pod(W1)  # the same index again, before it ran 10 minutes: now it backs off
     again = cluster.step(at(200))
     assert again.actions == ()
     assert failover_events(again) == [
-        Event("Warning", "WorkerFailover",
-              f"Worker {W1} (index 1) was deleted (Deleted): replacing it after a 10s back-off (failover 2)")]
+        Event(
+            "Warning",
+            "WorkerFailover",
+            f"Worker {W1} (index 1) was deleted (Deleted): replacing it after a 10s back-off (failover 2)",
+        )
+    ]
     assert again.requeue_after == 10.0
-    assert workers_status(cluster) == {"1": {"state": "Replacing", "failovers": 2, "lastFailoverTime": ts(200),
-                                             "lastReason": "Deleted", "retryAfter": ts(210)}}
+    assert workers_status(cluster) == {
+        "1": {
+            "state": "Replacing",
+            "failovers": 2,
+            "lastFailoverTime": ts(200),
+            "lastReason": "Deleted",
+            "retryAfter": ts(210),
+        }
+    }
     assert_converged(cluster, at(205)).requeue_after == 5.0  # a controller restart changes nothing
     replaced = cluster.step(at(210))
     assert created_pod_names(replaced) == [W1]
@@ -95,10 +112,14 @@ def test_gracefully_deleted_worker_waits_for_its_name():
     cluster.terminate_pod(W1)  # kubectl delete: terminating, blocks the name
     decision = cluster.step(at(50))
     assert decision.actions == ()  # not deleted again
-    assert [e.message.split(":")[0] for e in failover_events(decision)] == [f"Worker {W1} (index 1) was deleted (Deleted)"]
+    assert [e.message.split(":")[0] for e in failover_events(decision)] == [
+        f"Worker {W1} (index 1) was deleted (Deleted)"
+    ]
     assert decision.status["replicaStatuses"]["Worker"] == {
-        "active": 2, "selector": "training.kubeflow.org/job-name=test-tfjob,"
-        "training.kubeflow.org/operator-name=tfjob-controller,training.kubeflow.org/replica-type=worker"}
+        "active": 2,
+        "selector": "training.kubeflow.org/job-name=test-tfjob,"
+        "training.kubeflow.org/operator-name=tfjob-controller,training.kubeflow.org/replica-type=worker",
+    }
     assert_still_running(decision.status)
     assert_converged(cluster, at(70))  # no back-off, but the old pod still holds the name
     cluster.remove_pod(W1)
@@ -108,7 +129,9 @@ def test_gracefully_deleted_worker_waits_for_its_name():
 @pytest.mark.parametrize("restart_policy", ["Never", "OnFailure", "Always", "ExitCode"])
 def test_evicted_worker_is_replaced_whatever_the_restart_policy(restart_policy):
     cluster = running_cluster(restart_policy=restart_policy, run_policy={"backoffLimit": 0})
-    evicted = cluster.set_phase(W1, "Failed", reason="Evicted", conditions=[disruption_condition("TerminationByKubelet")])
+    evicted = cluster.set_phase(
+        W1, "Failed", reason="Evicted", conditions=[disruption_condition("TerminationByKubelet")]
+    )
     decision = cluster.step(at(30))
     assert actions_of(decision, DeletePod) == [DeletePod(W1, evicted["metadata"]["uid"], "Failover")]
     assert "(Evicted)" in failover_events(decision)[0].message
@@ -153,12 +176,14 @@ def test_node_lost_worker_terminating_by_taint_manager():
 
 
 # --- workers that fail by their own exit ------------------------------------------------------------
-@pytest.mark.parametrize(("restart_policy", "replaced"), [("ExitCode", True), ("Never", False),
-                                                         ("OnFailure", True), ("Always", True)])
+@pytest.mark.parametrize(
+    ("restart_policy", "replaced"), [("ExitCode", True), ("Never", False), ("OnFailure", True), ("Always", True)]
+)
 def test_oom_killed_worker(restart_policy, replaced):
     cluster = running_cluster(restart_policy=restart_policy)
-    pod = cluster.set_phase(W1, "Failed", exit_code=137, termination_reason="OOMKilled", started_at=ts(),
-                            finished_at=ts(20))
+    pod = cluster.set_phase(
+        W1, "Failed", exit_code=137, termination_reason="OOMKilled", started_at=ts(), finished_at=ts(20)
+    )
     decision = cluster.step(at(20))
     assert_still_running(decision.status)
     assert f"Pod: default.{W1} exited with code 137" in [e.message for e in decision.events]
@@ -166,16 +191,27 @@ def test_oom_killed_worker(restart_policy, replaced):
         assert actions_of(decision, DeletePod) == [DeletePod(W1, pod["metadata"]["uid"], "Failover")]
         assert failover_events(decision)[0].message == (
             f"Worker {W1} (index 1) was OOM-killed (exit code 137) (OOMKilled): replacing it as soon as it is gone "
-            "(failover 1)")
+            "(failover 1)"
+        )
         assert created_pod_names(cluster.step(at(20.5))) == [W1]  # the Failed pod was removed at once
     else:
         assert decision.actions == ()
         assert [e for e in decision.events if e.reason == "WorkerFailed"] == [
-            Event("Warning", "WorkerFailed", f"Worker {W1} (index 1) was OOM-killed (exit code 137) and restartPolicy "
-                  "Never does not retry it: the job continues without it")]
+            Event(
+                "Warning",
+                "WorkerFailed",
+                f"Worker {W1} (index 1) was OOM-killed (exit code 137) and restartPolicy "
+                "Never does not retry it: the job continues without it",
+            )
+        ]
         assert decision.status["replicaStatuses"]["Worker"]["failed"] == 1
-        assert workers_status(cluster)["1"] == {"state": "Failed", "failovers": 0, "lastReason": "OOMKilled",
-                                                "podUID": pod["metadata"]["uid"], "exitCode": 137}
+        assert workers_status(cluster)["1"] == {
+            "state": "Failed",
+            "failovers": 0,
+            "lastReason": "OOMKilled",
+            "podUID": pod["metadata"]["uid"],
+            "exitCode": 137,
+        }
         assert_converged(cluster, at(1000))
 
 
@@ -244,7 +280,11 @@ def test_crash_loop_backoff_sequence_and_reset():
 def test_failure_after_a_long_run_starts_the_backoff_afresh_even_without_the_reset_pass():
     cluster = running_cluster(restart_policy="ExitCode")
     cluster.job["status"]["dynamicWorkers"]["workers"]["1"] = {
-        "state": "Replaced", "failovers": 5, "lastFailoverTime": ts(-2000), "lastReason": "Error"}
+        "state": "Replaced",
+        "failovers": 5,
+        "lastFailoverTime": ts(-2000),
+        "lastReason": "Error",
+    }
     cluster.set_phase(W1, "Failed", exit_code=143, started_at=ts(0), finished_at=ts(900))
     decision = cluster.step(at(900))
     assert decision.requeue_after is None  # a first failover: no back-off
@@ -283,14 +323,25 @@ def test_scale_up_creates_new_indices_only():
     decision = cluster.step(at(10))
     assert created_pod_names(decision) == ["test-tfjob-worker-2", "test-tfjob-worker-3"]
     assert [a.service["metadata"]["name"] for a in actions_of(decision, CreateService)] == [
-        "test-tfjob-worker-2", "test-tfjob-worker-3"]
+        "test-tfjob-worker-2",
+        "test-tfjob-worker-3",
+    ]
     assert actions_of(decision, DeletePod) == []
     assert_still_running(decision.status)
-    tf_config = json.loads(next(e["value"] for e in actions_of(decision, CreatePod)[1].pod["spec"]["containers"][0]["env"]
-                                if e["name"] == "TF_CONFIG"))
-    assert tf_config == {"cluster": {"worker": {"3": "test-tfjob-worker-3.default.svc:2222"},
-                                     "ps": ["test-tfjob-ps-0.default.svc:2222"]},
-                         "task": {"type": "worker", "index": 3}}
+    tf_config = json.loads(
+        next(
+            e["value"]
+            for e in actions_of(decision, CreatePod)[1].pod["spec"]["containers"][0]["env"]
+            if e["name"] == "TF_CONFIG"
+        )
+    )
+    assert tf_config == {
+        "cluster": {
+            "worker": {"3": "test-tfjob-worker-3.default.svc:2222"},
+            "ps": ["test-tfjob-ps-0.default.svc:2222"],
+        },
+        "task": {"type": "worker", "index": 3},
+    }
 
 
 def test_scale_down_deletes_highest_first_and_never_counts_failures():
@@ -298,10 +349,16 @@ def test_scale_down_deletes_highest_first_and_never_counts_failures():
     cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
     decision = cluster.step(at(10))
     assert [(type(a).__name__, a.name, a.reason) for a in decision.actions] == [
-        ("DeletePod", "test-tfjob-worker-3", "ScaleDown"), ("DeleteService", "test-tfjob-worker-3", "ScaleDown"),
-        ("DeletePod", "test-tfjob-worker-2", "ScaleDown"), ("DeleteService", "test-tfjob-worker-2", "ScaleDown")]
-    assert decision.events == (Event("Normal", "WorkerScaledDown",
-                                     "Scaled down to 2 worker(s): removed test-tfjob-worker-3, test-tfjob-worker-2"),)
+        ("DeletePod", "test-tfjob-worker-3", "ScaleDown"),
+        ("DeleteService", "test-tfjob-worker-3", "ScaleDown"),
+        ("DeletePod", "test-tfjob-worker-2", "ScaleDown"),
+        ("DeleteService", "test-tfjob-worker-2", "ScaleDown"),
+    ]
+    assert decision.events == (
+        Event(
+            "Normal", "WorkerScaledDown", "Scaled down to 2 worker(s): removed test-tfjob-worker-3, test-tfjob-worker-2"
+        ),
+    )
     assert decision.metrics == (MetricInc("tfjob_worker_scaled_down_total", (("job_namespace", "default"),)),) * 2
     assert_still_running(decision.status)
     assert decision.status["replicaStatuses"]["Worker"].get("failed", 0) == 0
@@ -318,7 +375,9 @@ def test_terminating_higher_index_never_causes_an_out_of_range_create():
     decision = cluster.step(at(11))
     assert decision.actions == () and decision.events == ()
     assert [p["metadata"]["name"] for p in cluster.pods if "worker" in p["metadata"]["name"]] == [
-        "test-tfjob-worker-0", "test-tfjob-worker-3"]
+        "test-tfjob-worker-0",
+        "test-tfjob-worker-3",
+    ]
 
 
 def test_scale_down_then_up_while_old_pod_terminates():
@@ -403,7 +462,10 @@ def test_success_when_remaining_workers_finish_after_worker_zero_failed_for_good
     decision = cluster.step(at(30))
     assert condition_types(decision.status)[-1] == ("Succeeded", "True")
     assert decision.status["replicaStatuses"]["Worker"] == {
-        "succeeded": 2, "failed": 1, "selector": decision.status["replicaStatuses"]["Worker"]["selector"]}
+        "succeeded": 2,
+        "failed": 1,
+        "selector": decision.status["replicaStatuses"]["Worker"]["selector"],
+    }
 
 
 def test_all_workers_failed_for_good_leaves_the_job_running():
@@ -438,7 +500,8 @@ def test_failed_ps_fails_a_dynamic_job():
     decision = cluster.step(at(10))
     assert condition_types(decision.status)[-1] == ("Failed", "True")
     assert decision.status["conditions"][-1]["message"] == (
-        "TFJob default/test-tfjob has failed because 1 PS replica(s) failed.")
+        "TFJob default/test-tfjob has failed because 1 PS replica(s) failed."
+    )
 
 
 def test_deleted_ps_fails_a_dynamic_job_under_never():
@@ -479,9 +542,16 @@ def test_state_lives_only_in_the_status():
     assert stored["status"]["dynamicWorkers"]["workers"]["1"]["failovers"] == 2
 
 
-@pytest.mark.parametrize("garbage", [None, 5, "x", {"workers": 3}, {"workers": {"1": 5, "x": {"state": "Failed"},
-                                                                                 "-1": {"state": "Replacing"},
-                                                                                 "2": {"state": "Weird"}}}])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        None,
+        5,
+        "x",
+        {"workers": 3},
+        {"workers": {"1": 5, "x": {"state": "Failed"}, "-1": {"state": "Replacing"}, "2": {"state": "Weird"}}},
+    ],
+)
 def test_malformed_dynamic_status_is_ignored(garbage):
     cluster = running_cluster()
     cluster.job["status"]["dynamicWorkers"] = garbage

@@ -22,19 +22,51 @@ from controller.tfjob.decide import DecideConfig, decide
 
 from .builders import NOW, at, make_job, make_pod, make_service, replica
 
-FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    derandomize=True,
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 CAP = 12
 # A pass's creation budget counts pods and services: 2 * CAP lets one pass create a whole job at the cap.
 CONFIG = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP)
 
 # Any JSON value, biased towards the shapes a TFJob has, with unicode and big numbers.
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-    st.sampled_from(["", "Worker", "worker", "PS", "Chief", "Master", "Evaluator", "Never", "OnFailure",
-                     "Always", "ExitCode", "AllWorkers", "True", "False", "tensorflow", "Running", "Failed",
-                     "Succeeded", "2024-01-01T00:00:00Z", "not-a-time", "\u0000", "ワーカー", "\U0001f680" * 40]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "",
+            "Worker",
+            "worker",
+            "PS",
+            "Chief",
+            "Master",
+            "Evaluator",
+            "Never",
+            "OnFailure",
+            "Always",
+            "ExitCode",
+            "AllWorkers",
+            "True",
+            "False",
+            "tensorflow",
+            "Running",
+            "Failed",
+            "Succeeded",
+            "2024-01-01T00:00:00Z",
+            "not-a-time",
+            "\u0000",
+            "ワーカー",
+            "\U0001f680" * 40,
+        ]
+    ),
 )
 json_values = st.recursive(
     scalars,
@@ -56,8 +88,10 @@ def deep(depth: int) -> dict[str, Any]:
 def replica_specs(draw: st.DrawFn) -> Any:
     if draw(st.integers(0, 9)) == 0:
         return draw(json_values)  # not even an object
-    spec = replica(draw(replica_counts) if draw(st.booleans()) else draw(st.integers(0, 6)),
-                   draw(st.sampled_from([None, "Never", "OnFailure", "Always", "ExitCode", "Sometimes", ""])))
+    spec = replica(
+        draw(replica_counts) if draw(st.booleans()) else draw(st.integers(0, 6)),
+        draw(st.sampled_from([None, "Never", "OnFailure", "Always", "ExitCode", "Sometimes", ""])),
+    )
     if draw(st.integers(0, 4)) == 0:
         spec["template"]["spec"]["containers"][0]["env"] = draw(st.one_of(json_values, st.just([deep(200)])))
     if draw(st.integers(0, 4)) == 0:
@@ -69,21 +103,54 @@ def replica_specs(draw: st.DrawFn) -> Any:
 
 @st.composite
 def jobs(draw: st.DrawFn) -> dict[str, Any]:
-    types = draw(st.lists(st.sampled_from(["Worker", "PS", "Chief", "Master", "Evaluator", "worker", "Bogus"]),
-                          max_size=4, unique=True))
+    types = draw(
+        st.lists(
+            st.sampled_from(["Worker", "PS", "Chief", "Master", "Evaluator", "worker", "Bogus"]),
+            max_size=4,
+            unique=True,
+        )
+    )
     job = make_job(
         name=draw(st.one_of(st.just("fuzz"), st.text(max_size=70), st.just("a" * 80))),
         dynamic=draw(st.one_of(st.none(), st.booleans())),
         success_policy=draw(st.one_of(st.none(), st.sampled_from(["", "AllWorkers", "Nope"]))),
-        run_policy=draw(st.one_of(st.none(), st.dictionaries(
-            st.sampled_from(["cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                             "suspend", "managedBy", "schedulingPolicy"]), json_values, max_size=4))),
+        run_policy=draw(
+            st.one_of(
+                st.none(),
+                st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "cleanPodPolicy",
+                            "backoffLimit",
+                            "activeDeadlineSeconds",
+                            "ttlSecondsAfterFinished",
+                            "suspend",
+                            "managedBy",
+                            "schedulingPolicy",
+                        ]
+                    ),
+                    json_values,
+                    max_size=4,
+                ),
+            )
+        ),
     )
     job["spec"]["tfReplicaSpecs"] = {t: draw(replica_specs()) for t in types}
     if draw(st.integers(0, 3)) == 0:
-        job["status"] = draw(st.one_of(json_values, st.fixed_dictionaries({
-            "conditions": json_values, "replicaStatuses": json_values, "startTime": json_values,
-            "completionTime": json_values, "dynamicWorkers": json_values})))
+        job["status"] = draw(
+            st.one_of(
+                json_values,
+                st.fixed_dictionaries(
+                    {
+                        "conditions": json_values,
+                        "replicaStatuses": json_values,
+                        "startTime": json_values,
+                        "completionTime": json_values,
+                        "dynamicWorkers": json_values,
+                    }
+                ),
+            )
+        )
     if draw(st.integers(0, 6)) == 0:
         job["spec"] = draw(json_values)  # past every rule: the spec itself is garbage
     if draw(st.integers(0, 9)) == 0:
@@ -141,10 +208,16 @@ def test_decide_never_raises_and_never_exceeds_the_pod_cap(data: st.DataObject) 
 
 
 @FUZZ
-@given(workers=st.integers(1, 40), ps=st.integers(0, 40), chief=st.integers(0, 1), evaluator=st.integers(0, 3),
-       dynamic=st.booleans())
-def test_a_job_over_the_cap_gets_a_condition_and_an_event_and_no_pods(workers: int, ps: int, chief: int,
-                                                                       evaluator: int, dynamic: bool) -> None:
+@given(
+    workers=st.integers(1, 40),
+    ps=st.integers(0, 40),
+    chief=st.integers(0, 1),
+    evaluator=st.integers(0, 3),
+    dynamic=st.booleans(),
+)
+def test_a_job_over_the_cap_gets_a_condition_and_an_event_and_no_pods(
+    workers: int, ps: int, chief: int, evaluator: int, dynamic: bool
+) -> None:
     job = make_job(worker=workers, ps=ps, chief=chief or None, evaluator=evaluator or None, dynamic=dynamic)
     total = workers + ps + chief + evaluator
     decision = decide(job, [], [], NOW, CONFIG)
@@ -179,22 +252,48 @@ def pod_groups(draw: st.DrawFn, job: dict[str, Any]) -> Any:
         return draw(json_values)
     meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     group: dict[str, Any] = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": "fuzz", "namespace": "default", "uid": "pg", "resourceVersion": "3",
-                     "ownerReferences": [{"kind": "TFJob", "uid": meta.get("uid"), "controller": True}]},
-        "spec": draw(st.one_of(json_values, st.fixed_dictionaries({
-            "minMember": json_values, "queue": json_values, "minResources": json_values}))),
-        "status": draw(st.one_of(json_values, st.fixed_dictionaries({"phase": st.one_of(
-            st.sampled_from(["", "Pending", "Inqueue", "Running", "Unknown"]), json_values)}))),
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "fuzz",
+            "namespace": "default",
+            "uid": "pg",
+            "resourceVersion": "3",
+            "ownerReferences": [{"kind": "TFJob", "uid": meta.get("uid"), "controller": True}],
+        },
+        "spec": draw(
+            st.one_of(
+                json_values,
+                st.fixed_dictionaries({"minMember": json_values, "queue": json_values, "minResources": json_values}),
+            )
+        ),
+        "status": draw(
+            st.one_of(
+                json_values,
+                st.fixed_dictionaries(
+                    {"phase": st.one_of(st.sampled_from(["", "Pending", "Inqueue", "Running", "Unknown"]), json_values)}
+                ),
+            )
+        ),
     }
     return group
 
 
-resources = st.one_of(json_values, st.dictionaries(
-    st.sampled_from(["requests", "limits"]),
-    st.one_of(json_values, st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), st.one_of(
-        st.sampled_from(["500m", "1Gi", "1.5", "2e3", "-1", "NaN", "Infinity", "1x"]), scalars), max_size=3)),
-    max_size=2))
+resources = st.one_of(
+    json_values,
+    st.dictionaries(
+        st.sampled_from(["requests", "limits"]),
+        st.one_of(
+            json_values,
+            st.dictionaries(
+                st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]),
+                st.one_of(st.sampled_from(["500m", "1Gi", "1.5", "2e3", "-1", "NaN", "Infinity", "1x"]), scalars),
+                max_size=3,
+            ),
+        ),
+        max_size=2,
+    ),
+)
 
 
 @FUZZ
@@ -210,8 +309,9 @@ def test_decide_with_gang_scheduling_never_raises(data: st.DataObject, scheduler
             containers[0]["resources"] = data.draw(resources)
     pods, services = data.draw(children(job))
     pod_group = data.draw(pod_groups(job))
-    config = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP,
-                          gang_scheduler=scheduler)
+    config = DecideConfig(
+        max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP, gang_scheduler=scheduler
+    )
     before = copy.deepcopy((job, pods, services, pod_group))
     decision = decide(job, pods, services, NOW, config, pod_group=pod_group, priority_classes={"high": 10})
     assert (job, pods, services, pod_group) == before, "decide must not mutate its inputs"

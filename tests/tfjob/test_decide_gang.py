@@ -35,8 +35,9 @@ PLUGINS = DecideConfig(gang_scheduler="scheduler-plugins")
 SCHEDULER_WARNING = "SetPodTemplateSchedulerName"
 
 
-def with_resources(replicas: int, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
-                   **pod_spec: Any) -> dict[str, Any]:
+def with_resources(
+    replicas: int, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **pod_spec: Any
+) -> dict[str, Any]:
     spec = replica(replicas)
     container = spec["template"]["spec"]["containers"][0]
     resources: dict[str, Any] = {}
@@ -64,28 +65,62 @@ def pod_group_of(decision: Any) -> dict[str, Any]:
 
 # --- the PodGroup upstream creates (§1.3-§1.5) --------------------------------------------------------
 def test_volcano_pod_group_from_the_scheduling_policy() -> None:
-    job = make_job(worker=3, ps=1, run_policy={"schedulingPolicy": {
-        "minAvailable": 2, "queue": "research", "priorityClass": "high",
-        "minResources": {"cpu": "3", "nvidia.com/gpu": 2}, "scheduleTimeoutSeconds": 30}})
+    job = make_job(
+        worker=3,
+        ps=1,
+        run_policy={
+            "schedulingPolicy": {
+                "minAvailable": 2,
+                "queue": "research",
+                "priorityClass": "high",
+                "minResources": {"cpu": "3", "nvidia.com/gpu": 2},
+                "scheduleTimeoutSeconds": 30,
+            }
+        },
+    )
     job["metadata"]["annotations"] = {"team": "vision"}
     decision = Cluster(job, config=VOLCANO).decide()
     assert pod_group_of(decision) == {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
         "metadata": {
-            "name": "test-tfjob", "namespace": "default", "annotations": {"team": "vision"},
-            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "test-tfjob",
-                                 "uid": "job-uid-1", "controller": True, "blockOwnerDeletion": True}],
+            "name": "test-tfjob",
+            "namespace": "default",
+            "annotations": {"team": "vision"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "TFJob",
+                    "name": "test-tfjob",
+                    "uid": "job-uid-1",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         # scheduleTimeoutSeconds is scheduler-plugins' only
-        "spec": {"minMember": 2, "minResources": {"cpu": "3", "nvidia.com/gpu": 2}, "queue": "research",
-                 "priorityClassName": "high"},
+        "spec": {
+            "minMember": 2,
+            "minResources": {"cpu": "3", "nvidia.com/gpu": 2},
+            "queue": "research",
+            "priorityClassName": "high",
+        },
     }
 
 
 def test_scheduler_plugins_pod_group_from_the_scheduling_policy() -> None:
-    job = make_job(worker=3, ps=1, run_policy={"schedulingPolicy": {
-        "minAvailable": 2, "queue": "research", "priorityClass": "high", "scheduleTimeoutSeconds": 30}})
+    job = make_job(
+        worker=3,
+        ps=1,
+        run_policy={
+            "schedulingPolicy": {
+                "minAvailable": 2,
+                "queue": "research",
+                "priorityClass": "high",
+                "scheduleTimeoutSeconds": 30,
+            }
+        },
+    )
     spec = pod_group_of(Cluster(job, config=PLUGINS).decide())
     assert spec["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
     assert "annotations" not in spec["metadata"]
@@ -93,11 +128,14 @@ def test_scheduler_plugins_pod_group_from_the_scheduling_policy() -> None:
     assert spec["spec"] == {"minMember": 2, "scheduleTimeoutSeconds": 30}
 
 
-@pytest.mark.parametrize("config, expected", [
-    # Volcano: minResources is never nil, the queue defaults to "default"
-    (VOLCANO, {"minMember": 4, "minResources": {}, "queue": "default"}),
-    (PLUGINS, {"minMember": 4}),
-])
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        # Volcano: minResources is never nil, the queue defaults to "default"
+        (VOLCANO, {"minMember": 4, "minResources": {}, "queue": "default"}),
+        (PLUGINS, {"minMember": 4}),
+    ],
+)
 def test_without_a_scheduling_policy_the_gang_is_every_replica(config: DecideConfig, expected: dict) -> None:
     # A replica spec without `replicas` counts 1.
     job = make_job(worker=2, ps=1, chief=replica(None))
@@ -106,56 +144,118 @@ def test_without_a_scheduling_policy_the_gang_is_every_replica(config: DecideCon
 
 MIN_RESOURCES_CASES = [
     # id, replica specs, minAvailable, priority classes, expected minResources
-    ("requests of every pod summed", {"worker": with_resources(2, {"cpu": "500m", "memory": "1Gi"}),
-                                      "ps": with_resources(1, {"cpu": "1", "memory": "512Mi"})},
-     None, {}, {"cpu": "2", "memory": "2560Mi"}),
-    ("limits only where a container has no requests", {"worker": with_resources(2, None, {"cpu": "2"}),
-                                                       "ps": with_resources(1, {"cpu": "1"}, {"cpu": "4"})},
-     None, {}, {"cpu": "5"}),
+    (
+        "requests of every pod summed",
+        {
+            "worker": with_resources(2, {"cpu": "500m", "memory": "1Gi"}),
+            "ps": with_resources(1, {"cpu": "1", "memory": "512Mi"}),
+        },
+        None,
+        {},
+        {"cpu": "2", "memory": "2560Mi"},
+    ),
+    (
+        "limits only where a container has no requests",
+        {"worker": with_resources(2, None, {"cpu": "2"}), "ps": with_resources(1, {"cpu": "1"}, {"cpu": "4"})},
+        None,
+        {},
+        {"cpu": "5"},
+    ),
     ("an empty requests map hides the limits", {"worker": with_resources(1, {}, {"cpu": "2"})}, None, {}, {}),
-    ("init containers are not counted", {"worker": with_resources(
-        1, {"cpu": "1"}, initContainers=[{"name": "init", "image": "busybox",
-                                          "resources": {"requests": {"cpu": "8"}}}])},
-     None, {}, {"cpu": "1"}),
-    ("minAvailable takes types in the fixed order when priorities tie: PS before Worker",
-     {"worker": with_resources(3, {"cpu": "1"}), "ps": with_resources(1, {"cpu": "4"})}, 2, {}, {"cpu": "5"}),
-    ("a higher PriorityClass goes first",
-     {"worker": with_resources(3, {"cpu": "1"}, priorityClassName="urgent"), "ps": with_resources(1, {"cpu": "4"})},
-     2, {"urgent": 1000}, {"cpu": "2"}),
-    ("an unknown PriorityClass counts 0",
-     {"worker": with_resources(3, {"cpu": "1"}, priorityClassName="missing"),
-      "ps": with_resources(1, {"cpu": "4"}, priorityClassName="low")}, 3, {"low": -5}, {"cpu": "3"}),
-    ("decimal sums keep their unit", {"worker": with_resources(3, {"memory": "1.5G", "cpu": "250m"})},
-     None, {}, {"cpu": "750m", "memory": "4500M"}),
+    (
+        "init containers are not counted",
+        {
+            "worker": with_resources(
+                1,
+                {"cpu": "1"},
+                initContainers=[{"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "8"}}}],
+            )
+        },
+        None,
+        {},
+        {"cpu": "1"},
+    ),
+    (
+        "minAvailable takes types in the fixed order when priorities tie: PS before Worker",
+        {"worker": with_resources(3, {"cpu": "1"}), "ps": with_resources(1, {"cpu": "4"})},
+        2,
+        {},
+        {"cpu": "5"},
+    ),
+    (
+        "a higher PriorityClass goes first",
+        {"worker": with_resources(3, {"cpu": "1"}, priorityClassName="urgent"), "ps": with_resources(1, {"cpu": "4"})},
+        2,
+        {"urgent": 1000},
+        {"cpu": "2"},
+    ),
+    (
+        "an unknown PriorityClass counts 0",
+        {
+            "worker": with_resources(3, {"cpu": "1"}, priorityClassName="missing"),
+            "ps": with_resources(1, {"cpu": "4"}, priorityClassName="low"),
+        },
+        3,
+        {"low": -5},
+        {"cpu": "3"},
+    ),
+    (
+        "decimal sums keep their unit",
+        {"worker": with_resources(3, {"memory": "1.5G", "cpu": "250m"})},
+        None,
+        {},
+        {"cpu": "750m", "memory": "4500M"},
+    ),
 ]
 
 
-@pytest.mark.parametrize("specs, min_available, classes, expected", [c[1:] for c in MIN_RESOURCES_CASES],
-                         ids=[c[0] for c in MIN_RESOURCES_CASES])
-def test_min_resources_computed_as_upstream(specs: dict, min_available: int | None, classes: dict,
-                                            expected: dict) -> None:
+@pytest.mark.parametrize(
+    "specs, min_available, classes, expected",
+    [c[1:] for c in MIN_RESOURCES_CASES],
+    ids=[c[0] for c in MIN_RESOURCES_CASES],
+)
+def test_min_resources_computed_as_upstream(
+    specs: dict, min_available: int | None, classes: dict, expected: dict
+) -> None:
     run_policy = {"schedulingPolicy": {"minAvailable": min_available}} if min_available is not None else None
     cluster = Cluster(make_job(**specs, run_policy=run_policy), config=PLUGINS, priority_classes=classes)
     assert pod_group_of(cluster.decide())["spec"].get("minResources", {}) == expected
 
 
-@pytest.mark.parametrize("text, value, binary", [
-    ("500m", Decimal("0.5"), False), ("1Gi", Decimal(2**30), True), ("1e3", Decimal(1000), False),
-    ("2", Decimal(2), False), (3, Decimal(3), False), ("1.5k", Decimal(1500), False), ("100Ki", Decimal(102400), True),
-])
+@pytest.mark.parametrize(
+    "text, value, binary",
+    [
+        ("500m", Decimal("0.5"), False),
+        ("1Gi", Decimal(2**30), True),
+        ("1e3", Decimal(1000), False),
+        ("2", Decimal(2), False),
+        (3, Decimal(3), False),
+        ("1.5k", Decimal(1500), False),
+        ("100Ki", Decimal(102400), True),
+    ],
+)
 def test_quantities_parse(text: Any, value: Decimal, binary: bool) -> None:
     assert gang.parse_quantity(text) == (value, binary)
 
 
-@pytest.mark.parametrize("text", ["", "Ki", "abc", "1 Gi", "1x", "NaN", "Infinity", True, None, float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    "text", ["", "Ki", "abc", "1 Gi", "1x", "NaN", "Infinity", True, None, float("nan"), float("inf")]
+)
 def test_non_quantities_are_refused(text: Any) -> None:
     assert gang.parse_quantity(text) is None
 
 
-@pytest.mark.parametrize("value, binary, text", [
-    (Decimal("1.5"), False, "1500m"), (Decimal(4000), False, "4k"), (Decimal(3 * 2**30), True, "3Gi"),
-    (Decimal(2**30 + 1), True, "1073741825"), (Decimal("0.0000000001"), False, "1n"), (Decimal(0), True, "0"),
-])
+@pytest.mark.parametrize(
+    "value, binary, text",
+    [
+        (Decimal("1.5"), False, "1500m"),
+        (Decimal(4000), False, "4k"),
+        (Decimal(3 * 2**30), True, "3Gi"),
+        (Decimal(2**30 + 1), True, "1073741825"),
+        (Decimal("0.0000000001"), False, "1n"),
+        (Decimal(0), True, "0"),
+    ],
+)
 def test_quantities_format_canonically(value: Decimal, binary: bool, text: str) -> None:
     assert gang.format_quantity(value, binary) == text
 
@@ -185,7 +285,9 @@ def test_volcano_holds_the_pods_back_until_it_admits_the_group() -> None:
     for action in actions_of(admitted, CreatePod):
         assert action.pod["spec"]["schedulerName"] == "volcano"
         assert action.pod["metadata"]["annotations"] == {
-            "scheduling.k8s.io/group-name": "test-tfjob", "volcano.sh/task-spec": action.replica_type.lower()}
+            "scheduling.k8s.io/group-name": "test-tfjob",
+            "volcano.sh/task-spec": action.replica_type.lower(),
+        }
     assert_converged(cluster, at(9))
 
 
@@ -225,14 +327,18 @@ def test_a_non_dynamic_job_waits_again_when_volcano_takes_admission_back() -> No
 
 
 # --- pod template (§1.8, upstream's TestIsCustomSchedulerSet) ----------------------------------------
-@pytest.mark.parametrize("worker_scheduler, ps_scheduler, warned", [
-    (None, None, False),
-    ("volcano", None, False),          # the gang scheduler itself is not "another"
-    (None, "default-scheduler", True),  # any type's template counts, for every pod created
-    ("my-scheduler", "volcano", True),
-])
-def test_another_scheduler_in_a_template_is_kept_with_a_warning(worker_scheduler: str | None,
-                                                                ps_scheduler: str | None, warned: bool) -> None:
+@pytest.mark.parametrize(
+    "worker_scheduler, ps_scheduler, warned",
+    [
+        (None, None, False),
+        ("volcano", None, False),  # the gang scheduler itself is not "another"
+        (None, "default-scheduler", True),  # any type's template counts, for every pod created
+        ("my-scheduler", "volcano", True),
+    ],
+)
+def test_another_scheduler_in_a_template_is_kept_with_a_warning(
+    worker_scheduler: str | None, ps_scheduler: str | None, warned: bool
+) -> None:
     worker = with_resources(2, **({"schedulerName": worker_scheduler} if worker_scheduler else {}))
     ps = with_resources(1, **({"schedulerName": ps_scheduler} if ps_scheduler else {}))
     cluster = Cluster(make_job(worker=worker, ps=ps), config=VOLCANO)
@@ -241,19 +347,28 @@ def test_another_scheduler_in_a_template_is_kept_with_a_warning(worker_scheduler
     decision = cluster.decide()
     assert event_reasons(decision).count(SCHEDULER_WARNING) == (3 if warned else 0)
     names = {a.pod["metadata"]["name"]: a.pod["spec"]["schedulerName"] for a in actions_of(decision, CreatePod)}
-    assert names == {"test-tfjob-ps-0": ps_scheduler or "volcano", "test-tfjob-worker-0": worker_scheduler or "volcano",
-                     "test-tfjob-worker-1": worker_scheduler or "volcano"}
+    assert names == {
+        "test-tfjob-ps-0": ps_scheduler or "volcano",
+        "test-tfjob-worker-0": worker_scheduler or "volcano",
+        "test-tfjob-worker-1": worker_scheduler or "volcano",
+    }
     if warned:
         [event] = {e for e in decision.events if e.reason == SCHEDULER_WARNING}
         assert (event.type, event.message) == (
-            "Warning", "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten")
+            "Warning",
+            "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten",
+        )
 
 
 def test_without_gang_scheduling_nothing_of_it_happens() -> None:
     job = make_job(worker=2, run_policy={"schedulingPolicy": {"minAvailable": 5, "queue": "q"}})
     job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["schedulerName"] = "other"
-    stray = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-             "metadata": {"name": "test-tfjob", "namespace": "default", "uid": "pg"}, "spec": {}}
+    stray = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "test-tfjob", "namespace": "default", "uid": "pg"},
+        "spec": {},
+    }
     cluster = Cluster(job, pod_group=stray)
     decision = cluster.decide()
     assert not [a for a in decision.actions if isinstance(a, CreatePodGroup | UpdatePodGroup | DeletePodGroup)]
@@ -283,7 +398,12 @@ def test_a_changed_policy_updates_our_fields_and_keeps_the_rest() -> None:
     cluster.job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] = 1
     decision = cluster.step(at(2))
     [update] = actions_of(decision, UpdatePodGroup)
-    assert update.pod_group["spec"] == {"minMember": 1, "minResources": {}, "queue": "q1", "minTaskMember": {"worker": 1}}
+    assert update.pod_group["spec"] == {
+        "minMember": 1,
+        "minResources": {},
+        "queue": "q1",
+        "minTaskMember": {"worker": 1},
+    }
     assert update.pod_group["status"] == {"phase": "Pending"}  # Volcano has no status subresource
     assert update.pod_group["metadata"]["resourceVersion"] == "2"
     assert created_pod_names(decision) == []
@@ -324,7 +444,9 @@ def test_a_finished_job_deletes_its_pod_group_once(config: DecideConfig) -> None
     cluster.set_phase("test-tfjob-worker-0", "Succeeded", exit_code=0)
     finished = cluster.step()
     assert (finished.status["conditions"][-1]["type"], finished.status["conditions"][-1]["status"]) == (
-        "Succeeded", "True")
+        "Succeeded",
+        "True",
+    )
     [delete] = actions_of(finished, DeletePodGroup)
     assert delete.name == "test-tfjob"
     assert cluster.pod_group is None
@@ -337,10 +459,25 @@ def test_a_job_finished_earlier_deletes_a_pod_group_it_still_has() -> None:
     cluster.step()
     assert cluster.pod_group is None
     # A group re-created meanwhile (say by a controller without this fix) goes on the next pass.
-    cluster.pod_group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {
-        "name": "test-tfjob", "namespace": "default", "uid": "pg-2", "ownerReferences": [
-            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "test-tfjob", "uid": "job-uid-1",
-             "controller": True}]}, "spec": {"minMember": 1}}
+    cluster.pod_group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "test-tfjob",
+            "namespace": "default",
+            "uid": "pg-2",
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "TFJob",
+                    "name": "test-tfjob",
+                    "uid": "job-uid-1",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"minMember": 1},
+    }
     assert [type(a) for a in cluster.step().actions] == [DeletePodGroup]
 
 
@@ -517,15 +654,21 @@ def test_a_negative_min_available_is_no_gang_rather_than_a_refused_pod_group(dyn
 
 def test_a_foreign_pod_group_under_the_jobs_name_is_a_warning_not_a_silent_wait() -> None:
     cluster = Cluster(make_job(worker=1), config=VOLCANO)
-    foreign = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {
-        "name": "test-tfjob", "namespace": "default", "uid": "pg-other", "resourceVersion": "1"},
-        "spec": {"minMember": 5}, "status": {"phase": "Running"}}
+    foreign = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "test-tfjob", "namespace": "default", "uid": "pg-other", "resourceVersion": "1"},
+        "spec": {"minMember": 5},
+        "status": {"phase": "Running"},
+    }
     decision = decide(cluster.job, [], [], NOW, VOLCANO, pod_group=foreign)
     assert decision.actions == ()  # nothing to create (AlreadyExists) or update (not ours), no pods
     [warning] = [e for e in decision.events if e.reason == "FailedCreatePodGroup"]
     assert warning.type == "Warning"
-    assert warning.message == ("PodGroup default/test-tfjob exists and is not controlled by TFJob test-tfjob; "
-                               "the job's pods wait for it to be deleted")
+    assert warning.message == (
+        "PodGroup default/test-tfjob exists and is not controlled by TFJob test-tfjob; "
+        "the job's pods wait for it to be deleted"
+    )
     assert "lastReconcileTime" in decision.status
 
 

@@ -49,8 +49,16 @@ def started(job: dict) -> Cluster:
 # --- idempotence and transitions ----------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_full_lifecycle_is_idempotent_at_every_stable_point(dynamic):
-    cluster = Cluster(make_job(chief=1, worker=2, ps=1, evaluator=1, dynamic=dynamic,
-                               run_policy={"ttlSecondsAfterFinished": 60, "cleanPodPolicy": "Running"}))
+    cluster = Cluster(
+        make_job(
+            chief=1,
+            worker=2,
+            ps=1,
+            evaluator=1,
+            dynamic=dynamic,
+            run_policy={"ttlSecondsAfterFinished": 60, "cleanPodPolicy": "Running"},
+        )
+    )
     first = cluster.step()
     assert len(actions_of(first, CreatePod)) == 5 and len(actions_of(first, CreateService)) == 5
     assert metric_names(first) == ["training_operator_jobs_created_total"]
@@ -66,7 +74,11 @@ def test_full_lifecycle_is_idempotent_at_every_stable_point(dynamic):
     assert metric_names(done) == ["training_operator_jobs_successful_total"]
     # cleanPodPolicy Running: the still running PS, workers and evaluator go in the same pass
     assert sorted(deleted_pod_names(done)) == [
-        "test-tfjob-evaluator-0", "test-tfjob-ps-0", "test-tfjob-worker-0", "test-tfjob-worker-1"]
+        "test-tfjob-evaluator-0",
+        "test-tfjob-ps-0",
+        "test-tfjob-worker-0",
+        "test-tfjob-worker-1",
+    ]
     assert done.status["replicaStatuses"]["Worker"]["succeeded"] == 2  # active booked as succeeded
     assert done.requeue_after == 60.0
     assert_converged(cluster, at(101)).requeue_after == 59.0
@@ -81,9 +93,22 @@ def test_created_is_counted_once_even_across_controller_restarts():
 
 
 def test_created_is_added_to_a_job_written_by_upstream_without_it():
-    job = make_job(worker=1, status={"conditions": [{"type": "Running", "status": "True", "reason": "TFJobRunning",
-                                                      "message": "m", "lastUpdateTime": ts(-5),
-                                                      "lastTransitionTime": ts(-5)}], "startTime": ts(-5)})
+    job = make_job(
+        worker=1,
+        status={
+            "conditions": [
+                {
+                    "type": "Running",
+                    "status": "True",
+                    "reason": "TFJobRunning",
+                    "message": "m",
+                    "lastUpdateTime": ts(-5),
+                    "lastTransitionTime": ts(-5),
+                }
+            ],
+            "startTime": ts(-5),
+        },
+    )
     decision = decide(job, [make_pod(job, "Worker", 0)], [make_service(job, "Worker", 0)], NOW)
     assert condition_types(decision.status) == [("Running", "True"), ("Created", "True")]
     assert decision.status["startTime"] == ts(-5)
@@ -96,7 +121,8 @@ def test_non_dynamic_deleted_worker_fails_the_job_under_never():
     decision = cluster.step(at(10))
     assert condition_types(decision.status)[-2:] == [("Running", "False"), ("Failed", "True")]
     assert decision.status["conditions"][-1]["message"] == (
-        "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed.")
+        "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed."
+    )
     assert [(e.type, e.reason) for e in decision.events] == [("Normal", "TFJobFailed")]
     assert metric_names(decision) == ["training_operator_jobs_failed_total"]
     assert decision.status["completionTime"] == ts(10)
@@ -185,8 +211,11 @@ def test_non_dynamic_scale_down_fails_the_job_as_upstream():
 # --- cleanPodPolicy --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("policy", "deleted"),
-    [("None", []), ("Running", ["test-tfjob-ps-0", "test-tfjob-worker-2"]),
-     ("All", ["test-tfjob-ps-0", "test-tfjob-worker-0", "test-tfjob-worker-1", "test-tfjob-worker-2"])],
+    [
+        ("None", []),
+        ("Running", ["test-tfjob-ps-0", "test-tfjob-worker-2"]),
+        ("All", ["test-tfjob-ps-0", "test-tfjob-worker-0", "test-tfjob-worker-1", "test-tfjob-worker-2"]),
+    ],
 )
 def test_clean_pod_policy_on_success(policy, deleted):
     cluster = started(make_job(worker=3, ps=1, run_policy={"cleanPodPolicy": policy}))
@@ -216,24 +245,29 @@ def test_ttl_after_failure_requeues_exactly_and_deletes():
 
 
 def test_ttl_is_skipped_while_suspended():
-    job = make_job(worker=1, run_policy={"ttlSecondsAfterFinished": 0, "suspend": True},
-                   status={"conditions": [{"type": "Failed", "status": "True", "reason": "TFJobFailed",
-                                           "message": "m"}], "completionTime": ts(-100)})
+    job = make_job(
+        worker=1,
+        run_policy={"ttlSecondsAfterFinished": 0, "suspend": True},
+        status={
+            "conditions": [{"type": "Failed", "status": "True", "reason": "TFJobFailed", "message": "m"}],
+            "completionTime": ts(-100),
+        },
+    )
     decision = decide(job, [], [], NOW)
     assert decision.actions == () and decision.requeue_after is None
 
 
 # --- activeDeadlineSeconds ----------------------------------------------------------------------------
 def test_active_deadline_is_enforced_on_time():
-    cluster = Cluster(make_job(worker=2, ps=1, run_policy={"activeDeadlineSeconds": 100,
-                                                            "ttlSecondsAfterFinished": 5}))
+    cluster = Cluster(make_job(worker=2, ps=1, run_policy={"activeDeadlineSeconds": 100, "ttlSecondsAfterFinished": 5}))
     assert cluster.step(at(0.25)).requeue_after == 99.75
     cluster.run_all()
     assert cluster.step(at(40)).requeue_after == 60.0
     decision = cluster.step(at(100))
     assert condition_types(decision.status)[-1] == ("Failed", "True")
     assert decision.status["conditions"][-1]["message"] == (
-        "Job test-tfjob has failed because it was active longer than specified deadline")
+        "Job test-tfjob has failed because it was active longer than specified deadline"
+    )
     assert sorted(deleted_pod_names(decision)) == ["test-tfjob-ps-0", "test-tfjob-worker-0", "test-tfjob-worker-1"]
     assert len(actions_of(decision, DeleteService)) == 3
     assert {a.reason for a in decision.actions} == {"Deadline"}
@@ -257,7 +291,8 @@ def test_backoff_limit_zero_fails_on_the_first_new_failure():
     cluster.set_phase("test-tfjob-worker-1", "Failed", exit_code=1)
     decision = cluster.step(at(10))
     assert decision.status["conditions"][-1]["message"] == (
-        "Job test-tfjob has failed because it has reached the specified backoff limit")
+        "Job test-tfjob has failed because it has reached the specified backoff limit"
+    )
     # every pod and service goes, whatever cleanPodPolicy says (upstream)
     assert sorted(deleted_pod_names(decision)) == ["test-tfjob-worker-0", "test-tfjob-worker-1"]
     assert len(actions_of(decision, DeleteService)) == 2
@@ -266,8 +301,9 @@ def test_backoff_limit_zero_fails_on_the_first_new_failure():
 
 
 def test_backoff_limit_ignores_dynamic_workers_but_not_ps():
-    cluster = started(make_job(worker=2, ps=1, dynamic=True, restart_policy="OnFailure",
-                               run_policy={"backoffLimit": 2}))
+    cluster = started(
+        make_job(worker=2, ps=1, dynamic=True, restart_policy="OnFailure", run_policy={"backoffLimit": 2})
+    )
     cluster.set_phase("test-tfjob-worker-0", "Running", started_at=ts(), restart_count=5)
     assert condition_types(cluster.step(at(10)).status)[-1] == ("Running", "True")
     cluster.set_phase("test-tfjob-ps-0", "Running", started_at=ts(), restart_count=2)
@@ -286,26 +322,46 @@ def test_suspend_emits_its_event_once():
 
 
 def test_finished_job_ignores_suspend():
-    job = make_job(worker=1, run_policy={"suspend": True}, status={
-        "conditions": [{"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded", "message": "m"}],
-        "completionTime": ts()})
+    job = make_job(
+        worker=1,
+        run_policy={"suspend": True},
+        status={
+            "conditions": [{"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded", "message": "m"}],
+            "completionTime": ts(),
+        },
+    )
     decision = decide(job, [make_pod(job, "Worker", 0, "Succeeded")], [make_service(job, "Worker", 0)], NOW)
     assert decision.actions == () and condition_types(decision.status) == [("Succeeded", "True")]
 
 
 # --- invalid jobs ---------------------------------------------------------------------------------------
 INVALID = [
-    ("no tensorflow container", lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"].update(
-        containers=[container("main")]), "must have at least one container with name tensorflow"),
-    ("empty image", lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"].update(
-        containers=[container(image="")]), "containers[0].image: Required value"),
-    ("chief and master", lambda j: j["spec"]["tfReplicaSpecs"].update(Chief=replica(1), Master=replica(1)),
-     "must not have more than 1 Chief or Master role"),
+    (
+        "no tensorflow container",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"].update(containers=[container("main")]),
+        "must have at least one container with name tensorflow",
+    ),
+    (
+        "empty image",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"].update(containers=[container(image="")]),
+        "containers[0].image: Required value",
+    ),
+    (
+        "chief and master",
+        lambda j: j["spec"]["tfReplicaSpecs"].update(Chief=replica(1), Master=replica(1)),
+        "must not have more than 1 Chief or Master role",
+    ),
     ("bad name", lambda j: j["metadata"].update(name="Bad_Name"), 'metadata.name: Invalid value: "Bad_Name"'),
-    ("unknown replica type", lambda j: j["spec"]["tfReplicaSpecs"].update(Launcher=replica(1)),
-     'spec.tfReplicaSpecs[Launcher]: Unsupported value: "Launcher"'),
-    ("negative replicas", lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=-1),
-     "spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0"),
+    (
+        "unknown replica type",
+        lambda j: j["spec"]["tfReplicaSpecs"].update(Launcher=replica(1)),
+        'spec.tfReplicaSpecs[Launcher]: Unsupported value: "Launcher"',
+    ),
+    (
+        "negative replicas",
+        lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=-1),
+        "spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0",
+    ),
 ]
 
 
@@ -323,9 +379,16 @@ def test_invalid_job_is_failed_and_creates_nothing(name, mutate, fragment):
     assert fragment in event.message
     failed = decision.status["conditions"][-1]
     assert (failed["type"], failed["status"], failed["reason"], failed["message"]) == (
-        "Failed", "True", "TFJobFailedValidation", event.message)
+        "Failed",
+        "True",
+        "TFJobFailedValidation",
+        event.message,
+    )
     assert decision.status["completionTime"] == ts()
-    assert sorted(metric_names(decision)) == ["training_operator_jobs_created_total", "training_operator_jobs_failed_total"]
+    assert sorted(metric_names(decision)) == [
+        "training_operator_jobs_created_total",
+        "training_operator_jobs_failed_total",
+    ]
     assert_converged(cluster, at(60))
 
 
@@ -337,9 +400,11 @@ def test_invalid_job_gets_ttl_cleanup():
 
 
 def test_invalid_job_with_garbage_everywhere_reports_every_problem():
-    job = {"metadata": {"name": 5, "namespace": "ns", "uid": "u"}, "spec": {"tfReplicaSpecs": "nope",
-                                                                           "runPolicy": {"backoffLimit": "x"}},
-           "status": {"conditions": "garbage", "startTime": 7}}
+    job = {
+        "metadata": {"name": 5, "namespace": "ns", "uid": "u"},
+        "spec": {"tfReplicaSpecs": "nope", "runPolicy": {"backoffLimit": "x"}},
+        "status": {"conditions": "garbage", "startTime": 7},
+    }
     decision = decide(job, ["pod", None], [{"metadata": None}], NOW)
     assert decision.actions == ()
     message = decision.status["conditions"][-1]["message"]
@@ -353,8 +418,28 @@ def test_naive_now_is_taken_as_utc():
 
 
 # --- property-style: mutated inputs never make decide raise -------------------------------------------
-GARBAGE: list[Any] = [None, -1, 0, 1, 2**40, 1.5, float("nan"), True, "", "x", "Worker", "-3", [], [1, None],
-                      {}, {"a": 1}, {"name": "tensorflow"}, "2024-05-01T12:00:00Z", "Failed", "Running"]
+GARBAGE: list[Any] = [
+    None,
+    -1,
+    0,
+    1,
+    2**40,
+    1.5,
+    float("nan"),
+    True,
+    "",
+    "x",
+    "Worker",
+    "-3",
+    [],
+    [1, None],
+    {},
+    {"a": 1},
+    {"name": "tensorflow"},
+    "2024-05-01T12:00:00Z",
+    "Failed",
+    "Running",
+]
 
 
 def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
@@ -382,8 +467,9 @@ def _mutate(rng: random.Random, obj: Any) -> Any:
         if action < 0.2 and isinstance(parent, dict):
             del parent[path[-1]]
         elif action < 0.3 and isinstance(parent, dict):
-            parent[rng.choice(["replicas", "phase", "deletionTimestamp", "WORKER", "ps", "exitCode"])] = (
-                copy.deepcopy(rng.choice(GARBAGE)))
+            parent[rng.choice(["replicas", "phase", "deletionTimestamp", "WORKER", "ps", "exitCode"])] = copy.deepcopy(
+                rng.choice(GARBAGE)
+            )
         else:
             parent[path[-1]] = copy.deepcopy(rng.choice(GARBAGE))
     return obj
@@ -394,21 +480,38 @@ def _scenario(rng: random.Random) -> tuple[dict, list, list]:
     for key in ("ps", "chief", "evaluator"):
         if rng.random() < 0.4:
             kwargs[key] = rng.randint(0, 2)
-    job = make_job(**kwargs, dynamic=rng.random() < 0.5, restart_policy=rng.choice(api.RESTART_POLICIES + (None,)),
-                   success_policy=rng.choice(["", "AllWorkers", None]),
-                   run_policy=rng.choice([None, {"backoffLimit": rng.randint(0, 3)},
-                                          {"activeDeadlineSeconds": rng.randint(0, 50),
-                                           "ttlSecondsAfterFinished": rng.randint(0, 50)},
-                                          {"suspend": rng.random() < 0.5, "cleanPodPolicy": "All"}]))
+    job = make_job(
+        **kwargs,
+        dynamic=rng.random() < 0.5,
+        restart_policy=rng.choice(api.RESTART_POLICIES + (None,)),
+        success_policy=rng.choice(["", "AllWorkers", None]),
+        run_policy=rng.choice(
+            [
+                None,
+                {"backoffLimit": rng.randint(0, 3)},
+                {"activeDeadlineSeconds": rng.randint(0, 50), "ttlSecondsAfterFinished": rng.randint(0, 50)},
+                {"suspend": rng.random() < 0.5, "cleanPodPolicy": "All"},
+            ]
+        ),
+    )
     pods, services = [], []
     for replica_type in ("Worker", "PS", "Chief", "Evaluator"):
         for index in range(6):
             if rng.random() < 0.4:
-                pods.append(make_pod(
-                    job, replica_type, index, rng.choice(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
-                    exit_code=rng.choice([None, 0, 1, 137, 143]), terminating=rng.random() < 0.2,
-                    reason=rng.choice([None, None, "Evicted", "NodeLost"]), restart_count=rng.randint(0, 2),
-                    conditions=rng.choice([None, [disruption_condition()]]), started_at=ts(-rng.randint(0, 900))))
+                pods.append(
+                    make_pod(
+                        job,
+                        replica_type,
+                        index,
+                        rng.choice(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
+                        exit_code=rng.choice([None, 0, 1, 137, 143]),
+                        terminating=rng.random() < 0.2,
+                        reason=rng.choice([None, None, "Evicted", "NodeLost"]),
+                        restart_count=rng.randint(0, 2),
+                        conditions=rng.choice([None, [disruption_condition()]]),
+                        started_at=ts(-rng.randint(0, 900)),
+                    )
+                )
             if rng.random() < 0.4:
                 services.append(make_service(job, replica_type, index))
     return job, pods, services
@@ -419,8 +522,11 @@ def _check_invariants(job: dict, pods: list, services: list, decision: Decision)
     json.dumps(decision.status, allow_nan=True)
     types = condition_types(decision.status) if isinstance(decision.status.get("conditions"), list) else []
     assert not (("Succeeded", "True") in types and ("Failed", "True") in types)
-    existing = {p["metadata"]["name"] for p in pods if isinstance(p, dict) and isinstance(p.get("metadata"), dict)
-                and isinstance(p["metadata"].get("name"), str)}
+    existing = {
+        p["metadata"]["name"]
+        for p in pods
+        if isinstance(p, dict) and isinstance(p.get("metadata"), dict) and isinstance(p["metadata"].get("name"), str)
+    }
     specs = job.get("spec", {}).get("tfReplicaSpecs", {}) if isinstance(job.get("spec"), dict) else {}
     created = [a.pod["metadata"]["name"] for a in decision.actions if isinstance(a, CreatePod)]
     assert len(created) == len(set(created)) and not set(created) & existing
@@ -463,8 +569,9 @@ def test_mutated_jobs_and_children_never_raise(seed):
             services = [_mutate(rng, s) for s in services] + [rng.choice(GARBAGE)]
         decision = decide(job, pods, services, at(rng.randint(0, 100)))
         assert isinstance(decision, Decision) and isinstance(decision.status, dict)
-        assert all(isinstance(a, CreatePod | DeletePod | CreateService | DeleteService | DeleteJob)
-                   for a in decision.actions)
+        assert all(
+            isinstance(a, CreatePod | DeletePod | CreateService | DeleteService | DeleteJob) for a in decision.actions
+        )
 
 
 @pytest.mark.parametrize("garbage", GARBAGE)

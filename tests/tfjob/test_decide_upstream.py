@@ -42,8 +42,14 @@ from .builders import (
 CREATED = ("Created", "True")
 
 
-def fsa_pods(job: dict, replica_type: str, fsa: tuple[int, int, int], *, exit_code: int | None = None,
-             worker0_exit0: bool = False) -> list[dict]:
+def fsa_pods(
+    job: dict,
+    replica_type: str,
+    fsa: tuple[int, int, int],
+    *,
+    exit_code: int | None = None,
+    worker0_exit0: bool = False,
+) -> list[dict]:
     """Pods in upstream's status-test order: succeeded first, then failed, then active."""
     failed, succeeded, active = fsa
     phases = ["Succeeded"] * succeeded + ["Failed"] * failed + ["Running"] * active
@@ -61,51 +67,129 @@ def fsa_pods(job: dict, replica_type: str, fsa: tuple[int, int, int], *, exit_co
 # --- 8.1 status_test.go "Test Status" ----------------------------------------------------------
 STATUS_CASES = [
     # id, job kwargs, PS f/s/a, Worker f/s/a, Chief f/s/a, flags, expected conditions after Created
-    ("01 chief succeeded", {"chief": 1, "worker": 1}, None, (0, 1, 0), (0, 1, 0), {},
-     [("Succeeded", "True")]),
-    ("02 chief running", {"chief": 1, "worker": 1}, None, (0, 0, 0), (0, 0, 1), {},
-     [("Running", "True")]),
-    ("03 chief failed", {"chief": 1, "worker": 1}, None, (0, 0, 0), (1, 0, 0), {},
-     [("Failed", "True")]),
-    ("04 no chief, worker failed", {"worker": 1}, None, (1, 0, 0), None, {},
-     [("Failed", "True")]),
-    ("05 no chief, worker succeeded", {"worker": 1}, None, (0, 1, 0), None, {},
-     [("Succeeded", "True")]),
-    ("06 no chief, worker running", {"worker": 1}, None, (0, 0, 1), None, {},
-     [("Running", "True")]),
-    ("07 2 succeeded 2 active, worker 0 not completed", {"worker": 4, "ps": 2}, (0, 0, 2), (0, 2, 2), None, {},
-     [("Running", "True")]),
-    ("08 2 running 2 failed", {"worker": 4, "ps": 2}, (0, 0, 2), (2, 0, 2), None, {},
-     [("Running", "False"), ("Failed", "True")]),
-    ("09 2 succeeded 2 failed", {"worker": 4, "ps": 2}, (0, 0, 2), (2, 2, 0), None, {},
-     [("Failed", "True")]),
-    ("10 worker 0 completed, 3 active", {"worker": 4, "ps": 2}, (0, 0, 2), (0, 1, 3), None, {"worker0": True},
-     [("Succeeded", "True")]),
-    ("11 AllWorkers, worker 0 completed, 3 active", {"worker": 4, "success_policy": "AllWorkers"}, None,
-     (0, 1, 3), None, {"worker0": True}, [("Running", "True")]),
-    ("12 AllWorkers, 4 succeeded", {"worker": 4, "success_policy": "AllWorkers"}, None, (0, 4, 0), None,
-     {"worker0": True}, [("Succeeded", "True")]),
-    ("13 AllWorkers, worker 0 completed, 2 running, 1 failed", {"worker": 4, "success_policy": "AllWorkers"},
-     None, (1, 1, 2), None, {"worker0": True}, [("Running", "False"), ("Failed", "True")]),
+    ("01 chief succeeded", {"chief": 1, "worker": 1}, None, (0, 1, 0), (0, 1, 0), {}, [("Succeeded", "True")]),
+    ("02 chief running", {"chief": 1, "worker": 1}, None, (0, 0, 0), (0, 0, 1), {}, [("Running", "True")]),
+    ("03 chief failed", {"chief": 1, "worker": 1}, None, (0, 0, 0), (1, 0, 0), {}, [("Failed", "True")]),
+    ("04 no chief, worker failed", {"worker": 1}, None, (1, 0, 0), None, {}, [("Failed", "True")]),
+    ("05 no chief, worker succeeded", {"worker": 1}, None, (0, 1, 0), None, {}, [("Succeeded", "True")]),
+    ("06 no chief, worker running", {"worker": 1}, None, (0, 0, 1), None, {}, [("Running", "True")]),
+    (
+        "07 2 succeeded 2 active, worker 0 not completed",
+        {"worker": 4, "ps": 2},
+        (0, 0, 2),
+        (0, 2, 2),
+        None,
+        {},
+        [("Running", "True")],
+    ),
+    (
+        "08 2 running 2 failed",
+        {"worker": 4, "ps": 2},
+        (0, 0, 2),
+        (2, 0, 2),
+        None,
+        {},
+        [("Running", "False"), ("Failed", "True")],
+    ),
+    ("09 2 succeeded 2 failed", {"worker": 4, "ps": 2}, (0, 0, 2), (2, 2, 0), None, {}, [("Failed", "True")]),
+    (
+        "10 worker 0 completed, 3 active",
+        {"worker": 4, "ps": 2},
+        (0, 0, 2),
+        (0, 1, 3),
+        None,
+        {"worker0": True},
+        [("Succeeded", "True")],
+    ),
+    (
+        "11 AllWorkers, worker 0 completed, 3 active",
+        {"worker": 4, "success_policy": "AllWorkers"},
+        None,
+        (0, 1, 3),
+        None,
+        {"worker0": True},
+        [("Running", "True")],
+    ),
+    (
+        "12 AllWorkers, 4 succeeded",
+        {"worker": 4, "success_policy": "AllWorkers"},
+        None,
+        (0, 4, 0),
+        None,
+        {"worker0": True},
+        [("Succeeded", "True")],
+    ),
+    (
+        "13 AllWorkers, worker 0 completed, 2 running, 1 failed",
+        {"worker": 4, "success_policy": "AllWorkers"},
+        None,
+        (1, 1, 2),
+        None,
+        {"worker0": True},
+        [("Running", "False"), ("Failed", "True")],
+    ),
     # Q2 kept: the job fails although the chief runs (upstream's headline says Running).
-    ("14 chief running, workers failed", {"chief": 1, "worker": 4, "ps": 2}, (0, 0, 2), (4, 0, 0), (0, 0, 1), {},
-     [("Running", "False"), ("Failed", "True")]),
-    ("15 chief running, workers succeeded", {"chief": 1, "worker": 4, "ps": 2}, (0, 0, 2), (0, 4, 0), (0, 0, 1),
-     {}, [("Running", "True")]),
-    ("16 chief running, a PS failed", {"chief": 1, "worker": 4, "ps": 2}, (1, 0, 1), (0, 4, 0), (0, 0, 1), {},
-     [("Running", "False"), ("Failed", "True")]),
-    ("17 chief failed, workers succeeded", {"chief": 1, "worker": 4, "ps": 2}, (0, 0, 2), (0, 4, 0), (1, 0, 0), {},
-     [("Failed", "True")]),
+    (
+        "14 chief running, workers failed",
+        {"chief": 1, "worker": 4, "ps": 2},
+        (0, 0, 2),
+        (4, 0, 0),
+        (0, 0, 1),
+        {},
+        [("Running", "False"), ("Failed", "True")],
+    ),
+    (
+        "15 chief running, workers succeeded",
+        {"chief": 1, "worker": 4, "ps": 2},
+        (0, 0, 2),
+        (0, 4, 0),
+        (0, 0, 1),
+        {},
+        [("Running", "True")],
+    ),
+    (
+        "16 chief running, a PS failed",
+        {"chief": 1, "worker": 4, "ps": 2},
+        (1, 0, 1),
+        (0, 4, 0),
+        (0, 0, 1),
+        {},
+        [("Running", "False"), ("Failed", "True")],
+    ),
+    (
+        "17 chief failed, workers succeeded",
+        {"chief": 1, "worker": 4, "ps": 2},
+        (0, 0, 2),
+        (0, 4, 0),
+        (1, 0, 0),
+        {},
+        [("Failed", "True")],
+    ),
     # QUIRK Q1: upstream ends with [Succeeded=True, Failed=True]; terminal states are exclusive here.
-    ("18 chief succeeded, workers failed", {"chief": 1, "worker": 4, "ps": 2}, (0, 0, 2), (4, 0, 0), (0, 1, 0), {},
-     [("Succeeded", "True")]),
-    ("19 chief failed and restarting", {"chief": 1, "worker": 4, "ps": 2, "restart_policy": "ExitCode"},
-     (0, 0, 2), (4, 0, 0), (1, 0, 0), {"restart": True}, [("Restarting", "True")]),
+    (
+        "18 chief succeeded, workers failed",
+        {"chief": 1, "worker": 4, "ps": 2},
+        (0, 0, 2),
+        (4, 0, 0),
+        (0, 1, 0),
+        {},
+        [("Succeeded", "True")],
+    ),
+    (
+        "19 chief failed and restarting",
+        {"chief": 1, "worker": 4, "ps": 2, "restart_policy": "ExitCode"},
+        (0, 0, 2),
+        (4, 0, 0),
+        (1, 0, 0),
+        {"restart": True},
+        [("Restarting", "True")],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "job_kwargs", "ps", "worker", "chief", "flags", "expected"), STATUS_CASES,
-                         ids=[c[0] for c in STATUS_CASES])
+@pytest.mark.parametrize(
+    ("case", "job_kwargs", "ps", "worker", "chief", "flags", "expected"), STATUS_CASES, ids=[c[0] for c in STATUS_CASES]
+)
 def test_status_table(case, job_kwargs, ps, worker, chief, flags, expected):
     job = make_job(**job_kwargs)
     exit_code = 130 if flags.get("restart") else None
@@ -153,7 +237,9 @@ def test_status_restarting_message():
     decision = decide(job, pods, [], NOW)
     restarting = decision.status["conditions"][-1]
     assert (restarting["reason"], restarting["message"]) == (
-        "TFJobRestarting", "job test-tfjob is restarting because Chief replica(s) failed.")
+        "TFJobRestarting",
+        "job test-tfjob is restarting because Chief replica(s) failed.",
+    )
     assert event_reasons(decision).count("TFJobRestarting") == 5
     # a restart is counted once per restarted pod (upstream also counted per type per pass, Q9)
     assert metric_names(decision).count("training_operator_jobs_restarted_total") == 5
@@ -165,7 +251,10 @@ def test_status_failed():
     decision = decide(job, [make_pod(job, "Worker", 0, "Failed")], [], NOW)
     failed = decision.status["conditions"][-1]
     assert (failed["type"], failed["status"], failed["message"]) == (
-        "Failed", "True", "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed.")
+        "Failed",
+        "True",
+        "TFJob default/test-tfjob has failed because 1 Worker replica(s) failed.",
+    )
     assert "TFJobFailed" in event_reasons(decision)
     assert metric_names(decision).count("training_operator_jobs_failed_total") == 1
     assert decision.status["completionTime"] == ts()
@@ -185,17 +274,47 @@ NORMAL_PATH = [
     ("all pending", (4, 2), (4, 0, 0, 0), (2, 0, 0, 0), (4, 2), (0, 0, 0), (0, 0, 0), (0, 0, 0), None),
     ("all running", (4, 2), (0, 4, 0, 0), (0, 2, 0, 0), (4, 2), (0, 0, 0), (4, 0, 0), (2, 0, 0), "TFJobRunning"),
     ("2 W 1 PS pending", (4, 2), (2, 0, 0, 0), (1, 0, 0, 0), (2, 1), (3, 0, 3), (0, 0, 0), (0, 0, 0), None),
-    ("2 W 1 PS pending, 1 W running", (4, 2), (2, 1, 0, 0), (1, 0, 0, 0), (3, 1), (2, 0, 2), (1, 0, 0), (0, 0, 0),
-     "TFJobRunning"),
-    ("2 W 1 PS pending, 1 W succeeded", (4, 2), (2, 0, 1, 0), (1, 0, 0, 0), (3, 1), (2, 0, 2), (0, 1, 0), (0, 0, 0),
-     None),
-    ("distributed succeeded", (4, 2), (0, 0, 4, 0), (0, 0, 2, 0), (4, 2), (0, 0, 0), (0, 4, 0), (0, 2, 0),
-     "TFJobSucceeded"),
+    (
+        "2 W 1 PS pending, 1 W running",
+        (4, 2),
+        (2, 1, 0, 0),
+        (1, 0, 0, 0),
+        (3, 1),
+        (2, 0, 2),
+        (1, 0, 0),
+        (0, 0, 0),
+        "TFJobRunning",
+    ),
+    (
+        "2 W 1 PS pending, 1 W succeeded",
+        (4, 2),
+        (2, 0, 1, 0),
+        (1, 0, 0, 0),
+        (3, 1),
+        (2, 0, 2),
+        (0, 1, 0),
+        (0, 0, 0),
+        None,
+    ),
+    (
+        "distributed succeeded",
+        (4, 2),
+        (0, 0, 4, 0),
+        (0, 0, 2, 0),
+        (4, 2),
+        (0, 0, 0),
+        (0, 4, 0),
+        (0, 2, 0),
+        "TFJobSucceeded",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "sizes", "w", "p", "svcs", "expected_actions", "w_asf", "p_asf", "reason"),
-                         NORMAL_PATH, ids=[c[0] for c in NORMAL_PATH])
+@pytest.mark.parametrize(
+    ("name", "sizes", "w", "p", "svcs", "expected_actions", "w_asf", "p_asf", "reason"),
+    NORMAL_PATH,
+    ids=[c[0] for c in NORMAL_PATH],
+)
 def test_normal_path(name, sizes, w, p, svcs, expected_actions, w_asf, p_asf, reason):
     workers, ps = sizes
     job = make_job(worker=workers, ps=ps if ps else None)
@@ -210,7 +329,11 @@ def test_normal_path(name, sizes, w, p, svcs, expected_actions, w_asf, p_asf, re
         obj = action.pod if isinstance(action, CreatePod) else action.service
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["apiVersion"], ref["kind"], ref["name"], ref["uid"]) == (
-            "kubeflow.org/v1", "TFJob", "test-tfjob", job["metadata"]["uid"])
+            "kubeflow.org/v1",
+            "TFJob",
+            "test-tfjob",
+            job["metadata"]["uid"],
+        )
 
     def asf(replica_type: str) -> tuple[int, int, int]:
         entry = decision.status["replicaStatuses"][replica_type]
@@ -238,9 +361,20 @@ def test_add_tfjob_ignores_other_jobs_children():
 
 
 def succeeded_status() -> dict:
-    return {"conditions": [{"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded", "message": "done",
-                            "lastUpdateTime": ts(-10), "lastTransitionTime": ts(-10)}],
-            "completionTime": ts(-10), "startTime": ts(-100)}
+    return {
+        "conditions": [
+            {
+                "type": "Succeeded",
+                "status": "True",
+                "reason": "TFJobSucceeded",
+                "message": "done",
+                "lastUpdateTime": ts(-10),
+                "lastTransitionTime": ts(-10),
+            }
+        ],
+        "completionTime": ts(-10),
+        "startTime": ts(-100),
+    }
 
 
 @pytest.mark.parametrize(
@@ -259,10 +393,24 @@ def test_delete_pods_and_services(phase, policy, deleted):
 
 
 def running_cluster(run_policy: dict, restart_policy: str | None = None) -> tuple[dict, list, list]:
-    job = make_job(worker=replica(4, restart_policy), ps=2, run_policy=run_policy,
-                   status={"startTime": ts(), "conditions": [
-                       {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "m",
-                        "lastUpdateTime": ts(), "lastTransitionTime": ts()}]})
+    job = make_job(
+        worker=replica(4, restart_policy),
+        ps=2,
+        run_policy=run_policy,
+        status={
+            "startTime": ts(),
+            "conditions": [
+                {
+                    "type": "Created",
+                    "status": "True",
+                    "reason": "TFJobCreated",
+                    "message": "m",
+                    "lastUpdateTime": ts(),
+                    "lastTransitionTime": ts(),
+                }
+            ],
+        },
+    )
     pods = [make_pod(job, t, i, "Running", restart_count=1) for t, n in (("Worker", 4), ("PS", 2)) for i in range(n)]
     return job, pods, services_for(job, "Worker", 4) + services_for(job, "PS", 2)
 
@@ -283,7 +431,11 @@ def test_active_deadline_reached_deletes_everything():
     assert {a.reason for a in decision.actions} == {"Deadline"}
     last = decision.status["conditions"][-1]
     assert (last["type"], last["status"], last["reason"], last["message"]) == (
-        "Failed", "True", "TFJobFailed", "Job test-tfjob has failed because it was active longer than specified deadline")
+        "Failed",
+        "True",
+        "TFJobFailed",
+        "Job test-tfjob has failed because it was active longer than specified deadline",
+    )
 
 
 def test_backoff_for_on_failure():
@@ -293,7 +445,9 @@ def test_backoff_for_on_failure():
     assert {a.reason for a in decision.actions} == {"BackoffLimit"}
     last = decision.status["conditions"][-1]
     assert (last["type"], last["message"]) == (
-        "Failed", "Job test-tfjob has failed because it has reached the specified backoff limit")
+        "Failed",
+        "Job test-tfjob has failed because it has reached the specified backoff limit",
+    )
     assert decision.status["completionTime"] == ts()
 
 
@@ -323,8 +477,9 @@ CLEANUP_JOB = [
 ]
 
 
-@pytest.mark.parametrize(("name", "ttl", "suspend", "completion", "delete", "requeue"), CLEANUP_JOB,
-                         ids=[c[0] for c in CLEANUP_JOB])
+@pytest.mark.parametrize(
+    ("name", "ttl", "suspend", "completion", "delete", "requeue"), CLEANUP_JOB, ids=[c[0] for c in CLEANUP_JOB]
+)
 def test_cleanup_job(name, ttl, suspend, completion, delete, requeue):
     run_policy: dict[str, Any] = {"suspend": suspend}
     if ttl is not None:
@@ -357,8 +512,11 @@ def test_unretryable_exit_code_fails_the_job():
     decision = cluster.step(at(5))
     failed = decision.status["conditions"][-1]
     assert {k: failed[k] for k in ("type", "status", "reason", "message")} == {
-        "type": "Failed", "status": "True", "reason": "TFJobFailed",
-        "message": 'job "test-noretry-exit-code" is failing because "Worker" replica(s) failed.'}
+        "type": "Failed",
+        "status": "True",
+        "reason": "TFJobFailed",
+        "message": 'job "test-noretry-exit-code" is failing because "Worker" replica(s) failed.',
+    }
     assert [(e.type, e.reason) for e in decision.events if e.reason == "TFJobFailed"] == [("Warning", "TFJobFailed")]
     assert actions_of(decision, DeletePod) == []  # the failed pod is kept
     assert decision.status["completionTime"] == ts(5)  # upstream leaves it nil here (5.4 #2)
@@ -395,7 +553,9 @@ def test_is_worker0_completed(name, kwargs, fsa, expected):
     if fsa is not None:
         failed, succeeded, active = fsa
         phases = ["Succeeded"] * succeeded + ["Failed"] * failed + ["Running"] * active
-        pods = [make_pod(job, "Worker", i, ph, exit_code=0 if ph == "Succeeded" else None) for i, ph in enumerate(phases)]
+        pods = [
+            make_pod(job, "Worker", i, ph, exit_code=0 if ph == "Succeeded" else None) for i, ph in enumerate(phases)
+        ]
     assert worker0_completed(defaulted(job), pods) is expected
 
 
@@ -463,8 +623,9 @@ def test_suspend_and_resume_sequence():
 
 
 def test_managed_by_external_controller_is_not_reconciled():
-    job = make_job("test-job", chief=1, worker=1,
-                   run_policy={"managedBy": "kueue.x-k8s.io/multikueue", "suspend": True})
+    job = make_job(
+        "test-job", chief=1, worker=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue", "suspend": True}
+    )
     decision = decide(job, [], [], NOW)
     assert decision == decide(job, [], [], at(5))
     assert decision.actions == () and decision.events == () and decision.metrics == ()
@@ -507,8 +668,19 @@ def test_delete_pods_and_services_by_state(state, policy, remaining):
     if state == "Suspended":
         run_policy["suspend"] = True
     else:
-        status = {"conditions": [{"type": state, "status": "True", "reason": f"TFJob{state}", "message": "m",
-                                  "lastUpdateTime": ts(), "lastTransitionTime": ts()}], "completionTime": ts()}
+        status = {
+            "conditions": [
+                {
+                    "type": state,
+                    "status": "True",
+                    "reason": f"TFJob{state}",
+                    "message": "m",
+                    "lastUpdateTime": ts(),
+                    "lastTransitionTime": ts(),
+                }
+            ],
+            "completionTime": ts(),
+        }
     job = make_job(worker=2, run_policy=run_policy, status=status)
     pods = {"running": make_pod(job, "Worker", 0, "Running"), "succeeded": make_pod(job, "Worker", 1, "Succeeded")}
     services = [make_service(job, "Worker", 0), make_service(job, "Worker", 1)]
@@ -520,8 +692,12 @@ def test_delete_pods_and_services_by_state(state, policy, remaining):
 
 @pytest.mark.parametrize(
     ("limit", "pods_spec", "past"),
-    [(0, [("Running", 0), ("Succeeded", 0)], False), (3, [("Running", 3)], True), (3, [("Running", 2)], False),
-     (0, [("Running", 1)], True)],
+    [
+        (0, [("Running", 0), ("Succeeded", 0)], False),
+        (3, [("Running", 3)], True),
+        (3, [("Running", 2)], False),
+        (0, [("Running", 1)], True),
+    ],
 )
 def test_past_backoff_limit(limit, pods_spec, past):
     job = make_job(worker=len(pods_spec), restart_policy="OnFailure", run_policy={"backoffLimit": limit})

@@ -63,8 +63,16 @@ def test_empty_clean_pod_policy_means_none():
 
 @pytest.mark.parametrize(
     ("key", "canonical"),
-    [("WORKER", "Worker"), ("worker", "Worker"), ("ps", "PS"), ("Ps", "PS"), ("chief", "Chief"),
-     ("MASTER", "Master"), ("evaluator", "Evaluator"), ("Worker", "Worker")],
+    [
+        ("WORKER", "Worker"),
+        ("worker", "Worker"),
+        ("ps", "PS"),
+        ("Ps", "PS"),
+        ("chief", "Chief"),
+        ("MASTER", "Master"),
+        ("evaluator", "Evaluator"),
+        ("Worker", "Worker"),
+    ],
 )
 def test_type_names_are_normalised(key, canonical):
     job = make_job()
@@ -111,10 +119,19 @@ def test_defaulted_does_not_mutate_its_argument():
 
 @pytest.mark.parametrize(
     "garbage",
-    [None, 3, "x", [], {"spec": None}, {"spec": {"tfReplicaSpecs": [1]}}, {"spec": {"runPolicy": 7}},
-     {"spec": {"tfReplicaSpecs": {"Worker": None}}}, {"spec": {"tfReplicaSpecs": {"Worker": {"template": 5}}}},
-     {"spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [5]}}}}}},
-     {"spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [{"ports": 5}]}}}}}}],
+    [
+        None,
+        3,
+        "x",
+        [],
+        {"spec": None},
+        {"spec": {"tfReplicaSpecs": [1]}},
+        {"spec": {"runPolicy": 7}},
+        {"spec": {"tfReplicaSpecs": {"Worker": None}}},
+        {"spec": {"tfReplicaSpecs": {"Worker": {"template": 5}}}},
+        {"spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [5]}}}}}},
+        {"spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [{"ports": 5}]}}}}}},
+    ],
 )
 def test_malformed_input_never_raises(garbage):
     set_defaults(copy.deepcopy(garbage))

@@ -54,9 +54,14 @@ class Log:
         return [name for what, name in self.log if what == "start"]
 
 
-@pytest.mark.parametrize(("total", "cap", "sizes"), [
-    (1, 32, [1]), (10, 32, [1, 2, 4, 3]), (100, 16, [1, 2, 4, 8, 16, 16, 16, 16, 16, 5]),
-])
+@pytest.mark.parametrize(
+    ("total", "cap", "sizes"),
+    [
+        (1, 32, [1]),
+        (10, 32, [1, 2, 4, 3]),
+        (100, 16, [1, 2, 4, 8, 16, 16, 16, 16, 16, 5]),
+    ],
+)
 async def test_slow_start_doubles_up_to_the_cap(total, cap, sizes):
     log = Log()
     assert await slow_start([log.write(f"w{i}") for i in range(total)], cap) == total
@@ -130,8 +135,10 @@ async def test_a_job_is_built_concurrently_deletions_first_status_last():
     assert len(client.sent) == 2 + 9 + 9
     assert client.max_concurrent == 8
     created = sorted(name for verb, name in client.sent if verb == "create")
-    assert created == sorted([f"pods/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)]
-                             + [f"services/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)])
+    assert created == sorted(
+        [f"pods/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)]
+        + [f"services/test-tfjob-{t}-{i}" for t, n in (("ps", 1), ("worker", 8)) for i in range(n)]
+    )
     assert sum(reason == "SuccessfulCreatePod" for reason, _ in recorder.events) == 9
     # every create is expected until the informer sees it
     assert expectations.pending_until("default/test-tfjob") is not None
@@ -187,12 +194,22 @@ def gang_executor(client: GangClient, recorder: Recorded) -> Executor:
     from controller.tfjob.gang import gang_of
 
     resource = pod_group_resource(gang_of("volcano"))  # type: ignore[arg-type]
-    return Executor(client, Expectations(lambda: 0.0), recorder, TFJobMetrics(CollectorRegistry()),  # type: ignore[arg-type]
-                    max_concurrent=8, pod_groups=resource)
+    return Executor(
+        client,
+        Expectations(lambda: 0.0),
+        recorder,
+        TFJobMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+        max_concurrent=8,
+        pod_groups=resource,
+    )
 
 
-POD_GROUP = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-             "metadata": {"name": "test-tfjob", "namespace": "default"}, "spec": {"minMember": 1}}
+POD_GROUP = {
+    "apiVersion": "scheduling.volcano.sh/v1beta1",
+    "kind": "PodGroup",
+    "metadata": {"name": "test-tfjob", "namespace": "default"},
+    "spec": {"minMember": 1},
+}
 
 
 async def test_the_pod_group_is_written_before_any_pod():
@@ -214,7 +231,7 @@ async def test_a_pod_group_that_already_exists_is_done_and_a_conflict_retries():
     from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
 
     job = make_job(worker=1)
-    exists = AlreadyExists(409, "AlreadyExists", "podgroups \"test-tfjob\" already exists")
+    exists = AlreadyExists(409, "AlreadyExists", 'podgroups "test-tfjob" already exists')
     client, recorder = GangClient({("create", "podgroups/test-tfjob"): exists}), Recorded()
     await gang_executor(client, recorder).apply("k", job, Decision((CreatePodGroup(POD_GROUP),), (), (), {}, None))
     assert recorder.events == []
@@ -236,8 +253,10 @@ async def test_deleting_the_pod_group_is_reported_as_upstream_does():
     decision = Decision((DeletePodGroup("test-tfjob", "pg-uid"),), (), (), {}, None)
     client, recorder = GangClient(), Recorded()
     await gang_executor(client, recorder).apply("k", job, decision)
-    assert recorder.events == [("JobTerminated", "Job has been terminated. Deleting PodGroup"),
-                               ("SuccessfulDeletePodGroup", "Deleted PodGroup: test-tfjob")]
+    assert recorder.events == [
+        ("JobTerminated", "Job has been terminated. Deleting PodGroup"),
+        ("SuccessfulDeletePodGroup", "Deleted PodGroup: test-tfjob"),
+    ]
 
     gone = NotFound(404, "NotFound", 'podgroups.scheduling.volcano.sh "test-tfjob" not found')
     client, recorder = GangClient({("delete", "podgroups/test-tfjob"): gone}), Recorded()
@@ -261,8 +280,10 @@ async def test_a_refused_pod_group_is_a_warning_and_the_waiting_status_without_a
 
     pod = {"metadata": {"name": "test-tfjob-worker-0"}}
     refused = Forbidden(403, "Forbidden", 'podgroups.scheduling.volcano.sh is forbidden: User "x" cannot create')
-    for action, verb, reason in ((CreatePodGroup(POD_GROUP), "create", "FailedCreatePodGroup"),
-                                 (UpdatePodGroup(POD_GROUP), "update", "FailedUpdatePodGroup")):
+    for action, verb, reason in (
+        (CreatePodGroup(POD_GROUP), "create", "FailedCreatePodGroup"),
+        (UpdatePodGroup(POD_GROUP), "update", "FailedUpdatePodGroup"),
+    ):
         job = make_job(worker=1)
         client, recorder = GangClient({(verb, "podgroups/test-tfjob"): refused}), Recorded()
         decision = Decision((action, CreatePod(pod, "Worker", 0)), (), (), {"startTime": "x"}, None, WAITING)
@@ -293,16 +314,22 @@ async def test_a_pod_group_crd_gone_at_run_time_is_named_and_no_pod_is_created()
             await gang_executor(client, recorder).apply("k", make_job(worker=1), decision)
         assert client.sent == [(verb, "podgroups/test-tfjob"), ("status", "test-tfjob")]
         [(_, message)] = recorder.events
-        assert message == (f"Error {verb[:-1]}ing PodGroup default/test-tfjob: the PodGroup CRD "
-                           f"podgroups.scheduling.volcano.sh is not installed: {unserved}")
+        assert message == (
+            f"Error {verb[:-1]}ing PodGroup default/test-tfjob: the PodGroup CRD "
+            f"podgroups.scheduling.volcano.sh is not installed: {unserved}"
+        )
 
 
 async def test_a_pod_group_deleted_meanwhile_stops_the_pass_quietly():
     from controller.runtime.errors import NotFound
     from controller.tfjob.actions import UpdatePodGroup
 
-    gone = NotFound(404, "NotFound", 'podgroups.scheduling.volcano.sh "test-tfjob" not found',
-                    {"name": "test-tfjob", "group": "scheduling.volcano.sh", "kind": "podgroups"})
+    gone = NotFound(
+        404,
+        "NotFound",
+        'podgroups.scheduling.volcano.sh "test-tfjob" not found',
+        {"name": "test-tfjob", "group": "scheduling.volcano.sh", "kind": "podgroups"},
+    )
     client, recorder = GangClient({("update", "podgroups/test-tfjob"): gone}), Recorded()
     pod = {"metadata": {"name": "test-tfjob-worker-0"}}
     decision = Decision((UpdatePodGroup(POD_GROUP), CreatePod(pod, "Worker", 0)), (), (), {"x": 1}, None, WAITING)

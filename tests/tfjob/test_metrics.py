@@ -18,6 +18,7 @@ def test_counters_use_upstream_names_and_labels():
     metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "ns"))))
     metrics.inc(MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", "ns"), ("reason", "Evicted"))))
     metrics.inc(MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", "ns"),)))
+
     def value(name: str, labels: dict[str, str]) -> float | None:
         return scraped(registry, name, labels)
 
@@ -38,6 +39,7 @@ def test_every_series_of_a_namespace_exists_at_zero_once_a_job_is_seen_there():
     # rate()/increase() cannot see the first increment of a series that springs into existence at 1.
     registry = CollectorRegistry()
     metrics = TFJobMetrics(registry)
+
     def value(name: str, labels: dict[str, str]) -> float | None:
         return scraped(registry, name, labels)
 

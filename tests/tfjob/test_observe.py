@@ -73,8 +73,14 @@ def job(conditions: list[str] = (), workers: int = 2, records: dict[str, Any] | 
 def pod(index: int, phase: str, created: float, uid: str) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": f"j-worker-{index}", "namespace": "ns", "uid": uid, "creationTimestamp": stamp(created),
-            "labels": {"training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": str(index)},
+            "name": f"j-worker-{index}",
+            "namespace": "ns",
+            "uid": uid,
+            "creationTimestamp": stamp(created),
+            "labels": {
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(index),
+            },
             "ownerReferences": [{"kind": "TFJob", "name": "j", "uid": "job-uid", "controller": True}],
         },
         "status": {"phase": phase},
@@ -122,8 +128,13 @@ def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacem
     count = {"job_namespace": "ns", "reason": "Deleted"}
     assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 0
     watcher_clock[0] = T0 + 200  # the job update comes late; the latency still ends when the pod ran
-    record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 94), "lastReason": "Deleted",
-              "podUID": "p1-old"}
+    record = {
+        "state": "Replaced",
+        "failovers": 1,
+        "lastFailoverTime": stamp(T0 + 94),
+        "lastReason": "Deleted",
+        "podUID": "p1-old",
+    }
     jobs.update(job(["Created", "Running"], records={"1": record}))
     assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
     assert scraped(registry, "tfjob_worker_failover_seconds_sum", count) == 3.0
@@ -136,8 +147,13 @@ def test_a_record_about_the_running_pod_itself_is_not_a_replacement() -> None:
     jobs.add(job(["Created", "Running"]))
     pods.add(pod(1, "Pending", T0 + 95, "p1"))
     pods.update(pod(1, "Running", T0 + 95, "p1"))
-    record = {"state": "Replacing", "failovers": 1, "lastFailoverTime": stamp(T0 + 99), "lastReason": "Evicted",
-              "podUID": "p1"}
+    record = {
+        "state": "Replacing",
+        "failovers": 1,
+        "lastFailoverTime": stamp(T0 + 99),
+        "lastReason": "Evicted",
+        "podUID": "p1",
+    }
     jobs.update(job(["Created", "Running"], records={"1": record}))
     assert scraped(registry, "tfjob_worker_failover_seconds_count", {"job_namespace": "ns", "reason": "Evicted"}) == 0
 

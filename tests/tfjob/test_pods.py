@@ -144,8 +144,17 @@ def test_type_selector_is_sorted_label_string():
 # --- reading existing pods ----------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("0", 0), ("12", 12), ("-1", None), ("x", None), ("", None), ("1.0", None), ("١", None), (None, None),
-     ("9999999999", None)],
+    [
+        ("0", 0),
+        ("12", 12),
+        ("-1", None),
+        ("x", None),
+        ("", None),
+        ("1.0", None),
+        ("١", None),
+        (None, None),
+        ("9999999999", None),
+    ],
 )
 def test_replica_index_label(value, expected):
     pod = make_pod(make_job(), "Worker", 0)
@@ -163,8 +172,10 @@ def test_replica_type_label_is_read_verbatim():
     assert pods.replica_type_label(pod) is None
 
 
-@pytest.mark.parametrize(("code", "retryable"), [(1, False), (2, False), (3, False), (0, False), (127, False),
-                                                 (128, True), (130, True), (137, True), (138, True)])
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [(1, False), (2, False), (3, False), (0, False), (127, False), (128, True), (130, True), (137, True), (138, True)],
+)
 def test_retryable_exit_codes(code, retryable):
     assert pods.is_retryable_exit_code(code) is retryable
 
@@ -226,9 +237,18 @@ def test_restart_count_sums_init_and_regular_containers():
     assert pods.restart_count(pod) == 3
 
 
-@pytest.mark.parametrize("garbage", [None, 1, "pod", [], {"metadata": 1, "status": "x"},
-                                     {"status": {"containerStatuses": [1, {"name": "tensorflow", "state": 5}]}},
-                                     {"status": {"conditions": "x", "phase": 3}}])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        None,
+        1,
+        "pod",
+        [],
+        {"metadata": 1, "status": "x"},
+        {"status": {"containerStatuses": [1, {"name": "tensorflow", "state": 5}]}},
+        {"status": {"conditions": "x", "phase": 3}},
+    ],
+)
 def test_accessors_tolerate_garbage(garbage):
     assert pods.exit_code(garbage) is None
     assert pods.disruption(garbage) in (None, "NodeLost")

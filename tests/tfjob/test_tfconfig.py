@@ -60,8 +60,14 @@ def test_upstream_cluster_spec_cases(kwargs, namespace, domain, expected):
 
 @pytest.mark.parametrize(
     ("kwargs", "distributed"),
-    [({"worker": 1}, False), ({"worker": 1, "ps": 1}, True), ({"ps": 1}, False), ({"chief": 1, "worker": 1}, True),
-     ({"worker": 0}, True), ({"worker": 3}, True)],
+    [
+        ({"worker": 1}, False),
+        ({"worker": 1, "ps": 1}, True),
+        ({"ps": 1}, False),
+        ({"chief": 1, "worker": 1}, True),
+        ({"worker": 0}, True),
+        ({"worker": 3}, True),
+    ],
 )
 def test_is_distributed(kwargs, distributed):
     assert tfconfig.is_distributed(defaulted(make_job(**kwargs))) is distributed
@@ -190,8 +196,12 @@ def test_go_html_escaping():
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize(
     "kwargs",
-    [{"worker": 3, "ps": 2, "chief": 1, "evaluator": 2}, {"worker": 2}, {"master": 1, "worker": 0, "ps": 1},
-     {"worker": 1, "evaluator": 1}],
+    [
+        {"worker": 3, "ps": 2, "chief": 1, "evaluator": 2},
+        {"worker": 2},
+        {"master": 1, "worker": 0, "ps": 1},
+        {"worker": 1, "evaluator": 1},
+    ],
 )
 def test_cached_builder_matches_the_reference_forms(dynamic, kwargs):
     # TFConfigs serialises the shared part once; it must produce exactly the dict-based bytes

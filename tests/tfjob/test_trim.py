@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS, PODS, SERVICES, ApiClient
-from tfjob_sim.cluster import SimCluster, SimConfig
-from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
 from controller.tfjob.actions import CreatePod, CreateService
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import TFJOBS
 from controller.tfjob.trim import trim_pod, trim_service
 from tests.e2e.conftest import CRD_PATH, tfjob
 from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
 
 from .builders import NOW, make_job, make_pod
 
@@ -39,9 +39,16 @@ async def test_decide_is_the_same_on_trimmed_simulator_objects(sim_cluster: SimC
     async with await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path) as client:
         await client.create(CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(CRD_PATH.read_text()))
         jobs = []
-        for name, dynamic, policy in (("dyn", True, "ExitCode"), ("plain", False, "ExitCode"), ("never", False, "Never")):
-            jobs.append(await client.create(
-                TFJOBS, tfjob(name, workers=5, ps=1, dynamic=dynamic, restart_policy=policy), namespace="default"))
+        for name, dynamic, policy in (
+            ("dyn", True, "ExitCode"),
+            ("plain", False, "ExitCode"),
+            ("never", False, "Never"),
+        ):
+            jobs.append(
+                await client.create(
+                    TFJOBS, tfjob(name, workers=5, ps=1, dynamic=dynamic, restart_policy=policy), namespace="default"
+                )
+            )
         states = {  # worker index -> annotations that steer the simulated kubelet
             1: {RUN_SECONDS: "1", EXIT_CODE: "137", REASON: "OOMKilled"},
             2: {RUN_SECONDS: "1", EXIT_CODE: "1"},
@@ -63,7 +70,9 @@ async def test_decide_is_the_same_on_trimmed_simulator_objects(sim_cluster: SimC
             phases = {p["metadata"]["name"]: p["status"].get("phase") for p in pods}
             return len(pods) == 18 and all(
                 phases[f"{j}-worker-{i}"] == ("Running" if i == 0 else "Succeeded" if i == 4 else "Failed")
-                for j in ("dyn", "plain", "never") for i in range(5))
+                for j in ("dyn", "plain", "never")
+                for i in range(5)
+            )
 
         await eventually(settled, timeout=30, what="the pods in their steered states")
         # one more pod in every state: terminating (graceful delete of a running pod)
@@ -88,8 +97,17 @@ async def test_decide_is_the_same_on_trimmed_simulator_objects(sim_cluster: SimC
 
 def test_trimmed_objects_are_small_fresh_and_idempotent() -> None:
     job = make_job(worker=1, dynamic=True)
-    pod = make_pod(job, "Worker", 0, "Failed", exit_code=137, termination_reason="OOMKilled",
-                   started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z", reason="Evicted")
+    pod = make_pod(
+        job,
+        "Worker",
+        0,
+        "Failed",
+        exit_code=137,
+        termination_reason="OOMKilled",
+        started_at="2026-01-01T00:00:00Z",
+        finished_at="2026-01-01T00:01:00Z",
+        reason="Evicted",
+    )
     pod["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
     pod["metadata"]["labels"]["team"] = "vision"
     pod["metadata"]["annotations"] = {"a": "b" * 1000}
@@ -99,10 +117,20 @@ def test_trimmed_objects_are_small_fresh_and_idempotent() -> None:
     assert pod == original  # the input is not modified
     assert trim_pod(trimmed) == trimmed
     assert set(trimmed) == {"apiVersion", "kind", "metadata", "status"}
-    assert set(trimmed["metadata"]) <= {"name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-                                        "deletionTimestamp", "labels", "ownerReferences"}
-    assert set(trimmed["metadata"]["labels"]) == {"training.kubeflow.org/replica-type",
-                                                  "training.kubeflow.org/replica-index"}
+    assert set(trimmed["metadata"]) <= {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "labels",
+        "ownerReferences",
+    }
+    assert set(trimmed["metadata"]["labels"]) == {
+        "training.kubeflow.org/replica-type",
+        "training.kubeflow.org/replica-index",
+    }
     assert trimmed["status"]["reason"] == "Evicted"
     assert trimmed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     assert len(json.dumps(trimmed)) < len(json.dumps(pod)) / 3

@@ -84,32 +84,43 @@ def test_managed_by_other_controller_is_not_supported():
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda j: j["spec"]["tfReplicaSpecs"].update({"Launcher": replica(1)}),
-         [(NOT_SUPPORTED, "spec.tfReplicaSpecs[Launcher]")]),
+        (
+            lambda j: j["spec"]["tfReplicaSpecs"].update({"Launcher": replica(1)}),
+            [(NOT_SUPPORTED, "spec.tfReplicaSpecs[Launcher]")],
+        ),
         (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=-1), [(INVALID, f"{W}.replicas")]),
         (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas="2"), [(INVALID, f"{W}.replicas")]),
         (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=True), [(INVALID, f"{W}.replicas")]),
         (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=10001), [(INVALID, f"{W}.replicas")]),
-        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"),
-         [(NOT_SUPPORTED, f"{W}.restartPolicy")]),
-        (lambda j: j["spec"].update(runPolicy={"cleanPodPolicy": "Some"}),
-         [(NOT_SUPPORTED, "spec.runPolicy.cleanPodPolicy")]),
+        (
+            lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"),
+            [(NOT_SUPPORTED, f"{W}.restartPolicy")],
+        ),
+        (
+            lambda j: j["spec"].update(runPolicy={"cleanPodPolicy": "Some"}),
+            [(NOT_SUPPORTED, "spec.runPolicy.cleanPodPolicy")],
+        ),
         (lambda j: j["spec"].update(successPolicy="AnyWorker"), [(NOT_SUPPORTED, "spec.successPolicy")]),
         (lambda j: j["spec"].update(runPolicy={"backoffLimit": -1}), [(INVALID, "spec.runPolicy.backoffLimit")]),
-        (lambda j: j["spec"].update(runPolicy={"activeDeadlineSeconds": "10"}),
-         [(INVALID, "spec.runPolicy.activeDeadlineSeconds")]),
-        (lambda j: j["spec"].update(runPolicy={"ttlSecondsAfterFinished": 1.5}),
-         [(INVALID, "spec.runPolicy.ttlSecondsAfterFinished")]),
+        (
+            lambda j: j["spec"].update(runPolicy={"activeDeadlineSeconds": "10"}),
+            [(INVALID, "spec.runPolicy.activeDeadlineSeconds")],
+        ),
+        (
+            lambda j: j["spec"].update(runPolicy={"ttlSecondsAfterFinished": 1.5}),
+            [(INVALID, "spec.runPolicy.ttlSecondsAfterFinished")],
+        ),
         (lambda j: j["spec"].update(runPolicy={"suspend": "yes"}), [(INVALID, "spec.runPolicy.suspend")]),
         (lambda j: j["spec"].update(runPolicy=[]), [(INVALID, "spec.runPolicy")]),
         (lambda j: j["spec"].update(enableDynamicWorker="true"), [(INVALID, "spec.enableDynamicWorker")]),
         (lambda j: j["spec"].update(tfReplicaSpecs={}), [(REQUIRED, "spec.tfReplicaSpecs")]),
         (lambda j: j["spec"].pop("tfReplicaSpecs"), [(REQUIRED, "spec.tfReplicaSpecs")]),
         (lambda j: j["spec"]["tfReplicaSpecs"].update(Worker=None), [(REQUIRED, f"{W}.template.spec.containers")]),
-        (lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].pop("template"),
-         [(REQUIRED, f"{W}.template.spec.containers")]),
-        (lambda j: j["spec"]["tfReplicaSpecs"].update(worker=replica(1)),
-         [(DUPLICATE, "spec.tfReplicaSpecs[worker]")]),
+        (
+            lambda j: j["spec"]["tfReplicaSpecs"]["Worker"].pop("template"),
+            [(REQUIRED, f"{W}.template.spec.containers")],
+        ),
+        (lambda j: j["spec"]["tfReplicaSpecs"].update(worker=replica(1)), [(DUPLICATE, "spec.tfReplicaSpecs[worker]")]),
         (lambda j: j["metadata"].pop("uid"), [(REQUIRED, "metadata.uid")]),
         (lambda j: j["metadata"].pop("namespace"), [(REQUIRED, "metadata.namespace")]),
         (lambda j: j["metadata"].update(name="a" * 64), [(INVALID, "metadata.name")]),
@@ -124,8 +135,11 @@ def test_controller_rules(mutate, expected):
 
 
 def test_edited_fields_must_have_their_types():
-    job = make_job(worker=replica(1, containers=[{"name": "tensorflow", "image": "x", "env": "A=1",
-                                                  "ports": [{"containerPort": 0}]}]))
+    job = make_job(
+        worker=replica(
+            1, containers=[{"name": "tensorflow", "image": "x", "env": "A=1", "ports": [{"containerPort": 0}]}]
+        )
+    )
     job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"a": 1}}
     assert kinds(job) == [
         (INVALID, f"{W}.template.metadata.labels"),
@@ -137,7 +151,10 @@ def test_edited_fields_must_have_their_types():
 def test_lower_case_keys_and_every_type_are_valid():
     job = make_job()
     job["spec"]["tfReplicaSpecs"] = {
-        "chief": replica(1), "ps": replica(2), "worker": replica(0), "evaluator": replica(1),
+        "chief": replica(1),
+        "ps": replica(2),
+        "worker": replica(0),
+        "evaluator": replica(1),
     }
     assert validate(job) == []
 
@@ -187,8 +204,9 @@ GENERATED_NAMES = {
 }
 
 
-@pytest.mark.parametrize(("length", "specs", "longest", "allowed"), list(GENERATED_NAMES.values()),
-                         ids=list(GENERATED_NAMES))
+@pytest.mark.parametrize(
+    ("length", "specs", "longest", "allowed"), list(GENERATED_NAMES.values()), ids=list(GENERATED_NAMES)
+)
 def test_every_generated_name_must_fit_a_dns_1035_label(length, specs, longest, allowed):
     job = valid_job()
     job["metadata"]["name"] = name = "a" * length

@@ -10,8 +10,9 @@ installs everything that scheduler needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -44,8 +45,9 @@ def parse_schedulers(value: str | Iterable[str]) -> tuple[str, ...]:
         if not name:
             continue
         if name not in GANG_SCHEDULERS:
-            raise ValueError(f"unknown gang scheduler {name!r}: expected a comma-separated list of "
-                             f"{', '.join(GANG_SCHEDULERS)}")
+            raise ValueError(
+                f"unknown gang scheduler {name!r}: expected a comma-separated list of {', '.join(GANG_SCHEDULERS)}"
+            )
         if name not in out:
             out.append(name)
     return tuple(out)
