@@ -7,8 +7,12 @@ jobs. Sparse TF_CONFIG (``enableDynamicWorker: true``) fixes upstream quirk Q8.
 
 Contract (all functions take a *defaulted, validated* job and never mutate it):
 
-* A job is distributed when the sum of ``replicas`` over the five known types is not 1; only
-  distributed jobs get TF_CONFIG (:func:`tf_config` returns None otherwise).
+* Only distributed jobs get TF_CONFIG (:func:`tf_config` returns None otherwise). A job with
+  ``enableDynamicWorker: true`` is always distributed, whatever its replica counts (0 workers
+  included): it can be scaled at any moment, so a pod created while it has one replica in total
+  (a PS re-created while Worker replicas are 0, a single worker before a scale-up) must already
+  know the cluster the later pods will join. Any other job follows upstream: it is distributed
+  when the sum of ``replicas`` over the five known types is not 1.
 * The address of replica i of type T is ``<job>-<t>-<i>.<namespace>.svc[.<cluster_domain>]:<port>``
   with ``t`` lower case and ``port`` the ``tfjob-port`` of T's ``tensorflow`` container (2222
   by default; a port under another name is not used).
@@ -54,7 +58,10 @@ def replicas_of(job: dict[str, Any], replica_type: str) -> int:
 
 
 def is_distributed(job: dict[str, Any]) -> bool:
-    """More (or fewer) than exactly one replica in total over the known types."""
+    """A dynamic-worker job always; any other job when it has more (or fewer) than exactly one replica
+    in total over the known types (upstream's rule)."""
+    if job["spec"].get("enableDynamicWorker") is True:
+        return True
     specs = replica_specs(job)
     total = sum(
         (specs[t].get("replicas") if specs[t].get("replicas") is not None else 1)

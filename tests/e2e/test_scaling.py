@@ -305,3 +305,54 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
         crashed = operator.task is not None and operator.task.done() and not operator.task.cancelled()
         await operator.stop()
         assert not crashed
+
+
+def tf_config(pod: dict) -> dict | None:
+    """The parsed TF_CONFIG of a pod's ``tensorflow`` container (None when it has none)."""
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "tensorflow")
+    values = [e.get("value") for e in container.get("env") or [] if e["name"] == "TF_CONFIG"]
+    return json.loads(values[0]) if values else None
+
+
+async def test_a_ps_lost_while_workers_are_zero_comes_back_distributed(operator: Operator, kubectl) -> None:
+    """A dynamic job is distributed whatever its Worker count: 1 PS + 2 workers scaled to 0, then the PS
+    pod is deleted and re-created while the job has one replica in total. Upstream's rule ("distributed
+    = more than one replica") would give the new PS no TF_CONFIG, and the workers scaled back up would
+    have no PS to join. Every pod, the new PS and the new workers, carries its sparse TF_CONFIG."""
+    await create_and_wait_running(operator, tfjob("elastic", workers=2, ps=1), running=3)
+    await set_workers(operator, "elastic", 0)
+
+    async def only_the_ps() -> bool:
+        return names(await operator.pods("elastic")) == ["elastic-ps-0"]
+
+    await eventually(only_the_ps, what="both workers removed, the PS left")
+    old_ps = uids(await operator.pods("elastic"))["elastic-ps-0"]
+    rc, _, err = await kubectl("delete", "pod", "elastic-ps-0", "--wait=false")
+    assert rc == 0, err
+
+    async def ps_back() -> bool:
+        pods = running_pods(await operator.pods("elastic"))
+        return names(pods) == ["elastic-ps-0"] and pods[0]["metadata"]["uid"] != old_ps
+
+    await eventually(ps_back, what="the PS re-created and running while Worker replicas are 0")
+    await set_workers(operator, "elastic", 2)
+
+    async def all_back() -> list[dict]:
+        pods = running_pods(await operator.pods("elastic"))
+        assert names(pods) == ["elastic-ps-0", "elastic-worker-0", "elastic-worker-1"]
+        return pods
+
+    pods = await eventually(all_back, what="two workers back beside the new PS")
+    ps = ["elastic-ps-0.default.svc:2222"]
+    assert {p["metadata"]["name"]: tf_config(p) for p in pods} == {
+        "elastic-ps-0": {"cluster": {"worker": {}, "ps": ps}, "task": {"type": "ps", "index": 0}},
+        **{
+            f"elastic-worker-{i}": {
+                "cluster": {"worker": {str(i): f"elastic-worker-{i}.default.svc:2222"}, "ps": ps},
+                "task": {"type": "worker", "index": i},
+            }
+            for i in (0, 1)
+        },
+    }
+    assert uids(pods)["elastic-ps-0"] != old_ps
+    assert condition(await operator.job("elastic"), "Failed") is None

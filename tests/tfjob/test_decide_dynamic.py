@@ -99,7 +99,7 @@ def test_deleted_worker_is_replaced_at_once_and_a_repeat_backs_off():
             "retryAfter": ts(210),
         }
     }
-    assert_converged(cluster, at(205)).requeue_after == 5.0  # a controller restart changes nothing
+    assert assert_converged(cluster, at(205)).requeue_after == 5.0  # a controller restart changes nothing
     replaced = cluster.step(at(210))
     assert created_pod_names(replaced) == [W1]
     assert workers_status(cluster)["1"]["state"] == "Replaced"
@@ -417,6 +417,57 @@ def test_scale_to_zero_without_a_chief_idles_instead_of_succeeding():
     for name in ("test-tfjob-worker-0", "test-tfjob-worker-1"):
         cluster.remove_pod(name)
     assert created_pod_names(cluster.step(at(20))) == ["test-tfjob-worker-0", "test-tfjob-worker-1"]
+
+
+def tf_configs_of(decision) -> dict[str, dict | None]:
+    """Created pod name -> its parsed TF_CONFIG (None when it has none)."""
+    configs: dict[str, dict | None] = {}
+    for action in actions_of(decision, CreatePod):
+        env = action.pod["spec"]["containers"][0].get("env") or []
+        values = [e["value"] for e in env if e["name"] == "TF_CONFIG"]
+        configs[action.pod["metadata"]["name"]] = json.loads(values[0]) if values else None
+    return configs
+
+
+PS0 = "test-tfjob-ps-0.default.svc:2222"
+
+
+@pytest.mark.parametrize("restart_policy", ["OnFailure", "ExitCode"])
+def test_a_ps_recreated_while_workers_are_zero_keeps_its_tf_config(restart_policy):
+    # 1 PS + 2 workers scaled to 0; the PS pod is then lost (deleted, node gone): the job has one
+    # replica in total when the PS is re-created, and it must still get its TF_CONFIG, or the
+    # workers scaled back up would have a PS that cannot join them.
+    cluster = running_cluster(workers=2, restart_policy=restart_policy)
+    cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 0
+    cluster.step(at(10))
+    for name in ("test-tfjob-worker-0", "test-tfjob-worker-1"):
+        cluster.remove_pod(name)
+    assert_converged(cluster, at(11))
+    cluster.remove_pod("test-tfjob-ps-0")
+    ps_back = cluster.step(at(12))
+    assert tf_configs_of(ps_back) == {
+        "test-tfjob-ps-0": {"cluster": {"worker": {}, "ps": [PS0]}, "task": {"type": "ps", "index": 0}}
+    }
+    cluster.run_all(started_at=ts(13))
+    cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
+    workers_back = cluster.step(at(14))
+    assert tf_configs_of(workers_back) == {
+        f"test-tfjob-worker-{i}": {
+            "cluster": {"worker": {str(i): f"test-tfjob-worker-{i}.default.svc:2222"}, "ps": [PS0]},
+            "task": {"type": "worker", "index": i},
+        }
+        for i in (0, 1)
+    }
+
+
+def test_a_dynamic_job_created_with_one_replica_gives_it_a_tf_config():
+    cluster = Cluster(make_job(worker=1, dynamic=True))
+    assert tf_configs_of(cluster.step(NOW)) == {
+        "test-tfjob-worker-0": {
+            "cluster": {"worker": {"0": "test-tfjob-worker-0.default.svc:2222"}, "ps": []},
+            "task": {"type": "worker", "index": 0},
+        }
+    }
 
 
 def test_scaled_down_succeeded_workers_do_not_inflate_succeeded():

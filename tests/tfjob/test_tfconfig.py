@@ -184,8 +184,51 @@ def test_sparse_without_ps_is_an_empty_list_not_null():
     )
 
 
-def test_sparse_single_worker_is_not_distributed():
-    assert tfconfig.tf_config(defaulted(make_job(worker=1, dynamic=True)), "Worker", 0) is None
+# Distribution of a dynamic job is a property of the job, not of today's replica counts: a pod created
+# while the job has one replica in total (a PS re-created while Worker replicas are 0, a lone worker
+# before a scale-up) gets its sparse TF_CONFIG like every other. Non-dynamic jobs keep upstream's rule.
+@pytest.mark.parametrize(
+    ("kwargs", "dynamic", "distributed"),
+    [
+        ({"worker": 1}, True, True),
+        ({"worker": 1}, False, False),
+        ({"worker": 1}, None, False),
+        ({"ps": 1, "worker": 0}, True, True),
+        ({"ps": 1, "worker": 0}, False, False),
+        ({"chief": 1, "worker": 0}, True, True),
+        ({"chief": 1, "worker": 0}, False, False),
+        ({"worker": 0}, True, True),
+        ({"worker": 0}, False, True),
+        ({"ps": 1, "worker": 2}, True, True),
+        ({"ps": 1, "worker": 2}, False, True),
+    ],
+)
+def test_a_dynamic_job_is_always_distributed(kwargs, dynamic, distributed):
+    job = defaulted(make_job("x", "ns", dynamic=dynamic, **kwargs))
+    assert tfconfig.is_distributed(job) is distributed
+    for replica_type, spec in job["spec"]["tfReplicaSpecs"].items():
+        for index in range(spec["replicas"]):
+            value = tfconfig.tf_config(job, replica_type, index)
+            if not distributed:
+                assert value is None
+            elif dynamic:
+                assert value == tfconfig.sparse_tf_config(job, replica_type, index)
+            else:
+                assert value == tfconfig.dense_tf_config(job, replica_type, index)
+
+
+def test_the_ps_of_a_dynamic_job_scaled_to_zero_workers_gets_its_sparse_tf_config():
+    job = defaulted(make_job("x", "ns", ps=1, worker=0, dynamic=True))
+    pod = build_pod(job, "PS", 0)
+    assert tf_config_env(pod) == [
+        '{"cluster":{"worker":{},"ps":["x-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}}'
+    ]
+
+
+def test_a_lone_dynamic_worker_gets_its_sparse_tf_config():
+    assert tfconfig.tf_config(defaulted(make_job("x", "ns", worker=1, dynamic=True)), "Worker", 0) == (
+        '{"cluster":{"worker":{"0":"x-worker-0.ns.svc:2222"},"ps":[]},"task":{"type":"worker","index":0}}'
+    )
 
 
 def test_go_html_escaping():
