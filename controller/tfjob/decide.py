@@ -23,7 +23,8 @@ The pass, in order (reference §4.3 with the fixes recorded in docs/tfjob-compat
 validation -> defaulting (in memory) -> ``Created`` condition -> finished jobs: cleanup / TTL ->
 suspended jobs: delete everything -> resume -> startTime -> backoff limit / active deadline ->
 gang scheduling (when on): create/update the PodGroup, no pods until Volcano admitted it ->
-per replica type: scale-down, restarts or worker failovers, creations, services -> conditions
+per replica type: scale-down, restarts or worker failovers (the Worker state machine of a
+dynamic job is dynamic.py), creations, services -> conditions
 (success / failure / running / restarting) -> if the job just finished: cleanup and TTL in the
 same pass.
 """
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,10 +54,12 @@ from .actions import (
     MetricInc,
     UpdatePodGroup,
 )
-from .conditions import FALSE, TRUE, find, format_epoch, format_time, is_finished, is_true, parse_time, set_condition
+from .conditions import FALSE, TRUE, find, format_time, is_finished, is_true, parse_time, set_condition
 from .conditions import sanitize as sanitize_conditions
 from .defaults import defaulted
+from .dynamic import DynamicWorkers, WorkerRecord, dynamic_status, parse_worker_records
 from .jsoncopy import json_copy
+from .outputs import Counts, Outputs
 from .validation import summarize, validate, validate_pod_count
 
 
@@ -68,7 +71,7 @@ class DecideConfig:
     TF_CONFIG); ``controller_name`` the value of the operator-name label. The failover timings:
     a worker's first failover is replaced as soon as its old pod is gone; repeat failovers of the
     same index back off 10 s doubling to a 5 min cap; the history resets after 10 min of running
-    (see :func:`failover_delay`); tests may shrink them.
+    (see :func:`controller.tfjob.dynamic.failover_delay`); tests may shrink them.
     ``max_creations`` bounds one decision's creations, pods and services together (the rest follow
     on the next pass, triggered by the creations' watch events), so a huge job cannot produce a
     huge decision: its status is written after every pass and keeps up while the job is built, and
@@ -95,100 +98,6 @@ class DecideConfig:
         ganglib.gang_of(self.gang_scheduler)  # an unknown name fails here, never inside decide()
 
 
-# --- dynamic-worker state persisted in status.dynamicWorkers ---------------------------------------
-_WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
-
-
-@dataclass(frozen=True)
-class WorkerRecord:
-    """What we remember about one worker index (only indices with something to remember).
-
-    ``state``: Replacing (the pod is going or gone; the replacement is created once it is gone, and
-    not before ``retry_after`` when a repeat failover backs off),
-    Replaced (the replacement exists; the record lives on until it has run ``reset_after``),
-    Failed (failed by its own exit, not retried; the failed pod is kept). ``pod_uid`` is the uid of
-    the pod the record is about (the failed/disrupted one), so a stale cache never counts the same
-    failure twice.
-    """
-
-    state: str
-    failovers: int = 0
-    last_failover_time: str | None = None
-    last_reason: str | None = None
-    retry_after: str | None = None
-    pod_uid: str | None = None
-    exit_code: int | None = None
-
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state, "failovers": self.failovers}
-        for key, value in (
-            ("lastFailoverTime", self.last_failover_time),
-            ("lastReason", self.last_reason),
-            ("retryAfter", self.retry_after),
-            ("podUID", self.pod_uid),
-            ("exitCode", self.exit_code),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
-
-    @staticmethod
-    def from_status(raw: Any) -> WorkerRecord | None:
-        if not isinstance(raw, dict) or raw.get("state") not in _WORKER_STATES:
-            return None
-
-        def text(key: str) -> str | None:
-            value = raw.get(key)
-            return value if isinstance(value, str) else None
-
-        failovers = raw.get("failovers")
-        code = raw.get("exitCode")
-        return WorkerRecord(
-            state=raw["state"],
-            failovers=failovers
-            if isinstance(failovers, int) and not isinstance(failovers, bool) and failovers > 0
-            else 0,
-            last_failover_time=text("lastFailoverTime"),
-            last_reason=text("lastReason"),
-            retry_after=text("retryAfter"),
-            pod_uid=text("podUID"),
-            exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-        )
-
-
-def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
-    """The records of ``status.dynamicWorkers.workers``, malformed entries dropped."""
-    dynamic = status.get(api.STATUS_DYNAMIC_WORKERS) if isinstance(status, dict) else None
-    workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
-    records: dict[int, WorkerRecord] = {}
-    if not isinstance(workers, dict):
-        return records
-    for key, raw in workers.items():
-        if not isinstance(key, str) or not key.isascii() or not key.isdigit() or len(key) > 9:
-            continue
-        record = WorkerRecord.from_status(raw)
-        if record is not None:
-            records[int(key)] = record
-    return records
-
-
-def _dynamic_status(records: dict[int, WorkerRecord]) -> dict[str, Any]:
-    return {"workers": {str(i): records[i].to_status() for i in sorted(records)}}
-
-
-def failover_delay(failovers: int, config: DecideConfig) -> float:
-    """Back-off before the replacement of the ``failovers``-th consecutive failover of one index.
-
-    The first is replaced as soon as its old pod is gone (0 s): a deleted, evicted or OOM-killed
-    worker is an incident, not a crash loop, and every second of delay is a second its job trains
-    short-handed. Repeats wait ``base * 2^(n-2)`` capped at ``cap`` (10 s, 20 s, ... 5 min), as
-    kubelet's crash-loop back-off does for a container that keeps failing."""
-    if failovers <= 1:
-        return 0.0
-    exponent = min(failovers - 2, 40)
-    return min(config.failover_backoff_base * (2**exponent), config.failover_backoff_cap)
-
-
 def worker0_completed(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Upstream's IsWorker0Completed on a defaulted job: slot 0 of the Worker type holds exactly
     one pod, Succeeded, whose ``tensorflow`` container exited 0. True if there is no Worker spec."""
@@ -199,39 +108,6 @@ def worker0_completed(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         return False
     pod = slot0[0]
     return podlib.phase(pod) == api.POD_SUCCEEDED and podlib.exit_code_or_missing(pod) == 0
-
-
-# --- per-pass bookkeeping ----------------------------------------------------------------------------
-@dataclass
-class _Counts:
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    permanent_failed: int = 0  # counted failures that no restart will repair
-
-    def to_status(self, selector: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.active:
-            out["active"] = self.active
-        if self.succeeded:
-            out["succeeded"] = self.succeeded
-        if self.failed:
-            out["failed"] = self.failed
-        out["selector"] = selector
-        return out
-
-
-@dataclass
-class _Outputs:
-    """What one replica type's reconcile produced. If the job finishes in the same pass only the
-    scale-down deletions and the ExitedWithCode facts survive; the rest is discarded."""
-
-    scale_down: list[Action] = field(default_factory=list)
-    deletions: list[Action] = field(default_factory=list)
-    creations: list[Action] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    metrics: list[MetricInc] = field(default_factory=list)
-    facts: list[Event] = field(default_factory=list)  # ExitedWithCode: kept even if the job finishes
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -484,7 +360,7 @@ class _Pass:
     def _selector(self, replica_type: str) -> str:
         return podlib.type_selector(self.name, replica_type, self.config.controller_name)
 
-    def _replica_statuses(self, counts: dict[str, _Counts] | None = None) -> dict[str, Any]:
+    def _replica_statuses(self, counts: dict[str, Counts] | None = None) -> dict[str, Any]:
         """replicaStatuses: fresh counts for spec types if given, else the old entries carried over;
         entries of types no longer in the spec are kept as upstream does; selector always filled."""
         result = json_copy(self.old_replica_statuses)
@@ -502,7 +378,7 @@ class _Pass:
         status = self._base_status()
         status["replicaStatuses"] = replica_statuses
         if self.dynamic:
-            status[api.STATUS_DYNAMIC_WORKERS] = _dynamic_status(records if records is not None else self.records)
+            status[api.STATUS_DYNAMIC_WORKERS] = dynamic_status(records if records is not None else self.records)
         else:
             status.pop(api.STATUS_DYNAMIC_WORKERS, None)
         return status
@@ -706,13 +582,19 @@ class _Pass:
         self.new_records: dict[int, WorkerRecord] = {}
         self.pods_created: set[tuple[str, int]] = set()
         self.pod_failure: tuple[str, str] | None = None  # (replica type, message): ExitCode 1-127
-        counts: dict[str, _Counts] = {}
-        outputs: list[_Outputs] = []
+        counts: dict[str, Counts] = {}
+        outputs: list[Outputs] = []
         for replica_type in self.types:
-            out = _Outputs()
+            out = Outputs()
             self._scale_down(replica_type, out)
             if self.dynamic and replica_type == api.WORKER:
-                counts[replica_type] = self._reconcile_dynamic_workers(out)
+                counts[replica_type] = self._dynamic_workers().reconcile(
+                    range(self._replicas(api.WORKER)),
+                    self.pod_slots[api.WORKER],
+                    self.service_slots[api.WORKER],
+                    self.specs[api.WORKER]["restartPolicy"],
+                    out,
+                )
             else:
                 counts[replica_type] = self._reconcile_replicas(replica_type, out)
             self._reconcile_services(replica_type, out)
@@ -752,7 +634,22 @@ class _Pass:
         self.events.extend(condition_events)
         return self._decision(self._status(replica_statuses, self.new_records))
 
-    def _scale_down(self, replica_type: str, out: _Outputs) -> None:
+    def _dynamic_workers(self) -> DynamicWorkers:
+        """The Worker state machine of this pass (dynamic.py), writing into ``new_records``."""
+        return DynamicWorkers(
+            job_name=self.name,
+            namespace=self.namespace,
+            records=self.records,
+            now_ts=self.now_ts,
+            now_str=self.now_str,
+            timings=self.config,
+            create=lambda index, out: self._create(api.WORKER, index, out),
+            timer=self._timer,
+            exited_fact=self._exited_fact,
+            new_records=self.new_records,
+        )
+
+    def _scale_down(self, replica_type: str, out: Outputs) -> None:
         """Delete the pods and services of indices >= replicas, highest index first (every type,
         as upstream). Terminating objects are not deleted again. Dynamic workers leave with an
         event and a metric; for other types the leaving pods still count (see the counting)."""
@@ -790,7 +687,7 @@ class _Pass:
         self.creations_left -= 1
         return True
 
-    def _create(self, replica_type: str, index: int, out: _Outputs) -> bool:
+    def _create(self, replica_type: str, index: int, out: Outputs) -> bool:
         if not self._take_creation():
             return False
         if self.tf_configs is None:
@@ -820,7 +717,7 @@ class _Pass:
             )
         return True
 
-    def _exited_fact(self, pod: dict[str, Any], out: _Outputs) -> None:
+    def _exited_fact(self, pod: dict[str, Any], out: Outputs) -> None:
         code = podlib.exit_code(pod)
         if code is not None:
             out.facts.append(
@@ -842,7 +739,7 @@ class _Pass:
             return podlib.is_retryable_exit_code(podlib.exit_code_or_missing(pod))
         return False
 
-    def _reconcile_replicas(self, replica_type: str, out: _Outputs) -> _Counts:
+    def _reconcile_replicas(self, replica_type: str, out: Outputs) -> Counts:
         """Pods of one type with upstream's semantics (every type of a non-dynamic job, and the
         non-Worker types of a dynamic one): create missing indices, restart failed pods as the
         restart policy allows, fail the job on a non-retryable exit code, count the rest."""
@@ -850,7 +747,7 @@ class _Pass:
         policy = self.specs[replica_type]["restartPolicy"]
         slots = self.pod_slots[replica_type]
         services = self.service_slots[replica_type]
-        counts = _Counts()
+        counts = Counts()
         for index in range(replicas):
             if not slots.get(index) and not self._create(replica_type, index, out):
                 break
@@ -898,7 +795,7 @@ class _Pass:
                     counts.permanent_failed += 1
         return counts
 
-    def _reconcile_services(self, replica_type: str, out: _Outputs) -> None:
+    def _reconcile_services(self, replica_type: str, out: Outputs) -> None:
         """Create the headless service of every index < replicas that lacks one (never beyond:
         fix for quirk Q6), unless the slot is waiting for its old pod to go."""
         slots = self.service_slots[replica_type]
@@ -926,180 +823,8 @@ class _Pass:
             record is not None and record.state == api.WORKER_STATE_REPLACING
         )
 
-    # --- dynamic workers -------------------------------------------------------------------------
-    def _reconcile_dynamic_workers(self, out: _Outputs) -> _Counts:
-        """Workers of a dynamic job: replaced on disruption or retryable exit (with a per-index
-        back-off), kept failed under a restart policy that forbids a retry, never failing the job."""
-        policy = self.specs[api.WORKER]["restartPolicy"]
-        slots = self.pod_slots[api.WORKER]
-        service_slots = self.service_slots[api.WORKER]
-        counts = _Counts()
-        for index in range(self._replicas(api.WORKER)):
-            slot = slots.get(index, [])
-            if len(slot) > 1:
-                if index in self.records:
-                    self.new_records[index] = self.records[index]
-                continue  # duplicates: neither counted nor touched, as upstream
-            record = self.records.get(index)
-            pod = slot[0] if slot else None
-            if pod is None:
-                record = self._worker_missing(index, record, bool(service_slots.get(index)), out)
-            elif podlib.is_terminating(pod):
-                record = self._worker_terminating(index, record, pod, bool(service_slots.get(index)), out)
-            else:
-                record = self._worker_present(index, record, pod, policy, counts, out)
-            if record is not None:
-                self.new_records[index] = record
-        return counts
-
-    def _failover(
-        self,
-        index: int,
-        record: WorkerRecord | None,
-        reason: str,
-        description: str,
-        pod: dict[str, Any] | None,
-        out: _Outputs,
-    ) -> WorkerRecord:
-        """Record a new failover of worker ``index`` (event, metric, back-off)."""
-        failovers = record.failovers if record is not None else 0
-        if pod is not None:
-            ran = podlib.run_seconds(pod, self.now_ts)
-            if ran is not None and ran >= self.config.failover_reset_after:
-                failovers = 0  # it had run long enough: this is a fresh failure, not a crash loop
-        failovers += 1
-        delay = failover_delay(failovers, self.config)
-        retry_after: str | None = None
-        when = "as soon as it is gone"
-        if delay > 0:
-            retry_at = math.ceil(self.now_ts + delay)
-            self._timer(retry_at - self.now_ts)
-            retry_after = format_epoch(retry_at)
-            when = f"after a {delay:g}s back-off"
-        pod_name = tfconfig.general_name(self.name, api.WORKER, index)
-        out.events.append(
-            Event(
-                api.EVENT_WARNING,
-                api.EV_WORKER_FAILOVER,
-                f"Worker {pod_name} (index {index}) {description} ({reason}): replacing it {when} (failover {failovers})",
-            )
-        )
-        out.metrics.append(
-            MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", self.namespace), ("reason", reason)))
-        )
-        return WorkerRecord(
-            state=api.WORKER_STATE_REPLACING,
-            failovers=failovers,
-            last_failover_time=self.now_str,
-            last_reason=reason,
-            retry_after=retry_after,
-            pod_uid=podlib.uid(pod) if pod is not None else None,
-            exit_code=podlib.exit_code(pod) if pod is not None else None,
-        )
-
-    def _worker_missing(
-        self, index: int, record: WorkerRecord | None, has_service: bool, out: _Outputs
-    ) -> WorkerRecord | None:
-        if record is None or record.state != api.WORKER_STATE_REPLACING:
-            vanished = has_service or record is not None
-            if not vanished:
-                self._create(api.WORKER, index, out)  # a fresh slot: first pod of this index
-                return None
-            record = self._failover(index, record, api.FAILOVER_DELETED, "was deleted", None, out)
-        due = parse_time(record.retry_after)
-        if due is not None and self.now_ts < due:
-            self._timer(due - self.now_ts)
-            return record
-        if self._create(api.WORKER, index, out):
-            return replace(record, state=api.WORKER_STATE_REPLACED, retry_after=None, pod_uid=None)
-        return record
-
-    def _worker_terminating(
-        self, index: int, record: WorkerRecord | None, pod: dict[str, Any], has_service: bool, out: _Outputs
-    ) -> WorkerRecord | None:
-        # Terminating workers are "leaving": never counted as failed (fix for quirk Q7).
-        if record is not None and record.state == api.WORKER_STATE_REPLACING and record.pod_uid == podlib.uid(pod):
-            return record  # our own failover deletion in progress
-        if record is None and not has_service:
-            return None  # removed by us (scale-down, suspend): a fresh pod follows once it is gone
-        reason = podlib.disruption(pod) or api.FAILOVER_DELETED
-        return self._failover(index, record, reason, _DESCRIPTIONS[reason], pod, out)
-
-    def _worker_present(
-        self,
-        index: int,
-        record: WorkerRecord | None,
-        pod: dict[str, Any],
-        policy: str,
-        counts: _Counts,
-        out: _Outputs,
-    ) -> WorkerRecord | None:
-        current_phase = podlib.phase(pod)
-        pod_uid = podlib.uid(pod)
-        if current_phase == api.POD_SUCCEEDED:
-            counts.succeeded += 1
-            return None  # done; its failover history no longer matters
-        ours = record is not None and record.pod_uid == pod_uid
-        if ours and record.state == api.WORKER_STATE_REPLACING:
-            # We decided to replace this pod but the deletion is not visible yet: delete again
-            # (the executor's expectations make a repeated delete harmless).
-            out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
-            return record
-        disruption = podlib.disruption(pod)
-        if ours and record.state == api.WORKER_STATE_FAILED and disruption is None:
-            counts.failed += 1
-            counts.permanent_failed += 1
-            return record
-        if disruption is not None:
-            out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
-            self._exited_fact(pod, out)
-            return self._failover(index, record, disruption, _DESCRIPTIONS[disruption], pod, out)
-        if current_phase == api.POD_FAILED:
-            code = podlib.exit_code_or_missing(pod)
-            retry = policy in (api.RESTART_ALWAYS, api.RESTART_ON_FAILURE) or (
-                policy == api.RESTART_EXIT_CODE and podlib.is_retryable_exit_code(code)
-            )
-            self._exited_fact(pod, out)
-            reason = podlib.exit_failure_reason(pod)
-            if retry:
-                out.deletions.append(DeletePod(podlib.name(pod) or "", pod_uid, api.DELETE_FAILOVER))
-                return self._failover(index, record, reason, _exit_text(pod), pod, out)
-            counts.failed += 1
-            counts.permanent_failed += 1
-            exit_text = _exit_text(pod)
-            out.events.append(
-                Event(
-                    api.EVENT_WARNING,
-                    api.EV_WORKER_FAILED,
-                    f"Worker {podlib.name(pod)} (index {index}) {exit_text} and restartPolicy {policy} "
-                    "does not retry it: the job continues without it",
-                )
-            )
-            return WorkerRecord(
-                state=api.WORKER_STATE_FAILED,
-                failovers=record.failovers if record is not None else 0,
-                last_failover_time=record.last_failover_time if record is not None else None,
-                last_reason=reason,
-                pod_uid=pod_uid,
-                exit_code=podlib.exit_code(pod),
-            )
-        # Pending or Running, healthy.
-        if current_phase == api.POD_RUNNING:
-            counts.active += 1
-        if record is None:
-            return None
-        if record.state != api.WORKER_STATE_REPLACED:
-            record = replace(record, state=api.WORKER_STATE_REPLACED, retry_after=None, pod_uid=None)
-        if current_phase == api.POD_RUNNING:
-            ran = podlib.run_seconds(pod, self.now_ts)
-            if ran is not None:
-                if ran >= self.config.failover_reset_after:
-                    return None  # ran long enough: forget the crash-loop history
-                self._timer(self.config.failover_reset_after - ran)
-        return record
-
     # --- conditions (UpdateJobStatus) ----------------------------------------------------------
-    def _update_conditions(self, counts: dict[str, _Counts]) -> bool:
+    def _update_conditions(self, counts: dict[str, Counts]) -> bool:
         """Set Running/Restarting/Succeeded/Failed from this pass's counts; True if now finished.
 
         Upstream's rules (reference §2.6-§2.8) with fixes: the first terminal outcome in type order
@@ -1169,7 +894,7 @@ class _Pass:
             self.metrics.append(MetricInc(api.METRIC_JOBS_FAILED, self._job_labels()))
         return is_finished(self.conditions)
 
-    def _workers_succeeded(self, c: _Counts, replicas: int, success_policy: str) -> bool:
+    def _workers_succeeded(self, c: Counts, replicas: int, success_policy: str) -> bool:
         worker0 = success_policy != api.SUCCESS_ALL_WORKERS and worker0_completed(
             self.job, [p for slot in self.pod_slots[api.WORKER].values() for p in slot]
         )
@@ -1180,24 +905,6 @@ class _Pass:
         if c.succeeded == 0:
             return False
         return replicas - c.succeeded - c.permanent_failed <= 0 or worker0
-
-
-_DESCRIPTIONS = {
-    api.FAILOVER_DELETED: "was deleted",
-    api.FAILOVER_EVICTED: "was evicted",
-    api.FAILOVER_PREEMPTED: "was preempted",
-    api.FAILOVER_NODE_LOST: "was lost with its node",
-    api.FAILOVER_DISRUPTED: "was disrupted",
-}
-
-
-def _exit_text(pod: dict[str, Any]) -> str:
-    code = podlib.exit_code(pod)
-    if code is None:
-        return "failed without an exit code"
-    if podlib.exit_failure_reason(pod) == api.FAILOVER_OOM_KILLED:
-        return f"was OOM-killed (exit code {code})"
-    return f"exited with code {code}"
 
 
 def _move_active_to_succeeded(replica_statuses: dict[str, Any]) -> None:

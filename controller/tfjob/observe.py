@@ -36,7 +36,7 @@ from controller.runtime.informer import Informer
 from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.conditions import find, is_true, parse_time, sanitize
-from controller.tfjob.decide import parse_worker_records
+from controller.tfjob.dynamic import parse_worker_records
 from controller.tfjob.metrics import TFJobMetrics
 
 Obj = dict[str, Any]

@@ -370,3 +370,30 @@ def assert_converged(cluster: Cluster, now: datetime = NOW) -> Decision:
     assert decision.metrics == (), decision.metrics
     assert decision.status == cluster.job["status"]
     return decision
+
+
+# --- dynamic-worker jobs -------------------------------------------------------------------------------
+def running_cluster(workers: int = 3, restart_policy: str | None = None, **kwargs: Any) -> Cluster:
+    """A dynamic job whose pods all run (workers + 1 PS unless ps=None given), converged at t=1."""
+    kwargs.setdefault("ps", 1)
+    cluster = Cluster(make_job(worker=workers, dynamic=True, restart_policy=restart_policy, **kwargs))
+    cluster.step(NOW)
+    cluster.run_all(started_at=ts())
+    decision = cluster.step(at(1))
+    assert ("Running", "True") in condition_types(decision.status)
+    assert_converged(cluster, at(1))
+    return cluster
+
+
+def workers_status(cluster: Cluster) -> dict[str, Any]:
+    return cluster.job["status"]["dynamicWorkers"]["workers"]
+
+
+def assert_still_running(status: dict[str, Any]) -> None:
+    types = condition_types(status)
+    assert types[-1] == ("Running", "True"), types  # no flap to Restarting, never Failed
+    assert not any(t in ("Failed", "Restarting") for t, _ in types)
+
+
+def failover_events(decision: Decision) -> list[Any]:
+    return [e for e in decision.events if e.reason == "WorkerFailover"]
