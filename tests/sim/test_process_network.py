@@ -12,8 +12,10 @@ namespaces the network creates.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +34,7 @@ from tfjob_sim.process.network import (
     PodNetworkError,
     PodNetworkUnavailable,
     Sandbox,
+    _Addresses,
     hosts_file,
     resolv_conf,
 )
@@ -422,6 +425,52 @@ async def test_a_pod_resolves_headless_services_to_ready_pod_ips(network: PodNet
     assert (await asyncio.wait_for(server.communicate(), 30))[0].decode().strip() == client.ip
 
 
+async def test_many_pods_at_once_and_an_answer_too_big_for_udp(network: PodNetwork, store: Store) -> None:
+    """40 sandboxes created concurrently get distinct addresses; a Service over all of them answers more
+    than fits a UDP reply, so the pod's resolver gets a truncated answer and asks again over TCP."""
+    sandboxes = await asyncio.gather(*(network.create_sandbox("default", f"m{i}", f"{i:08x}-m") for i in range(40)))
+    assert len({sb.ip for sb in sandboxes}) == 40 and len({sb.netns for sb in sandboxes}) == 40
+    add_service(store, "default", "many", {"app": "m"}, clusterIP="None")
+    for i, sb in enumerate(sandboxes):
+        add_pod(store, "default", f"m{i}", {"app": "m"}, sb.ip, ready=True)
+    assert network.dns is not None and network.dns.tcp_queries == 0
+    got = await resolve_in_pod(sandboxes[0], "many")
+    assert sorted(got["many"]) == sorted(sb.ip for sb in sandboxes)
+    assert network.dns.tcp_queries > 0
+
+
+def test_addresses_skip_the_bridge_and_dot_0_and_255_and_reuse_last() -> None:
+    addresses = _Addresses(ipaddress.IPv4Network("10.1.0.0/29"))
+    assert str(addresses.gateway) == "10.1.0.1"
+    handed = [addresses.allocate() for _ in range(5)]
+    assert handed == ["10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.0.5", "10.1.0.6"]
+    with pytest.raises(PodNetworkError, match="10.1.0.0/29 has no free address"):
+        addresses.allocate()
+    addresses.release("10.1.0.4")
+    addresses.release("10.1.0.2")
+    assert [addresses.allocate(), addresses.allocate()] == ["10.1.0.4", "10.1.0.2"]
+    wide = _Addresses(ipaddress.IPv4Network("10.244.0.0/16"))
+    first = [wide.allocate() for _ in range(256)]
+    assert first[0] == "10.244.0.2" and "10.244.0.255" not in first and "10.244.1.0" not in first
+    assert first[253:] == ["10.244.1.1", "10.244.1.2", "10.244.1.3"]
+    wide.release("10.244.0.2")
+    assert wide.allocate() == "10.244.1.4"  # fresh ones first
+
+
+@pytest.mark.parametrize(
+    ("cidr", "domain", "message"),
+    [
+        ("10.244.0.0/33", "cluster.local", "pod CIDR '10.244.0.0/33' is not an IPv4 network"),
+        ("10.244.0.1/16", "cluster.local", "pod CIDR '10.244.0.1/16' is not an IPv4 network"),
+        ("10.244.0.0/30", "cluster.local", "pod CIDR '10.244.0.0/30' is too small"),
+        ("10.244.0.0/16", ".", "cluster domain must not be empty"),
+    ],
+)
+def test_bad_configuration_is_refused_in_one_line(store: Store, cidr: str, domain: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PodNetwork(store=store, pod_cidr=cidr, cluster_domain=domain)
+
+
 # ---------------------------------------------------------------- cluster DNS answers (no root needed)
 
 
@@ -536,7 +585,7 @@ async def test_dns_serves_udp_and_tcp(store: Store) -> None:
     finally:
         await dns.close()
         await dns.close()
-    assert dns.queries == 3
+    assert (dns.queries, dns.tcp_queries) == (3, 2)
 
 
 def test_pod_files_format() -> None:

@@ -112,6 +112,7 @@ class ClusterDNS:
         self._tcp: asyncio.Server | None = None
         self._tcp_clients: set[asyncio.Task] = set()
         self.queries = 0  # answered queries (UDP and TCP), for tests and debugging
+        self.tcp_queries = 0  # of which over TCP
 
     # ------------------------------------------------------------------ serving
 
@@ -146,7 +147,8 @@ class ClusterDNS:
                     header = await reader.readexactly(2)
                     (length,) = struct.unpack("!H", header)
                     data = await reader.readexactly(length)
-                reply = self.answer(data, limit=65535)
+                self.tcp_queries += 1
+                reply = self.safe_answer(data, limit=65535)
                 if reply is None:
                     return
                 writer.write(struct.pack("!H", len(reply)) + reply)
@@ -158,6 +160,14 @@ class ClusterDNS:
             writer.close()
 
     # ------------------------------------------------------------------ protocol
+
+    def safe_answer(self, data: bytes, limit: int = _UDP_LIMIT) -> bytes | None:
+        """answer(), but a bug in it is logged and answered SERVFAIL: the server keeps serving."""
+        try:
+            return self.answer(data, limit)
+        except Exception:
+            log.exception("cluster DNS failed to answer a query")
+            return DNSRecord(DNSHeader(id=struct.unpack("!H", data[:2])[0], qr=1, rcode=RCODE.SERVFAIL)).pack()
 
     def answer(self, data: bytes, limit: int = _UDP_LIMIT) -> bytes | None:
         """The packed reply to one query packet, at most ``limit`` bytes (else truncated, TC set)."""
@@ -342,11 +352,7 @@ class _UDPProtocol(asyncio.DatagramProtocol):
         self._transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        try:
-            reply = self._server.answer(data)
-        except Exception:  # a bug must not stop the server: log it, answer SERVFAIL, keep serving
-            log.exception("cluster DNS failed to answer a query", client=addr[0])
-            reply = DNSRecord(DNSHeader(id=struct.unpack("!H", data[:2])[0], qr=1, rcode=RCODE.SERVFAIL)).pack()
+        reply = self._server.safe_answer(data)
         if reply is not None and self._transport is not None:
             self._transport.sendto(reply, addr)
 

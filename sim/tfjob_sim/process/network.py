@@ -188,7 +188,9 @@ def hosts_file(ip: str, hostname: str, fqdn: str | None) -> str:
 
 
 class PodNetwork:
-    """The pod network of one simulated node (see the module docstring). Use from one event loop."""
+    """The pod network of one simulator, shared by all its simulated nodes (see the module docstring).
+
+    Use it from the event loop that owns the store: the DNS server reads the store on that loop."""
 
     def __init__(
         self, *, store: StoreReader, pod_cidr: str = "10.244.0.0/16", cluster_domain: str = "cluster.local"
@@ -234,6 +236,9 @@ class PodNetwork:
         try:
             for error in await asyncio.to_thread(netjanitor.sweep_stale):
                 log.warning("could not remove a dead simulator's pod network leftovers", error=error)
+            # Anything already under this prefix was left by an earlier process with the same pid.
+            for error in await asyncio.to_thread(netjanitor.cleanup, self.prefix):
+                raise PodNetworkError(f"cannot remove an earlier process's leftovers under {self.prefix}: {error}")
             await self._start_janitor()
             await self._ip("netns", "add", self.node_netns_name)
             await self._ip_batch(
