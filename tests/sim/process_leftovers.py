@@ -30,6 +30,11 @@ def _owned(name: str, prefix: str) -> bool:
     return name.startswith(prefix + "-")
 
 
+def _mentions(text: str, prefix: str) -> bool:
+    """Whether ``text`` contains ``prefix`` as a whole name part (tfsim1-1 is not in tfsim1-10)."""
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(prefix)}(?![0-9A-Za-z])", text) is not None
+
+
 def _netns_identities(prefix: str) -> dict[tuple[int, int], str]:
     identities = {}
     for name in _listdir(NETNS_DIR):
@@ -61,7 +66,7 @@ def _processes(prefix: str) -> list[str]:
         netns = identities.get((st.st_dev, st.st_ino))
         if netns is not None:
             found.append(f"process {entry} in netns {netns}: {' '.join(argv)}")
-        elif any(prefix in arg for arg in argv):
+        elif any(_mentions(arg, prefix) for arg in argv):
             found.append(f"process {entry}: {' '.join(argv)}")
     return found
 
@@ -72,7 +77,7 @@ def leftovers(prefix: str) -> list[str]:
         raise ValueError(f"not a simulator prefix: {prefix!r}")
     found = [f"netns {name}" for name in _listdir(NETNS_DIR) if _owned(name, prefix)]
     found += [f"{ETC_NETNS_DIR}/{name}" for name in _listdir(ETC_NETNS_DIR) if _owned(name, prefix)]
-    found += [f"host link {name}" for name in _listdir("/sys/class/net") if prefix in name]
+    found += [f"host link {name}" for name in _listdir("/sys/class/net") if _mentions(name, prefix)]
     found += _processes(prefix)
     return found
 

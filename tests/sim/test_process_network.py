@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 
@@ -437,6 +438,38 @@ async def test_many_pods_at_once_and_an_answer_too_big_for_udp(network: PodNetwo
     got = await resolve_in_pod(sandboxes[0], "many")
     assert sorted(got["many"]) == sorted(sb.ip for sb in sandboxes)
     assert network.dns.tcp_queries > 0
+
+
+async def test_stop_during_creations_and_cancelled_or_concurrent_removals_leave_nothing(store: Store) -> None:
+    net = PodNetwork(store=store)
+    await net.start()
+    try:
+        # A creation cancelled halfway (anyio's cancellation hits every later await too) undoes itself.
+        scope = anyio.CancelScope()
+
+        async def create_in_scope() -> None:
+            with scope:
+                await net.create_sandbox("default", "c", "cccccccc-0")
+
+        creation = asyncio.ensure_future(create_in_scope())
+        await asyncio.sleep(0)  # it runs up to its first `ip` command
+        scope.cancel()
+        await creation
+        assert scope.cancelled_caught
+        assert [x for x in leftovers(net.prefix) if "cccccccc" in x] == []
+        # Two removals at once: both return when it is gone.
+        a = await net.create_sandbox("default", "a", "aaaaaaaa-0")
+        await asyncio.gather(net.remove_sandbox(a), net.remove_sandbox(a))
+        assert [x for x in leftovers(net.prefix) if a.name in x] == []
+        # stop() while ten creations are under way: each finishes or fails with a clear error.
+        creations = [asyncio.ensure_future(net.create_sandbox("default", f"p{i}", f"{i:08x}-p")) for i in range(10)]
+        await asyncio.sleep(0)  # let them start
+    finally:
+        await net.stop()
+    results = await asyncio.gather(*creations, return_exceptions=True)
+    for result in results:
+        assert isinstance(result, PodNetworkError) and "stopped while a pod sandbox was being created" in str(result)
+    assert leftovers(net.prefix) == []
 
 
 def test_addresses_skip_the_bridge_and_dot_0_and_255_and_reuse_last() -> None:

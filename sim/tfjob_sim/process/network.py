@@ -57,6 +57,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import structlog
 
 from tfjob_sim.process import netjanitor
@@ -91,6 +92,7 @@ class Sandbox:
 class _SandboxState:
     sandbox: Sandbox
     veth: str  # the bridge-side end, in the node namespace
+    removal: asyncio.Task[None] | None = None  # the one removal under way; concurrent callers await it
 
 
 class _Addresses:
@@ -216,6 +218,7 @@ class PodNetwork:
         self._sandboxes: dict[str, _SandboxState] = {}
         self._veth_ids = itertools.count(1)
         self._janitor: asyncio.subprocess.Process | None = None
+        self._creating: set[asyncio.Future[None]] = set()  # one per create_sandbox() under way
         self._started = False
         self._stopped = False
 
@@ -268,8 +271,17 @@ class PodNetwork:
         )
 
     async def stop(self) -> None:
-        """Remove every namespace, interface, file and process this network created. Idempotent."""
+        """Remove every namespace, interface, file and process this network created. Idempotent.
+
+        Shielded from cancellation: it is what runs in ``finally`` blocks while the simulator is being
+        cancelled, and stopping halfway would leave namespaces behind."""
+        with anyio.CancelScope(shield=True):
+            await self._stop()
+
+    async def _stop(self) -> None:
         self._stopped = True
+        if self._creating:
+            await asyncio.wait(list(self._creating))
         if self.dns is not None:
             await self.dns.close()
             self.dns = None
@@ -296,31 +308,46 @@ class PodNetwork:
         name = self._sandbox_name(uid)
         ip = self._addresses.allocate()
         veth = f"v{next(self._veth_ids)}"
-        host = (hostname or pod_name)[:63]
+        host = (hostname or pod_name)[:63].rstrip("-.")  # as kubelet shortens a pod name to a hostname
         fqdn = f"{host}.{subdomain}.{namespace}.svc.{self.cluster_domain}" if subdomain else None
         etc_dir = Path(netjanitor.ETC_NETNS_DIR) / name
         sandbox = Sandbox(name=name, ip=ip, netns=os.path.join(netjanitor.NETNS_DIR, name), etc_dir=str(etc_dir))
         self._sandboxes[name] = _SandboxState(sandbox, veth)
+        finished = asyncio.get_running_loop().create_future()
+        self._creating.add(finished)  # stop() waits for it: a namespace added after stop() would leak
         try:
             etc_dir.mkdir(parents=True, exist_ok=False)
             (etc_dir / "resolv.conf").write_text(resolv_conf(namespace, self.dns_ip, self.cluster_domain))
             (etc_dir / "hosts").write_text(hosts_file(ip, host, fqdn))
             await self._ip("netns", "add", name)
+            self._check_running()
             await self._ip_batch(
                 self.node_netns_name,
                 f"link add {veth} type veth peer name eth0 netns {name}",
                 f"link set {veth} master {_BRIDGE} up",
             )
+            self._check_running()
             await self._ip_batch(
                 name,
                 f"addr add {ip}/{self._network.prefixlen} dev eth0",
                 "link set eth0 up",
                 "link set lo up",
             )
+            self._check_running()
         except BaseException:
-            await self.remove_sandbox(sandbox)
+            try:
+                await self.remove_sandbox(sandbox)
+            except PodNetworkError as cleanup_error:  # stop() and the janitor remove it later; report both
+                log.warning("could not undo a failed pod sandbox", sandbox=name, error=str(cleanup_error))
             raise
+        finally:
+            self._creating.discard(finished)
+            finished.set_result(None)
         return sandbox
+
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise PodNetworkError("the pod network was stopped while a pod sandbox was being created")
 
     def _sandbox_name(self, uid: str) -> str:
         short = "".join(ch for ch in uid.lower() if ch.isalnum())[:8] or "pod"
@@ -339,6 +366,15 @@ class PodNetwork:
         state = self._sandboxes.get(sandbox.name)
         if state is None or state.sandbox != sandbox:
             return
+        if state.removal is None:
+            # A task of its own: a removal cut short by the caller's cancellation (a pod deleted while
+            # the simulator shuts down) would leave a half-removed sandbox whose address is in use.
+            state.removal = asyncio.get_running_loop().create_task(self._remove(state))
+        with anyio.CancelScope(shield=True):
+            await state.removal
+
+    async def _remove(self, state: _SandboxState) -> None:
+        sandbox = state.sandbox
         killed = await asyncio.to_thread(netjanitor.kill_netns_processes, sandbox.netns)
         if killed:
             log.warning("killed processes left in a removed pod's network namespace", sandbox=sandbox.name, pids=killed)
@@ -354,6 +390,7 @@ class PodNetwork:
             errors.append(error)
         await asyncio.to_thread(shutil.rmtree, sandbox.etc_dir, True)
         if errors:
+            state.removal = None  # a later call tries again
             raise PodNetworkError(f"pod sandbox {sandbox.name} was not removed completely: {'; '.join(errors)}")
         del self._sandboxes[sandbox.name]
         self._addresses.release(sandbox.ip)
