@@ -97,14 +97,20 @@ def split_key(key: str) -> tuple[str | None, str]:
 
 def namespace_index(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """Index function of the built-in ``namespace`` index (cluster-scoped objects are not indexed)."""
-    namespace = (obj.get("metadata") or {}).get("namespace")
-    return (namespace,) if namespace else ()
+    meta = obj.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return (namespace,) if isinstance(namespace, str) and namespace else ()
 
 
 def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ownerReference with ``controller: true`` (at most one exists), or ``None``."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
+    """The ownerReference with ``controller: true`` (at most one exists), or ``None``; ``None`` too when
+    ``ownerReferences`` is not a list of objects (an object decoded from a misbehaving server)."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") is True:
             return ref
     return None
 
@@ -119,7 +125,7 @@ def controller_owner_uid_index(obj: Mapping[str, Any]) -> tuple[str, ...]:
     if ref is None:
         return ()
     uid = ref.get("uid")
-    return (uid,) if uid else ()
+    return (uid,) if isinstance(uid, str) and uid else ()
 
 
 class Indexer:
@@ -256,10 +262,10 @@ def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     logic reads them.
     """
     meta = obj.get("metadata")
-    if meta is not None:
+    if isinstance(meta, dict):
         meta.pop("managedFields", None)
         annotations = meta.get("annotations")
-        if annotations and LAST_APPLIED_ANNOTATION in annotations:
+        if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
             del annotations[LAST_APPLIED_ANNOTATION]
             if not annotations:
                 del meta["annotations"]

@@ -55,6 +55,7 @@ from controller.runtime.runner import Controller, Result
 from controller.runtime.served import resource_served, wait_until_served
 from controller.tfjob import api
 from controller.tfjob import gang as ganglib
+from controller.tfjob import pods as podlib
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
@@ -100,9 +101,9 @@ def owner_job_key(obj: Obj) -> str | None:
     ref = controller_ref(obj)
     if ref is None or ref.get("kind") != api.KIND or not str(ref.get("apiVersion", "")).startswith(api.GROUP + "/"):
         return None
-    namespace = (obj.get("metadata") or {}).get("namespace")
+    namespace = podlib.namespace(obj)
     name = ref.get("name")
-    return f"{namespace}/{name}" if namespace and name else None
+    return f"{namespace}/{name}" if namespace and isinstance(name, str) and name else None
 
 
 class TFJobController:
@@ -214,23 +215,24 @@ class TFJobController:
             meta = obj["metadata"]
             expectations.creation_observed(key, kind, meta["name"])
             if meta.get("deletionTimestamp"):
-                expectations.deletion_observed(key, meta.get("uid", ""))
+                expectations.deletion_observed(key, podlib.uid(obj))
             enqueue(key)
 
         def updated(old: Obj, new: Obj) -> None:
-            old_meta, new_meta = old["metadata"], new["metadata"]
+            new_meta = new["metadata"]
             # A relist can show a name re-created under a new uid: the old object is gone (no tombstone
             # is delivered for it) and the new one is present.
-            replaced = old_meta.get("uid") != new_meta.get("uid")
+            old_uid, new_uid = podlib.uid(old), podlib.uid(new)
+            replaced = old_uid != new_uid
             old_key = owner_job_key(old)
             if replaced and old_key is not None:
-                expectations.deletion_observed(old_key, old_meta.get("uid", ""))
+                expectations.deletion_observed(old_key, old_uid)
             new_key = owner_job_key(new)
             if new_key is not None:
                 if replaced:
                     expectations.creation_observed(new_key, kind, new_meta["name"])
                 if new_meta.get("deletionTimestamp"):
-                    expectations.deletion_observed(new_key, new_meta.get("uid", ""))
+                    expectations.deletion_observed(new_key, new_uid)
             for key in {old_key, new_key} - {None}:
                 enqueue(key)
 
@@ -241,7 +243,7 @@ class TFJobController:
             key = owner_job_key(last)
             if key is None:
                 return
-            expectations.deletion_observed(key, last["metadata"].get("uid", ""))
+            expectations.deletion_observed(key, podlib.uid(last))
             enqueue(key)
 
         def relisted(namespace: str | None, generation: int) -> None:
@@ -272,7 +274,7 @@ class TFJobController:
             # Our own writes are still in flight to the caches; their events will requeue the job. The
             # timed requeue only matters if an event was lost (the expectation then expires).
             return Result(requeue_after=max(0.0, pending - self._monotonic()))
-        uid = job["metadata"].get("uid", "")
+        uid = podlib.uid(job)
         pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
         pod_group = self.pod_groups.get(key) if self.pod_groups is not None else None

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import structlog
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -37,7 +38,8 @@ from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.conditions import find, is_true, parse_time, sanitize
 from controller.tfjob.dynamic import parse_worker_records
-from controller.tfjob.metrics import TFJobMetrics
+from controller.tfjob.metrics import FAILOVER_REASONS, TFJobMetrics
+from controller.tfjob.validation import summarize, validate_status
 
 Obj = dict[str, Any]
 
@@ -69,7 +71,7 @@ _HELP = {
 
 def job_state(job: Obj) -> str:
     """The state a TFJob is in, from its conditions (one of :data:`JOB_STATES`)."""
-    conditions = sanitize((job.get("status") or {}).get("conditions"))
+    conditions = sanitize(podlib.status_of(job).get("conditions"))
     for state in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED, api.COND_RESTARTING, api.COND_RUNNING):
         if is_true(conditions, state):
             return state
@@ -78,7 +80,8 @@ def job_state(job: Obj) -> str:
 
 def _replicas(job: Obj) -> dict[str, int]:
     """Desired replicas by type label (lower case), defaulted as the controller does (missing -> 1)."""
-    specs = (job.get("spec") or {}).get("tfReplicaSpecs")
+    spec = job.get("spec")
+    specs = spec.get("tfReplicaSpecs") if isinstance(spec, dict) else None
     out: dict[str, int] = {}
     if not isinstance(specs, dict):
         return out
@@ -129,20 +132,44 @@ class JobObserver(Collector):
         # (job uid, worker index) -> (pod uid, its creationTimestamp, wall time it was first seen Running)
         self._worker_running: dict[str, dict[int, tuple[str, float | None, float]]] = {}
         self._degraded_since: dict[str, float] = {}  # job uid -> monotonic time first seen degraded
+        # job uid -> the metadata.generation whose unreadable status was reported (once per job and generation)
+        self._reported: dict[str, Any] = {}
+        self.log = structlog.get_logger("controller.tfjob.observe")
         jobs.add_handler(self._job_added, self._job_updated, self._job_deleted)
         pods.add_handler(None, self._pod_updated, self._pod_deleted)
 
     # -- handlers -------------------------------------------------------------------------------------------
 
+    def _report_unreadable(self, job: Obj) -> None:
+        """Say once per job and generation what of its status cannot be read (the readers take it as absent).
+
+        A status is the controller's to write, but an older or edited CRD stores whatever anyone writes to
+        it; every update of such a job would otherwise go unexplained, or be reported on every update."""
+        errors = validate_status(job.get("status"))
+        if not errors:
+            return
+        uid = podlib.uid(job)
+        generation = podlib.metadata(job).get("generation")
+        if uid in self._reported and self._reported[uid] == generation:
+            return
+        self._reported[uid] = generation
+        self.log.warning(
+            "TFJob status cannot be read: the unreadable fields are taken as absent",
+            job=f"{podlib.namespace(job)}/{podlib.name(job)}",
+            generation=generation,
+            error=summarize(errors),
+        )
+
     def _job_added(self, job: Obj) -> None:
-        meta = job.get("metadata") or {}
-        self.metrics.namespace_seen(meta.get("namespace", ""))
-        conditions = sanitize((job.get("status") or {}).get("conditions"))
+        self._report_unreadable(job)
+        self.metrics.namespace_seen(podlib.namespace(job))
+        conditions = sanitize(podlib.status_of(job).get("conditions"))
         if find(conditions, api.COND_RUNNING) is None and job_state(job) in (STATE_PENDING, api.COND_CREATED):
-            self._awaiting_running.add(meta.get("uid", ""))
+            self._awaiting_running.add(podlib.uid(job))
 
     def _job_updated(self, _old: Obj, job: Obj) -> None:
-        uid = (job.get("metadata") or {}).get("uid", "")
+        self._report_unreadable(job)
+        uid = podlib.uid(job)
         if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
             self._awaiting_running.discard(uid)
         if uid in self._worker_running:
@@ -153,19 +180,23 @@ class JobObserver(Collector):
         job = DeletedFinalStateUnknown.unwrap(obj)
         if job is None:
             return
-        uid = (job.get("metadata") or {}).get("uid", "")
+        uid = podlib.uid(job)
         self._awaiting_running.discard(uid)
+        self._reported.pop(uid, None)
         self._degraded_since.pop(uid, None)
         self._failovers_measured.pop(uid, None)
         self._worker_running.pop(uid, None)
 
     def _owner(self, pod: Obj) -> Obj | None:
         owner_uid = podlib.controller_uid(pod)
-        namespace = (pod.get("metadata") or {}).get("namespace")
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        refs = podlib.metadata(pod).get("ownerReferences")
+        if not owner_uid or not isinstance(refs, list):
+            return None
+        for ref in refs:
             if isinstance(ref, dict) and ref.get("uid") == owner_uid and ref.get("kind") == api.KIND:
-                job = self.jobs.get(f"{namespace}/{ref.get('name')}")
-                if job is not None and (job.get("metadata") or {}).get("uid") == owner_uid:
+                name = ref.get("name")
+                job = self.jobs.get(f"{podlib.namespace(pod)}/{name}") if isinstance(name, str) else None
+                if job is not None and podlib.uid(job) == owner_uid:
                     return job
         return None
 
@@ -195,30 +226,27 @@ class JobObserver(Collector):
         if job is None:
             return
         now = self._wall()
-        meta = job["metadata"]
-        namespace = meta.get("namespace", "")
-        uid = meta.get("uid", "")
+        namespace, uid = podlib.namespace(job), podlib.uid(job)
         index = podlib.replica_index(pod)
         if podlib.replica_type_label(pod) == api.WORKER.lower() and index is not None:
-            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+            created = parse_time(podlib.metadata(pod).get("creationTimestamp"))
             self._worker_running.setdefault(uid, {})[index] = (podlib.uid(pod), created, now)
             self._measure_failover(job, index)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
             if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), replicas) == replicas:
                 self._awaiting_running.discard(uid)
-                created = parse_time(meta.get("creationTimestamp"))
+                created = parse_time(podlib.metadata(job).get("creationTimestamp"))
                 if created is not None:
                     self.metrics.observe_time_to_running(namespace, now - created)
 
     def _measure_failover(self, job: Obj, index: int) -> None:
         """Observe the failover of worker ``index`` once its record and its Running replacement are both known."""
-        meta = job.get("metadata") or {}
-        uid = meta.get("uid", "")
+        uid = podlib.uid(job)
         running = self._worker_running.get(uid, {}).get(index)
         record = parse_worker_records(job.get("status")).get(index)
-        if running is None or record is None or record.last_reason is None:
-            return
+        if running is None or record is None or record.last_reason not in FAILOVER_REASONS:
+            return  # (a reason written by someone else, outside the vocabulary, has no series)
         pod_uid, created, running_at = running
         since = parse_time(record.last_failover_time)
         if (
@@ -229,7 +257,7 @@ class JobObserver(Collector):
         ):
             return
         self._failovers_measured.setdefault(uid, {})[index] = record.last_failover_time or ""
-        self.metrics.observe_failover(meta.get("namespace", ""), record.last_reason, running_at - since)
+        self.metrics.observe_failover(podlib.namespace(job), record.last_reason, running_at - since)
 
     # -- the collector ----------------------------------------------------------------------------------------
 
@@ -250,7 +278,7 @@ class JobObserver(Collector):
             return  # a standby (or a replica still listing) knows nothing about jobs: report nothing
         now, tick = self._wall(), self._monotonic()
         jobs = self.jobs.list()
-        live = {(job.get("metadata") or {}).get("namespace", "") for job in jobs}
+        live = {podlib.namespace(job) for job in jobs}
         for namespace in live:
             self.metrics.namespace_seen(namespace)
         self.metrics.prune(live)
@@ -261,12 +289,11 @@ class JobObserver(Collector):
         not_running_longest = dict.fromkeys(namespaces, 0.0)
         still_degraded: set[str] = set()
         for job in jobs:
-            meta = job.get("metadata") or {}
-            namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
+            namespace, uid = podlib.namespace(job), podlib.uid(job)
             state = job_state(job)
             by_state[(namespace, state)] += 1
             if state in (STATE_PENDING, api.COND_CREATED):
-                created = parse_time(meta.get("creationTimestamp"))
+                created = parse_time(podlib.metadata(job).get("creationTimestamp"))
                 if created is not None:
                     not_running_longest[namespace] = max(not_running_longest[namespace], now - created)
             elif state in (api.COND_RUNNING, api.COND_RESTARTING):

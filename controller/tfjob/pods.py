@@ -47,6 +47,16 @@ def uid(obj: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def namespace(obj: Any) -> str:
+    value = metadata(obj).get("namespace")
+    return value if isinstance(value, str) else ""
+
+
+def status_of(obj: Any) -> dict[str, Any]:
+    """The object's ``status`` if it is an object, else an empty one."""
+    return _dict(_dict(obj).get("status"))
+
+
 # --- naming and labels ---------------------------------------------------------------------------
 def job_name_label_value(job_name: str) -> str:
     return job_name.replace("/", "-")
@@ -223,16 +233,12 @@ def is_terminating(obj: Any) -> bool:
 
 
 def phase(pod: Any) -> str:
-    value = _dict(_dict(pod).get("status")).get("phase")
+    value = status_of(pod).get("phase")
     return value if isinstance(value, str) else ""
 
 
-def _status(pod: Any) -> dict[str, Any]:
-    return _dict(_dict(pod).get("status"))
-
-
 def _tensorflow_status(pod: Any) -> dict[str, Any] | None:
-    for status in _list(_status(pod).get("containerStatuses")):
+    for status in _list(status_of(pod).get("containerStatuses")):
         if isinstance(status, dict) and status.get("name") == api.DEFAULT_CONTAINER_NAME:
             return status
     return None
@@ -274,7 +280,7 @@ def termination_reason(pod: Any) -> str | None:
 
 
 def _condition(pod: Any, cond_type: str) -> dict[str, Any] | None:
-    for condition in _list(_status(pod).get("conditions")):
+    for condition in _list(status_of(pod).get("conditions")):
         if isinstance(condition, dict) and condition.get("type") == cond_type:
             return condition
     return None
@@ -308,7 +314,7 @@ def disruption(pod: Any) -> str | None:
     current_phase = phase(pod)
     if current_phase == api.POD_SUCCEEDED:
         return None
-    status_reason = _status(pod).get("reason")
+    status_reason = status_of(pod).get("reason")
     if isinstance(status_reason, str) and status_reason in _POD_REASONS:
         return _POD_REASONS[status_reason]
     target = _condition(pod, api.POD_CONDITION_DISRUPTION_TARGET)
@@ -338,7 +344,7 @@ def started_at(pod: Any) -> float | None:
             moment = parse_time(_dict(state.get(key)).get("startedAt"))
             if moment is not None:
                 return moment
-    return parse_time(_status(pod).get("startTime"))
+    return parse_time(status_of(pod).get("startTime"))
 
 
 def run_seconds(pod: Any, now: float) -> float | None:
@@ -354,7 +360,7 @@ def run_seconds(pod: Any, now: float) -> float | None:
 def restart_count(pod: Any) -> int:
     """Sum of restartCount over init and regular container statuses."""
     total = 0
-    status = _status(pod)
+    status = status_of(pod)
     for key in ("initContainerStatuses", "containerStatuses"):
         for container in _list(status.get(key)):
             count = container.get("restartCount") if isinstance(container, dict) else None

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import api
+from .conditions import parse_time
 from .defaults import canonical_replica_type
+from .dynamic import WorkerRecord
 from .tfconfig import general_name
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -363,3 +365,54 @@ def _validate_run_policy(run_policy: Any, errors: list[FieldError]) -> None:
     scheduling = run_policy.get("schedulingPolicy")
     if scheduling is not None and not isinstance(scheduling, dict):
         errors.append(FieldError(INVALID, f"{field}.schedulingPolicy", "must be an object", scheduling))
+
+
+_STATUS_TIMES = ("startTime", "completionTime", api.STATUS_LAST_RECONCILE_TIME)
+
+
+def validate_status(status: Any) -> list[FieldError]:
+    """What cannot be read in a stored ``status`` (empty list = all of it can). Never raises.
+
+    The controller owns the status, and reads a part it cannot interpret as absent (the next status
+    write replaces it), so these are not reasons to fail a job; they say what a status written by
+    someone else, or kept by an older or edited CRD, holds that the controller ignores.
+    """
+    if status is None:
+        return []
+    if not isinstance(status, dict):
+        return [FieldError(INVALID, "status", "must be an object", status)]
+    errors: list[FieldError] = []
+    conditions = status.get("conditions")
+    if conditions is not None and not isinstance(conditions, list):
+        errors.append(FieldError(INVALID, "status.conditions", "must be a list of objects", conditions))
+    for i, condition in enumerate(conditions if isinstance(conditions, list) else ()):
+        if not isinstance(condition, dict):
+            errors.append(FieldError(INVALID, f"status.conditions[{i}]", "must be an object", condition))
+            continue
+        for key in ("type", "status"):
+            if not isinstance(condition.get(key), str):
+                errors.append(
+                    FieldError(INVALID, f"status.conditions[{i}].{key}", "must be a string", condition.get(key))
+                )
+    for key in _STATUS_TIMES:
+        value = status.get(key)
+        if value is not None and parse_time(value) is None:
+            errors.append(FieldError(INVALID, f"status.{key}", "must be an RFC 3339 time", value))
+    dynamic = status.get(api.STATUS_DYNAMIC_WORKERS)
+    field = f"status.{api.STATUS_DYNAMIC_WORKERS}"
+    if dynamic is not None and not isinstance(dynamic, dict):
+        errors.append(FieldError(INVALID, field, "must be an object", dynamic))
+    workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
+    if workers is not None and not isinstance(workers, dict):
+        errors.append(FieldError(INVALID, f"{field}.workers", "must be a map of worker index to record", workers))
+    states = ", ".join(
+        json.dumps(s) for s in (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
+    )
+    for key, record in workers.items() if isinstance(workers, dict) else ():
+        if not (key.isascii() and key.isdigit() and len(key) <= 9):
+            errors.append(FieldError(INVALID, f"{field}.workers", "keys must be worker indices (decimal)", key))
+        elif WorkerRecord.from_status(record) is None:
+            errors.append(
+                FieldError(INVALID, f"{field}.workers[{key}]", f"must be an object with a state of {states}", record)
+            )
+    return errors

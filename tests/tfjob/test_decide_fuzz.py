@@ -21,6 +21,7 @@ from controller.tfjob.actions import CreatePod, CreateService, DeletePod
 from controller.tfjob.decide import DecideConfig, decide
 
 from .builders import NOW, at, make_job, make_pod, make_service, replica
+from .hostile import json_values, scalars
 
 FUZZ = settings(
     derandomize=True,
@@ -33,46 +34,6 @@ CAP = 12
 # A pass's creation budget counts pods and services: 2 * CAP lets one pass create a whole job at the cap.
 CONFIG = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP)
 
-# Any JSON value, biased towards the shapes a TFJob has, with unicode and big numbers.
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**63), max_value=2**63),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=20),
-    st.sampled_from(
-        [
-            "",
-            "Worker",
-            "worker",
-            "PS",
-            "Chief",
-            "Master",
-            "Evaluator",
-            "Never",
-            "OnFailure",
-            "Always",
-            "ExitCode",
-            "AllWorkers",
-            "True",
-            "False",
-            "tensorflow",
-            "Running",
-            "Failed",
-            "Succeeded",
-            "2024-01-01T00:00:00Z",
-            "not-a-time",
-            "\u0000",
-            "ワーカー",
-            "\U0001f680" * 40,
-        ]
-    ),
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
-    max_leaves=25,
-)
 replica_counts = st.one_of(st.integers(min_value=0, max_value=40), json_values)
 
 

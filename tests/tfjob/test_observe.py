@@ -227,3 +227,45 @@ def test_a_standby_reports_no_job_gauges() -> None:
     jobs.synced = True
     [by_state, *_] = list(watcher.collect())
     assert {s.labels["state"]: s.value for s in by_state.samples}["Created"] == 1
+
+
+def states(watcher: JobObserver) -> dict[str, float]:
+    """The ``tfjob_jobs`` gauge by state."""
+    by_state = next(iter(watcher.collect()))
+    return {s.labels["state"]: s.value for s in by_state.samples}
+
+
+def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_generation() -> None:
+    from structlog.testing import capture_logs
+
+    def hostile(status: Any, generation: int, version: str) -> dict[str, Any]:
+        garbled = job(["Created", "Running"])
+        garbled["metadata"].update(generation=generation, resourceVersion=version)
+        garbled["status"] = status
+        return garbled
+
+    with capture_logs() as logs:
+        watcher, jobs, _, _ = observer(now=T0)
+        jobs.add(hostile("Running", 1, "1"))
+        jobs.update(hostile("Running", 1, "2"))  # every update of the same generation: said already
+        jobs.update(hostile(["Running"], 1, "3"))
+        assert states(watcher)["Pending"] == 1  # no readable condition
+        jobs.update(hostile({"conditions": "Running", "startTime": 5}, 2, "4"))  # the spec changed
+        jobs.update(hostile({"conditions": "Running", "startTime": 5}, 2, "5"))
+        jobs.update(job(["Created", "Running"]))  # rewritten by the controller: nothing to say
+    reports = [(e["log_level"], e["job"], e["generation"], e["error"]) for e in logs]
+    assert reports == [
+        ("warning", "ns/j", 1, 'status: Invalid value: "Running": must be an object'),
+        (
+            "warning",
+            "ns/j",
+            2,
+            '[status.conditions: Invalid value: "Running": must be a list of objects, '
+            "status.startTime: Invalid value: 5: must be an RFC 3339 time]",
+        ),
+    ]
+    assert states(watcher)["Running"] == 1
+    for _, _, on_delete in jobs.handlers:
+        if on_delete:
+            on_delete(jobs.objects.pop("ns/j"))
+    assert watcher._reported == {}
