@@ -421,9 +421,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority-and-fairness",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="name the API Priority and Fairness flow schema and priority level of every request in "
-        "the X-Kubernetes-PF-* response headers, as kube-apiserver does by default; "
+        help="API Priority and Fairness as kube-apiserver applies it by default: the bootstrap FlowSchemas and "
+        "PriorityLevelConfigurations, requests classified, limited and queued by priority level (429 + "
+        "Retry-After beyond), the X-Kubernetes-PF-* response headers, apiserver_flowcontrol_* on /metrics; "
         "--no-priority-and-fairness is a server with --enable-priority-and-fairness=false",
+    )
+    sim.add_argument(
+        "--max-requests-inflight",
+        type=_positive_int,
+        default=400,
+        metavar="N",
+        help="kube-apiserver's flag: with the next one, the concurrency that API Priority and Fairness shares "
+        "among priority levels (by nominalConcurrencyShares; requests beyond a level's share queue, then get "
+        "429 + Retry-After); without APF, the limit of read-only requests at once; default 400",
+    )
+    sim.add_argument(
+        "--max-mutating-requests-inflight",
+        type=_positive_int,
+        default=200,
+        metavar="N",
+        help="kube-apiserver's flag: added to --max-requests-inflight for APF; without APF, the limit of "
+        "mutating requests at once; default 200",
+    )
+    sim.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="kube-apiserver's flag: a request waits in an APF queue at most a quarter of its timeout "
+        "(this, or its own shorter timeout parameter) before its 429; default 60",
     )
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
@@ -488,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.secure,
                 args.podgroup_crds,
                 args.priority_and_fairness,
+                args.max_requests_inflight,
+                args.max_mutating_requests_inflight,
+                args.request_timeout,
             )
         if args.command == "demo":
             from tfjob_sim.demo import demo

@@ -567,3 +567,25 @@ async def test_gang_scheduling_without_the_pod_group_crd_exits_at_once_naming_it
     assert last_line(err) == f"tfjob-controller run: {message}"
     logged = [json.loads(line) for line in err.strip().splitlines()[:-1]]
     assert [(r["level"], r["crd"]) for r in logged if r.get("event") == message] == [("error", crd)]
+
+
+async def test_sim_limits_shrink_the_priority_levels_and_refuse_nonsense(tmp_path: Path):
+    async with sim_process(
+        tmp_path / "kc",
+        "--max-requests-inflight",
+        "2",
+        "--max-mutating-requests-inflight",
+        "1",
+        "--request-timeout",
+        "4",
+    ) as url:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "/metrics") as response:
+                metrics = await response.text()
+    # 3 seats shared by nominalConcurrencyShares: ceil(3 x 100 / 245) for workload-low, 1 for the others
+    assert 'apiserver_flowcontrol_nominal_limit_seats{priority_level="workload-low"} 2' in metrics
+    assert 'apiserver_flowcontrol_nominal_limit_seats{priority_level="global-default"} 1' in metrics
+    rc, _, err = await run_cli("sim", "--kubeconfig", str(tmp_path / "kc2"), "--max-requests-inflight", "0")
+    assert rc == 2 and "argument --max-requests-inflight: must be at least 1, got 0" in only_line(err)
+    rc, _, err = await run_cli("sim", "--kubeconfig", str(tmp_path / "kc2"), "--request-timeout", "-1")
+    assert rc == 2 and "argument --request-timeout: must be a finite number > 0" in only_line(err)

@@ -10,8 +10,11 @@ Contract:
 - After start: ``.url``, ``.port``, ``.kubeconfig_path`` (written if ``SimConfig.kubeconfig_path`` is
   set or :meth:`write_kubeconfig` was called), ``.store``, ``.hub``, ``.faults``, ``.server``,
   ``.kubelet`` / ``.gc`` / ``.workloads`` (None when disabled), ``.event_ttl``.
-- ``SimConfig.priority_and_fairness`` (default on): the API Priority and Fairness headers on every
-  response, as kube-apiserver sends them (sim/tfjob_sim/flowcontrol.py).
+- ``SimConfig.priority_and_fairness`` (default on): API Priority and Fairness as kube-apiserver applies it
+  (sim/tfjob_sim/flowcontrol.py): the bootstrap FlowSchemas and PriorityLevelConfigurations served,
+  every request classified, limited, queued or rejected with 429, the headers on every response;
+  ``max_requests_inflight`` / ``max_mutating_requests_inflight`` / ``request_timeout`` shrink the limits.
+  Off: the max-in-flight filter limits instead, and no response carries the headers.
 - ``SimConfig.podgroup_crds``: the gang schedulers whose CRDs are served from the start
   (sim/tfjob_sim/crds); none by default.
 - ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (sim/tfjob_sim/auth.py,
@@ -78,9 +81,17 @@ class SimConfig:
     # as on a cluster where neither is installed; ``kubectl apply -f sim/tfjob_sim/crds/<name>`` adds
     # them later. A comma-separated string is accepted too.
     podgroup_crds: tuple[str, ...] | str = ()
-    # kube-apiserver --enable-priority-and-fairness (on by default since 1.20): every response names the
-    # flow schema and priority level of its request (sim/tfjob_sim/flowcontrol.py); False omits them.
+    # kube-apiserver --enable-priority-and-fairness (on by default since 1.20): every request is classified,
+    # limited and queued by priority level and its response names its flow schema and priority level
+    # (sim/tfjob_sim/flowcontrol.py); False: the max-in-flight filter instead, and no such headers.
     priority_and_fairness: bool = True
+    # kube-apiserver --max-requests-inflight and --max-mutating-requests-inflight: their sum is the server's
+    # concurrency limit that APF shares among priority levels (without APF, the max-in-flight filter's limits
+    # of read-only and mutating requests; 0 = no limit there). --request-timeout: a request waits in an APF
+    # queue at most a quarter of it.
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
+    request_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         from tfjob_sim.crds import parse_schedulers
@@ -115,7 +126,7 @@ class SimCluster:
         self.faults = Faults(self, seed=self.config.fault_seed)
         self.server = SimServer(self.store, self.hub, self.faults, self)
         self.server.rv_wait_timeout = self.config.rv_wait_timeout
-        self.server.priority_and_fairness = self.config.priority_and_fairness
+        self._configure_flow_control()
         self.kubelet: Any = None
         self.gc: Any = None
         if self.config.kubelet:
@@ -153,6 +164,19 @@ class SimCluster:
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = asyncio.Event()
         self._restart_lock = asyncio.Lock()
+
+    def _configure_flow_control(self) -> None:
+        from tfjob_sim.flowcontrol import FlowControl, MaxInFlight
+
+        config = self.config
+        if config.priority_and_fairness:
+            flow_control = FlowControl(
+                config.max_requests_inflight, config.max_mutating_requests_inflight, config.request_timeout
+            )
+            flow_control.install(self.store)
+            self.server.flow_control = flow_control
+        else:
+            self.server.max_in_flight = MaxInFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
 
     def _make_secure(self) -> None:
         from tfjob_sim import rbac

@@ -45,6 +45,7 @@ _GROUP_ORDER = [
     "rbac.authorization.k8s.io",
     "apiextensions.k8s.io",
     "coordination.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
 ]
 
 _SUB_VERBS = {

@@ -424,6 +424,24 @@ def builtin_types() -> list[ResourceType]:
             tracks_generation=True,
             top_level_fields=_CORE_TOP,
         ),
+        *(
+            ResourceType(
+                "flowcontrol.apiserver.k8s.io",
+                "v1",
+                plural,
+                plural[:-1],
+                kind,
+                False,
+                subresources=("status",),
+                status_subresource=True,
+                tracks_generation=True,
+                top_level_fields=_CORE_TOP,
+            )
+            for plural, kind in (
+                ("flowschemas", "FlowSchema"),
+                ("prioritylevelconfigurations", "PriorityLevelConfiguration"),
+            )
+        ),
         ResourceType(
             "apiextensions.k8s.io",
             "v1",

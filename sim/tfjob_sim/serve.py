@@ -23,6 +23,9 @@ async def serve_sim(
     secure: bool = False,
     podgroup_crds: tuple[str, ...] = (),
     priority_and_fairness: bool = True,
+    max_requests_inflight: int = 400,
+    max_mutating_requests_inflight: int = 200,
+    request_timeout: float = 60.0,
 ) -> int:
     config = SimConfig(
         port=port,
@@ -32,6 +35,9 @@ async def serve_sim(
         secure=secure,
         podgroup_crds=podgroup_crds,
         priority_and_fairness=priority_and_fairness,
+        max_requests_inflight=max_requests_inflight,
+        max_mutating_requests_inflight=max_mutating_requests_inflight,
+        request_timeout=request_timeout,
     )
     tune_collector()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -54,6 +54,10 @@ _PATCH_TYPES = {
 }
 _HEALTH = {"/healthz", "/livez", "/readyz"}
 USER: web.RequestKey[Any] = web.RequestKey("user", Any)  # secure mode: the authenticated UserInfo
+# The request's APF flow schema (headers to send) and its seat, which a watch gives back once set up.
+FLOW: web.RequestKey[Any] = web.RequestKey("flow", Any)
+SEAT: web.RequestKey[Any] = web.RequestKey("seat", Any)
+_LONG_RUNNING_SUBRESOURCES = frozenset({"log", "exec", "attach", "portforward", "proxy"})
 _NOT_ACCEPTABLE = ApiError(
     406,
     "NotAcceptable",
@@ -136,8 +140,14 @@ class SimServer:
         # Secure mode (sim/tfjob_sim/auth.py): TLS, and authentication + authorization of every request.
         self.ssl_context: Any = None
         self.auth: Any = None
-        # kube-apiserver --enable-priority-and-fairness: classify every request, say so in two response headers
-        self.priority_and_fairness = True
+        # kube-apiserver --enable-priority-and-fairness: classify, limit and queue every request, say so in two
+        # response headers (sim/tfjob_sim/flowcontrol.py); without it, the max-in-flight filter limits.
+        self.flow_control: flowcontrol.FlowControl | None = None
+        self.max_in_flight = flowcontrol.MaxInFlight()
+
+    @property
+    def priority_and_fairness(self) -> bool:
+        return self.flow_control is not None
 
     @property
     def url(self) -> str:
@@ -305,9 +315,20 @@ class SimServer:
             route.name if route else None,
             user_agent,
         )
+        seat: flowcontrol.Seat | None = None
         try:
             if self.auth is not None:
-                self._admit(request, path, route, verb)
+                try:
+                    self._admit(request, path, route, verb)
+                except ApiError as err:
+                    if err.code == 403 and self.flow_control is not None:
+                        # The real chain classifies between authentication and authorization: a 403 names its flow.
+                        user = self.auth.authenticate(request.headers)
+                        if user is not None:
+                            self._classify(request, path, route, verb, user)
+                    raise
+            if route is None or route.subresource not in _LONG_RUNNING_SUBRESOURCES:
+                seat = await self._flow_admit(request, path, route, verb)
             if route is not None:
                 decision = self.faults.check(verb, route.key, route.name, user_agent)
                 if decision.latency:
@@ -333,18 +354,66 @@ class SimServer:
         except Exception as exc:  # a bug in the simulator: answer like the apiserver's panic handler, and log
             log.exception("internal error handling %s %s", request.method, path)
             response = self._error(errors.internal(f"simulator bug: {type(exc).__name__}: {exc}"))
+        finally:
+            if seat is not None:
+                seat.release()
         record.code = response.status
-        if self.priority_and_fairness and not response.prepared:  # a watch's were sent with its first byte
+        if not response.prepared:  # a watch's were sent with its first byte
             self._flow_headers(request, response.headers)
         return response
 
+    async def _flow_admit(
+        self, request: web.BaseRequest, path: str, route: Route | None, verb: str
+    ) -> flowcontrol.Seat | None:
+        """A seat for the request from API Priority and Fairness (or, without it, the max-in-flight filter);
+        raises the 429 when it is refused. The flow schema is kept on the request for the response headers."""
+        fc = self.flow_control
+        if fc is None:
+            if verb == "watch":
+                return None  # long-running: max-in-flight does not count it
+            return self.max_in_flight.admit(flowcontrol.is_mutating(verb, request.method))
+        who, info, schema = self._classify(request, path, route, verb, request.get(USER))
+        seat = await fc.admit(schema, who, info, fc.wait_limit(request.query.get("timeout")))
+        request[SEAT] = seat
+        return seat
+
+    def _classify(
+        self, request: web.BaseRequest, path: str, route: Route | None, verb: str, user: Any
+    ) -> tuple[flowcontrol.Requester, flowcontrol.RequestInfo, flowcontrol.Schema]:
+        """The requester, the request and its flow schema (kept on the request for the response headers)."""
+        fc = self.flow_control
+        assert fc is not None
+        if user is None:
+            who = flowcontrol.ANONYMOUS_REQUESTER
+        else:
+            who = flowcontrol.Requester(user.name, tuple(user.groups))
+        if route is not None:
+            rt = route.rt
+            resource = f"{rt.plural}/{route.subresource}" if route.subresource else rt.plural
+            namespace = route.namespace or ""
+            if rt.plural == "namespaces" and not rt.group and route.name:
+                namespace = route.name  # RequestInfo: a namespace object is in its own namespace
+            info = flowcontrol.RequestInfo(True, verb, rt.group, resource, namespace)
+        else:
+            info = flowcontrol.RequestInfo(False, request.method.lower(), path=path)
+        schema = fc.classify(who, info)
+        request[FLOW] = schema
+        return who, info, schema
+
     def _flow_headers(self, request: web.BaseRequest, headers: CIMultiDict) -> None:
-        """The APF classification headers (sim/tfjob_sim/flowcontrol.py); none for a request authentication
-        refused, as the real filter chain authenticates first."""
-        if self.auth is None:
-            flowcontrol.stamp(headers, request.path, None)
-        elif (user := request.get(USER)) is not None:
-            flowcontrol.stamp(headers, request.path, user)
+        """The APF classification headers of a classified request (sim/tfjob_sim/flowcontrol.py): none for a
+        request authentication refused (the real filter chain authenticates first) or a long-running one."""
+        schema = request.get(FLOW)
+        if schema is not None:
+            for name, value in schema.headers:
+                headers[name] = value
+
+    def metrics_text(self) -> str:
+        """The apiserver's ``/metrics``: the API Priority and Fairness series, or without APF the
+        max-in-flight filter's ``apiserver_current_inflight_requests``."""
+        if self.flow_control is not None:
+            return self.flow_control.metrics_text()
+        return self.max_in_flight.metrics_text()
 
     async def _non_resource(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         if request.method != "GET" and request.method != "HEAD":
@@ -352,7 +421,7 @@ class SimServer:
             # that was deleted, say) is a 404 for every verb, as kube-apiserver's not-found handler answers.
             if (
                 path in _HEALTH
-                or path in ("/version", "/api", "/apis")
+                or path in ("/version", "/api", "/apis", "/metrics")
                 or (path.startswith(("/api/", "/apis/")) and self.discovery.document(path) is not None)
             ):
                 raise errors.method_not_allowed(request.method, path)
@@ -363,6 +432,13 @@ class SimServer:
             return web.Response(body=b"ok", content_type="text/plain")
         if path == "/version" or path == "/version/":
             return self._json(self.discovery.version_doc)
+        if path == "/metrics":
+            return web.Response(
+                body=self.metrics_text().encode(),
+                content_type="text/plain",
+                charset="utf-8",
+                headers={"Vary": "Accept"},
+            )
         if path.startswith("/openapi/v3"):
             negotiate(request.headers.get("Accept"))
             doc = self.openapi.document(path[len("/openapi/v3") :])
@@ -732,11 +808,13 @@ class SimServer:
             request.headers.get("User-Agent", ""),
         )
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
-        if self.priority_and_fairness:
-            self._flow_headers(request, response.headers)
+        self._flow_headers(request, response.headers)
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)  # headers go out now, before any event
+            seat = request.get(SEAT)
+            if seat is not None:
+                seat.release()  # APF counts a watch only while it is set up
             await watcher.serve(response.write, duration, parse_bool(query.get("allowWatchBookmarks")))
             await response.write_eof()
         except ConnectionResetError:

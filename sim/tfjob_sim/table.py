@@ -304,6 +304,39 @@ _BINDING_COLUMNS = [
 
 _WORKLOAD_WIDE = [_col("Containers", priority=1), _col("Images", priority=1), _col("Selector", priority=1)]
 
+
+def _flow_schema_row(fs: dict, now: float) -> list:
+    spec = fs.get("spec") or {}
+    method = (spec.get("distinguisherMethod") or {}).get("type") or "<none>"
+    dangling = next(
+        (c.get("status", "") for c in (fs.get("status") or {}).get("conditions") or () if c.get("type") == "Dangling"),
+        "?",
+    )
+    return [
+        fs["metadata"]["name"],
+        (spec.get("priorityLevelConfiguration") or {}).get("name", ""),
+        spec.get("matchingPrecedence", 0),
+        method,
+        _age(fs, now),
+        dangling,
+    ]
+
+
+def _priority_level_row(pl: dict, now: float) -> list:
+    spec = pl.get("spec") or {}
+    limited = spec.get("limited")
+    shares: Any = "<none>"
+    queues: Any = "<none>"
+    hand: Any = "<none>"
+    length: Any = "<none>"
+    if limited is not None:
+        shares = limited.get("nominalConcurrencyShares", 0)
+        queuing = (limited.get("limitResponse") or {}).get("queuing")
+        if queuing is not None:
+            queues, hand, length = queuing.get("queues"), queuing.get("handSize"), queuing.get("queueLengthLimit")
+    return [pl["metadata"]["name"], spec.get("type", ""), shares, queues, hand, length, _age(pl, now)]
+
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]]] = {
     ("rbac.authorization.k8s.io", "RoleBinding"): (_BINDING_COLUMNS, _binding_row),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (_BINDING_COLUMNS, _binding_row),
@@ -359,6 +392,29 @@ _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]
         lambda o, now: [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}), _age(o, now)],
     ),
     ("", "Event"): ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")], _event_row),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"): (
+        [
+            _NAME_COL,
+            _col("PriorityLevel"),
+            _col("MatchingPrecedence", "string"),
+            _col("DistinguisherMethod"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            _col("MissingPL"),
+        ],
+        _flow_schema_row,
+    ),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"): (
+        [
+            _NAME_COL,
+            _col("Type"),
+            _col("NominalConcurrencyShares"),
+            _col("Queues"),
+            _col("HandSize"),
+            _col("QueueLengthLimit"),
+            _col("Age", description=_AGE_DESCRIPTION),
+        ],
+        _priority_level_row,
+    ),
     ("coordination.k8s.io", "Lease"): (
         [_NAME_COL, _col("Holder"), _col("Age", description=_AGE_DESCRIPTION)],
         _lease_row,
