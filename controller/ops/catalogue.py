@@ -31,6 +31,7 @@ _CLIENT = "controller/runtime/client_metrics.py"
 _EVENTS = "controller/runtime/events.py"
 _TFJOB = "controller/tfjob/metrics.py"
 _OBSERVE = "controller/tfjob/observe.py"
+_FOREIGN = "controller/tfjob/foreign.py"
 _APP = "controller/app.py"
 _PROCESS = "prometheus_client ProcessCollector"
 
@@ -114,6 +115,14 @@ CATALOGUE: tuple[Metric, ...] = (
         ("job_namespace",),
         "Worker pods of dynamic TFJobs removed because Worker replicas were lowered.",
         _TFJOB,
+    ),
+    Metric(
+        "tfjob_foreign_writes_total",
+        "counter",
+        ("job_namespace", "write"),
+        "Writes by another controller to TFJobs this one manages, seen in managedFields: write=status (their "
+        "status), write=pod (a pod created for one). Each contest is also a ForeignWriter Warning event on the job.",
+        _FOREIGN,
     ),
     Metric(
         "tfjob_worker_failover_seconds",

@@ -819,6 +819,17 @@ ALERTS: tuple[Alert, ...] = (
         "are unschedulable, cannot pull their image, or exceed a quota.",
     ),
     Alert(
+        "TFJobForeignController",
+        signal=f"sum by (namespace, job_namespace) (increase(tfjob_foreign_writes_total{{{_R}}}[10m]))",
+        condition="> 0",
+        for_="1m",
+        severity="warning",
+        summary="Another controller writes TFJobs in {{ $labels.job_namespace }}.",
+        description="{{ $value | humanize }} writes by another controller to TFJobs this one manages (their status, "
+        "or pods created) in the last 10 minutes. Their ForeignWriter events name it; tfjob-controller leaves those "
+        "jobs alone meanwhile. Usually training-operator still reconciling TFJobs.",
+    ),
+    Alert(
         "TFJobControllerAPIErrors",
         signal=f'sum by (namespace) (rate(rest_client_requests_total{{{_R}, code=~"5..|429|<error>"}}[10m]))'
         f" / sum by (namespace) (rate(rest_client_requests_total{{{_R}}}[10m]))",

@@ -139,6 +139,8 @@ EV_SUCCESSFUL_DELETE_SERVICE: Final = "SuccessfulDeleteService"
 EV_FAILED_DELETE_SERVICE: Final = "FailedDeleteService"
 EV_SUCCESSFUL_DELETE_JOB: Final = "SuccessfulDeleteJob"
 EV_FAILED_DELETE_JOB: Final = "FailedDeleteJob"
+# Another controller wrote the job's status or created its pods (controller.tfjob.foreign).
+EV_FOREIGN_WRITER: Final = "ForeignWriter"
 
 # --- status fields -----------------------------------------------------------------------------------
 # Set only while gang scheduling holds the job's pods back (the PodGroup is not admitted yet).
@@ -152,6 +154,10 @@ METRIC_JOBS_FAILED: Final = "training_operator_jobs_failed_total"
 METRIC_JOBS_RESTARTED: Final = "training_operator_jobs_restarted_total"
 METRIC_WORKER_FAILOVERS: Final = "tfjob_worker_failovers_total"
 METRIC_WORKER_SCALED_DOWN: Final = "tfjob_worker_scaled_down_total"
+METRIC_FOREIGN_WRITES: Final = "tfjob_foreign_writes_total"
+FOREIGN_WRITE_STATUS: Final = "status"  # the `write` label: what another controller wrote
+FOREIGN_WRITE_POD: Final = "pod"
+FOREIGN_WRITES: Final = (FOREIGN_WRITE_STATUS, FOREIGN_WRITE_POD)
 
 # --- deletion reasons carried by DeletePod / DeleteService / DeleteJob -----------------------------
 DELETE_SCALE_DOWN: Final = "ScaleDown"

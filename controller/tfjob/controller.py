@@ -50,6 +50,7 @@ from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
 from controller.runtime.errors import ApiError, Conflict, ResponseDecodeError, TransportError
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
+from controller.runtime.managedfields import manager_from_user_agent
 from controller.runtime.metrics import ReconcileMetrics
 from controller.runtime.runner import Controller, Result
 from controller.runtime.served import resource_served, wait_until_served
@@ -59,6 +60,7 @@ from controller.tfjob import pods as podlib
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
+from controller.tfjob.foreign import DEFAULT_HOLD, ForeignWriters
 from controller.tfjob.metrics import TFJobMetrics
 from controller.tfjob.observe import JobObserver
 from controller.tfjob.trim import trim_pod, trim_service
@@ -121,6 +123,7 @@ class TFJobController:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         informer_options: dict[str, Any] | None = None,
         crd_poll: float = 2.0,
+        foreign_hold: float = DEFAULT_HOLD,
     ) -> None:
         scope: dict[str, Any] = {"namespaces": list(namespaces)} if namespaces else {}
         options = dict(informer_options or {})
@@ -148,6 +151,18 @@ class TFJobController:
         self.observer = JobObserver(self.jobs, self.pods, self.metrics)
         registry.register(self.observer)
         self.recorder = EventRecorder(client, api.CONTROLLER_NAME, registry)
+        # Another controller writing our jobs (training-operator left reconciling TFJobs): seen in managedFields,
+        # which only the informers' transforms get to read.
+        self.foreign = ForeignWriters(
+            manager_from_user_agent(client.user_agent),
+            self.jobs,
+            self.pods,
+            self.recorder,
+            self.metrics,
+            hold=foreign_hold,
+        )
+        self.jobs.transform = self.foreign.job_transform(self.jobs.transform or (lambda obj: obj))
+        self.pods.transform = self.foreign.pod_transform(self.pods.transform or (lambda obj: obj))
         self.executor = Executor(
             client,
             self.expectations,
@@ -269,6 +284,9 @@ class TFJobController:
                 del self._written[key]  # the cache has caught up (or moved past): trust it
         if job["metadata"].get("deletionTimestamp"):
             return None  # being deleted: the garbage collector removes its pods and services
+        held = self.foreign.holding(key)
+        if held is not None:
+            return Result(requeue_after=held)  # another controller writes this job: no write war (foreign.py)
         pending = self.expectations.pending_until(key)
         if pending is not None:
             # Our own writes are still in flight to the caches; their events will requeue the job. The

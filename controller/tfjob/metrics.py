@@ -66,6 +66,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
     api.METRIC_JOBS_RESTARTED: _JOB_LABELS,
     api.METRIC_WORKER_FAILOVERS: ("job_namespace", "reason"),
     api.METRIC_WORKER_SCALED_DOWN: ("job_namespace",),
+    api.METRIC_FOREIGN_WRITES: ("job_namespace", "write"),
 }
 
 _HELP: dict[str, str] = {
@@ -76,6 +77,7 @@ _HELP: dict[str, str] = {
     api.METRIC_JOBS_RESTARTED: "Counts number of jobs restarted",
     api.METRIC_WORKER_FAILOVERS: "Worker pods of dynamic TFJobs replaced after a failure or disruption, by cause",
     api.METRIC_WORKER_SCALED_DOWN: "Worker pods of dynamic TFJobs removed because Worker replicas were lowered",
+    api.METRIC_FOREIGN_WRITES: "Writes by another controller to TFJobs this one manages: their status, or pods created",
 }
 
 
@@ -86,6 +88,8 @@ def _label_sets(name: str, namespace: str) -> list[tuple[str, ...]]:
         return [(namespace, api.FRAMEWORK)]
     if "reason" in labels:
         return [(namespace, reason) for reason in FAILOVER_REASONS]
+    if "write" in labels:
+        return [(namespace, write) for write in api.FOREIGN_WRITES]
     return [(namespace,)]
 
 
@@ -211,6 +215,8 @@ class TFJobMetrics:
             raise ValueError(f"metric {metric.name} takes labels {expected}, got {sorted(labels)}")
         if "reason" in labels and labels["reason"] not in FAILOVER_REASONS:
             raise ValueError(f"metric {metric.name}: reason {labels['reason']!r} is not one of {FAILOVER_REASONS}")
+        if "write" in labels and labels["write"] not in api.FOREIGN_WRITES:
+            raise ValueError(f"metric {metric.name}: write {labels['write']!r} is not one of {api.FOREIGN_WRITES}")
         self._record(labels["job_namespace"], counter.labels(**labels).inc)
 
     def observe_failover(self, namespace: str, reason: str, seconds: float) -> None:

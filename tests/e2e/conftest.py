@@ -130,6 +130,11 @@ async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict
         pass
 
 
+async def install_tfjob_crd(client: ApiClient) -> None:
+    """The TFJob CRD of manifests/ (unless it is installed already)."""
+    await _create_ignoring_existing(client, CRDS, yaml.safe_load(CRD_PATH.read_text()))
+
+
 def gang_rbac_manifests(gang: str) -> list[Path]:
     """The PodGroup RBAC of the kustomize component of ``--gang-scheduler-name gang``."""
     component = "gang-volcano" if gang == "volcano" else "gang-scheduler-plugins"
@@ -179,7 +184,7 @@ async def start_operator(
     assert cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
     if install_crd:
-        await _create_ignoring_existing(client, CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await install_tfjob_crd(client)
     controller_client = await ApiClient.from_kubeconfig(
         await controller_kubeconfig(cluster, client, gang), registry=registry
     )

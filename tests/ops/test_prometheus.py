@@ -27,6 +27,8 @@ import pytest
 from controller.ops.catalogue import BY_NAME, UNCHARTED
 from controller.ops.monitoring import ALERTS, DASHBOARDS, Panel
 from controller.runtime.client import ApiClient
+from tests.e2e import training_operator
+from tests.e2e.training_operator import TFJOBS
 from tests.prometheus_harness import (
     FOREIGN_JOB,
     SCRAPE_JOB,
@@ -251,6 +253,22 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             by_namespace = values(await prom.query(storm.signal, at), "job_namespace")
             assert close(by_namespace["default"], 3) and close(by_namespace["team-b"], 0), by_namespace
             assert await prom.query('ALERTS{alertstate="firing"}') == []
+
+            # --- another controller rewrites a job's status: TFJobForeignController's condition holds ---------
+            other = await training_operator.client(sim_cluster)
+            try:
+                elastic = await other.get(TFJOBS, "elastic", namespace="default")
+                status = {"conditions": [training_operator.created(elastic, training_operator.now())]}
+                await training_operator.write_status(other, "elastic", "default", status)
+            finally:
+                await other.close()
+            [foreign_alert] = [a for a in ALERTS if a.name == "TFJobForeignController"]
+            firing = await until(
+                foreign_alert.expr, bool, "TFJobForeignController condition true after a foreign write"
+            )
+            # One write, in one namespace (increase() at "now" extrapolates a little past 1).
+            assert set(values(firing, "job_namespace")) == {"default"}, firing
+            assert 1 <= values(firing, "job_namespace")["default"] < 2, firing
 
             # --- the controller goes away; the foreign component (still "leading") must not hide it -----------
             rc, stderr = await controller.stop()
