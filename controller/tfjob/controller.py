@@ -46,7 +46,7 @@ from controller.runtime.cache import (
     controller_ref,
     object_key,
 )
-from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from controller.runtime.client import PODS, SERVICES, USER_AGENT, ApiClient, Resource
 from controller.runtime.errors import ApiError, Conflict, ResponseDecodeError, TransportError
 from controller.runtime.events import EventRecorder
 from controller.runtime.informer import Informer
@@ -154,7 +154,8 @@ class TFJobController:
         # Another controller writing our jobs (training-operator left reconciling TFJobs): seen in managedFields,
         # which only the informers' transforms get to read.
         self.foreign = ForeignWriters(
-            manager_from_user_agent(client.user_agent),
+            # The field manager the API server records for our writes (no fieldManager is sent): from the User-Agent.
+            manager_from_user_agent(getattr(client, "user_agent", USER_AGENT)),
             self.jobs,
             self.pods,
             self.recorder,

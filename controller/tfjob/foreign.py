@@ -47,6 +47,15 @@ Obj = dict[str, Any]
 DEFAULT_HOLD = 300.0
 
 
+def _meta(obj: Any) -> dict[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _managed_elsewhere(job: Obj) -> bool:
     spec = job.get("spec")
     run_policy = spec.get("runPolicy") if isinstance(spec, dict) else None
@@ -55,11 +64,11 @@ def _managed_elsewhere(job: Obj) -> bool:
 
 def _job_ref(job: Obj) -> Obj:
     """What an Event needs of the job (the transform's object is about to be trimmed)."""
-    meta = job.get("metadata") or {}
+    meta = _meta(job)
     return {
-        "apiVersion": job.get("apiVersion", api.API_VERSION),
-        "kind": job.get("kind", api.KIND),
-        "metadata": {k: meta.get(k, "") for k in ("name", "namespace", "uid", "resourceVersion")},
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {k: _text(meta.get(k)) for k in ("name", "namespace", "uid", "resourceVersion")},
     }
 
 
@@ -108,8 +117,7 @@ class ForeignWriters:
         return transform
 
     def _job_seen(self, job: Obj) -> None:
-        meta = job.get("metadata") or {}
-        uid = meta.get("uid")
+        uid = _meta(job).get("uid")
         if not isinstance(uid, str):
             return
         now = {
@@ -125,44 +133,46 @@ class ForeignWriters:
 
     def _pod_seen(self, pod: Obj) -> None:
         ref = controller_ref(pod)
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = _meta(pod).get("uid")
         if ref is None or ref.get("kind") != api.KIND or not isinstance(uid, str):
             return
-        creator = owner_reference_setter(pod, str(ref.get("uid", "")))
+        creator = owner_reference_setter(pod, _text(ref.get("uid")))
         if creator is not None and creator != self.own_manager:
             self._foreign_pods[uid] = creator
 
     # -- handlers ------------------------------------------------------------------------------------------
 
     def _pod_added(self, pod: Obj) -> None:
-        meta = pod.get("metadata") or {}
-        creator = self._foreign_pods.get(meta.get("uid", ""))
+        meta = _meta(pod)
+        creator = self._foreign_pods.get(_text(meta.get("uid")))
         if creator is None or not self.pods.has_synced():
             return  # ours, or there before this controller looked (adopted)
         ref = controller_ref(pod) or {}
-        job = self.jobs.get(f"{meta.get('namespace')}/{ref.get('name')}")
-        if job is None or (job.get("metadata") or {}).get("uid") != ref.get("uid") or _managed_elsewhere(job):
+        job = self.jobs.get(f"{_text(meta.get('namespace'))}/{_text(ref.get('name'))}")
+        if job is None or _meta(job).get("uid") != ref.get("uid") or _managed_elsewhere(job):
             return
-        self._foreign_write(job, creator, api.FOREIGN_WRITE_POD, f"created pod {meta.get('name')} of this job")
+        self._foreign_write(
+            _job_ref(job), creator, api.FOREIGN_WRITE_POD, f"created pod {_text(meta.get('name'))} of this job"
+        )
 
     def _pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         pod = DeletedFinalStateUnknown.unwrap(obj)
         if pod is not None:
-            self._foreign_pods.pop((pod.get("metadata") or {}).get("uid", ""), None)
+            self._foreign_pods.pop(_text(_meta(pod).get("uid")), None)
 
     def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         job = DeletedFinalStateUnknown.unwrap(obj)
         if job is None:
             return
-        meta = job.get("metadata") or {}
-        self._status_times.pop(meta.get("uid", ""), None)
-        self._until.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        meta = _meta(job)
+        self._status_times.pop(_text(meta.get("uid")), None)
+        self._until.pop(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}", None)
 
     # -- the outcome ---------------------------------------------------------------------------------------
 
     def _foreign_write(self, job: Obj, manager: str, write: str, what: str) -> None:
-        meta = job.get("metadata") or {}
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        meta = job["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
         key = f"{namespace}/{name}"
         self.metrics.inc(MetricInc(api.METRIC_FOREIGN_WRITES, (("job_namespace", namespace), ("write", write))))
         now = self._monotonic()

@@ -6,13 +6,11 @@ watch event or a relist would drive them, and the reconcile is never run (the cl
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.cache import DeletedFinalStateUnknown
-from controller.runtime.client import USER_AGENT
 from controller.tfjob.controller import TFJobController
 
 KEY = "ns/job"
@@ -33,8 +31,7 @@ def child(name: str, uid: str, **meta: Any) -> dict[str, Any]:
 
 
 def controller() -> TFJobController:
-    unused_client = SimpleNamespace(user_agent=USER_AGENT)  # only its User-Agent is read (our field manager)
-    return TFJobController(unused_client, registry=CollectorRegistry())  # type: ignore[arg-type]
+    return TFJobController(object(), registry=CollectorRegistry())  # type: ignore[arg-type]
 
 
 def test_a_name_seen_under_a_new_uid_settles_both_the_delete_of_the_old_and_the_create_of_the_new() -> None:
