@@ -38,7 +38,7 @@ from controller.runtime.errors import AlreadyExists, NotFound
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
-from tests.scrape import scraped
+from tests.scrape import series
 from tests.waiting import eventually as shared_eventually
 from tfjob_sim.cluster import SimCluster, SimConfig
 
@@ -120,7 +120,12 @@ class Operator:
         return [e for e in items if e.get("involvedObject", {}).get("name") == name]
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        return scraped(self.registry, name, labels) or 0.0
+        """The value of a series of the controller's registry; a series that is not exported fails the test.
+
+        Every series the tests read exists before its first increment (the runtime's from the start, a TFJob
+        namespace's from the controller's first sight of a job there), so absence is never a 0 here: read as
+        one, a renamed metric or label would pass every assertion that something did not happen."""
+        return series(self.registry, name, labels)
 
 
 async def _create_ignoring_existing(client: ApiClient, resource: str, body: dict[str, Any]) -> None:
