@@ -201,16 +201,15 @@ async def create_children(
     gang: bool = False,
     skip: tuple[tuple[str, int], ...] = (),
 ) -> None:
-    """Create the job's pods and services (PodGroup first, with ``gang``) as training-operator does, except
-    the slots in ``skip``."""
+    """Create the job's pods and services (PodGroup first, with ``gang``) as training-operator does; no pod for
+    the slots in ``skip`` (a restart deletes the pod and keeps its service)."""
     namespace = job["metadata"]["namespace"]
     if gang:
         await to.create(VOLCANO_PODGROUPS, pod_group(job), namespace=namespace)
     for rtype, index in slots(job):
-        if (rtype, index) in skip:
-            continue
         await to.create(SERVICES, service(job, rtype, index), namespace=namespace)
-        await to.create(PODS, pod(job, rtype, index, job_role=job_role, gang=gang), namespace=namespace)
+        if (rtype, index) not in skip:
+            await to.create(PODS, pod(job, rtype, index, job_role=job_role, gang=gang), namespace=namespace)
 
 
 # --- status -----------------------------------------------------------------------------------------------------
