@@ -240,7 +240,7 @@ async def main(args: argparse.Namespace) -> None:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text(text)
+        await asyncio.to_thread(Path(args.out).write_text, text)
 
 
 if __name__ == "__main__":

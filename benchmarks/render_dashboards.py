@@ -124,7 +124,7 @@ async def render(dashboard: Dashboard, prom: Prometheus, start: float, end: floa
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(18, 4.3 * rows))
     flat = list(axes.flat)
-    for ax, panel in zip(flat, panels):
+    for ax, panel in zip(flat[: len(panels)], panels, strict=True):
         await _draw_panel(ax, prom, panel, start, end)
     for ax in flat[len(panels) :]:
         ax.axis("off")

@@ -438,7 +438,7 @@ async def test_run_as_the_manifests_service_account_over_tls_with_no_403(tmp_pat
         try:
             await admin.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
             kubeconfig = await controller_kubeconfig(cluster, admin)
-            assert "token" in yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]
+            assert "token" in yaml.safe_load(await anyio.Path(kubeconfig).read_text())["users"][0]["user"]
             proc = await asyncio.create_subprocess_exec(
                 *CLI,
                 "run",

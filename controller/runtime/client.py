@@ -58,6 +58,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import aiohttp
+import anyio
 import orjson
 import structlog
 import yarl
@@ -583,10 +584,10 @@ class ApiClient:
         re-run when they expire."""
         if path is None:
             env = os.environ.get("KUBECONFIG", "")
-            path = next((p for p in env.split(os.pathsep) if p), None) or os.path.expanduser(
-                kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+            path = next((p for p in env.split(os.pathsep) if p), None) or str(
+                await anyio.Path(kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser()
             )
-        if not os.path.isfile(path):
+        if not await anyio.Path(path).is_file():
             raise FileNotFoundError(f"kubeconfig not found: {path}")
         configuration = Configuration()
         loader = await kube_config.load_kube_config(

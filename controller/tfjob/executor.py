@@ -78,6 +78,14 @@ DEFAULT_MAX_CONCURRENT_WRITES = 32
 Write = Callable[[], Awaitable[None]]
 
 
+async def _run_collecting(write: Write, failures: list[Exception]) -> None:
+    """Run ``write``, appending what it raises (an ``Exception``) to ``failures``."""
+    try:
+        await write()
+    except Exception as exc:
+        failures.append(exc)
+
+
 async def slow_start(writes: Sequence[Write], max_concurrent: int) -> int:
     """Run ``writes`` in concurrent batches of 1, 2, 4, ... capped at ``max_concurrent``.
 
@@ -91,21 +99,11 @@ async def slow_start(writes: Sequence[Write], max_concurrent: int) -> int:
         batch = writes[done : done + size]
         failures: list[Exception] = []
         if len(batch) == 1:
-            try:
-                await batch[0]()
-            except Exception as exc:
-                failures.append(exc)
+            await _run_collecting(batch[0], failures)
         else:
-
-            async def run(write: Write) -> None:
-                try:
-                    await write()
-                except Exception as exc:
-                    failures.append(exc)
-
             async with anyio.create_task_group() as tg:
                 for write in batch:
-                    tg.start_soon(run, write)
+                    tg.start_soon(_run_collecting, write, failures)
         done += len(batch)
         if failures:
             raise failures[0]

@@ -631,7 +631,7 @@ class _Compiler:
                 collection, results = strict(env)
                 if not all(isinstance(r, ct.BoolType) for r in results):
                     raise Fallback()
-                return ct.ListType([_whole(item) for item, keep in zip(collection, results) if keep])
+                return ct.ListType([_whole(item) for item, keep in zip(collection, results, strict=True) if keep])
 
             return filter_
         if name == "map":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -145,7 +146,7 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
         pod = (await _pods(client)).get(name)
         return bool(pod and pod["metadata"]["uid"] != old_uid and name in _running({name: pod}))
 
-    await _until("mnist-worker-1 replaced", lambda: replaced("mnist-worker-1", old))
+    await _until("mnist-worker-1 replaced", partial(replaced, "mnist-worker-1", old))
     await _show(client)
 
     say("\n3. Worker 2 is OOM-killed (exit 137): it is replaced at once, the job keeps running.")
@@ -159,7 +160,7 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
             {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137"}}},
             namespace="default",
         )
-        await _until("mnist-worker-2 replaced", lambda: replaced("mnist-worker-2", old))
+        await _until("mnist-worker-2 replaced", partial(replaced, "mnist-worker-2", old))
     await _show(client)
 
     say("\n4. Off-peak: scale workers to 2 (kubectl scale tfjob/mnist --replicas=2 does the same).")

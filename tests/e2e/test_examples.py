@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ async def test_dynamic_workers_example_scales_with_kubectl_and_then_succeeds(ope
     for replicas in (4, 1):
         rc, out, err = await kubectl("scale", f"tfjob/{name}", f"--replicas={replicas}", "-n", "default")
         assert rc == 0, err
-        await eventually(lambda: workers(replicas), what=f"{replicas} running workers after kubectl scale")
+        await eventually(partial(workers, replicas), what=f"{replicas} running workers after kubectl scale")
         assert is_true(await operator.job(name), "Running")
     # The coordinator (chief) finishes training: the job succeeds whatever the workers do.
     rc, _, err = await kubectl("annotate", "pod", f"{name}-chief-0", "-n", "default", "sim.tfjob.dev/exit-code=0")
@@ -136,16 +137,16 @@ async def test_kubectl_apply_k_installs_the_controller_and_the_examples_run_to_t
             async def running(pod: str) -> bool:
                 return (await client.get(PODS, pod, namespace="default"))["status"].get("phase") == "Running"
 
-            for job, pod in finishers.items():
-                await eventually(lambda: running(pod), timeout=60, what=f"{pod} running")
+            for pod in finishers.values():
+                await eventually(partial(running, pod), timeout=60, what=f"{pod} running")
                 rc, _, err = await kubectl("annotate", "pod", pod, "-n", "default", "sim.tfjob.dev/exit-code=0")
                 assert rc == 0, err
+
+            async def succeeded(job: str) -> bool:
+                return is_true(await client.get(TFJOBS, job, namespace="default"), "Succeeded")
+
             for job in finishers:
-
-                async def succeeded() -> bool:
-                    return is_true(await client.get(TFJOBS, job, namespace="default"), "Succeeded")
-
-                await eventually(succeeded, timeout=60, what=f"{job} Succeeded")
+                await eventually(partial(succeeded, job), timeout=60, what=f"{job} Succeeded")
         finally:
             await client.close()
     assert controller.proc is not None and controller.proc.returncode == 0, controller.stderr[-2000:]

@@ -235,7 +235,7 @@ async def scenario(jobs: tuple[dict[str, Any], ...], garbage_statuses: list[dict
 
 async def check(op: Operator, jobs: tuple[dict[str, Any], ...], garbage_statuses: list[dict[str, Any]]) -> None:
     names = []
-    for manifest, garbage in zip(jobs, garbage_statuses):
+    for manifest, garbage in zip(jobs, garbage_statuses, strict=True):
         created = await op.client.create(TFJOBS, manifest, namespace="default")
         name = created["metadata"]["name"]
         names.append(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -304,13 +305,13 @@ async def test_a_job_stored_before_the_crd_was_tightened_still_gets_its_conditio
         await installer.close()
     operator = await start_operator(sim_cluster, install_crd=False)
     try:
+
+        async def failed(name: str) -> dict | None:
+            job = await operator.job(name)
+            return job if is_true(job, "Failed") else None
+
         for name in (LONG, "old-bad"):
-
-            async def failed() -> dict | None:
-                job = await operator.job(name)
-                return job if is_true(job, "Failed") else None
-
-            job = await eventually(failed, what=f"{name} Failed by the controller's validation")
+            job = await eventually(partial(failed, name), what=f"{name} Failed by the controller's validation")
             assert conditions(job)[-1][2] == "TFJobFailedValidation"
             await reconciled_once_more(operator, name)
         assert operator.metric("controller_runtime_reconcile_errors_total", {"controller": "tfjob-controller"}) == 0

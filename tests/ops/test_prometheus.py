@@ -174,6 +174,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
                 zip(
                     ("created", "successful", "failed", "restarted", "deleted"),
                     (float(r[0]["value"][1]) for r in results["Jobs created, succeeded, failed in range"]),
+                    strict=True,
                 )
             )
             for kind, count in (

@@ -246,7 +246,10 @@ async def test_watch_timeout_rewatches_from_last_rv_without_relist(sim_cluster):
     async with running(sim_cluster, watch_timeout=(1, 2)) as (informer, mirror, registry):
         for round_ in range(3):
             bump(sim_cluster, "a", str(round_))
-            await wait_until(lambda: watches(sim_cluster, mark) >= round_ + 2, what="the server timed the watch out")
+            await wait_until(
+                lambda expected=round_ + 2: watches(sim_cluster, mark) >= expected,
+                what="the server timed the watch out",
+            )
         sim_cluster.store.create("configmaps", NS, cm("b"))
         await converged(sim_cluster, informer, mirror)
         assert metric(registry, "informer_watch_restarts_total", resource="configmaps", reason="timeout") >= 2
@@ -262,7 +265,7 @@ async def test_dropped_connection_rewatches_without_relist(sim_cluster):
             assert sim_cluster.faults.close_watches("configmaps") == 1
             bump(sim_cluster, "a", f"v{i}")
             sim_cluster.store.create("configmaps", NS, cm(f"n{i}"))
-            await wait_until(lambda: watches(sim_cluster, mark) > w, what="re-watch")
+            await wait_until(lambda before=w: watches(sim_cluster, mark) > before, what="re-watch")
         await converged(sim_cluster, informer, mirror)
         # A watch closed within a second without events counts as "short" (re-watched after a backoff).
         assert (
@@ -331,7 +334,7 @@ async def test_500_storm_on_every_verb_converges(sim_cluster):
             bump(sim_cluster, f"c{i + 5}", "storm")
             sim_cluster.store.delete("configmaps", NS, f"c{i}")
             await wait_until(
-                lambda: len(sim_cluster.hub.watchers("configmaps")) == 1 and watches(sim_cluster, mark) >= 1,
+                lambda mark=mark: len(sim_cluster.hub.watchers("configmaps")) == 1 and watches(sim_cluster, mark) >= 1,
                 10,
                 "a watch re-established through the storm",
             )

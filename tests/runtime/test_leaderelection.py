@@ -302,9 +302,9 @@ async def test_racing_initial_create_one_wins(sim_cluster):
         leaders = [Leader(), Leader()]
         mark = sim_cluster.faults.mark()
         async with anyio.create_task_group() as tg:
-            for elector, leader in zip(electors, leaders):
+            for elector, leader in zip(electors, leaders, strict=True):
                 tg.start_soon(elector.run, leader)
-            await wait_until(lambda: any(l.started_at is not None for l in leaders))
+            await wait_until(lambda: any(candidate.started_at is not None for candidate in leaders))
             await wait_until(
                 lambda: (
                     len(sim_cluster.faults.requests(since=mark, verb="create", resource=LEASES)) == 2

@@ -510,7 +510,7 @@ async def test_shut_down_without_drain_does_not_wait() -> None:
 # --------------------------------------------------------------------------------------- concurrency
 
 
-async def test_eight_workers_ten_thousand_adds_of_a_hundred_keys() -> None:
+async def test_eight_workers_ten_thousand_adds_of_a_hundred_keys(eventually: Eventually) -> None:
     """No key is ever processed by two workers at once, and every add is followed by a processing of its key
     that starts after the add."""
     queue: RateLimitingQueue[str] = RateLimitingQueue("t")
@@ -560,8 +560,7 @@ async def test_eight_workers_ten_thousand_adds_of_a_hundred_keys() -> None:
             for _ in range(8):
                 tg.start_soon(worker)
             await producer()
-            while len(queue) or queue.num_processing:
-                await anyio.sleep(0.001)
+            await eventually(lambda: not (len(queue) or queue.num_processing))
             await queue.shut_down_with_drain()
 
     assert violations == []

@@ -9,6 +9,7 @@ import ssl
 from pathlib import Path
 
 import aiohttp
+import anyio
 import pytest
 import yaml
 
@@ -77,7 +78,7 @@ def test_rule_matching_follows_the_rbac_authorizer() -> None:
 
 async def test_tls_with_ca_verification_admin_token_and_401(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     assert sim_cluster.url.startswith("https://127.0.0.1:")
-    config = yaml.safe_load(Path(kubectl.kubeconfig).read_text())
+    config = yaml.safe_load(await anyio.Path(kubectl.kubeconfig).read_text())
     assert config["clusters"][0]["cluster"]["certificate-authority-data"]
     assert "insecure-skip-tls-verify" not in config["clusters"][0]["cluster"]
     whoami = await ok(kubectl, "auth", "whoami", "-o", "json")
@@ -286,7 +287,7 @@ async def test_the_controllers_client_verifies_the_server_against_the_kubeconfig
 
     sim_cluster.store.create("serviceaccounts", "default", {"metadata": {"name": "reader"}})
     config = yaml.safe_load(
-        Path(sim_cluster.service_account_kubeconfig(tmp_path / "sa", "default", "reader")).read_text()
+        await anyio.Path(sim_cluster.service_account_kubeconfig(tmp_path / "sa", "default", "reader")).read_text()
     )
     assert config["clusters"][0]["cluster"]["certificate-authority-data"] and config["users"][0]["user"]["token"]
     client = await ApiClient.from_kubeconfig(str(tmp_path / "sa"), retry=RetryPolicy(max_attempts=1))

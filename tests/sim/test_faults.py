@@ -368,9 +368,7 @@ async def test_history_reports_phase_and_true_conditions(session, sim_cluster: S
         code, body, _ = await get(session, sim_cluster, f"/_sim/history?resource=pods&since={since}")
         return any(e.get("phase") == "Running" and "Ready" in e.get("true", []) for e in orjson.loads(body)["events"])
 
-    with anyio.fail_after(10):
-        while not await running():
-            await anyio.sleep(0.02)
+    await eventually(running, what="a Running, Ready pod in the history")
 
 
 async def test_history_older_than_retained_is_410(session, sim_cluster: SimCluster) -> None:

@@ -13,6 +13,7 @@ import yaml
 
 from tests.conftest import Kubectl
 from tests.sim.crds import widget_crd
+from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,9 +194,10 @@ async def test_delete_with_and_without_wait_and_wait_for_delete(widgets: Kubectl
     assert sim_cluster.store.get("widgets.example.com", "default", "held")["metadata"]["deletionTimestamp"]
     mark = sim_cluster.faults.mark()
     waiter = await widgets.spawn("wait", "--for=delete", "widget/held", "--timeout=60s")
-    with anyio.fail_after(30):  # kubectl is watching the object before it goes
-        while not sim_cluster.faults.count("watch", "widgets.example.com", since=mark):
-            await anyio.sleep(0.01)
+    # kubectl is watching the object before it goes
+    await eventually(
+        lambda: sim_cluster.faults.count("watch", "widgets.example.com", since=mark), what="kubectl's watch"
+    )
     sim_cluster.store.patch("widgets.example.com", "default", "held", "merge", {"metadata": {"finalizers": None}})
     with anyio.fail_after(60):
         rc = await waiter.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 
 import yaml
 
@@ -118,7 +119,7 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
 
     for name in messages:
         await eventually(
-            lambda: failed_scheduling(name, 1),
+            partial(failed_scheduling, name, 1),
             timeout=30,
             what=f"one FailedScheduling of {name}",
             tolerate=(AssertionError,),
@@ -127,7 +128,7 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
     # the scheduler's series counts it and keeps the first message.
     sim_cluster.store.create("nodes", None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "joining"}})
     for name in messages:
-        await eventually(lambda: failed_scheduling(name, 2), timeout=30, what=f"a second attempt for {name}")
+        await eventually(partial(failed_scheduling, name, 2), timeout=30, what=f"a second attempt for {name}")
 
 
 async def test_get_events_by_involved_object_shows_sources_and_killing(

@@ -399,7 +399,10 @@ def test_pod_field_selectors_use_the_one_pod_fields_definition() -> None:
     status = {"phase": "Running", "podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.9"}]}
     stored = store.patch("pods", "default", "p", "merge", {"status": status}, subresource="status")
     assert rt.fields_of(stored) == pod_fields(stored)
-    names = lambda sel: [o["metadata"]["name"] for o in store.list("pods", "default", field_selector=sel)[0]]
+
+    def names(selector: str) -> list[str]:
+        return [o["metadata"]["name"] for o in store.list("pods", "default", field_selector=selector)[0]]
+
     assert names("status.podIP=10.0.0.9,spec.hostNetwork=false,spec.nodeName=n1") == ["p"]
     assert names("spec.host=n1") == ["p"]  # the pod-only alias of spec.nodeName
     assert names("status.nominatedNodeName!=") == []

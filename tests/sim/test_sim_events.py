@@ -7,6 +7,7 @@ from datetime import UTC
 
 import anyio
 
+from tests.waiting import eventually
 from tfjob_sim.events import (
     COMBINED_PREFIX,
     EventRecorder,
@@ -118,7 +119,7 @@ def test_ten_similar_events_are_combined() -> None:
 
 def test_spam_filter_drops_what_exceeds_the_burst_until_tokens_refill() -> None:
     store, recorder, clock, pod = setup()
-    for i in range(30):
+    for _ in range(30):
         kubelet_event(recorder, pod, "Pulled", 'Container image "nginx:1.27" already present on machine')
     [event] = events(store)
     assert event["count"] == 25  # burst 25: the rest were dropped (still counted by the recorder)
@@ -268,9 +269,8 @@ async def test_events_expire_after_the_ttl_unless_written_again() -> None:
                 await anyio.sleep(0.05)  # the rhythm of the repeats, not synchronisation
         assert started not in deleted and store.get("events", NS, started)["count"] > 2
         assert ttl.expired == 2
-        with anyio.fail_after(10):
-            while started not in deleted:  # no more writes: it expires too
-                await anyio.sleep(0.05)
+        # No more writes: it expires too.
+        await eventually(lambda: started in deleted, interval=0.05, what="the Started event expired")
         tg.cancel_scope.cancel()
 
 

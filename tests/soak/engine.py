@@ -304,27 +304,26 @@ class Soak:
     # --- lifecycle -----------------------------------------------------------------------------------
     async def start_sim(self) -> str:
         self.config.workdir.mkdir(parents=True, exist_ok=True)
-        sim_log = open(self.config.workdir / "sim.log", "wb")  # noqa: SIM115 (closed with the process)
-        self.sim_proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "controller",
-            "--log-format",
-            "json",
-            "sim",
-            "--port",
-            "0",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--nodes",
-            str(self.config.nodes),
-            "--time-scale",
-            str(self.config.time_scale),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=sim_log,
-            cwd=ROOT,
-        )
-        sim_log.close()
+        async with await anyio.open_file(self.config.workdir / "sim.log", "wb") as sim_log:
+            self.sim_proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "controller",
+                "--log-format",
+                "json",
+                "sim",
+                "--port",
+                "0",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--nodes",
+                str(self.config.nodes),
+                "--time-scale",
+                str(self.config.time_scale),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=sim_log.wrapped,
+                cwd=ROOT,
+            )
         assert self.sim_proc.stdout is not None
         with anyio.fail_after(60):
             line = (await self.sim_proc.stdout.readline()).decode()
@@ -338,7 +337,7 @@ class Soak:
         log_path = self.config.workdir / f"{label}.log"
         base, cap = self.config.failover_backoff
         command = self.config.controller_command or ["-m", "controller"]
-        with open(log_path, "wb") as log_file:
+        async with await anyio.open_file(log_path, "wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 *command,
@@ -358,8 +357,8 @@ class Soak:
                 "--failover-backoff",
                 str(base),
                 str(cap),
-                stdout=log_file,
-                stderr=log_file,
+                stdout=log_file.wrapped,
+                stderr=log_file.wrapped,
                 cwd=ROOT,
                 start_new_session=True,
             )

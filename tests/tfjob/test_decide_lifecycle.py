@@ -81,7 +81,7 @@ def test_full_lifecycle_is_idempotent_at_every_stable_point(dynamic):
     ]
     assert done.status["replicaStatuses"]["Worker"]["succeeded"] == 2  # active booked as succeeded
     assert done.requeue_after == 60.0
-    assert_converged(cluster, at(101)).requeue_after == 59.0
+    assert assert_converged(cluster, at(101)).requeue_after == 59.0
     assert actions_of(cluster.decide(at(160)), DeleteJob) == [DeleteJob("TTL")]
 
 
