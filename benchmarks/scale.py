@@ -1,4 +1,4 @@
-"""Speed at scale (issue 11): the controller and the simulator as separate processes, as users run them.
+"""Speed at scale: the controller and the simulator as separate processes, as users run them.
 
 Every scenario starts ``tfjob-controller sim --nodes N`` and ``tfjob-controller run`` (or the kopf peer,
 benchmarks/kopf_peer.py) as child processes and drives the simulator over HTTP. Times are taken from the
@@ -1212,9 +1212,9 @@ def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], lo
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     took = sum(run.get("wall_s", 0) for runs in results.values() for run in runs) / 60
     out = [
-        "# Speed at scale (issue 11)",
+        "# Speed at scale",
         "",
-        "Reproduce everything below with one command (every scenario of issue 11 and the kopf peer's, in",
+        "Reproduce everything below with one command (every scenario and the kopf peer's, in",
         "one run; how long it takes is said below):",
         "",
         "```bash",

@@ -456,7 +456,7 @@ async def main() -> int:
         "simulator runs in its own process (kubelet and GC off); the client runs in the benchmark process. Watch "
         "rates count complete event lines received (no per-event decoding: the ceiling of any reader). Where a TFJob "
         "create's CPU goes, with and without distinct replica specs: [profiles/README.md](profiles/README.md#"
-        "simulator-tfjob-creates-whose-replica-specs-all-differ-issue-11-item-4).",
+        "simulator-tfjob-creates-whose-replica-specs-all-differ).",
         *(
             [
                 "Secure mode: HTTPS (the cluster's CA verified), the admin's bearer token, every request authenticated "

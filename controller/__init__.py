@@ -6,9 +6,12 @@ Layers, from the bottom up:
   runner, leader election). It knows nothing of TFJobs.
 - ``controller.tfjob``: the TFJob domain. The decision is a pure function of
   (job, pods, services, now); a thin executor applies its actions. It knows nothing of HTTP.
-- ``tfjob_sim``: a simulated Kubernetes cluster (API server, scheduler/kubelet, garbage
-  collector, fault injection) used by tests, benchmarks and the demo. Production never uses it.
-- ``controller.ops``: the edge: metrics and health endpoints, logging, the command line.
+- ``controller.ops``: the edge: metrics and health endpoints, logging.
+- ``controller.app`` composes ``tfjob-controller run``; ``controller.cli`` is the command line.
+
+The simulated Kubernetes cluster used by tests, benchmarks, ``tfjob-controller sim`` and ``demo`` is not
+part of this package: it is ``tfjob_sim``, its own distribution (``sim/``, the ``[sim]`` extra).
+Production never uses it.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The informer's local cache: an indexed store of plain-dict objects (client-go ``cache.Indexer``, §4.3).
+"""The informer's local cache: an indexed store of plain-dict objects (client-go's ``cache.Indexer``).
 
 Why: reconciles read the world from here, never from the apiserver, so lookups must be O(1) by key and
 cheap by index ("all pods of this namespace", "all pods whose controller is owner UID X"), and the memory

@@ -2,7 +2,8 @@
 
 Why: kubernetes-asyncio's generated API builds a model object for every item it decodes, which caps a
 watch at a few thousand events per second and doubles the memory of a cache; it also never retries, picks
-PATCH content types by guessing, and leaves a stalled watch hanging forever (reference §8). We keep what it
+PATCH content types by guessing, and leaves a stalled watch hanging forever (its watch has no inactivity
+timeout). We keep what it
 does well — kubeconfig / in-cluster configuration, credentials (incl. refreshed service-account and exec
 tokens), TLS, its aiohttp session — and do the HTTP exchange ourselves: bodies are read as bytes and
 decoded with orjson, errors are mapped to the typed classes of :mod:`controller.runtime.errors`, and watch
@@ -15,7 +16,8 @@ Contract:
 - Every non-2xx response raises an :class:`~controller.runtime.errors.ApiError` subclass; failures below
   HTTP raise :class:`~controller.runtime.errors.TransportError`.
 - Retries (:class:`RetryPolicy`; default at most 5 attempts, backoff 0.2 s doubling, capped at 10 s,
-  jittered). Which failures are retried — our reading of reference §2.12:
+  jittered). Which failures are retried (client-go retries only a 429 or 5xx that carries Retry-After, and a
+  GET after a lost connection; kubernetes-asyncio retries nothing):
 
   * **429** — always, any verb: the request was rejected before it ran. Waits ``Retry-After``.
   * **5xx with Retry-After** — any verb (client-go's rule: the server asks us to come back; 503 on
@@ -381,7 +383,8 @@ def _name_of(body: Mapping[str, Any]) -> str | None:
 class LineSplitter:
     """Splits a byte stream into ``\\n``-terminated lines; unbounded line length, O(n) total work.
 
-    Chunk boundaries are unrelated to line boundaries (reference §1.5): a chunk may hold many lines or a
+    Chunk boundaries are unrelated to line boundaries (the API server flushes whenever its event channel is
+    momentarily empty, and proxies split chunks again): a chunk may hold many lines or a
     fraction of one. ``feed(chunk)`` returns the complete lines it finished (without the newline, empty
     lines dropped); the unfinished tail is kept as a list of pieces and joined once, when its newline
     arrives, so a multi-megabyte line costs one copy, not one per chunk.

@@ -1,7 +1,8 @@
 """Prometheus metrics of the API client, the informers and leader election.
 
 Why a module of its own: the names, labels and buckets are a contract with dashboards and alerts (the
-client-go / controller-runtime names, reference §6.3/§6.4), so they are defined once, here, and the code
+names client-go and controller-runtime export, e.g. ``rest_client_requests_total``,
+``leader_election_master_status``), so they are defined once, here, and the code
 that records them only calls small methods.
 
 Contract:
@@ -47,7 +48,7 @@ __all__ = [
     "LeaderElectionMetrics",
 ]
 
-# client-go's rest_client_request_duration_seconds buckets (reference §6.3).
+# client-go's rest_client_request_duration_seconds buckets.
 REST_DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 # Series created at 0 up front, because rate()/increase() cannot see the first increment of a series that

@@ -3,9 +3,10 @@
 Why: a controller must see every change of the objects it manages without polling the apiserver, and must
 recover from every way a watch fails — server timeouts, dropped connections, silently stalled streams,
 410 Expired after compaction, apiserver restarts, throttling — without losing a deletion and without
-hammering a sick apiserver with relists. This is client-go's Reflector + Indexer + event handlers
-(reference §4.1–§4.6) on raw JSON dicts, built for speed: events are decoded by orjson in batches and
-applied to the cache synchronously, with no per-event task, copy or model object.
+hammering a sick apiserver with relists. This is client-go's Reflector + Indexer + event handlers (list,
+then watch from the list's resourceVersion; relist on 410; tombstones for deletions a relist found) on raw
+JSON dicts, built for speed: events are decoded by orjson in batches and applied to the cache
+synchronously, with no per-event task, copy or model object.
 
 Contract:
 

@@ -1,9 +1,10 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease (client-go's algorithm, reference §7).
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (client-go's algorithm: optimistic
+concurrency on the Lease's resourceVersion).
 
 Why: two replicas of the controller must never reconcile at the same time (they would fight over pods),
 and a crashed leader must be replaced within seconds. kubernetes-asyncio's own module has no renew fast
-path, no ``leaseTransitions``, local-time timestamps, no per-request timeout and no release on shutdown
-(§7.4), so the small algorithm is implemented here.
+path, no ``leaseTransitions``, local-time timestamps, no per-request timeout and no release on shutdown,
+so the small algorithm is implemented here.
 
 Contract:
 

@@ -120,7 +120,7 @@ EV_SET_POD_TEMPLATE_RESTART_POLICY: Final = "SetPodTemplateRestartPolicy"
 EV_WORKER_FAILOVER: Final = "WorkerFailover"
 EV_WORKER_FAILED: Final = "WorkerFailed"
 EV_WORKER_SCALED_DOWN: Final = "WorkerScaledDown"
-# Gang scheduling (reference §6.2, gang-scheduling.md §1.8-§1.9).
+# Gang scheduling: upstream's event reasons for the pod template's scheduler name and the PodGroup's deletion.
 EV_SET_POD_TEMPLATE_SCHEDULER_NAME: Final = "SetPodTemplateSchedulerName"
 EV_JOB_TERMINATED: Final = "JobTerminated"
 EV_SUCCESSFUL_DELETE_POD_GROUP: Final = "SuccessfulDeletePodGroup"

@@ -7,7 +7,7 @@ to their TFJob's key; the reconcile reads the job and its children from the cach
 only while no create or delete of ours is still unobserved (expectations), so a lagging cache
 can never make the controller act twice.
 
-State derived from watch events, and why none of it can outlive reality (issue 9: a watch can miss
+State derived from watch events, and why none of it can outlive reality (a watch can miss
 an object's whole life, created and deleted while it was stalled, so "until the event arrives" may
 mean forever):
 

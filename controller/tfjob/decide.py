@@ -19,7 +19,7 @@ Contract of :func:`decide`:
   ``TFJobFailedValidation`` and nothing is created; malformed children and status entries are
   ignored.
 
-The pass, in order (reference §4.3 with the fixes recorded in docs/tfjob-compatibility.md):
+The pass, in order (upstream's ReconcileJobs with the fixes recorded in docs/tfjob-compatibility.md):
 validation -> defaulting (in memory) -> ``Created`` condition -> finished jobs: cleanup / TTL ->
 suspended jobs: delete everything -> resume -> startTime -> backoff limit / active deadline ->
 gang scheduling (when on): create/update the PodGroup, no pods until Volcano admitted it ->
@@ -506,7 +506,7 @@ class _Pass:
 
     # --- gang scheduling (gang.py) -------------------------------------------------------------
     def _sync_pod_group(self, started: bool) -> bool:
-        """Create or update the job's PodGroup (reference §1.6); True while its pods must wait (§1.7).
+        """Create or update the job's PodGroup; True while its pods must wait (Volcano has not admitted it).
 
         A dynamic job that runs never waits: the group was admitted when it started, and a failed-over
         worker's replacement or a scaled-up worker is scheduled on its own (gang.py)."""
@@ -552,7 +552,8 @@ class _Pass:
 
     def _waiting_status(self, started: bool) -> dict[str, Any]:
         """The status of a pass whose pods wait for the gang: frozen but for ``lastReconcileTime``
-        (upstream's only writer of it); waiting does not start the job's clock (reference §1.7)."""
+        (upstream's only writer of it); waiting does not start the job's clock (no ``startTime``, so no active
+        deadline either)."""
         start_time = self.start_time
         if not started:
             self.start_time = None
@@ -562,14 +563,14 @@ class _Pass:
         return status
 
     def _wait_for_gang(self, started: bool) -> Decision:
-        """Volcano has not admitted the group yet: no pods (reference §1.7)."""
+        """Volcano has not admitted the group yet: no pods, no replica counts, no condition change."""
         if not started:
             self.start_time = None
             self.timers.clear()  # the active deadline counts from startTime, which waiting does not set
         return self._decision(self._waiting_status(started))
 
     def _delete_pod_group(self) -> None:
-        """A finished or suspended job's PodGroup goes (reference §1.9); once, not on every pass."""
+        """A finished or suspended job's PodGroup goes; once, not on every pass as upstream."""
         group = self.pod_group
         if group is not None and not podlib.is_terminating(group):
             self.actions.append(DeletePodGroup(podlib.name(group) or "", podlib.uid(group)))
@@ -780,7 +781,7 @@ class _Pass:
                     # restartPolicy Never: this failure finishes the job in this very pass, so the
                     # fact is reported exactly once.
                     self._exited_fact(pod, out)
-            # Counting (reference §2.4): a snapshot of the pods that exist now. A terminating
+            # Counting, as upstream: a snapshot of the pods that exist now. A terminating
             # Running pod counts as failed (kubeflow/common#214, kept for non-dynamic types); an
             # out-of-range pod is being deleted by this very pass, so it counts as terminating now
             # rather than one pass later (which keeps the decision idempotent).
@@ -827,7 +828,7 @@ class _Pass:
     def _update_conditions(self, counts: dict[str, Counts]) -> bool:
         """Set Running/Restarting/Succeeded/Failed from this pass's counts; True if now finished.
 
-        Upstream's rules (reference §2.6-§2.8) with fixes: the first terminal outcome in type order
+        Upstream's rules (UpdateJobStatus) with fixes: the first terminal outcome in type order
         wins and freezes (Q1); a type fails when it has failures no restart will repair, instead
         of "unless a Restarting condition exists" (Q3); dynamic Workers never fail the job.
         """

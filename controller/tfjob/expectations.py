@@ -7,8 +7,8 @@ So the executor records every create (by object name) and delete (by uid) it iss
 only decided on while nothing is pending. Keyed by job key (``namespace/name``); single-threaded
 (event loop) by design.
 
-An expectation must never outlive reality, or the job freezes (issue 9: five minutes without a
-reaction after a relist). It is settled by whichever comes first:
+An expectation must never outlive reality, or the job freezes (until the expectation's five-minute
+expiry, a job whose object was created and deleted unseen would ignore every change). It is settled by whichever comes first:
 
 - **the cache shows the write**: the informer handlers report an object of that name present (added,
   or replaced under the same name by a new uid) or the deleted uid terminating, gone, or replaced;

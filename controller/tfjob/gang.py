@@ -2,7 +2,8 @@
 
 Why a module of its own: with ``--gang-scheduler-name`` upstream's training-operator keeps one PodGroup
 per job (Volcano's ``scheduling.volcano.sh/v1beta1`` or scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1``)
-and holds the job's pods back until Volcano admitted it (reference gang-scheduling.md §1). All of that is
+and holds the job's pods back while Volcano has not admitted it (its phase is still empty or ``Pending``).
+All of that is
 decided here, purely, so :mod:`controller.tfjob.decide` stays readable and every rule is a table test.
 
 Contract (the caller passes the *defaulted* job):
@@ -54,7 +55,8 @@ VOLCANO_TASK_SPEC_ANNOTATION: Final = "volcano.sh/task-spec"
 SCHEDULER_PLUGINS_POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 
 VOLCANO_DEFAULT_QUEUE: Final = "default"
-# Volcano phases that hold pod creation back (reference §1.7): a new group has none yet.
+# Volcano phases that hold pod creation back (as upstream; ``Inqueue``, ``Running``, ``Unknown`` and
+# ``Completed`` let pods be created): a new group has none yet.
 VOLCANO_WAITING_PHASES: Final = ("", "Pending")
 
 # The spec fields the controller owns; anything else another party put there is left alone.
@@ -289,7 +291,7 @@ def desired_spec(
     running: bool,
     priority_classes: Mapping[str, int],
 ) -> dict[str, Any]:
-    """The PodGroup spec for ``job`` (reference §1.3-§1.5), our fields only."""
+    """The PodGroup spec for ``job`` as upstream fills it, our fields only."""
     policy = scheduling_policy(job)
     members = min_member(job, existing, dynamic=dynamic, running=running)
     spec: dict[str, Any] = {}

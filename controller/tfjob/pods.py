@@ -141,7 +141,7 @@ def build_pod(
     controller_name: str = api.CONTROLLER_NAME,
     tf_configs: tfconfig.TFConfigs | None = None,
 ) -> dict[str, Any]:
-    """The pod for replica ``index`` of ``replica_type`` (reference §3.1-§3.4). Pass
+    """The pod for replica ``index`` of ``replica_type``: upstream's name, labels, owner reference and spec. Pass
     ``tf_configs`` (built for the same job and cluster domain) when building many pods."""
     job_meta = job["metadata"]
     replica_spec = job["spec"]["tfReplicaSpecs"][replica_type]
@@ -207,7 +207,8 @@ def service_ports(job: dict[str, Any], replica_type: str) -> list[dict[str, Any]
 def build_service(
     job: dict[str, Any], replica_type: str, index: int, controller_name: str = api.CONTROLLER_NAME
 ) -> dict[str, Any]:
-    """The headless service giving replica ``index`` its stable DNS name (reference §3.5)."""
+    """The headless service giving replica ``index`` its stable DNS name, as upstream's: one port per
+    port of the ``tensorflow`` container, the replica's labels as selector."""
     job_meta = job["metadata"]
     service_labels = replica_labels(job_meta["name"], replica_type, index, controller_name)
     return {

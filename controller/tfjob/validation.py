@@ -6,7 +6,7 @@ interpret must fail cleanly with a clear message instead of crashing or looping 
 decision function also relies on it: once :func:`validate` returns no errors, every field the
 controller reads has the type it expects, so the rest of the domain can index without checks.
 
-Rules = upstream's webhook (reference §1.5) plus the CRD's schema constraints, on the *raw*
+Rules = upstream's validating webhook (training-operator v1.8 and later) plus the CRD's schema constraints, on the *raw*
 (undefaulted) object:
 
 * ``metadata.name`` is a DNS-1035 label; namespace and uid are present (the API always sets them);

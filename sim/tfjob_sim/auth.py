@@ -2,7 +2,8 @@
 
 Why this module exists: ``tfjob-controller sim --secure`` must prove what plain HTTP cannot — that
 the controller works over TLS with CA verification and a ServiceAccount token, and that its RBAC is
-sufficient — with the same answers a kubeadm cluster gives (reference apiserver-logs-events-auth.md §4).
+sufficient — with the same answers a kubeadm cluster gives (401 bodies, TokenRequest tokens, RBAC's
+403 texts, access reviews).
 
 Contract:
 - :class:`SecureMaterial` generates (with the ``cryptography`` package) a self-signed CA, a serving

@@ -7,7 +7,7 @@ registry's ``version`` changes, because kubectl fetches all of them on every cac
 Contract: :class:`Discovery` answers :meth:`document` for ``/api``, ``/api/v1``, ``/apis``,
 ``/apis/{g}``, ``/apis/{g}/{v}`` with JSON bytes, or None for unknown groups/versions (the HTTP layer
 answers plain-text 404). Aggregated discovery (v2) is not served: clients then fall back to the
-legacy documents, which every client supports (reference §3.2).
+legacy documents, which every client supports (kubectl and client-go ask for v2 first and fall back).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Why this module exists: a TFJob controller started with ``--gang-scheduler-name`
 per job and hands its pods to a gang scheduler, then waits on what that scheduler writes (Volcano:
 the PodGroup leaving phase Pending before any pod is created). Testing it needs schedulers that
 place a group all-or-nothing against node capacity and write PodGroup status, pod conditions and
-events as the real ones do (/work/shared/reference/gang-scheduling.md §2-§4 describes them).
+events as the real ones do (Volcano v1.9 and scheduler-plugins' coscheduling: the phases, conditions and
+messages below).
 
 Contract:
 - A scheduler is installed when its PodGroup CRD is served (``SimConfig.podgroup_crds`` or

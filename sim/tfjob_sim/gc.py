@@ -5,7 +5,7 @@ Why this module exists: controllers rely on the GC for cleanup (a deleted TFJob 
 services with it) and for ordering (foreground deletion keeps the owner until blocking dependents
 are gone). Without it the simulator would either leak dependents or hide ordering bugs.
 
-Contract (semantics of reference §2.10):
+Contract (the semantics of kube-controller-manager's garbage collector):
 - An owner is resolved by uid. A reference is *dangling* when no object has that uid, or the object
   with that uid has another name, kind or API group, or lives in another namespace than a namespaced
   dependent (cross-namespace and namespaced-owner-of-cluster-scoped-dependent refs are invalid and

@@ -5,7 +5,7 @@ Why this module exists: in secure mode (``tfjob-controller sim --secure``) every
 authorized like on a kubeadm cluster, so a permission the controller's ClusterRole lacks shows up
 as the same 403 it would get in a user's cluster, and ``kubectl auth can-i`` answers the same.
 
-Contract (reference apiserver-logs-events-auth.md §4.2-4.5):
+Contract (kube-apiserver's RBAC authorizer and its access reviews):
 - :class:`Attributes` are a request's authorization attributes (user, verb, API group, resource,
   subresource, name, namespace, or a non-resource path).
 - :meth:`RBACAuthorizer.authorize` returns ``(allowed, reason)``. ``system:masters`` is allowed

@@ -390,7 +390,8 @@ class Store:
         limit: int = 0,
         continue_token: str | None = None,
     ) -> ListResult:
-        """A list with the full RV/limit/continue semantics of kube-apiserver (reference §1.3, §1.4).
+        """A list with the full RV/limit/continue semantics of kube-apiserver (resourceVersion and
+        resourceVersionMatch, pages of ``limit`` with a ``continue`` token that expires with compaction).
 
         The caller (HTTP) handles "not older than" an RV in the future (it waits, then 504) because
         waiting is asynchronous; here such an RV raises the 504 immediately.

@@ -2,7 +2,8 @@
 
 Why this module exists: the watch protocol is where simulators usually cheat (no resume, no 410,
 no selector transitions, one event per chunk). This hub implements the apiserver's watch cache
-semantics on top of the store's per-resource history (reference §1.5-§1.10, §1.13) and does it
+semantics on top of the store's per-resource history (one JSON line per event, resume from an RV, 410
+when it is compacted, bookmarks, timeoutSeconds, selector transitions as ADDED/DELETED) and does it
 fast enough for 20,000 events/s: each event is serialised once and the bytes are shared by every
 watcher that sees the event unchanged; a stream writes everything pending in one write.
 

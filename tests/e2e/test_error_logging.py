@@ -1,4 +1,4 @@
-"""Expected API failures are one warning line, never a traceback (issue 9, item 3).
+"""Expected API failures are one warning line, never a traceback.
 
 The controller runs against the simulated cluster while it answers pod creates with 503 and then a
 status write with 404 (what a job deleted between the read and the write gets). Each failure must

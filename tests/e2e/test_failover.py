@@ -1,6 +1,6 @@
 """Worker failover end to end: OOM kills, non-zero exits, evictions, lost nodes and crash loops.
 
-Issue 4's promise for ``enableDynamicWorker: true``: a worker that fails or is disrupted never
+The promise of ``enableDynamicWorker: true``: a worker that fails or is disrupted never
 fails the job; it is replaced (same name and index) when it was disrupted or its restart policy
 allows a retry, kept failed otherwise; replacements back off per index so a crash-looping worker
 cannot hammer the cluster, and the back-off end is a timed requeue, not a poll. The controller runs

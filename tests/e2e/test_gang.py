@@ -194,7 +194,7 @@ def once(events: list[dict[str, Any]], reason: str) -> bool:
 async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_lowered(
     gang_operator: Operator, scheduler: str
 ) -> None:
-    # Upstream's SDK e2e (gang-scheduling.md §1.7): one worker, minAvailable 10.
+    # Upstream's SDK e2e (sdk/python/test/e2e/test_e2e_tfjob.py): one worker, minAvailable 10.
     manifest = gang_job(
         "gang",
         workers=1,
@@ -395,7 +395,7 @@ async def test_upstreams_ci_setup_flag_scheduler_plugins_with_the_scheduler_name
     sim_cluster: SimCluster,
 ) -> None:
     # training-operator's CI runs `--gang-scheduler-name=scheduler-plugins` with templates naming the real scheduler,
-    # `scheduler-plugins-scheduler` (gang-scheduling.md §1.8): the template's name is kept, with a warning per pod.
+    # `scheduler-plugins-scheduler`: the template's name is kept, with a warning per pod.
     operator = await start_operator(sim_cluster, gang="scheduler-plugins")
     try:
         manifest = gang_job("ci", workers=2, cpu="1", run_policy={"schedulingPolicy": {"minAvailable": 2}})

@@ -1,7 +1,7 @@
 """Invalid TFJobs: rejected by the CRD through the real ``kubectl apply``, and, when written past the
 rules, failed by the controller with a clear message, creating nothing and never crashing.
 
-Issue 4: no admission webhook; the CRD itself enforces upstream's rules (a container named
+No admission webhook: the CRD itself enforces upstream's rules (a container named
 ``tensorflow`` in every replica template, an image in every container, at most one of
 Chief/Master, a DNS-1035 name, known replica types, replicas >= 0). The controller re-checks every
 job because objects can predate the rules (quirk Q19): such a job gets a Warning
@@ -287,7 +287,7 @@ async def test_an_invalid_job_with_a_ttl_is_deleted_after_it(lax_operator: Opera
 
 
 async def test_a_job_stored_before_the_crd_was_tightened_still_gets_its_condition(sim_cluster: SimCluster) -> None:
-    """Ratcheting (issue 9, item 5): a job that an older CRD let in is failed by the controller once the CRD
+    """Ratcheting: a job that an older CRD let in is failed by the controller once the CRD
     is upgraded; its status write must be accepted although the job breaks the new rules."""
     from controller.runtime.client import ApiClient
 

@@ -1,8 +1,9 @@
 """The upstream TFJob lifecycle end to end: failure of a non-dynamic job, success rules,
 cleanPodPolicy, TTL, activeDeadlineSeconds, backoffLimit and suspend/resume.
 
-Issue 4 keeps upstream's behaviour for these (reference §2, §4.7-§4.9, §8.5) with the recorded
-fixes: Succeeded and Failed are terminal and never both True; activeDeadlineSeconds is enforced on
+The controller keeps upstream's behaviour for these (its status rules, cleanup after finish, the active
+deadline, suspend/resume and upstream's envtest of them) with the fixes recorded in
+docs/tfjob-compatibility.md: Succeeded and Failed are terminal and never both True; activeDeadlineSeconds is enforced on
 time by a timed requeue (quirk Q4), not by the next unrelated event; completionTime is always set
 so TTL cleanup always works.
 """
@@ -273,7 +274,7 @@ async def test_backoff_limit_ignores_dynamic_worker_restarts(operator: Operator)
     assert len(running_pods(await operator.pods("dynbackoff"))) == 2
 
 
-# --- suspend / resume (reference §8.5 "TFJob with suspend semantics") --------------------------------
+# --- suspend / resume (upstream's envtest "TFJob with suspend semantics") --------------------------------
 CREATED = ("Created", "True", "TFJobCreated", "TFJob test-job is created.")
 SUSPENDED = ("Suspended", "True", "TFJobSuspended", "TFJob test-job is suspended.")
 
@@ -575,7 +576,7 @@ async def test_non_dynamic_on_failure_job_restarts_a_deleted_worker_instead_of_f
 
 
 async def test_a_large_job_gets_its_status_first_and_keeps_it_up_while_it_is_built(operator: Operator) -> None:
-    """Issue 9 item 4: a 300-worker job has Created and its replica statuses after a handful of pod
+    """A 300-worker job has Created and its replica statuses after a handful of pod
     creations, and its status is written again while the rest is created (one bounded pass at a time),
     read from the simulator's commit history so the order is the server's, not the test's polling."""
     store = operator.cluster.store

@@ -1,4 +1,4 @@
-"""A relist must never freeze a job (issue 9, item 1).
+"""A relist must never freeze a job.
 
 The scenario that froze jobs for five minutes: the controller creates a pod while its pods watch is
 stalled, the pod is force-deleted before the watch comes back, history is compacted, and the watch

@@ -1,6 +1,6 @@
 """A controller restart in the middle of a worker failover.
 
-Issue 4: the failover history lives in the job's status (``status.dynamicWorkers``), not in the
+The failover history lives in the job's status (``status.dynamicWorkers``), not in the
 controller's memory, so a new controller process continues a failover where the old one stopped:
 the back-off already decided is honoured, the failover is not counted again, the replacement is
 created exactly once (no duplicate pod), and the next failure of the same worker backs off
@@ -227,7 +227,7 @@ async def test_restart_while_scaled_down_workers_terminate_counts_no_failover(si
 
 
 async def test_a_converged_job_costs_zero_writes_per_reconcile(sim_cluster: SimCluster) -> None:
-    """Issue 4: on a converged cluster, reconciling a job makes zero API writes, also for a job that
+    """On a converged cluster, reconciling a job makes zero API writes, also for a job that
     has been through a failover (its record and timers in place)."""
     faults = sim_cluster.faults
     operator = await start_operator(sim_cluster)

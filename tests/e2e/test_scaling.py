@@ -2,7 +2,7 @@
 the scale subresource with ``kubectl scale``, and never an out-of-range pod while a higher index
 is still terminating (upstream quirk Q6).
 
-Issue 4: scale up creates pods and services for the new indices and leaves existing pods alone;
+Scale up creates pods and services for the new indices and leaves existing pods alone;
 scale down deletes pods and services with index >= replicas gracefully, highest first, never
 counted as failures and never recreated; workers may scale to 0 when a Chief exists; the CRD's
 scale subresource (selector filled by the controller) makes ``kubectl scale`` and an HPA work.

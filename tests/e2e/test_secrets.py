@@ -1,4 +1,4 @@
-"""Credentials never leak (issue 9, item 9): not in logs, not in events, not in metrics.
+"""Credentials never leak: not in logs, not in events, not in metrics.
 
 The controller runs against the simulated cluster in secure mode (HTTPS, authentication, RBAC), so the
 token is really checked, with a kubeconfig carrying the bearer token, or an exec credential plugin that

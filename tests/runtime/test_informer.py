@@ -1,4 +1,4 @@
-"""Informer behaviour against the simulated apiserver and its fault injection (issue 3 acceptance).
+"""Informer behaviour against the simulated apiserver and its fault injection.
 
 Every scenario ends with the same two checks: the informer's cache equals the server's state (keys and
 resourceVersions), and a *mirror* built only from the handler notifications equals it too — so no

@@ -406,7 +406,7 @@ async def test_a_controller_runs_once() -> None:
         await controller.run()
 
 
-# -- logging by kind of failure (issue 9, item 3) ---------------------------------------------------------------
+# -- logging by kind of failure ---------------------------------------------------------------------------------
 
 FAILURE_CASES = {
     # exception: (level, reason, retry_in (backoff 1 s * 2**0, or a longer Retry-After), traceback?)

@@ -1,4 +1,4 @@
-"""The real kubectl against the simulator (issue 2 acceptance): discovery, apply of a CRD and of
+"""The real kubectl against the simulator: discovery, apply of a CRD and of
 custom resources (valid and invalid), get in every output form, get -w, label, annotate, patch,
 scale, delete, wait, drain-style eviction, and a pod running to completion via annotations."""
 

@@ -1,4 +1,4 @@
-"""What a user's kubectl shows about simulated pods (issue #10): the scheduler's and kubelet's events
+"""What a user's kubectl shows about simulated pods: the scheduler's and kubelet's events
 in ``kubectl describe pod`` and ``kubectl get events``, and ``kubectl logs`` (plain, -c, --previous,
 -f, the waiting-to-start error)."""
 

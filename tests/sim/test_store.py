@@ -1,4 +1,6 @@
-"""Store semantics (reference §1.3, §1.4, §2.2-§2.9), driven through the Python Store API that the
+"""Store semantics (resourceVersion and pagination of lists; create, update with optimistic concurrency,
+patch types, the status and scale subresources, generation, deletion with finalizers and propagation,
+graceful pod deletion), driven through the Python Store API that the
 kubelet and GC use. HTTP-specific behaviour is in test_http.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watch semantics on the wire (reference §1.3, §1.5-§1.10): synthetic ADDEDs, exact resume, 410 as
+"""Watch semantics on the wire: synthetic ADDEDs, exact resume, 410 as
 an ERROR event, selector transitions, DELETED with the deletion RV, bookmarks, timeoutSeconds with a
 clean EOF, one compact JSON object per line, slow-consumer termination."""
 

@@ -641,7 +641,7 @@ class Soak:
         self.count(kind)
 
     async def lose_a_create(self) -> bool:
-        """Issue 9's frozen job: while the pods watch is stalled, a job scales up, its new worker is
+        """The frozen job: while the pods watch is stalled, a job scales up, its new worker is
         force-deleted before any watch event of it was sent, history is compacted, the watch resumes
         with 410 and a relist. A controller whose create expectation outlives that relist freezes."""
         assert self.api is not None

@@ -1,4 +1,5 @@
-"""Gang scheduling in the decision: upstream's PodGroup behaviour (reference gang-scheduling.md §1) and the
+"""Gang scheduling in the decision: upstream's PodGroup behaviour (training-operator v1.8/v1.9
+with ``--gang-scheduler-name``) and the
 dynamic-aware gang of enableDynamicWorker jobs (docs/tfjob-compatibility.md, "Gang scheduling").
 
 Each test drives :class:`~tests.tfjob.builders.Cluster`, which applies decisions the way the API server
@@ -63,7 +64,7 @@ def pod_group_of(decision: Any) -> dict[str, Any]:
     return create.pod_group
 
 
-# --- the PodGroup upstream creates (§1.3-§1.5) --------------------------------------------------------
+# --- the PodGroup upstream creates ---------------------------------------------------------------------
 def test_volcano_pod_group_from_the_scheduling_policy() -> None:
     job = make_job(
         worker=3,
@@ -260,7 +261,7 @@ def test_quantities_format_canonically(value: Decimal, binary: bool, text: str) 
     assert gang.format_quantity(value, binary) == text
 
 
-# --- waiting for admission (§1.7) ---------------------------------------------------------------------
+# --- waiting for admission ---------------------------------------------------------------------------
 def test_volcano_holds_the_pods_back_until_it_admits_the_group() -> None:
     cluster = Cluster(make_job(worker=2, ps=1), config=VOLCANO)
     first = cluster.step()
@@ -326,7 +327,7 @@ def test_a_non_dynamic_job_waits_again_when_volcano_takes_admission_back() -> No
     assert decision.actions == () and decision.status["lastReconcileTime"] == ts(3)
 
 
-# --- pod template (§1.8, upstream's TestIsCustomSchedulerSet) ----------------------------------------
+# --- pod template (upstream's TestIsCustomSchedulerSet) -----------------------------------------------
 @pytest.mark.parametrize(
     "worker_scheduler, ps_scheduler, warned",
     [
@@ -427,7 +428,7 @@ def test_a_pod_group_controlled_by_another_object_is_not_ours() -> None:
     assert [type(a) for a in decision.actions] == [CreatePodGroup]  # AlreadyExists until GC removed it
 
 
-# --- deletion (§1.9) --------------------------------------------------------------------------------------
+# --- deletion -------------------------------------------------------------------------------------------
 def running_gang_job(config: DecideConfig = VOLCANO, **job: Any) -> Cluster:
     cluster = Cluster(make_job(**job), config=config)
     cluster.step()

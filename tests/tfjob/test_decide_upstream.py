@@ -1,4 +1,5 @@
-"""Every table-driven upstream test of reference §8, as table tests of :func:`decide`.
+"""Every table-driven test of upstream's TFJob controller (training-operator v1.8.1: status_test.go,
+job_test.go, pod_test.go, tensorflow_test.go, tfjob_controller_test.go), as table tests of :func:`decide`.
 
 Fixtures follow upstream's testutil: job ``test-tfjob`` in ``default``, replica restartPolicy
 empty (defaults to Never) unless a case sets it, one ``tensorflow`` container with tfjob-port.

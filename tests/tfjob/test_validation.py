@@ -188,7 +188,7 @@ def test_required_message_without_value():
     )
 
 
-# --- every generated name fits a DNS-1035 label (issue 9, item 2) ----------------------------------------------
+# --- every generated name fits a DNS-1035 label -----------------------------------------------------------------
 
 GENERATED_NAMES = {
     # case: (name length, replica specs, longest generated name length or None when valid, allowed length)

@@ -1,0 +1,124 @@
+"""The house rules a newcomer relies on, checked on every tracked file.
+
+- Comments and docs stand on their own: no pointer to a document outside the repository (a section sign,
+  a machine path, notes kept elsewhere) and no tracker number; what a comment relied on is said in it.
+- Every module path (``controller.ops.monitoring``, ``tfjob_sim.kubelet.EXIT_CODE``) and every file path
+  (``docs/metrics.md``) a comment or a doc names exists, so a rename cannot leave stale statements behind.
+- The test command of ``.ci/run`` is README's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
+PROFILES = ROOT / "docs" / "benchmarks" / "profiles"
+
+# Text files: what a reader reads. Images, profiles' raw samples and the like are not prose.
+TEXT_SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml", ".json", ".txt", ".cfg", ".ini", ".sh", ".j2")
+TEXT_NAMES = ("Dockerfile", "run", ".gitignore", ".dockerignore")
+
+# What must not appear, each with the reason a reader would be stuck.
+FORBIDDEN = {
+    "a section sign": (
+        re.compile("\N{SECTION SIGN}"),
+        "numbered sections of documents kept elsewhere; name the section",
+    ),
+    "a machine path": (re.compile(r"/work/"), "a path on one machine; say the fact"),
+    "notes outside the repository": (
+        re.compile(
+            r"shared/reference|\b(?:tfjob-upstream-spec|k8s-api-semantics|apiserver-logs-events-auth|gang-scheduling|tensorflow-and-real-pods)\.md"
+        ),
+        "notes that are not in the repository; say what they say",
+    ),
+    "a tracker number": (
+        re.compile(r"\bissues? ?#?\d+|\bby the issue\b|\bthe issue's\b", re.IGNORECASE),
+        "a tracker entry; say what was decided and why",
+    ),
+}
+
+# Dotted paths into the product and the simulator, and repository-relative file paths.
+MODULE_REFERENCE = re.compile(r"\b(?:controller\.(?:runtime|tfjob|ops|app|cli)|tfjob_sim)(?:\.[A-Za-z_]\w*)*")
+FILE_REFERENCE = re.compile(
+    r"(?<![\w./-])((?:controller|sim|tests|docs|benchmarks|tools|grafana|manifests|examples)/[\w./-]*"
+    r"\.(?:py|md|ya?ml|json|txt|toml))\b"
+)
+
+
+@cache
+def tracked_text_files() -> tuple[Path, ...]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = []
+    for name in listed.decode().split("\0"):
+        path = ROOT / name
+        if not name or name == THIS or not path.is_file():
+            continue
+        if path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES:
+            files.append(path)
+    assert len(files) > 100, "git ls-files found too few files: not run in a checkout?"
+    return tuple(files)
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("what", sorted(FORBIDDEN))
+def test_no_comment_or_doc_points_outside_the_repository(what: str) -> None:
+    pattern, why = FORBIDDEN[what]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}"
+        for path in tracked_text_files()
+        for number, line in enumerate(read(path).splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, f"{what} ({why}):\n" + "\n".join(found)
+
+
+def _resolves(reference: str) -> bool:
+    parts = reference.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            if not hasattr(target, attribute):
+                return False
+            target = getattr(target, attribute)
+        return True
+    return False
+
+
+def test_every_module_and_file_a_comment_or_doc_names_exists() -> None:
+    stale = []
+    for path in tracked_text_files():
+        if path.parent == PROFILES and path.suffix == ".txt":
+            continue  # raw stack samples of past runs: they name the files as they were then
+        text = read(path)
+        stale += [
+            f"{path.relative_to(ROOT)}: {m.group(0)}"
+            for m in MODULE_REFERENCE.finditer(text)
+            if not _resolves(m.group(0))
+        ]
+        stale += [
+            f"{path.relative_to(ROOT)}: {m.group(1)}"
+            for m in FILE_REFERENCE.finditer(text)
+            # relative to the checkout, or (links in docs) to the file's own directory
+            if not (ROOT / m.group(1)).exists() and not (path.parent / m.group(1)).exists()
+        ]
+    assert not stale, "names that do not exist (renamed or moved?):\n" + "\n".join(sorted(set(stale)))
+
+
+def test_ci_runs_the_test_command_readme_gives() -> None:
+    readme = read(ROOT / "README.md")
+    ci = read(ROOT / ".ci" / "run").splitlines()
+    command = next(line for line in readme.splitlines() if line.endswith("-m pytest -q"))
+    assert command in ci, f"README's test command is not a line of .ci/run: {command}"
