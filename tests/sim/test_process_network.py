@@ -457,6 +457,18 @@ async def test_stop_during_creations_and_cancelled_or_concurrent_removals_leave_
         await creation
         assert scope.cancelled_caught
         assert [x for x in leftovers(net.prefix) if "cccccccc" in x] == []
+        # asyncio's cancellation of a caller (the kubelet cancels a pod's tasks) interrupts neither a
+        # creation's undoing nor a removal.
+        for step in ("create", "remove"):
+            b = await net.create_sandbox("default", "b", "bbbbbbbb-0") if step == "remove" else None
+            task = asyncio.ensure_future(
+                net.remove_sandbox(b) if b else net.create_sandbox("default", "b", "bbbbbbbb-0")
+            )
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await _wait_for(lambda: not [x for x in leftovers(net.prefix) if "bbbbbbbb" in x], f"{step}: b gone")
         # Two removals at once: both return when it is gone.
         a = await net.create_sandbox("default", "a", "aaaaaaaa-0")
         await asyncio.gather(net.remove_sandbox(a), net.remove_sandbox(a))

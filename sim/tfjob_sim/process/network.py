@@ -121,6 +121,13 @@ class _Addresses:
         self._released.append(int(ipaddress.IPv4Address(ip)))
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A removal's failure reaches its awaiters; when they were all cancelled, it is logged here
+    (the sandbox stays known, and stop() tries again and reports)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("pod sandbox removal failed", error=str(task.exception()))
+
+
 def _setns_net(path: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -287,7 +294,7 @@ class PodNetwork:
             self.dns = None
         states = list(self._sandboxes.values())
         results = await asyncio.gather(*(self.remove_sandbox(s.sandbox) for s in states), return_exceptions=True)
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
+        errors = [str(r) or repr(r) for r in results if isinstance(r, BaseException)]
         errors += await asyncio.to_thread(netjanitor.cleanup, self.prefix)
         if self._janitor is not None:
             janitor, self._janitor = self._janitor, None
@@ -366,12 +373,14 @@ class PodNetwork:
         state = self._sandboxes.get(sandbox.name)
         if state is None or state.sandbox != sandbox:
             return
-        if state.removal is None:
-            # A task of its own: a removal cut short by the caller's cancellation (a pod deleted while
-            # the simulator shuts down) would leave a half-removed sandbox whose address is in use.
+        if state.removal is None or state.removal.cancelled():
+            # A task of its own, shielded from the caller's cancellation (asyncio's, and anyio's, which
+            # would hit every later await): a removal cut short (a pod deleted while the simulator shuts
+            # down) would leave a half-removed sandbox whose address is still in use.
             state.removal = asyncio.get_running_loop().create_task(self._remove(state))
+            state.removal.add_done_callback(_retrieved)
         with anyio.CancelScope(shield=True):
-            await state.removal
+            await asyncio.shield(state.removal)
 
     async def _remove(self, state: _SandboxState) -> None:
         sandbox = state.sandbox
