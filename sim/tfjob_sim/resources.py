@@ -442,6 +442,18 @@ def builtin_types() -> list[ResourceType]:
                 ("prioritylevelconfigurations", "PriorityLevelConfiguration"),
             )
         ),
+        # Stored and served, never called: the simulator runs no admission webhooks. Enough for the configurations a
+        # cluster keeps (a migration edits training-operator's) to be read and patched as on a real cluster.
+        ResourceType(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "validatingwebhookconfiguration",
+            "ValidatingWebhookConfiguration",
+            False,
+            categories=("api-extensions",),
+            top_level_fields=frozenset({"webhooks"}),
+        ),
         ResourceType(
             "apiextensions.k8s.io",
             "v1",

@@ -250,3 +250,105 @@ async def write_status(to: ApiClient, name: str, namespace: str, status: dict[st
     """Replace the job's status as training-operator does (an Update of the status subresource)."""
     job = await to.get(TFJOBS, name, namespace=namespace)
     return await to.replace(TFJOBS, {**job, "status": status}, namespace=namespace, subresource="status")
+
+
+# --- its CRD ----------------------------------------------------------------------------------------------------
+
+
+def _without_rules(node: Any, keep: str) -> None:
+    """Drop every CEL rule except those whose message contains ``keep``, and every ``maxProperties``."""
+    if isinstance(node, dict):
+        rules = [r for r in node.pop("x-kubernetes-validations", []) if keep in r.get("message", "")]
+        if rules:
+            node["x-kubernetes-validations"] = rules
+        node.pop("maxProperties", None)
+        for value in node.values():
+            _without_rules(value, keep)
+    elif isinstance(node, list):
+        for value in node:
+            _without_rules(value, keep)
+
+
+def crd(ours: dict[str, Any]) -> dict[str, Any]:
+    """training-operator v1.8.1's TFJob CRD in every respect a migration meets: this project's CRD without what it
+    adds (the ``scale`` subresource, ``status.dynamicWorkers``, the CEL rules that replace the admission webhook, the
+    ``Workers``/``Active`` columns, v1.9's ``managedBy``); the queue immutability rule is upstream's own."""
+    out = json.loads(json.dumps(ours))
+    out["metadata"] = {"name": ours["metadata"]["name"]}
+    [version] = out["spec"]["versions"]
+    version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = [
+        c for c in version["additionalPrinterColumns"] if c["name"] in ("State", "Age")
+    ]
+    schema = version["schema"]["openAPIV3Schema"]
+    del schema["properties"]["status"]["properties"]["dynamicWorkers"]
+    del schema["properties"]["spec"]["properties"]["runPolicy"]["properties"]["managedBy"]
+    _without_rules(schema, keep="queue is immutable")
+    return out
+
+
+# --- its Deployment and admission webhooks (Kubeflow's manifests, overlay `kubeflow`) ----------------------------
+
+NAMESPACE = "kubeflow"
+WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
+# v1.8's kinds, in the order of its ValidatingWebhookConfiguration (v1.9 has jaxjob where v1.8 has mxjob).
+WEBHOOK_KINDS = ("mxjob", "paddlejob", "pytorchjob", "tfjob", "xgboostjob")
+
+
+def deployment() -> dict[str, Any]:
+    labels = {"control-plane": "kubeflow-training-operator"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "training-operator", "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": "training-operator",
+                    "containers": [
+                        {
+                            "name": "training-operator",
+                            "image": "kubeflow/training-operator:v1-04f9f13",
+                            "command": ["/manager"],
+                            "ports": [{"containerPort": 8080}, {"containerPort": 9443, "name": "webhook-server"}],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def webhook_configuration() -> dict[str, Any]:
+    def webhook(kind: str) -> dict[str, Any]:
+        return {
+            "name": f"validator.{kind}.training-operator.kubeflow.org",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {
+                    "name": "training-operator",
+                    "namespace": NAMESPACE,
+                    "path": f"/validate-kubeflow-org-v1-{kind}",
+                }
+            },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "rules": [
+                {
+                    "apiGroups": ["kubeflow.org"],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [f"{kind}s"],
+                }
+            ],
+        }
+
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"control-plane": "kubeflow-training-operator"}},
+        "webhooks": [webhook(kind) for kind in WEBHOOK_KINDS],
+    }
