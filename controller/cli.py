@@ -452,6 +452,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(this, or its own shorter timeout parameter) before its 429; default 60",
     )
 
+    sim.add_argument(
+        "--runtime",
+        choices=("annotations", "process"),
+        default="annotations",
+        help="the simulated kubelet's containers: 'annotations' (default; nothing runs, pod annotations "
+        "steer exits and timings) or 'process' (each container's command runs as a real process in its "
+        "pod's own network namespace, with cluster DNS; needs root)",
+    )
+
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
     demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
 
@@ -505,6 +514,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sim":
             from tfjob_sim.serve import serve_sim
 
+            if args.runtime == "process":
+                from tfjob_sim.process.runtime import RuntimeUnavailable, check_available
+
+                try:
+                    check_available()
+                except RuntimeUnavailable as exc:
+                    print(f"tfjob-controller sim: --runtime process: {exc}", file=sys.stderr)
+                    return 2
+
             return anyio.run(
                 serve_sim,
                 args.port,
@@ -517,6 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.max_requests_inflight,
                 args.max_mutating_requests_inflight,
                 args.request_timeout,
+                args.runtime,
             )
         if args.command == "demo":
             from tfjob_sim.demo import demo

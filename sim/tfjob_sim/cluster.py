@@ -92,6 +92,9 @@ class SimConfig:
     max_requests_inflight: int = 400
     max_mutating_requests_inflight: int = 200
     request_timeout: float = 60.0
+    # The kubelet's container runtime: "annotations" (simulated containers steered by annotations) or
+    # "process" (every container a real process in its pod's network namespace; needs root).
+    runtime: str = "annotations"
 
     def __post_init__(self) -> None:
         from tfjob_sim.crds import parse_schedulers
@@ -135,7 +138,10 @@ class SimCluster:
             self.kubelet = Kubelet(
                 self.store,
                 KubeletConfig(
-                    nodes=self.config.nodes, time_scale=self.config.time_scale, **self.config.kubelet_options
+                    nodes=self.config.nodes,
+                    time_scale=self.config.time_scale,
+                    runtime=self.config.runtime,
+                    **self.config.kubelet_options,
                 ),
             )
         if self.config.gc:

@@ -115,6 +115,7 @@ NODE_NOT_POSTING = "Kubelet stopped posting node status."
 KUBELET = "kubelet"
 NODE_CONTROLLER = "node-controller"
 SIM_KUBELET_VERSION = "v1.31.0"
+RUNTIMES = ("annotations", "process")
 
 
 class StoreLike(Protocol):
@@ -167,8 +168,14 @@ class KubeletConfig:
     # spec.schedulerName -> the gang scheduler it selects ("volcano" or "scheduler-plugins"); each
     # runs only while its PodGroup CRD is served (sim/tfjob_sim/gang.py).
     gang_scheduler_names: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_GANG_SCHEDULER_NAMES))
+    # "annotations": containers are simulated, steered by annotations (the table above); "process":
+    # every container is a real process in its pod's network namespace (sim/tfjob_sim/process/),
+    # which needs root.
+    runtime: str = "annotations"
 
     def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         if self.nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {self.nodes}")
         if self.node_pods < 1:
@@ -335,6 +342,24 @@ def default_reason(code: int) -> str:
     if code == 137:
         return "OOMKilled"
     return "Error"
+
+
+def restarts(pod: dict, code: int) -> bool:
+    """Whether the pod's restartPolicy restarts a container that exited with ``code``."""
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
+def backoff_at_exit(
+    backoff: float | None, updated: float, now: float, scale: float
+) -> tuple[float, float, float | None]:
+    """The container restart back-off entry after an exit at ``now``: (back-off, its update time, the
+    delay before the restart, None for at once). flowcontrol.Backoff.IsInBackOffSince(finishedAt): no
+    entry, or one not updated for twice the cap, means no back-off: restart at once and start (or
+    restart) the entry at 10 s."""
+    if backoff is None or now - updated > BACKOFF_RESET_SECONDS * scale:
+        return BACKOFF_INITIAL_SECONDS, now, None
+    return backoff, updated, backoff * scale
 
 
 def prestop_sleep_seconds(spec: dict) -> float:
@@ -573,6 +598,7 @@ class _PodRecord:
     logs: dict[str, LogSource] | None = None  # containerID -> output of the current and previous instances
     scheduling_attempted: bool = False  # FailedScheduling reported for the present attempt
     bad_annotations: set[str] | None = None  # "key=value" already warned about
+    proc: Any = None  # the process runtime's per-container state (tfjob_sim.process.pods)
 
 
 class _IPAllocator:
@@ -639,6 +665,24 @@ class Kubelet:
         self._wake: anyio.Event | None = None  # created in run(): needs the running event loop
         self._started = False
         self._own_status_write: str | None = None  # uid of the pod whose status this kubelet is writing
+        self.runtime: Any = None  # tfjob_sim.process.runtime.ProcessRuntime with runtime="process"
+        self._processes: Any = None  # tfjob_sim.process.pods.ProcessPods, its pod lifecycle
+        if self.config.runtime == "process":
+            self._init_process_runtime()
+
+    def _init_process_runtime(self) -> None:
+        from tfjob_sim.process.pods import ProcessPods
+        from tfjob_sim.process.runtime import ProcessRuntime, check_available
+
+        check_available()
+        self.runtime = ProcessRuntime(notify=self._pod_changed, network=_pod_network(self._store))
+        self._processes = ProcessPods(self, self.runtime)
+
+    def _pod_changed(self, uid: str) -> None:
+        """The runtime saw something happen to a pod's processes or sandbox: sync it."""
+        if uid in self._pods:
+            self._dirty[uid] = None
+            self._notify()
 
     # ---------------------------------------------------------------- public API
 
@@ -752,11 +796,16 @@ class Kubelet:
         self._wake = anyio.Event()
         unsubscribe = self._store.add_listener(self._on_event)
         try:
+            if self.runtime is not None:
+                await self.runtime.start()
             self._ensure_nodes()
             self._initial_sync()
             await self._loop()
         finally:
             unsubscribe()
+            if self.runtime is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.runtime.stop()
 
     # ---------------------------------------------------------------- startup
 
@@ -890,6 +939,8 @@ class Kubelet:
             self._unschedulable.pop(uid, None)
             if rec is not None:
                 self._end_logs(rec, anyio.current_time())
+                if self._processes is not None:
+                    self._processes.forget(rec)
                 self._account(rec, None)
                 self._set_node_membership(rec, None)
                 if rec.pod_ip and rec.ip_owned:
@@ -1382,6 +1433,8 @@ class Kubelet:
         status = pod.get("status") or {}
         annotations = meta.get("annotations") or {}
         now = anyio.current_time()
+        if self._processes is not None:
+            return self._processes.sync(pod, rec, node, now)
         if meta.get("deletionTimestamp"):
             return self._terminate(pod, rec, node, now)
         if rec.life == BOUND:
@@ -1509,35 +1562,30 @@ class Kubelet:
         )
         self._end_logs(rec, rec.run_due if rec.run_due is not None and rec.run_due <= now else now)
         rec.run_due = None
-        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
-        if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
+        if not restarts(pod, code):
             rec.life = EXITED
             return
-        # flowcontrol.Backoff.IsInBackOffSince(finishedAt): no entry, or one not updated for twice the
-        # cap, means no back-off: restart at once and start (or restart) the entry at 10 s.
-        expired = rec.backoff is None or now - rec.backoff_updated > BACKOFF_RESET_SECONDS * self._scale
-        if expired:
-            rec.backoff = BACKOFF_INITIAL_SECONDS
-            rec.backoff_updated = now
+        rec.backoff, rec.backoff_updated, delay = backoff_at_exit(rec.backoff, rec.backoff_updated, now, self._scale)
+        if delay is None:
             self._start_instance(pod, rec, annotations, now, restart=True)
             return
         rec.life = BACKOFF
-        rec.restart_due = now + (rec.backoff or BACKOFF_INITIAL_SECONDS) * self._scale
-        meta = pod.get("metadata") or {}
+        rec.restart_due = now + delay
         for path, container in _containers(pod, init=False):
-            self._container_event(
-                pod,
-                rec,
-                path,
-                "Warning",
-                "BackOff",
-                f"Back-off restarting failed container {container.get('name', '')} in pod "
-                f"{meta.get('name')}_{meta.get('namespace')}({rec.uid})",
-            )
+            self.back_off_event(pod, rec, path, container.get("name", ""))
 
-    def _evict(self, pod: dict, rec: _PodRecord) -> None:
-        """Node-pressure eviction. The kubelet kills the containers and removes them, so their final
-        state is the status manager's "could not be located" default (exit 137)."""
+    def back_off_event(self, pod: dict, rec: _PodRecord, path: str, name: str) -> None:
+        meta = pod.get("metadata") or {}
+        self._container_event(
+            pod,
+            rec,
+            path,
+            "Warning",
+            "BackOff",
+            f"Back-off restarting failed container {name} in pod {meta.get('name')}_{meta.get('namespace')}({rec.uid})",
+        )
+
+    def evicted_event(self, pod: dict, rec: _PodRecord) -> None:
         spec = pod.get("spec") or {}
         self.events.record(
             object_reference(pod),
@@ -1547,6 +1595,11 @@ class Kubelet:
             component=KUBELET,
             host=rec.node or "",
         )
+
+    def _evict(self, pod: dict, rec: _PodRecord) -> None:
+        """Node-pressure eviction. The kubelet kills the containers and removes them, so their final
+        state is the status manager's "could not be located" default (exit 137)."""
+        self.evicted_event(pod, rec)
         if rec.life == RUNNING:
             self._killing_events(pod, rec)
         if rec.life == BACKOFF and rec.current is not None:
@@ -1811,6 +1864,12 @@ class Kubelet:
             phase = "Pending"
         names = sorted(c.get("name", "") for c in containers)
         ready = life == RUNNING
+        if self._processes is not None:
+            phase, ready, container_statuses = self._processes.render_containers(pod, rec)
+        else:
+            container_statuses = sorted(
+                (self._container_status(pod, rec, c) for c in containers), key=lambda s: s["name"]
+            )
         initialized = life != CREATING or not inits
         if phase in TERMINAL_PHASES:
             not_ready = {"status": "False", "reason": "PodCompleted" if phase == "Succeeded" else "PodFailed"}
@@ -1861,9 +1920,7 @@ class Kubelet:
             "startTime": rec.admitted_at,
             "podIP": rec.pod_ip,
             "podIPs": [{"ip": rec.pod_ip}] if rec.pod_ip else None,
-            "containerStatuses": sorted(
-                (self._container_status(pod, rec, c) for c in containers), key=lambda s: s["name"]
-            ),
+            "containerStatuses": container_statuses,
             "initContainerStatuses": [self._init_status(pod, rec, c) for c in inits] or None,
             "reason": "Evicted" if life == EVICTED else None,
             "message": self._eviction_message(containers) if life == EVICTED else None,
@@ -2003,6 +2060,13 @@ _NODE_CONDITIONS = (
     ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
     ("Ready", "KubeletReady", "kubelet is posting ready status"),
 )
+
+
+def _pod_network(store: StoreLike) -> Any:
+    """The process runtime's pod network (network namespaces, addresses, cluster DNS)."""
+    from tfjob_sim.process.network import PodNetwork
+
+    return PodNetwork(store=store)
 
 
 def _wall(monotonic: float) -> float:

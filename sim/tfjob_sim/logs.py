@@ -32,7 +32,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -78,6 +78,21 @@ class LogSource:
         if self.finished is None:
             self.finished = when
         self.ended.set()
+
+    def read(self, start: int, stop: int) -> list[str]:
+        """Lines ``start`` to ``stop`` (exclusive), without their newlines."""
+        return list(self.lines[start:stop])
+
+    async def wait(self, sent: int) -> None:
+        """Return when line ``sent`` is due or the instance stopped, whichever comes first."""
+        if sent >= len(self.lines):
+            await self.ended.wait()  # everything printed: the stream ends when the container stops
+            return
+        delay = max(0.0, self.line_time(sent) - time.time())
+        try:
+            await asyncio.wait_for(self.ended.wait(), delay)
+        except TimeoutError:
+            pass  # the next line is due
 
 
 def render_lines(annotations: dict, namespace: str, pod: str, container: str, instance: int) -> tuple[str, ...]:
@@ -228,18 +243,33 @@ def _stamp(ts: float) -> str:
     return datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
 
 
+class Source(Protocol):
+    """What serve_pod_log reads: a container instance's lines (LogSource, or the process runtime's
+    captured output), each with the wall time it was printed."""
+
+    finished: float | None
+
+    def printed(self, now: float) -> int: ...
+
+    def line_time(self, index: int) -> float: ...
+
+    def read(self, start: int, stop: int) -> list[str]: ...
+
+    async def wait(self, sent: int) -> None: ...
+
+
 class _Writer:
     """Formats lines and enforces limitBytes (which may cut a line)."""
 
-    def __init__(self, source: LogSource, opts: LogOptions) -> None:
+    def __init__(self, source: Source, opts: LogOptions) -> None:
         self.source = source
         self.opts = opts
         self.left = opts.limit_bytes
 
     def render(self, start: int, stop: int) -> bytes:
         out = []
-        for i in range(start, stop):
-            line = self.source.lines[i] + "\n"
+        for i, text in enumerate(self.source.read(start, stop), start):
+            line = text + "\n"
             if self.opts.timestamps:
                 line = _stamp(self.source.line_time(i)) + " " + line
             out.append(line)
@@ -254,7 +284,7 @@ class _Writer:
         return self.left is not None and self.left <= 0
 
 
-def _first_line(source: LogSource, opts: LogOptions, printed: int, now: float) -> int:
+def _first_line(source: Source, opts: LogOptions, printed: int, now: float) -> int:
     first = 0
     since = (
         opts.since_time
@@ -296,20 +326,13 @@ async def serve_pod_log(
     await response.prepare(request)
     sent = first
     while True:
+        finished = source.finished is not None  # before counting: lines printed until then are all sent
         printed = source.printed(time.time())
         if printed > sent:
             await response.write(writer.render(sent, printed))
             sent = printed
-        if writer.exhausted or source.finished is not None or sent >= len(source.lines):
-            if writer.exhausted or source.finished is not None:
-                break
-            await source.ended.wait()  # everything printed: the stream ends when the container stops
-            continue
-        # Wait for the next line or the container's end, whichever comes first.
-        delay = max(0.0, source.line_time(sent) - time.time())
-        try:
-            await asyncio.wait_for(source.ended.wait(), delay)
-        except TimeoutError:
-            pass  # the next line is due
+        if writer.exhausted or finished:
+            break
+        await source.wait(sent)
     await response.write_eof()
     return response

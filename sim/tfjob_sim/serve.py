@@ -26,6 +26,7 @@ async def serve_sim(
     max_requests_inflight: int = 400,
     max_mutating_requests_inflight: int = 200,
     request_timeout: float = 60.0,
+    runtime: str = "annotations",
 ) -> int:
     config = SimConfig(
         port=port,
@@ -38,6 +39,7 @@ async def serve_sim(
         max_requests_inflight=max_requests_inflight,
         max_mutating_requests_inflight=max_mutating_requests_inflight,
         request_timeout=request_timeout,
+        runtime=runtime,
     )
     tune_collector()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -5,6 +5,12 @@ starts with ``<prefix>-``, links of the host's network namespace whose name cont
 live processes that are inside one of the prefix's namespaces or carry the prefix in their command
 line (the janitor child, anything started with the prefix as an argument). Empty means clean.
 
+The process runtime's part: processes in the prefix's cgroups (the containers' processes and
+whatever they forked, even in another session), the prefix's cgroup directories (under this
+process's own cgroups, where a simulator it starts creates them) and its state directory (logs) in
+the temp directory. ``runtime_processes(prefix)`` lists the pids in its cgroups, ``janitors(prefix)``
+the pids of its janitor processes.
+
 ``host_network_snapshot()`` is the host namespace's links, addresses and routes as `ip` prints them,
 to compare before and after: the simulator must never change them.
 """
@@ -14,7 +20,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
+from pathlib import Path
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 NETNS_DIR = "/run/netns"
 ETC_NETNS_DIR = "/etc/netns"
 
@@ -79,6 +88,53 @@ def leftovers(prefix: str) -> list[str]:
     found += [f"{ETC_NETNS_DIR}/{name}" for name in _listdir(ETC_NETNS_DIR) if _owned(name, prefix)]
     found += [f"host link {name}" for name in _listdir("/sys/class/net") if _mentions(name, prefix)]
     found += _processes(prefix)
+    found += [f"process {pid} in a cgroup of {prefix}" for pid in runtime_processes(prefix)]
+    found += [f"cgroup {base / prefix}" for base in _own_cgroup_dirs() if (base / prefix).exists()]
+    state = Path(tempfile.gettempdir()) / prefix
+    if state.exists():
+        found.append(f"state directory {state}")
+    return sorted(set(found))
+
+
+def _own_cgroup_dirs() -> list[Path]:
+    """This process's cgroup directories (v1 hierarchies and v2)."""
+    out = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else ["unified", ""]:
+            base = (CGROUP_ROOT / controller if controller else CGROUP_ROOT) / path.lstrip("/")
+            if base.is_dir():
+                out.append(base)
+    return out
+
+
+def runtime_processes(prefix: str) -> list[int]:
+    """Live processes in the cgroups of ``prefix``."""
+    pids = []
+    for entry in _listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/cgroup").read_text()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(f"/{prefix}/" in line or line.endswith(f"/{prefix}") for line in text.splitlines()):
+            pids.append(int(entry))
+    return pids
+
+
+def janitors(prefix: str) -> list[int]:
+    """The janitor processes of ``prefix`` (the process runtime's and the pod network's)."""
+    found = []
+    for entry in _listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "janitor.py" in argv and _mentions(argv, prefix):
+                found.append(int(entry))
     return found
 
 
@@ -96,3 +152,9 @@ def host_network_snapshot() -> str:
         stable = re.sub(r"(valid_lft|preferred_lft|expires) \S+", r"\1 -", done.stdout)
         parts.append(f"$ ip {' '.join(args)}\n{stable}")
     return "\n".join(parts)
+
+
+def prefixes_of(pid: int) -> list[str]:
+    """The prefixes a process-runtime simulator with this pid uses (from its cgroup directories)."""
+    pattern = re.compile(rf"tfsim{pid}-\d+$")
+    return sorted({p.name for base in _own_cgroup_dirs() for p in base.iterdir() if pattern.match(p.name)})

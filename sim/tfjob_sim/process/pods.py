@@ -1,0 +1,495 @@
+"""The kubelet's pod lifecycle when containers are real processes (``KubeletConfig(runtime="process")``).
+
+Why a module of its own: in the annotation runtime every container of a pod follows the same
+annotations, so the kubelet keeps one state per pod. Real processes exit on their own, one by one:
+this module keeps a state per container and does what the kubelet's pod workers do with a real
+runtime, reusing the kubelet's scheduling, events, back-off constants and status writing.
+
+Contract (called by :class:`tfjob_sim.kubelet.Kubelet` only, from its worker):
+- :meth:`ProcessPods.sync` replaces the annotation state machine for a pod bound to a Ready node:
+  admission, sandbox, container starts, exits, restarts with CrashLoopBackOff, the eviction
+  annotation, graceful deletion; it writes the status and returns when to look again (process
+  events wake the kubelet through the runtime's ``notify``).
+- :meth:`ProcessPods.render_containers` gives the phase, readiness and container statuses that
+  ``Kubelet._render`` writes.
+- :meth:`ProcessPods.forget` when the pod object is gone: its processes are killed, its sandbox,
+  cgroups and logs removed.
+
+Time: the kubelet's own timers (restart back-off, config-error retries) are simulated seconds,
+multiplied by ``time_scale``; what a real process experiences is real: the grace period between
+SIGTERM and SIGKILL (at least 2 s) and preStop ``sleep`` hooks are wall seconds, never scaled, so
+a program that shuts down correctly is never SIGKILLed because the simulation runs fast.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tfjob_sim.events import object_reference
+from tfjob_sim.kubelet import (
+    BACKOFF_INITIAL_SECONDS,
+    BACKOFF_MAX_SECONDS,
+    BOUND,
+    CREATING,
+    EVICT,
+    EVICTED,
+    EXITED,
+    KILLED,
+    KUBELET,
+    MINIMUM_GRACE_SECONDS,
+    RETRY_AFTER_ERROR_SECONDS,
+    RUNNING,
+    TERMINAL_PHASES,
+    _containers,
+    _image_id,
+    _Termination,
+    _unknown_termination,
+    backoff_at_exit,
+    go_duration,
+    now_timestamp,
+    prestop_sleep_seconds,
+    restarts,
+)
+from tfjob_sim.process import env as env_mod
+from tfjob_sim.process.runtime import Instance, LaunchSpec, ProcessRuntime
+
+if TYPE_CHECKING:
+    from tfjob_sim.kubelet import Kubelet, _Node, _PodRecord
+
+# How often a container whose configuration could not be resolved (a missing ConfigMap, ...) is
+# tried again (simulated seconds; the kubelet retries on its pod sync period).
+CONFIG_RETRY_SECONDS = 10.0
+NO_COMMAND = (
+    'failed to generate container "{name}" spec: failed to generate spec: no command specified '
+    "(the simulator's process runtime ignores images, so a container needs a command)"
+)
+NO_INIT_CONTAINERS = "init containers are not supported by the simulator's process runtime"
+
+
+def _iso(wall: float) -> str:
+    return datetime.fromtimestamp(int(wall), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Container:
+    name: str
+    restart_count: int = 0
+    instance: Instance | None = None  # the live (or exited, not yet processed) instance
+    last_instance: Instance | None = None  # the instance whose termination is `current`
+    older_instance: Instance | None = None  # the instance whose termination is `previous`
+    running_since: str | None = None
+    current: _Termination | None = None  # state.terminated of the latest instance
+    previous: _Termination | None = None  # lastState.terminated
+    waiting: tuple[str, str | None] = ("ContainerCreating", None)
+    restart_due: float | None = None  # CrashLoopBackOff (or a config retry) until then
+    backoff: float | None = None
+    backoff_updated: float = 0.0
+    done: bool = False  # will not run again
+    warned: str | None = None  # the last waiting error reported by an event
+
+
+@dataclass
+class _PodProcesses:
+    containers: dict[str, _Container] = field(default_factory=dict)
+    sandbox_error: str | None = None
+    stop_started: float | None = None
+    sigterm_due: float | None = None
+    sigterm_sent: bool = False
+    kill_due: float | None = None
+    kill_sent: bool = False
+
+
+class ProcessPods:
+    def __init__(self, kubelet: Kubelet, runtime: ProcessRuntime) -> None:
+        self.kubelet = kubelet
+        self.runtime = runtime
+        self._scale = kubelet.config.time_scale
+
+    # ---------------------------------------------------------------- the pod worker
+
+    def sync(self, pod: dict, rec: _PodRecord, node: _Node, now: float) -> float | None:
+        kubelet = self.kubelet
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            return self._terminate(pod, rec, node, now)
+        if rec.life == BOUND:
+            if status.get("phase") in TERMINAL_PHASES:
+                return None  # finished before this kubelet knew it (pre-populated store)
+            rec.life = CREATING
+            rec.admitted_at = now_timestamp()
+            rec.creating_since = now
+            rec.proc = _PodProcesses(
+                {c.get("name", ""): _Container(c.get("name", "")) for _, c in _containers(pod, init=False)}
+            )
+        p: _PodProcesses = rec.proc
+        due: float | None = None
+        annotations = meta.get("annotations") or {}
+        if annotations.get(EVICT) == "true" and not rec.evict_acted and rec.life in (CREATING, RUNNING):
+            rec.evict_acted = True
+            self._evict(pod, rec)
+        if rec.life == CREATING:
+            due = self._create_sandbox(pod, rec, p, now)
+        if rec.life == RUNNING:
+            due = self._step(pod, rec, p, now)
+        else:
+            self._finish_exited(p)
+        kubelet._write_status(pod, kubelet._render(pod, rec, node))
+        return due
+
+    def _create_sandbox(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> float | None:
+        state = self.runtime.sandbox(pod)
+        if state.pending:
+            return None  # the runtime notifies when it is ready or failed
+        if state.error is not None:
+            if p.sandbox_error != state.error:
+                p.sandbox_error = state.error
+                self.kubelet.events.record(
+                    object_reference(pod),
+                    "Warning",
+                    "FailedCreatePodSandBox",
+                    f"Failed to create pod sandbox: {state.error}",
+                    component=KUBELET,
+                    host=rec.node or "",
+                )
+            self.runtime.retry_sandbox(rec.uid)
+            return now + RETRY_AFTER_ERROR_SECONDS
+        sandbox = state.sandbox
+        if getattr(sandbox, "ip", None):
+            rec.pod_ip = sandbox.ip
+        elif rec.pod_ip is None:  # development without a pod network: an address for the status only
+            rec.pod_ip, rec.ip_owned = self.kubelet._ips.allocate(), True
+        rec.life = RUNNING
+        if (pod.get("spec") or {}).get("initContainers"):
+            for c in p.containers.values():
+                c.waiting = ("CreateContainerConfigError", NO_INIT_CONTAINERS)
+                self._warn(pod, rec, c, NO_INIT_CONTAINERS)
+            return None
+        self.kubelet._container_start_events(pod, rec, restart=False)
+        for _, spec in _containers(pod, init=False):
+            self._start(pod, rec, p.containers[spec.get("name", "")], spec, now)
+        return None
+
+    def _step(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> float | None:
+        """Exits, restarts and retries of every container; the earliest timer still pending."""
+        specs = {c.get("name", ""): c for _, c in _containers(pod, init=False)}
+        due: float | None = None
+        stopping = p.stop_started is not None
+        for name, c in p.containers.items():
+            instance = c.instance
+            if instance is not None and instance.alive and instance.started and c.running_since is None:
+                c.running_since = _iso(instance.started_wall)
+            if instance is not None and not instance.alive:
+                self._exited(pod, rec, c, now, restart=not stopping)
+            if c.instance is not None or c.done or stopping or c.restart_due is None:
+                continue
+            if now < c.restart_due:
+                due = c.restart_due if due is None else min(due, c.restart_due)
+                continue
+            if c.current is not None:
+                # flowcontrol.Backoff.Next at restart: double (capped), unless the entry expired.
+                c.backoff = min((c.backoff or BACKOFF_INITIAL_SECONDS) * 2, BACKOFF_MAX_SECONDS)
+                c.backoff_updated = now
+            self._start(pod, rec, c, specs[name], now, restart=c.current is not None)
+            if c.restart_due is not None:
+                due = c.restart_due if due is None else min(due, c.restart_due)
+        if not stopping and p.containers and all(c.done for c in p.containers.values()):
+            rec.life = EXITED
+            self.runtime.release_sandbox(rec.uid)
+        return due
+
+    # ---------------------------------------------------------------- one container
+
+    def _start(self, pod: dict, rec: _PodRecord, c: _Container, spec: dict, now: float, restart: bool = False) -> None:
+        kubelet = self.kubelet
+        node = kubelet._nodes.get(rec.node or "")
+        c.restart_due = None
+        try:
+            env = env_mod.container_env(kubelet._store, pod, spec, rec.pod_ip, node.host_ip if node else None)
+            argv = env_mod.command_line(spec, env)
+            uid, gid, groups = env_mod.credentials(pod, spec)
+            limit = env_mod.memory_limit(spec)
+        except env_mod.ConfigError as exc:
+            c.waiting = ("CreateContainerConfigError", str(exc))
+            c.restart_due = now + CONFIG_RETRY_SECONDS * self._scale
+            self._warn(pod, rec, c, str(exc))
+            return
+        if argv is None:
+            message = NO_COMMAND.format(name=c.name)
+            c.waiting = ("CreateContainerError", message)
+            self._warn(pod, rec, c, message)
+            return  # the spec cannot change: it stays so until the pod is deleted
+        if restart:
+            c.previous = c.current
+            c.older_instance, c.last_instance = c.last_instance, None
+            c.restart_count += 1
+            path = f"spec.containers{{{c.name}}}"
+            image = spec.get("image", "")
+            kubelet._container_event(
+                pod, rec, path, "Normal", "Pulled", f'Container image "{image}" already present on machine'
+            )
+            kubelet._container_event(pod, rec, path, "Normal", "Created", f"Created container: {c.name}")
+            kubelet._container_event(pod, rec, path, "Normal", "Started", f"Started container {c.name}")
+        c.current = None
+        c.waiting = ("ContainerCreating", None)
+        container_id = kubelet._container_id(rec, c.name, c.restart_count)
+        state = self.runtime.sandbox(pod)
+        launch = LaunchSpec(
+            argv=argv,
+            env=env,
+            cwd=spec.get("workingDir") or None,
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            hostname=env_mod.pod_hostname(pod),
+            memory_limit=limit,
+        )
+        try:
+            c.instance = self.runtime.spawn(rec.uid, c.name, container_id, launch, state.sandbox)
+        except OSError as exc:
+            c.current = _Termination(128, "StartError", None, now_timestamp(), c.restart_count, str(exc))
+            c.last_instance = None
+            self._warn(pod, rec, c, str(exc))
+            self._after_exit(pod, rec, c, 128, now, restart=True)
+            return
+        self._keep_logs(rec)
+
+    def _exited(self, pod: dict, rec: _PodRecord, c: _Container, now: float, restart: bool) -> None:
+        instance = c.instance
+        assert instance is not None
+        self.runtime.finish(instance)
+        code = instance.exit_code()
+        message = None
+        if instance.start_error is not None:
+            reason, message = "StartError", instance.start_error
+            self._warn(pod, rec, c, instance.start_error)
+        elif instance.oom_killed():
+            reason = "OOMKilled"
+        else:
+            reason = "Completed" if code == 0 else "Error"
+        c.current = _Termination(
+            exit_code=code,
+            reason=reason,
+            started_at=c.running_since or _iso(instance.started_wall),
+            finished_at=_iso(instance.exited_wall or now),
+            instance=c.restart_count,
+            message=message,
+        )
+        c.running_since = None
+        c.instance = None
+        c.last_instance = instance
+        self._after_exit(pod, rec, c, code, now, restart)
+
+    def _after_exit(self, pod: dict, rec: _PodRecord, c: _Container, code: int, now: float, restart: bool) -> None:
+        if not restart or not restarts(pod, code):
+            c.done = True
+            return
+        c.backoff, c.backoff_updated, delay = backoff_at_exit(c.backoff, c.backoff_updated, now, self._scale)
+        c.restart_due = now if delay is None else now + delay
+        if delay is not None:
+            self.kubelet.back_off_event(pod, rec, f"spec.containers{{{c.name}}}", c.name)
+
+    def _keep_logs(self, rec: _PodRecord) -> None:
+        """The kubelet keeps the current and the previous instance of each container; older go."""
+        p: _PodProcesses = rec.proc
+        logs = {}
+        for c in p.containers.values():
+            for instance in (c.instance, c.last_instance, c.older_instance):
+                if instance is not None:
+                    logs[instance.container_id] = instance.log
+        for old_id, source in list((rec.logs or {}).items()):
+            if old_id not in logs:
+                for instance in self.runtime.instances(rec.uid):
+                    if instance.log is source and not instance.alive:
+                        self.runtime.drop_log(instance)
+        rec.logs = logs
+
+    def _warn(self, pod: dict, rec: _PodRecord, c: _Container, message: str) -> None:
+        if c.warned == message:
+            return
+        c.warned = message
+        self.kubelet._container_event(
+            pod, rec, f"spec.containers{{{c.name}}}", "Warning", "Failed", f"Error: {message}"
+        )
+
+    def _finish_exited(self, p: _PodProcesses) -> None:
+        """Evicted or finished pods: release what exited processes leave (their cgroups)."""
+        for c in p.containers.values():
+            if c.instance is not None and not c.instance.alive:
+                self.runtime.finish(c.instance)
+
+    # ---------------------------------------------------------------- eviction and deletion
+
+    def _evict(self, pod: dict, rec: _PodRecord) -> None:
+        """Node-pressure eviction: the kubelet kills the containers at once and removes them, so their
+        final state is the status manager's "could not be located" default (exit 137)."""
+        kubelet = self.kubelet
+        kubelet.evicted_event(pod, rec)
+        p: _PodProcesses = rec.proc
+        for c in p.containers.values():
+            if c.instance is not None and c.instance.alive:
+                kubelet._container_event(
+                    pod, rec, f"spec.containers{{{c.name}}}", "Normal", "Killing", f"Stopping container {c.name}"
+                )
+                c.instance.signal(signal.SIGKILL)
+            if c.restart_due is not None and c.current is not None:
+                c.previous = c.current
+            c.current = _unknown_termination(c.restart_count)
+            c.running_since = None
+            c.restart_due = None
+            c.done = True
+        rec.life = EVICTED
+        self.runtime.release_sandbox(rec.uid)
+
+    def _terminate(self, pod: dict, rec: _PodRecord, node: _Node, now: float) -> float | None:
+        """Graceful deletion as killContainer does it with a real runtime: preStop sleep, SIGTERM to
+        each container's process group, SIGKILL when the grace period (at least 2 s, wall seconds)
+        ends; then the final status and the DELETE with grace 0 and a uid precondition."""
+        kubelet = self.kubelet
+        if rec.delete_sent:
+            return None
+        p: _PodProcesses | None = rec.proc
+        meta = pod["metadata"]
+        grace = max(0, meta.get("deletionGracePeriodSeconds") or 0)
+        due: float | None = None
+        if p is not None:
+            alive = [c for c in p.containers.values() if c.instance is not None and c.instance.alive]
+            if p.stop_started is None:
+                p.stop_started = now
+                for c in alive:
+                    kubelet._container_event(
+                        pod, rec, f"spec.containers{{{c.name}}}", "Normal", "Killing", f"Stopping container {c.name}"
+                    )
+                for c in p.containers.values():
+                    c.restart_due = None
+                prestop = min(prestop_sleep_seconds(pod.get("spec") or {}), grace)
+                p.sigterm_due = now + prestop
+                p.kill_due = now + prestop + max(grace - prestop, MINIMUM_GRACE_SECONDS)
+            else:
+                # A shorter grace period from a second DELETE moves SIGKILL earlier, never later.
+                assert p.sigterm_due is not None and p.kill_due is not None
+                prestop = p.sigterm_due - p.stop_started
+                p.kill_due = min(p.kill_due, p.stop_started + prestop + max(grace - prestop, MINIMUM_GRACE_SECONDS))
+            if not p.sigterm_sent and now >= p.sigterm_due:
+                p.sigterm_sent = True
+                for c in alive:
+                    c.instance.signal(signal.SIGTERM)  # type: ignore[union-attr]
+            if not p.kill_sent and now >= p.kill_due:
+                p.kill_sent = True
+                for c in alive:
+                    c.instance.signal(signal.SIGKILL)  # type: ignore[union-attr]
+            if rec.life == RUNNING:
+                self._step(pod, rec, p, now)
+            else:
+                self._finish_exited(p)
+            if any(c.instance is not None and c.instance.alive for c in p.containers.values()):
+                kubelet._write_status(pod, kubelet._render(pod, rec, node))
+                return p.sigterm_due if not p.sigterm_sent else (None if p.kill_sent else p.kill_due)
+            for c in p.containers.values():
+                if c.current is None:
+                    c.current = _unknown_termination(c.restart_count)
+                c.running_since = None
+        if rec.life in (BOUND, CREATING, RUNNING):
+            rec.life = KILLED
+        self.runtime.release_sandbox(rec.uid)
+        if rec.admitted_at is not None:
+            pod = kubelet._write_status(pod, kubelet._render(pod, rec, node))
+        rec.delete_sent = True
+        kubelet._delete_now(pod)
+        return due
+
+    def forget(self, rec: _PodRecord) -> None:
+        self.runtime.forget(rec.uid)
+
+    # ---------------------------------------------------------------- status
+
+    def render_containers(self, pod: dict, rec: _PodRecord) -> tuple[str, bool, list[dict]]:
+        """(phase, all containers ready, containerStatuses) as the kubelet's getPhase computes them."""
+        spec = pod.get("spec") or {}
+        p: _PodProcesses | None = rec.proc
+        statuses = []
+        running = waiting = stopped = succeeded = 0
+        for container in spec.get("containers") or []:
+            if not isinstance(container, dict):
+                continue
+            name = container.get("name", "")
+            c = p.containers.get(name) if p is not None else None
+            status = self._container_status(pod, rec, container, c)
+            statuses.append(status)
+            state = status["state"]
+            if "running" in state:
+                running += 1
+            elif "terminated" in state:
+                stopped += 1
+                succeeded += state["terminated"]["exitCode"] == 0
+            elif status.get("lastState", {}).get("terminated"):
+                stopped += 1  # CrashLoopBackOff counts as stopped
+            else:
+                waiting += 1
+        statuses.sort(key=lambda s: s["name"])
+        policy = spec.get("restartPolicy") or "Always"
+        if rec.life in (EVICTED,):
+            phase = "Failed"
+        elif rec.life in (KILLED, EXITED):
+            phase = "Succeeded" if statuses and stopped == succeeded == len(statuses) else "Failed"
+        elif rec.life in (BOUND, CREATING) or waiting > 0:
+            phase = "Pending"
+        elif running > 0:
+            phase = "Running"
+        elif policy == "Always" or (policy == "OnFailure" and stopped != succeeded):
+            phase = "Running"
+        else:
+            phase = "Succeeded" if stopped == succeeded else "Failed"
+        ready = bool(statuses) and all(s["ready"] for s in statuses)
+        return phase, ready, statuses
+
+    def _container_status(self, pod: dict, rec: _PodRecord, container: dict, c: _Container | None) -> dict[str, Any]:
+        kubelet = self.kubelet
+        name = container.get("name", "")
+        image = container.get("image", "")
+        out: dict[str, Any] = {
+            "name": name,
+            "image": image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": c.restart_count if c else 0,
+            "started": False,
+            "lastState": {},
+        }
+        if c is None:
+            out["state"] = {"waiting": {"reason": "ContainerCreating"}}
+            return out
+        if c.previous is not None:
+            out["lastState"] = {"terminated": kubelet._terminated(rec, name, c.previous)}
+        if c.running_since is not None or c.current is not None:
+            out["imageID"] = _image_id(image)
+        if c.instance is not None and c.running_since is not None:
+            out.update(
+                containerID=kubelet._container_id(rec, name, c.restart_count),
+                ready=True,
+                started=True,
+                state={"running": {"startedAt": c.running_since}},
+            )
+        elif c.restart_due is not None and c.current is not None and not c.done:
+            meta = pod.get("metadata") or {}
+            message = (
+                f"back-off {go_duration(c.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
+                f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})"
+            )
+            out.update(
+                state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                lastState={"terminated": kubelet._terminated(rec, name, c.current)},
+            )
+            if c.current.started_at is not None:
+                out["containerID"] = kubelet._container_id(rec, name, c.current.instance)
+        elif c.current is not None and c.instance is None:
+            if c.current.started_at is not None:
+                out["containerID"] = kubelet._container_id(rec, name, c.current.instance)
+            out["state"] = {"terminated": kubelet._terminated(rec, name, c.current)}
+        else:
+            reason, message = c.waiting
+            out["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+        return out

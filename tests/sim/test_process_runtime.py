@@ -1,0 +1,501 @@
+"""The simulated kubelet's process runtime (``SimConfig(runtime="process")``): containers are real
+processes. Exit codes and signals become terminated states, restarts follow the restart policy with
+CrashLoopBackOff, deletion sends SIGTERM then SIGKILL after the grace period, the memory limit is
+enforced by a cgroup (OOMKilled), env and the downward API reach the process, ``kubectl logs`` reads
+its output, eviction kills it, and nothing outlives the simulator, not even a SIGKILLed one.
+
+No TensorFlow here: the commands are ``sh`` and this interpreter. Every test cluster is checked for
+leftovers after it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from kubernetes_asyncio import client, config
+
+from tests.controller_process import CLI
+from tests.sim.process_leftovers import janitors, leftovers, prefixes_of, runtime_processes
+from tests.waiting import eventually
+from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import EVICT
+
+NS = "default"
+PY = sys.executable
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(nodes=1, time_scale=0.01, runtime="process")
+
+
+@pytest.fixture
+async def sim_cluster(sim_config: SimConfig, tmp_path: Path) -> AsyncIterator[SimCluster]:
+    sim_config.kubeconfig_path = str(tmp_path / "kubeconfig")
+    cluster = SimCluster(sim_config)
+    await cluster.start()
+    runtime = cluster.kubelet.runtime
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+        assert leftovers(runtime.prefix) == []
+
+
+def make_pod(
+    name: str,
+    command: list[str] | None,
+    restart: str = "Never",
+    grace: int | None = None,
+    **container: Any,
+) -> dict:
+    spec: dict[str, Any] = {
+        "restartPolicy": restart,
+        "containers": [
+            {"name": "main", "image": "python:3.11", **({"command": command} if command else {}), **container}
+        ],
+    }
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "t"}}, "spec": spec}
+
+
+def status_of(cluster: SimCluster, name: str) -> dict:
+    pod = cluster.store.get("pods", NS, name)
+    return (pod or {}).get("status") or {}
+
+
+def container(cluster: SimCluster, name: str) -> dict:
+    statuses = status_of(cluster, name).get("containerStatuses") or [{}]
+    return statuses[0]
+
+
+def terminated(cluster: SimCluster, name: str) -> dict | None:
+    return (container(cluster, name).get("state") or {}).get("terminated")
+
+
+def running(cluster: SimCluster, name: str) -> bool:
+    return "running" in (container(cluster, name).get("state") or {})
+
+
+def log_text(cluster: SimCluster, name: str) -> str:
+    """The current instance's captured output so far (what pods/log serves)."""
+    pod = cluster.store.get("pods", NS, name)
+    if pod is None:
+        return ""
+    cid = container(cluster, name).get("containerID")
+    source = cluster.kubelet.log_source(pod["metadata"]["uid"], cid) if cid else None
+    return "\n".join(source.read(0, source.printed(time.time()))) if source else ""
+
+
+def process_pid(cluster: SimCluster, name: str) -> int:
+    pod = cluster.store.get("pods", NS, name)
+    assert pod is not None
+    live = [i for i in cluster.kubelet.runtime.instances(pod["metadata"]["uid"]) if i.alive]
+    assert len(live) == 1, live
+    return live[0].pid
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# A Python program that says it is ready once its SIGTERM disposition is set, then waits.
+TRAPS = "import signal,sys,time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\ntime.sleep(1000)"
+IGNORES = (
+    "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(1000)"
+)
+DEFAULT = "import time\nprint('ready', flush=True)\ntime.sleep(1000)"
+
+
+@pytest.mark.parametrize(("code", "phase", "reason"), [(0, "Succeeded", "Completed"), (1, "Failed", "Error")])
+async def test_the_exit_code_becomes_the_terminated_state(sim_cluster: SimCluster, code: int, phase: str, reason: str):
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", f"echo out; echo err >&2; exit {code}"]))
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == phase, what=f"phase {phase}")
+    state = terminated(sim_cluster, "p")
+    assert state is not None
+    assert (state["exitCode"], state["reason"]) == (code, reason)
+    assert state["containerID"] == container(sim_cluster, "p")["containerID"]
+    assert log_text(sim_cluster, "p").split() == ["out", "err"]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGKILL, 137), (signal.SIGTERM, 143)])
+async def test_death_by_a_signal_is_128_plus_the_signal(sim_cluster: SimCluster, sig: int, code: int):
+    sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", f"import os\nos.kill(os.getpid(), {int(sig)})"]))
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Failed", what="Failed")
+    state = terminated(sim_cluster, "p")
+    assert state is not None and (state["exitCode"], state["reason"]) == (code, "Error")
+
+
+async def test_a_missing_command_is_a_create_container_error(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", None))
+    await eventually(
+        lambda: (
+            (container(sim_cluster, "p").get("state") or {}).get("waiting", {}).get("reason") == "CreateContainerError"
+        ),
+        what="CreateContainerError",
+    )
+    waiting = container(sim_cluster, "p")["state"]["waiting"]
+    assert "no command specified" in waiting["message"]
+    assert status_of(sim_cluster, "p")["phase"] == "Pending"
+
+
+async def test_an_unknown_executable_is_a_start_error(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", ["no-such-program-here"]))
+    await eventually(lambda: terminated(sim_cluster, "p"), what="terminated")
+    state = terminated(sim_cluster, "p")
+    assert (state["exitCode"], state["reason"]) == (128, "StartError")
+    assert 'exec: "no-such-program-here": executable file not found in $PATH' in state["message"]
+
+
+async def test_on_failure_restarts_in_place_with_crash_loop_back_off(sim_cluster: SimCluster):
+    # time_scale 0.01: the back-off is 0.1 s, 0.2 s, 0.4 s ...
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", "echo run; exit 3"], restart="OnFailure"))
+    seen: set[str] = set()  # every waiting reason the kubelet wrote
+
+    def record(event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
+        for status in ((new or {}).get("status") or {}).get("containerStatuses") or []:
+            seen.add((status.get("state") or {}).get("waiting", {}).get("reason", ""))
+
+    unsubscribe = sim_cluster.store.add_listener(record)
+
+    def progressed() -> bool:
+        return container(sim_cluster, "p").get("restartCount", 0) >= 3 and "CrashLoopBackOff" in seen
+
+    try:
+        await eventually(progressed, what="3 restarts and a CrashLoopBackOff")
+    finally:
+        unsubscribe()
+    status = container(sim_cluster, "p")
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status_of(sim_cluster, "p")["phase"] == "Running"
+    events = sim_cluster.store.list("events", NS)[0]
+    assert any(e["reason"] == "BackOff" for e in events)
+
+
+async def test_a_default_handler_dies_of_sigterm_on_deletion(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", DEFAULT], restart="Always"))
+    await eventually(lambda: "ready" in log_text(sim_cluster, "p"), what="ready")
+    final: dict = {}
+    unsubscribe = sim_cluster.store.add_listener(
+        lambda t, r, old, new: final.update(new or {}) if r == "pods" and new else None
+    )
+    try:
+        sim_cluster.store.delete("pods", NS, "p")
+        await eventually(lambda: sim_cluster.store.get("pods", NS, "p") is None, what="pod removed")
+    finally:
+        unsubscribe()
+    state = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (state["exitCode"], state["reason"]) == (143, "Error")
+    assert final["status"]["phase"] == "Failed"
+
+
+async def watch_deletion(cluster: SimCluster, name: str) -> tuple[dict, float]:
+    """Delete the pod; return its last stored version and the wall seconds the deletion took."""
+    final: dict = {}
+    unsubscribe = cluster.store.add_listener(
+        lambda t, r, old, new: final.update(new) if r == "pods" and new and new["metadata"]["name"] == name else None
+    )
+    try:
+        started = time.monotonic()
+        cluster.store.delete("pods", NS, name)
+        await eventually(lambda: cluster.store.get("pods", NS, name) is None, what="pod removed")
+        return final, time.monotonic() - started
+    finally:
+        unsubscribe()
+
+
+async def test_a_process_that_traps_sigterm_exits_cleanly_within_the_grace_period(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", TRAPS], restart="Always", grace=30))
+    await eventually(lambda: "ready" in log_text(sim_cluster, "p"), what="ready")
+    final, took = await watch_deletion(sim_cluster, "p")
+    state = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (state["exitCode"], state["reason"]) == (0, "Completed")
+    assert final["status"]["phase"] == "Succeeded"
+    assert took < 20  # far from the 30 s grace period: it exited on SIGTERM
+
+
+async def test_a_process_that_ignores_sigterm_is_killed_when_the_grace_period_ends(sim_cluster: SimCluster):
+    # The grace period is real seconds in this runtime (time_scale does not shorten it).
+    sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", IGNORES], restart="Always", grace=3))
+    await eventually(lambda: "ready" in log_text(sim_cluster, "p"), what="ready")
+    pid = process_pid(sim_cluster, "p")
+    final, took = await watch_deletion(sim_cluster, "p")
+    state = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (state["exitCode"], state["reason"]) == (137, "Error")
+    assert took >= 3
+    assert not pid_alive(pid)
+
+
+async def test_over_the_memory_limit_the_process_is_oom_killed(sim_cluster: SimCluster):
+    hog = "x = bytearray(200 * 1024 * 1024)\nprint('survived', flush=True)"
+    sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", hog], resources={"limits": {"memory": "64Mi"}}))
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Failed", what="Failed")
+    state = terminated(sim_cluster, "p")
+    assert (state["exitCode"], state["reason"]) == (137, "OOMKilled")
+    # The same program without the limit survives: it was the limit that killed it.
+    sim_cluster.store.create("pods", NS, make_pod("q", [PY, "-c", hog]))
+    await eventually(lambda: status_of(sim_cluster, "q").get("phase") == "Succeeded", what="Succeeded")
+    assert "survived" in log_text(sim_cluster, "q")
+
+
+async def test_env_and_the_downward_api_reach_the_process(sim_cluster: SimCluster):
+    env = [
+        {"name": "PLAIN", "value": "v1"},
+        {"name": "EXPANDED", "value": "$(PLAIN)-x"},
+        *(
+            {"name": key, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for key, path in [
+                ("NAME", "metadata.name"),
+                ("NAMESPACE", "metadata.namespace"),
+                ("UID", "metadata.uid"),
+                ("LABEL", "metadata.labels['app']"),
+                ("ANNOTATION", "metadata.annotations['note']"),
+                ("NODE", "spec.nodeName"),
+                ("SA", "spec.serviceAccountName"),
+                ("POD_IP", "status.podIP"),
+                ("HOST_IP", "status.hostIP"),
+            ]
+        ),
+    ]
+    keys = "PLAIN EXPANDED NAME NAMESPACE UID LABEL ANNOTATION NODE SA POD_IP HOST_IP".split()
+    script = "; ".join(f"echo {k}=${k}" for k in keys) + "; pwd"
+    pod = make_pod("p", ["sh", "-c", script], env=env, workingDir="/tmp")
+    pod["metadata"]["annotations"] = {"note": "hello"}
+    created = sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Succeeded", what="Succeeded")
+    status = status_of(sim_cluster, "p")
+    lines = log_text(sim_cluster, "p").splitlines()
+    assert lines[:-1] == [
+        "PLAIN=v1",
+        "EXPANDED=v1-x",
+        "NAME=p",
+        f"NAMESPACE={NS}",
+        f"UID={created['metadata']['uid']}",
+        "LABEL=t",
+        "ANNOTATION=hello",
+        "NODE=sim-node-0",
+        "SA=default",
+        f"POD_IP={status['podIP']}",
+        f"HOST_IP={status['hostIP']}",
+    ]
+    assert lines[-1] == "/tmp"
+    assert status["podIPs"] == [{"ip": status["podIP"]}]
+
+
+async def test_run_as_user_and_group(sim_cluster: SimCluster):
+    pod = make_pod("p", ["sh", "-c", "id -u; id -g"], securityContext={"runAsUser": 1234})
+    pod["spec"]["securityContext"] = {"runAsUser": 1, "runAsGroup": 4321}
+    sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Succeeded", what="Succeeded")
+    assert log_text(sim_cluster, "p").split() == ["1234", "4321"]
+
+
+async def test_kubectl_logs_follow_previous_and_tail(sim_cluster: SimCluster, kubectl: Any):
+    # Each instance prints its number of earlier runs (a file in a private directory counts them).
+    counter = Path(sim_cluster.kubelet.runtime.state_dir) / "runs"
+    script = f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; for i in 1 2 3; do echo run$n line$i; done"
+    pod = make_pod("p", ["sh", "-c", script + "; exit 1"], restart="OnFailure")
+    sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: container(sim_cluster, "p").get("restartCount", 0) >= 1, what="a restart")
+    rc, out, err = await kubectl("logs", "p", "--previous")
+    assert rc == 0, err
+    assert out.splitlines()[0].endswith("line1") and len(out.splitlines()) == 3
+    rc, out, err = await kubectl("logs", "p", "--previous", "--tail=1")
+    assert rc == 0 and len(out.splitlines()) == 1 and out.endswith("line3\n")
+
+    # follow: streams what a running process prints and ends when it exits.
+    script = f"echo first; while [ ! -e {counter}.go ]; do sleep 0.05; done; echo second"
+    sim_cluster.store.create("pods", NS, make_pod("f", ["sh", "-c", script]))
+    await eventually(lambda: running(sim_cluster, "f"), what="f running")
+    follower = await kubectl.spawn("logs", "-f", "f")
+    assert follower.stdout is not None
+    with anyio.fail_after(30):
+        assert await follower.stdout.readline() == b"first\n"
+    await anyio.Path(f"{counter}.go").touch()
+    with anyio.fail_after(30):
+        assert await follower.stdout.readline() == b"second\n"
+        assert await follower.wait() == 0
+
+
+async def test_read_namespaced_pod_log_of_kubernetes_asyncio(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", "echo a; echo b; echo c"]))
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Succeeded", what="Succeeded")
+    api = await config.new_client_from_config(sim_cluster.kubeconfig_path)
+    async with api:
+        core = client.CoreV1Api(api)
+        assert await core.read_namespaced_pod_log("p", NS) == "a\nb\nc\n"
+        assert await core.read_namespaced_pod_log("p", NS, tail_lines=1, timestamps=True) != "c\n"
+        assert await core.read_namespaced_pod_log("p", NS, limit_bytes=3) == "a\nb"
+
+
+SERVER = """
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 2222))
+s.listen()
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(socket.gethostname().encode() + b"\\n")
+    c.close()
+"""
+CLIENT = """
+import socket, sys, time
+deadline = time.monotonic() + 60
+while True:
+    try:
+        c = socket.create_connection((sys.argv[1], 2222), timeout=5)
+        break
+    except OSError as exc:
+        if time.monotonic() > deadline:
+            raise
+        print("retry:", exc, flush=True)
+        time.sleep(0.2)
+print("answer:", c.recv(100).decode().strip(), flush=True)
+"""
+
+
+async def test_pods_reach_each_other_by_service_name_each_on_its_own_ip(sim_cluster: SimCluster):
+    """Two servers bind the same port, each in its own network namespace; a client finds one through
+    the cluster DNS name of its headless Service, as TF_CONFIG addresses are used."""
+    for name in ("server-0", "server-1"):
+        pod = make_pod(name, [PY, "-c", SERVER], restart="Always")
+        pod["metadata"]["labels"] = {"replica": name}
+        sim_cluster.store.create("pods", NS, pod)
+        sim_cluster.store.create(
+            "services",
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"clusterIP": "None", "selector": {"replica": name}, "ports": [{"port": 2222}]},
+            },
+        )
+    for name in ("server-0", "server-1"):
+        await eventually(lambda n=name: "listening" in log_text(sim_cluster, n), what=f"{name} listening")
+    ips = {status_of(sim_cluster, n)["podIP"] for n in ("server-0", "server-1")}
+    assert len(ips) == 2
+    sim_cluster.store.create("pods", NS, make_pod("client", [PY, "-c", CLIENT, f"server-1.{NS}.svc.cluster.local"]))
+    await eventually(lambda: status_of(sim_cluster, "client").get("phase") == "Succeeded", what="client done")
+    assert "answer: server-1" in log_text(sim_cluster, "client").splitlines()
+
+
+@pytest.mark.parametrize("how", ["annotation", "eviction API"])
+async def test_eviction_kills_the_process(sim_cluster: SimCluster, how: str):
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sleep", "1000"], restart="Always"))
+    await eventually(lambda: running(sim_cluster, "p"), what="running")
+    pid = process_pid(sim_cluster, "p")
+    if how == "annotation":
+        sim_cluster.store.patch("pods", NS, "p", "merge", {"metadata": {"annotations": {EVICT: "true"}}})
+        await eventually(lambda: status_of(sim_cluster, "p").get("reason") == "Evicted", what="Evicted")
+    else:
+        sim_cluster.store.evict(NS, "p", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}})
+        await eventually(lambda: sim_cluster.store.get("pods", NS, "p") is None, what="pod removed")
+    await eventually(lambda: not pid_alive(pid), what="the process killed")
+
+
+async def test_deleting_the_pod_object_at_once_kills_its_processes(sim_cluster: SimCluster):
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sleep", "1000"], restart="Always"))
+    await eventually(lambda: running(sim_cluster, "p"), what="running")
+    pid = process_pid(sim_cluster, "p")
+    sim_cluster.store.delete("pods", NS, "p", {"gracePeriodSeconds": 0})
+    await eventually(lambda: not pid_alive(pid), what="the process killed")
+
+
+async def test_stopping_the_simulator_kills_everything(sim_config: SimConfig, tmp_path: Path):
+    cluster = SimCluster(sim_config)
+    await cluster.start()
+    runtime = cluster.kubelet.runtime
+    try:
+        # A process that forks a grandchild in another session: only the cgroup still knows it.
+        escape = "setsid sleep 1000 & sleep 1000"
+        cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", escape], restart="Always"))
+        await eventually(lambda: len(runtime_processes(runtime.prefix)) >= 3, what="three processes")
+        pids = runtime_processes(runtime.prefix)
+    finally:
+        await cluster.stop()
+    assert [pid for pid in pids if pid_alive(pid)] == []
+    assert leftovers(runtime.prefix) == []
+
+
+@pytest.mark.parametrize("kill_janitor", [False, True])
+async def test_a_sigkilled_simulator_leaves_nothing_behind(tmp_path: Path, kill_janitor: bool):
+    """`tfjob-controller sim --runtime process` SIGKILLed: the pod's process dies with it, the janitor
+    removes its cgroups and files; if the janitor dies too, the next simulator's start sweeps them."""
+    kubeconfig = tmp_path / "kc"
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "sim",
+        "--runtime",
+        "process",
+        "--nodes",
+        "1",
+        "--kubeconfig",
+        str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(60):
+            line = (await proc.stdout.readline()).decode()
+        assert "simulated cluster serving at" in line, line
+        [prefix] = prefixes_of(proc.pid)
+        api = await config.new_client_from_config(str(kubeconfig))
+        async with api:
+            await client.CoreV1Api(api).create_namespaced_pod(NS, make_pod("p", ["sleep", "1000"]))
+        await eventually(lambda: runtime_processes(prefix), what="the pod's process", timeout=60)
+        pids = runtime_processes(prefix)
+        found = janitors(prefix)
+        assert found
+        if kill_janitor:
+            for pid in found:
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        await proc.wait()
+    await eventually(lambda: not any(pid_alive(pid) for pid in pids), what="the pod's process died")
+    if kill_janitor:
+        assert leftovers(prefix) != []  # nobody removed its cgroups yet
+        cluster = SimCluster(SimConfig(nodes=1, runtime="process"))
+        await cluster.start()
+        await cluster.stop()
+    await eventually(lambda: leftovers(prefix) == [], what=f"nothing left of {prefix}")
+
+
+async def test_without_root_the_cli_exits_2_with_one_line(tmp_path: Path):
+    # Dropping root in a child: the CLI must refuse --runtime process at once. Everything the CLI imports is
+    # imported first: the interpreter may live where only root can read (as under /root here).
+    code = (
+        "import os, sys\n"
+        "from controller.cli import main\n"
+        "import tfjob_sim.process.runtime, tfjob_sim.serve, controller.ops.logging, celpy, re2\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        f"sys.exit(main(['sim', '--runtime', 'process', '--kubeconfig', {str(tmp_path / 'kc')!r}]))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        PY, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd="/"
+    )
+    with anyio.fail_after(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 2, err
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "tfjob-controller sim: --runtime process: the process runtime needs root"
+    )
