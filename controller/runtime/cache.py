@@ -25,6 +25,7 @@ memory-bound deployments).
 
 from __future__ import annotations
 
+import builtins
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -162,14 +163,14 @@ class Indexer:
     def list(self) -> list[dict[str, Any]]:
         return list(self._items.values())
 
-    def index_names(self) -> list[str]:
+    def index_names(self) -> builtins.list[str]:
         return list(self._index_funcs)
 
-    def index_keys(self, index_name: str, value: str) -> list[str]:
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         """Keys of the objects indexed under ``value`` in index ``index_name``."""
         return list(self._index(index_name).get(value, ()))
 
-    def by_index(self, index_name: str, value: str) -> list[dict[str, Any]]:
+    def by_index(self, index_name: str, value: str) -> builtins.list[dict[str, Any]]:
         """Objects indexed under ``value`` in index ``index_name`` (unordered). Unknown index → KeyError."""
         keys = self._index(index_name).get(value)
         if not keys:
@@ -177,7 +178,7 @@ class Indexer:
         items = self._items
         return [items[k] for k in keys]
 
-    def index_values(self, index_name: str) -> list[str]:
+    def index_values(self, index_name: str) -> builtins.list[str]:
         """Every value that currently has at least one object in index ``index_name``."""
         return list(self._index(index_name))
 

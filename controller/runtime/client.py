@@ -272,7 +272,7 @@ class RetryPolicy:
     def delay(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
-        base = min(self.max_delay, self.base_delay * (2 ** (retry - 1)))
+        base = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
         return min(self.max_delay, base * (1.0 + random.random() * self.jitter))
 
 
@@ -558,7 +558,7 @@ class ApiClient:
         clock: Clock | None = None,
     ) -> None:
         self.configuration = configuration
-        self.base_url = configuration.host.rstrip("/")
+        self.base_url = (configuration.host or "").rstrip("/")  # none: the URL check below says so
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"API server URL must be http(s)://host[:port], got {configuration.host!r}")

@@ -60,6 +60,7 @@ Contract:
 
 from __future__ import annotations
 
+import builtins
 import gc
 import random
 import time
@@ -276,7 +277,7 @@ class Informer:
     def list(self) -> list[Obj]:
         return self.cache.list()
 
-    def by_index(self, index_name: str, value: str) -> list[Obj]:
+    def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
         return self.cache.by_index(index_name, value)
 
     async def run(self) -> None:
@@ -496,7 +497,7 @@ class _Reflector:
     def _key(self, obj: Obj) -> str | None:
         meta = obj.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
-        if not name:
+        if not isinstance(meta, dict) or not name:
             self._log.warning("object without metadata.name ignored")
             return None
         ns = meta.get("namespace")
@@ -594,7 +595,7 @@ class _Reflector:
                 if etype == "ERROR":
                     error = error_from_status(obj)
                     break
-                meta = obj.get("metadata")
+                meta: Any = obj.get("metadata")  # raw JSON: anything; only a dict with a name passes
                 try:
                     name = meta["name"]
                     ns = meta.get("namespace")

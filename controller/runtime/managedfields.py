@@ -41,6 +41,11 @@ def _entries(obj: Any) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+def _text(entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def writers(obj: Any, subresource: str | None = None) -> tuple[Writer, ...]:
     """The writers of ``obj`` (of one ``subresource`` only, if given: ``""`` is the main resource)."""
     out = []
@@ -48,12 +53,10 @@ def writers(obj: Any, subresource: str | None = None) -> tuple[Writer, ...]:
         manager = entry.get("manager")
         if not isinstance(manager, str):
             continue
-        sub = entry.get("subresource") if isinstance(entry.get("subresource"), str) else ""
+        sub = _text(entry, "subresource")
         if subresource is not None and sub != subresource:
             continue
-        time = entry.get("time") if isinstance(entry.get("time"), str) else ""
-        operation = entry.get("operation") if isinstance(entry.get("operation"), str) else ""
-        out.append(Writer(manager, operation, sub, time))
+        out.append(Writer(manager, _text(entry, "operation"), sub, _text(entry, "time")))
     return tuple(out)
 
 
