@@ -14,7 +14,8 @@ What is seen (``metadata.managedFields``, read by the informers' transforms befo
   set by another manager: another controller created it. (A deletion names no deleter in the API; a controller
   that deletes a job's pods re-creates them, and that is what gives it away.)
 
-What is done: each such write counts ``tfjob_foreign_writes_total{job_namespace, write}``; the first one of a
+What is done: each such write counts ``tfjob_foreign_writes_total{job_namespace, write}`` (managedFields times have
+whole seconds, so a writer's status writes within one second count once); the first one of a
 contest is a Warning event ``ForeignWriter`` on the job naming the other manager; and the controller leaves the job
 alone (no pod, service or status write: :meth:`ForeignWriters.holding`) until no foreign write has been seen for
 ``hold`` seconds. So the other controller's writes cost ours nothing, our writes are bounded by one pass per
