@@ -25,7 +25,7 @@ from kubernetes_asyncio import client, config
 
 from tests.controller_process import CLI
 from tests.sim.process_leftovers import janitors, leftovers, prefixes_of, runtime_processes
-from tests.waiting import eventually
+from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EVICT
 
@@ -416,6 +416,34 @@ async def test_deleting_the_pod_object_at_once_kills_its_processes(sim_cluster: 
     pid = process_pid(sim_cluster, "p")
     sim_cluster.store.delete("pods", NS, "p", {"gracePeriodSeconds": 0})
     await eventually(lambda: not pid_alive(pid), what="the process killed")
+
+
+@pytest.mark.parametrize("fault", ["kubelet paused", "node NotReady"])
+async def test_a_silent_kubelet_reports_an_exit_only_when_it_is_back(sim_cluster: SimCluster, fault: str):
+    """The process exits while the kubelet cannot report (paused, or its node unreachable): the pod
+    keeps its last status; once the kubelet is back, the exit is reported."""
+    go = Path(sim_cluster.kubelet.runtime.state_dir) / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7"
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", script]))
+    await eventually(lambda: running(sim_cluster, "p"), what="running")
+    pid = process_pid(sim_cluster, "p")
+    kubelet = sim_cluster.kubelet
+    node = sim_cluster.store.get("pods", NS, "p")["spec"]["nodeName"]
+    if fault == "kubelet paused":
+        kubelet.pause()
+    else:
+        kubelet.set_node_ready(node, False)
+    await anyio.Path(go).touch()
+    await eventually(lambda: not pid_alive(pid), what="the process exited")
+    # A kubelet that acted would report the exit within milliseconds of it.
+    await never(lambda: terminated(sim_cluster, "p"), within=0.5, what="the exit reported while silent")
+    assert running(sim_cluster, "p")
+    if fault == "kubelet paused":
+        kubelet.resume()
+    else:
+        kubelet.set_node_ready(node, True)
+    await eventually(lambda: terminated(sim_cluster, "p"), what="the exit reported")
+    assert terminated(sim_cluster, "p")["exitCode"] == 7
 
 
 async def test_stopping_the_simulator_kills_everything(sim_config: SimConfig, tmp_path: Path):
