@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.runtime.client import NAMESPACES, PODS, ApiClient
+from controller.tfjob.api import ANNOTATION_POD_DELETION_COST as DELETION_COST
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster
@@ -303,7 +304,7 @@ class Expected:
 
     jobs_by_state: dict[tuple[str, str], int] = field(default_factory=dict)  # (job_namespace, state) -> jobs
     failovers: dict[str, int] = field(default_factory=dict)  # reason -> failovers (namespace default)
-    scaled_down: int = 0
+    scaled_down: dict[str, int] = field(default_factory=dict)  # chosen_by -> workers removed (namespace default)
     created: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -401,14 +402,24 @@ async def play_scenario(cluster: SimCluster, client: ApiClient) -> Expected:
         return len(await _running_workers(client, "elastic")) == 5
 
     await eventually(five_running, timeout=90, what="elastic scaled up to 5 running workers")
+    # 5 -> 2, each leaver chosen another way: worker 3 is listed, worker 1 is the cheapest to lose, then the
+    # highest index (4) goes.
+    await client.patch(
+        PODS, "elastic-worker-1", {"metadata": {"annotations": {DELETION_COST: "-100"}}}, namespace="default"
+    )
     scale["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
-    await client.patch(TFJOBS, "elastic", scale, namespace="default")
+    await client.patch(
+        TFJOBS, "elastic", {**scale, "spec": {**scale["spec"], "workersToDelete": [3]}}, namespace="default"
+    )
 
     async def two_left() -> bool:
-        return len([p for p in await _pods(client, "elastic") if not p["metadata"].get("deletionTimestamp")]) == 2
+        live = [
+            p["metadata"]["name"] for p in await _pods(client, "elastic") if not p["metadata"].get("deletionTimestamp")
+        ]
+        return sorted(live) == ["elastic-worker-0", "elastic-worker-2"]
 
-    await eventually(two_left, timeout=90, what="elastic scaled down to 2 workers")
-    expected.scaled_down = 3
+    await eventually(two_left, timeout=90, what="elastic scaled down to workers 0 and 2")
+    expected.scaled_down = {"workersToDelete": 1, "deletionCost": 1, "highestIndex": 1}
 
     async def finished(name: str, condition: str) -> bool:
         return is_true(await client.get(TFJOBS, name, namespace="team-b"), condition)

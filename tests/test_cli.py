@@ -250,9 +250,14 @@ async def test_demo_runs_the_story_to_the_end():
     assert rc == 0, out + err
     assert "was deleted (Deleted): replacing it" in out
     assert "OOM-killed (exit code 137)" in out
-    assert "Scaled down to 2 worker(s): removed mnist-worker-3, mnist-worker-2" in out
+    assert (
+        "Scaled down to 2 worker(s): removed mnist-worker-1 (pod-deletion-cost -100), mnist-worker-3 (highest index);"
+        " workers now 0,2" in out
+    )
+    assert "members (kubectl get tfjob mnist: MEMBERS): 0,2;" in out
     assert "tfjob_worker_failovers_total{job_namespace=default,reason=OOMKilled} 2" in out
-    assert "tfjob_worker_scaled_down_total{job_namespace=default} 2" in out
+    assert "tfjob_worker_scaled_down_total{chosen_by=deletionCost,job_namespace=default} 1" in out
+    assert "tfjob_worker_scaled_down_total{chosen_by=highestIndex,job_namespace=default} 1" in out
     assert "without ever leaving Running" in out
 
 

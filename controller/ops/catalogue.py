@@ -112,8 +112,10 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(
         "tfjob_worker_scaled_down_total",
         "counter",
-        ("job_namespace",),
-        "Worker pods of dynamic TFJobs removed because Worker replicas were lowered.",
+        ("job_namespace", "chosen_by"),
+        "Workers removed from dynamic TFJobs because Worker replicas were lowered, by how they were chosen: "
+        "workersToDelete (listed in the spec), deletionCost (a lower controller.kubernetes.io/pod-deletion-cost "
+        "than a worker that stays), highestIndex (the highest index among equals, upstream's choice).",
         _TFJOB,
     ),
     Metric(

@@ -471,11 +471,18 @@ TRAINING_JOBS = Dashboard(
                     kind="bargauge",
                 ),
                 Panel(
-                    "Workers removed by scale-down in range",
-                    "Worker pods removed because a job's Worker "
-                    "replicas were lowered (kubectl scale), in the selected range.",
-                    (_q(f"sum(increase(tfjob_worker_scaled_down_total{{{JOBS}}}[$__range]))", "scaled down"),),
-                    kind="stat",
+                    "Workers removed by scale-down in range, by how chosen",
+                    "Workers removed because a job's Worker replicas were lowered (kubectl scale), in the selected "
+                    "range, by how they were chosen: workersToDelete (listed in the job's spec), deletionCost "
+                    "(their pod's controller.kubernetes.io/pod-deletion-cost was lower than a staying worker's), "
+                    "highestIndex (the highest index among equals, upstream's choice).",
+                    (
+                        _q(
+                            f"sum by (chosen_by) (increase(tfjob_worker_scaled_down_total{{{JOBS}}}[$__range]))",
+                            "{{chosen_by}}",
+                        ),
+                    ),
+                    kind="bargauge",
                 ),
                 Panel(
                     "Failovers / s by reason",

@@ -120,6 +120,7 @@ EV_SET_POD_TEMPLATE_RESTART_POLICY: Final = "SetPodTemplateRestartPolicy"
 EV_WORKER_FAILOVER: Final = "WorkerFailover"
 EV_WORKER_FAILED: Final = "WorkerFailed"
 EV_WORKER_SCALED_DOWN: Final = "WorkerScaledDown"
+EV_INVALID_POD_DELETION_COST: Final = "InvalidPodDeletionCost"
 # Gang scheduling: upstream's event reasons for the pod template's scheduler name and the PodGroup's deletion.
 EV_SET_POD_TEMPLATE_SCHEDULER_NAME: Final = "SetPodTemplateSchedulerName"
 EV_JOB_TERMINATED: Final = "JobTerminated"
@@ -197,3 +198,15 @@ STATUS_DYNAMIC_WORKERS: Final = "dynamicWorkers"
 WORKER_STATE_REPLACING: Final = "Replacing"  # waiting for the old pod to go and the back-off to end
 WORKER_STATE_REPLACED: Final = "Replaced"  # replacement created; history kept until it runs 10 min
 WORKER_STATE_FAILED: Final = "Failed"  # failed by its own exit, restart policy forbids a retry
+STATUS_MEMBERS: Final = "members"  # the worker indices in the job, ascending: the record of holes
+STATUS_MEMBERS_SUMMARY: Final = "summary"  # the same as text for kubectl get ("0,2-4"); never read back
+
+# --- choosing who leaves a dynamic job (targeted scale-down) ------------------------------------------
+SPEC_WORKERS_TO_DELETE: Final = "workersToDelete"  # worker indices that leave first and are not refilled
+# A pod annotation Kubernetes defines for ReplicaSets (int32 as a string): lowest cost leaves first.
+ANNOTATION_POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+# How a removed worker was chosen (the `chosen_by` label of tfjob_worker_scaled_down_total).
+CHOSEN_BY_LIST: Final = "workersToDelete"
+CHOSEN_BY_DELETION_COST: Final = "deletionCost"
+CHOSEN_BY_HIGHEST_INDEX: Final = "highestIndex"
+CHOSEN_BY: Final = (CHOSEN_BY_LIST, CHOSEN_BY_DELETION_COST, CHOSEN_BY_HIGHEST_INDEX)

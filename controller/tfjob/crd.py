@@ -344,6 +344,18 @@ def _run_policy_schema() -> dict[str, Any]:
     }
 
 
+def _workers_to_delete_schema() -> dict[str, Any]:
+    """``spec.workersToDelete``: worker indices that leave first when Worker replicas go down and are not
+    refilled by a scale-up while listed (controller/tfjob/members.py). A set of indices, each at most once;
+    bounded like replicas, which also bounds the CEL rule's cost."""
+    return {
+        "type": "array",
+        "items": {"type": "integer", "format": "int32", "minimum": 0, "maximum": api.MAX_REPLICAS - 1},
+        "maxItems": api.MAX_REPLICAS,
+        "x-kubernetes-list-type": "set",
+    }
+
+
 def _status_schema() -> dict[str, Any]:
     int32 = {"type": "integer", "format": "int32"}
     date_time = {"type": "string", "format": "date-time"}
@@ -420,11 +432,20 @@ def _open_api_schema() -> dict[str, Any]:
                 "required": ["tfReplicaSpecs"],
                 "properties": {
                     "enableDynamicWorker": {"type": "boolean"},
+                    api.SPEC_WORKERS_TO_DELETE: _workers_to_delete_schema(),
                     # Defaulted: the Kubeflow Training SDK's KubeflowOrgV1TFJobSpec requires run_policy.
                     "runPolicy": {**_run_policy_schema(), "default": {}},
                     "successPolicy": {"type": "string", "enum": list(api.SUCCESS_POLICIES)},
                     "tfReplicaSpecs": _tf_replica_specs_schema(),
                 },
+                "x-kubernetes-validations": [
+                    _rule(
+                        f"!has(self.{api.SPEC_WORKERS_TO_DELETE}) || size(self.{api.SPEC_WORKERS_TO_DELETE}) == 0"
+                        " || (has(self.enableDynamicWorker) && self.enableDynamicWorker)",
+                        f"spec.{api.SPEC_WORKERS_TO_DELETE} needs spec.enableDynamicWorker: true (a job without"
+                        " dynamic workers loses its highest indices on a scale-down, as upstream)",
+                    )
+                ],
             },
             "status": _status_schema(),
         },
@@ -509,6 +530,12 @@ def build_crd() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        # The worker indices of a dynamic job, holes shown ("0,2-4"); none for a static job.
+                        {
+                            "name": "Members",
+                            "type": "string",
+                            "jsonPath": f".status.{api.STATUS_DYNAMIC_WORKERS}.{api.STATUS_MEMBERS_SUMMARY}",
+                        },
                         {
                             "name": "Workers",
                             "type": "integer",

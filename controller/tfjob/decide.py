@@ -32,13 +32,14 @@ same pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from . import api, tfconfig
 from . import gang as ganglib
+from . import members as memberlib
 from . import pods as podlib
 from .actions import (
     Action,
@@ -320,6 +321,9 @@ class _Pass:
             self.old_status.get("replicaStatuses") if isinstance(self.old_status.get("replicaStatuses"), dict) else {}
         )
         self.records = parse_worker_records(self.old_status) if self.dynamic else {}
+        # The Worker members of a dynamic job (members.py): as recorded until this pass plans them.
+        self.members = memberlib.recorded(self.old_status) if self.dynamic else None
+        self.membership: memberlib.Membership | None = None
         self._index_children()
 
         self.first_pass = find(self.conditions, api.COND_CREATED) is None
@@ -378,7 +382,9 @@ class _Pass:
         status = self._base_status()
         status["replicaStatuses"] = replica_statuses
         if self.dynamic:
-            status[api.STATUS_DYNAMIC_WORKERS] = dynamic_status(records if records is not None else self.records)
+            status[api.STATUS_DYNAMIC_WORKERS] = dynamic_status(
+                records if records is not None else self.records, self.members
+            )
         else:
             status.pop(api.STATUS_DYNAMIC_WORKERS, None)
         return status
@@ -585,12 +591,14 @@ class _Pass:
         self.pod_failure: tuple[str, str] | None = None  # (replica type, message): ExitCode 1-127
         counts: dict[str, Counts] = {}
         outputs: list[Outputs] = []
+        if self.dynamic and api.WORKER in self.specs:
+            self._plan_members()
         for replica_type in self.types:
             out = Outputs()
             self._scale_down(replica_type, out)
             if self.dynamic and replica_type == api.WORKER:
                 counts[replica_type] = self._dynamic_workers().reconcile(
-                    range(self._replicas(api.WORKER)),
+                    self._indices(api.WORKER),
                     self.pod_slots[api.WORKER],
                     self.service_slots[api.WORKER],
                     self.specs[api.WORKER]["restartPolicy"],
@@ -650,35 +658,70 @@ class _Pass:
             new_records=self.new_records,
         )
 
+    def _plan_members(self) -> None:
+        """Who is in the dynamic job after this pass (members.py); a change is reported here, as the
+        status write that records it is the transition: who left and why, and unreadable deletion costs."""
+        spec_list = self.job["spec"].get(api.SPEC_WORKERS_TO_DELETE) or []
+        membership = memberlib.plan(
+            self.members,
+            self._replicas(api.WORKER),
+            spec_list,
+            self.pod_slots[api.WORKER],
+            self.service_slots[api.WORKER],
+            self.records,
+        )
+        self.membership = membership
+        self.members = membership.members
+        for pod_name, raw in membership.invalid_costs:
+            self._event(
+                api.EVENT_WARNING,
+                api.EV_INVALID_POD_DELETION_COST,
+                f"Pod {pod_name} has annotation {api.ANNOTATION_POD_DELETION_COST}={raw!r}, which is not an int32:"
+                " it counts as 0 when choosing the workers to remove",
+            )
+        if not membership.leaving:
+            return
+        removed = ", ".join(
+            f"{tfconfig.general_name(self.name, api.WORKER, leaver.index)} ({_why(leaver)})"
+            for leaver in membership.leaving
+        )
+        self._event(
+            api.EVENT_NORMAL,
+            api.EV_WORKER_SCALED_DOWN,
+            f"Scaled down to {len(membership.members)} worker(s): removed {removed}; workers now "
+            f"{memberlib.summary(membership.members)}",
+        )
+        self.metrics.extend(
+            MetricInc(
+                api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", self.namespace), ("chosen_by", leaver.chosen_by))
+            )
+            for leaver in membership.leaving
+        )
+
+    def _indices(self, replica_type: str) -> Sequence[int]:
+        """The indices of a replica type the job wants, ascending: the members for a dynamic job's
+        Workers, 0..replicas-1 otherwise."""
+        if self.membership is not None and replica_type == api.WORKER:
+            return self.membership.members
+        return range(self._replicas(replica_type))
+
     def _scale_down(self, replica_type: str, out: Outputs) -> None:
-        """Delete the pods and services of indices >= replicas, highest index first (every type,
-        as upstream). Terminating objects are not deleted again. Dynamic workers leave with an
-        event and a metric; for other types the leaving pods still count (see the counting)."""
-        replicas = self._replicas(replica_type)
+        """Delete the pods and services of indices the job no longer wants, highest index first:
+        >= replicas for every type, as upstream; not a member for a dynamic job's Workers (their
+        leaving is reported by :meth:`_plan_members`). Terminating objects are not deleted again;
+        for other types the leaving pods still count (see the counting)."""
+        wanted = set(self._indices(replica_type))
         pod_slots = self.pod_slots[replica_type]
         service_slots = self.service_slots[replica_type]
-        removed: list[str] = []
-        for index in sorted({i for i in (*pod_slots, *service_slots) if i >= replicas}, reverse=True):
+        for index in sorted({i for i in (*pod_slots, *service_slots) if i not in wanted}, reverse=True):
             for pod in pod_slots.get(index, []):
                 if not podlib.is_terminating(pod):
                     out.scale_down.append(DeletePod(podlib.name(pod) or "", podlib.uid(pod), api.DELETE_SCALE_DOWN))
-                    removed.append(podlib.name(pod) or "")
             for service in service_slots.get(index, []):
                 if not podlib.is_terminating(service):
                     out.scale_down.append(
                         DeleteService(podlib.name(service) or "", podlib.uid(service), api.DELETE_SCALE_DOWN)
                     )
-        if removed and self.dynamic and replica_type == api.WORKER:
-            out.events.append(
-                Event(
-                    api.EVENT_NORMAL,
-                    api.EV_WORKER_SCALED_DOWN,
-                    f"Scaled down to {replicas} worker(s): removed {', '.join(removed)}",
-                )
-            )
-            out.metrics.extend(
-                MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", self.namespace),)) for _ in removed
-            )
 
     # --- pods of one replica type (upstream semantics) ---------------------------------------
     def _take_creation(self) -> bool:
@@ -797,10 +840,10 @@ class _Pass:
         return counts
 
     def _reconcile_services(self, replica_type: str, out: Outputs) -> None:
-        """Create the headless service of every index < replicas that lacks one (never beyond:
+        """Create the headless service of every wanted index that lacks one (never beyond replicas:
         fix for quirk Q6), unless the slot is waiting for its old pod to go."""
         slots = self.service_slots[replica_type]
-        for index in range(self._replicas(replica_type)):
+        for index in self._indices(replica_type):
             if not slots.get(index) and self._service_wanted(replica_type, index):
                 if not self._take_creation():
                     return
@@ -896,8 +939,10 @@ class _Pass:
         return is_finished(self.conditions)
 
     def _workers_succeeded(self, c: Counts, replicas: int, success_policy: str) -> bool:
-        worker0 = success_policy != api.SUCCESS_ALL_WORKERS and worker0_completed(
-            self.job, [p for slot in self.pod_slots[api.WORKER].values() for p in slot]
+        worker0 = (
+            success_policy != api.SUCCESS_ALL_WORKERS
+            and 0 in self._indices(api.WORKER)  # a dynamic job may have removed worker 0
+            and worker0_completed(self.job, [p for slot in self.pod_slots[api.WORKER].values() for p in slot])
         )
         if not self.dynamic:
             return replicas - c.succeeded == 0 or worker0
@@ -906,6 +951,15 @@ class _Pass:
         if c.succeeded == 0:
             return False
         return replicas - c.succeeded - c.permanent_failed <= 0 or worker0
+
+
+def _why(leaver: memberlib.Leaver) -> str:
+    """Why a worker was chosen to leave, for the WorkerScaledDown event."""
+    if leaver.chosen_by == api.CHOSEN_BY_LIST:
+        return f"listed in spec.{api.SPEC_WORKERS_TO_DELETE}"
+    if leaver.chosen_by == api.CHOSEN_BY_DELETION_COST:
+        return f"pod-deletion-cost {leaver.cost}"
+    return "highest index" if leaver.cost == 0 else f"highest index, pod-deletion-cost {leaver.cost}"
 
 
 def _move_active_to_succeeded(replica_statuses: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ failover waits and records the answer in ``retryAfter``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ from . import api, tfconfig
 from . import pods as podlib
 from .actions import DeletePod, Event, MetricInc
 from .conditions import format_epoch, parse_time
+from .members import summary
 from .outputs import Counts, Outputs
 
 
@@ -138,8 +139,15 @@ def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
     return records
 
 
-def dynamic_status(records: dict[int, WorkerRecord]) -> dict[str, Any]:
-    return {"workers": {str(i): records[i].to_status() for i in sorted(records)}}
+def dynamic_status(records: dict[int, WorkerRecord], members: Sequence[int] | None = None) -> dict[str, Any]:
+    """``status.dynamicWorkers``: the members (members.py; with their summary for kubectl) when known,
+    and the records."""
+    out: dict[str, Any] = {}
+    if members is not None:
+        out[api.STATUS_MEMBERS] = list(members)
+        out[api.STATUS_MEMBERS_SUMMARY] = summary(members)
+    out["workers"] = {str(i): records[i].to_status() for i in sorted(records)}
+    return out
 
 
 # --- the back-off policy: how long a failed-over index waits for its replacement -----------------------

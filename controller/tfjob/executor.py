@@ -184,16 +184,11 @@ class Executor:
 
         written = None
         if decision.status != (job.get("status") or {}):
-            try:
-                written = await self.client.replace(
-                    TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
-                )
-            except Conflict:
-                # The caller retries on a fresher job. A scale-down is recorded by its deletions alone
-                # (the retry never removes a terminating or vanished pod again, so it cannot report it):
-                # report it now. Everything else is decided and reported again by the retry.
-                self._emit(job, _scale_down_report(decision))
-                raise
+            # A Conflict propagates: the caller retries on a fresher job, which decides (and reports) again; a
+            # dynamic job's scale-down is recorded in its status (its members), so the retry reports it then.
+            written = await self.client.replace(
+                TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
+            )
         self._emit(job, decision)
         return written
 
@@ -346,14 +341,3 @@ class Executor:
         self.log.info("deleted job", job=f"{namespace}/{meta['name']}", reason=reason)
         self.recorder.record(job, api.EVENT_NORMAL, api.EV_SUCCESSFUL_DELETE_JOB, f"Deleted job: {meta['name']}")
         return True
-
-
-def _scale_down_report(decision: Decision) -> Decision:
-    """The part of ``decision`` that reports worker scale-downs (its event and metric increments)."""
-    return Decision(
-        actions=(),
-        events=tuple(e for e in decision.events if e.reason == api.EV_WORKER_SCALED_DOWN),
-        metrics=tuple(m for m in decision.metrics if m.name == api.METRIC_WORKER_SCALED_DOWN),
-        status=decision.status,
-        requeue_after=None,
-    )

@@ -3,7 +3,7 @@ histograms fed by :mod:`controller.tfjob.observe`.
 
 The counter names and label sets are upstream's (``training_operator_jobs_*_total{job_namespace,framework}``,
 so existing dashboards keep working) plus ours that answer "why did my job change":
-``tfjob_worker_failovers_total{job_namespace,reason}`` and ``tfjob_worker_scaled_down_total{job_namespace}``.
+``tfjob_worker_failovers_total{job_namespace,reason}`` and ``tfjob_worker_scaled_down_total{job_namespace,chosen_by}``.
 The decision names the counter; this module owns the registry side and refuses unknown names, so
 a typo in the domain fails a test instead of silently creating a new series.
 
@@ -65,7 +65,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
     api.METRIC_JOBS_FAILED: _JOB_LABELS,
     api.METRIC_JOBS_RESTARTED: _JOB_LABELS,
     api.METRIC_WORKER_FAILOVERS: ("job_namespace", "reason"),
-    api.METRIC_WORKER_SCALED_DOWN: ("job_namespace",),
+    api.METRIC_WORKER_SCALED_DOWN: ("job_namespace", "chosen_by"),
     api.METRIC_FOREIGN_WRITES: ("job_namespace", "write"),
 }
 
@@ -76,7 +76,8 @@ _HELP: dict[str, str] = {
     api.METRIC_JOBS_FAILED: "Counts number of jobs failed",
     api.METRIC_JOBS_RESTARTED: "Counts number of jobs restarted",
     api.METRIC_WORKER_FAILOVERS: "Worker pods of dynamic TFJobs replaced after a failure or disruption, by cause",
-    api.METRIC_WORKER_SCALED_DOWN: "Worker pods of dynamic TFJobs removed because Worker replicas were lowered",
+    api.METRIC_WORKER_SCALED_DOWN: "Workers removed from dynamic TFJobs because Worker replicas were lowered, by how "
+    "they were chosen (workersToDelete, deletionCost, highestIndex)",
     api.METRIC_FOREIGN_WRITES: "Writes by another controller to TFJobs this one manages: their status, or pods created",
 }
 
@@ -90,6 +91,8 @@ def _label_sets(name: str, namespace: str) -> list[tuple[str, ...]]:
         return [(namespace, reason) for reason in FAILOVER_REASONS]
     if "write" in labels:
         return [(namespace, write) for write in api.FOREIGN_WRITES]
+    if "chosen_by" in labels:
+        return [(namespace, chosen_by) for chosen_by in api.CHOSEN_BY]
     return [(namespace,)]
 
 

@@ -25,7 +25,7 @@ tolerates.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 import structlog
@@ -38,6 +38,7 @@ from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.conditions import find, is_true, parse_time, sanitize
 from controller.tfjob.dynamic import parse_worker_records
+from controller.tfjob.members import members_of
 from controller.tfjob.metrics import FAILOVER_REASONS, TFJobMetrics
 from controller.tfjob.validation import summarize, validate_status
 
@@ -92,16 +93,26 @@ def _replicas(job: Obj) -> dict[str, int]:
     return out
 
 
-def _running_by_type(pods: list[Obj], replicas: dict[str, int]) -> dict[str, int]:
-    """Running, non-terminating pods per type label, counting only indices the spec wants."""
-    running = dict.fromkeys(replicas, 0)
+def _wanted(job: Obj) -> dict[str, Container[int]]:
+    """The indices the job wants by type label: 0..replicas-1, or a dynamic job's Worker members (members.py:
+    after a targeted scale-down, worker 4 of the members 0, 2, 3, 4 is wanted although 4 >= replicas)."""
+    wanted: dict[str, Container[int]] = {t: range(n) for t, n in _replicas(job).items()}
+    members = members_of(job)
+    if members is not None and api.WORKER.lower() in wanted:
+        wanted[api.WORKER.lower()] = frozenset(members)
+    return wanted
+
+
+def _running_by_type(pods: list[Obj], wanted: dict[str, Container[int]]) -> dict[str, int]:
+    """Running, non-terminating pods per type label, counting only indices the job wants."""
+    running = dict.fromkeys(wanted, 0)
     for pod in pods:
         type_label = podlib.replica_type_label(pod) or ""
         index = podlib.replica_index(pod)
         if (
-            type_label in replicas
+            type_label in wanted
             and index is not None
-            and index < replicas[type_label]
+            and index in wanted[type_label]
             and podlib.phase(pod) == api.POD_RUNNING
             and not podlib.is_terminating(pod)
         ):
@@ -234,7 +245,7 @@ class JobObserver(Collector):
             self._measure_failover(job, index)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
-            if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), replicas) == replicas:
+            if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), _wanted(job)) == replicas:
                 self._awaiting_running.discard(uid)
                 created = parse_time(podlib.metadata(job).get("creationTimestamp"))
                 if created is not None:
@@ -300,7 +311,8 @@ class JobObserver(Collector):
                 replicas = _replicas(job)
                 wanted = replicas.get(api.WORKER.lower(), 0)
                 pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
-                if wanted and _running_by_type(pods, {api.WORKER.lower(): wanted})[api.WORKER.lower()] < wanted:
+                indices = {api.WORKER.lower(): _wanted(job).get(api.WORKER.lower(), range(0))}
+                if wanted and _running_by_type(pods, indices)[api.WORKER.lower()] < wanted:
                     still_degraded.add(uid)
                     degraded[namespace] += 1
                     since = self._degraded_since.setdefault(uid, tick)

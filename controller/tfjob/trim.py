@@ -14,8 +14,9 @@ controlling-owner index):
 
 - ``apiVersion``, ``kind``;
 - ``metadata``: ``name``, ``namespace``, ``uid``, ``resourceVersion``, ``creationTimestamp``
-  (controller.tfjob.observe), ``deletionTimestamp``, the replica-type and replica-index labels, and
-  the controlling ownerReference (apiVersion, kind, name, uid, controller);
+  (controller.tfjob.observe), ``deletionTimestamp``, the replica-type and replica-index labels, the
+  ``controller.kubernetes.io/pod-deletion-cost`` annotation (controller.tfjob.members) and the
+  controlling ownerReference (apiVersion, kind, name, uid, controller);
 - pods' ``status``: ``phase``, ``reason``, ``startTime``; the ``type``, ``status`` and ``reason``
   of the ``DisruptionTarget`` and ``Ready`` conditions; of container statuses the ``restartCount`` of every container and, of the
   ``tensorflow`` container, ``name`` and ``state.running.startedAt`` /
@@ -56,6 +57,9 @@ def _metadata(meta: Any) -> dict[str, Any]:
         kept = {k: _intern(v) if isinstance(v, str) else v for k in _LABELS if (v := labels.get(k)) is not None}
         if kept:
             out["labels"] = kept
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and api.ANNOTATION_POD_DELETION_COST in annotations:
+        out["annotations"] = {api.ANNOTATION_POD_DELETION_COST: annotations[api.ANNOTATION_POD_DELETION_COST]}
     refs = meta.get("ownerReferences")
     if isinstance(refs, list):
         for ref in refs:

@@ -21,7 +21,8 @@ Rules = upstream's validating webhook (training-operator v1.8 and later) plus th
   ``tensorflow`` (the env and ports lists the controller edits must be lists of objects);
 * ``runPolicy`` fields have their schema types, non-negative integers, known ``cleanPodPolicy``;
   ``managedBy`` (v1.9) one of the supported values;
-* ``successPolicy`` is "" or ``AllWorkers``; ``enableDynamicWorker`` a boolean.
+* ``successPolicy`` is "" or ``AllWorkers``; ``enableDynamicWorker`` a boolean;
+* ``workersToDelete`` a list of distinct worker indices, only with ``enableDynamicWorker: true``.
 
 Errors are :class:`FieldError` values whose ``str()`` follows apimachinery's field-error format
 (``spec.tfReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0``),
@@ -153,7 +154,36 @@ def validate(job: Any) -> list[FieldError]:
     dynamic = spec.get("enableDynamicWorker")
     if dynamic is not None and not isinstance(dynamic, bool):
         errors.append(FieldError(INVALID, "spec.enableDynamicWorker", "must be a boolean", dynamic))
+    _validate_workers_to_delete(spec.get(api.SPEC_WORKERS_TO_DELETE), dynamic is True, errors)
     return errors
+
+
+def _validate_workers_to_delete(value: Any, dynamic: bool, errors: list[FieldError]) -> None:
+    """``spec.workersToDelete``: distinct worker indices in [0, MAX_REPLICAS), only on a dynamic job."""
+    field = f"spec.{api.SPEC_WORKERS_TO_DELETE}"
+    if value is None:
+        return
+    if not isinstance(value, list):
+        errors.append(FieldError(INVALID, field, "must be a list of worker indices", value))
+        return
+    seen: set[int] = set()
+    for position, index in enumerate(value):
+        where = f"{field}[{position}]"
+        if not _is_int(index) or not 0 <= index < api.MAX_REPLICAS:
+            errors.append(FieldError(INVALID, where, f"must be a worker index from 0 to {api.MAX_REPLICAS - 1}", index))
+        elif index in seen:
+            errors.append(FieldError(DUPLICATE, where, value=index))
+        else:
+            seen.add(index)
+    if value and not dynamic:
+        errors.append(
+            FieldError(
+                INVALID,
+                field,
+                "needs spec.enableDynamicWorker: true (a job without dynamic workers loses its highest indices on a"
+                " scale-down, as upstream)",
+            )
+        )
 
 
 def _not_supported(field: str, value: Any, supported: tuple[str, ...]) -> FieldError:

@@ -163,17 +163,29 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
         await _until("mnist-worker-2 replaced", partial(replaced, "mnist-worker-2", old))
     await _show(client)
 
-    say("\n4. Off-peak: scale workers to 2 (kubectl scale tfjob/mnist --replicas=2 does the same).")
+    say(
+        "\n4. Off-peak, and worker 1's node is to be drained: mark it cheapest to lose (kubectl annotate pod"
+        " mnist-worker-1 controller.kubernetes.io/pod-deletion-cost=-100), then scale workers to 2"
+        " (kubectl scale tfjob/mnist --replicas=2): worker 1 leaves, then the highest index."
+    )
+    await client.patch(
+        PODS,
+        "mnist-worker-1",
+        {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-100"}}},
+        namespace="default",
+    )
     await client.patch(TFJOBS, "mnist", {"spec": {"replicas": 2}}, namespace="default", subresource="scale")
 
-    async def scaled(count: int) -> bool:
+    async def scaled(indices: tuple[int, ...]) -> bool:
         names = sorted(n for n in (await _pods(client)) if "-worker-" in n)
-        return names == [f"mnist-worker-{i}" for i in range(count)]
+        return names == [f"mnist-worker-{i}" for i in indices]
 
-    await _until("workers 2 and 3 removed", lambda: scaled(2))
+    await _until("workers 1 and 3 removed", lambda: scaled((0, 2)))
     await _show(client)
+    members = ((await _job(client)).get("status") or {}).get("dynamicWorkers", {}).get("summary")
+    say(f"   members (kubectl get tfjob mnist: MEMBERS): {members}; worker 2 kept its pod and TF_CONFIG")
 
-    say("\n5. Peak again: scale workers to 3.")
+    say("\n5. Peak again: scale workers to 3: the hole at index 1 is refilled first.")
     await client.patch(TFJOBS, "mnist", {"spec": {"replicas": 3}}, namespace="default", subresource="scale")
 
     async def three_running() -> bool:

@@ -82,7 +82,10 @@ async def test_lowering_worker_replicas_removes_the_extra_pods_and_services(oper
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("online")} == kept
     # The executor counts after its writes, and pods that exit on SIGTERM can be gone before that.
     await eventually(
-        lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+        lambda: (
+            operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default", "chosen_by": "highestIndex"})
+            == 2
+        ),
         what="two scale-downs counted",
     )
     assert operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": "Deleted"}) == 0
@@ -110,8 +113,10 @@ async def test_status_writes_read_their_own_writes_instead_of_earning_conflicts(
 
 async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operator: Operator) -> None:
     await start_job(operator, tfjob("busy", workers=3), running_workers=3)
-    # The status write of the scale-down loses a race with another writer: the deletions are done,
-    # the retry finds the pods terminating or gone and has nothing left to remove or to report.
+    # The status write of the scale-down loses a race with another writer: the deletions are done but the
+    # members are not recorded. The retry finds the removed workers' pods terminating or gone without their
+    # services, chooses the same workers again (nobody else is removed) and reports them once, with the status
+    # write that now records the change.
     operator.cluster.faults.fail_next("update", "tfjobs.kubeflow.org/status", 409)
     await operator.client.patch(
         TFJOBS, "busy", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
@@ -122,7 +127,10 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
 
     await eventually(scaled, what="workers 1 and 2 removed")
     await eventually(
-        lambda: operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2,
+        lambda: (
+            operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default", "chosen_by": "highestIndex"})
+            == 2
+        ),
         what="both scale-downs counted despite the conflict",
     )
 
@@ -130,5 +138,8 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
         return [e for e in await operator.events("busy") if e["reason"] == "WorkerScaledDown"]
 
     events = await eventually(reported, what="the WorkerScaledDown event written")
-    assert len(events) == 1 and "removed busy-worker-2, busy-worker-1" in events[0]["message"], events
+    assert (
+        len(events) == 1
+        and "removed busy-worker-2 (highest index), busy-worker-1 (highest index)" in (events[0]["message"])
+    ), events
     assert operator.cluster.faults.rules == []  # the injected conflict was used

@@ -115,7 +115,10 @@ async def test_scale_down_deletes_highest_index_first_and_never_counts_a_failure
     assert_healthy(job)
     worker = job["status"]["replicaStatuses"]["Worker"]
     assert worker.get("active") == 2 and not worker.get("failed"), worker
-    assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 3
+    assert (
+        operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default", "chosen_by": "highestIndex"})
+        == 3
+    )
     assert (
         sum(
             operator.metric("tfjob_worker_failovers_total", {"job_namespace": "default", "reason": r})
@@ -197,7 +200,10 @@ async def test_kubectl_scale_goes_through_the_scale_subresource(operator: Operat
     await eventually(one, what="back to one worker after kubectl scale")
     await reconciled_once_more(operator, "hpa")
     assert_healthy(await operator.job("hpa"))
-    assert operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default"}) == 2
+    assert (
+        operator.metric("tfjob_worker_scaled_down_total", {"job_namespace": "default", "chosen_by": "highestIndex"})
+        == 2
+    )
 
 
 async def test_no_out_of_range_pod_is_created_while_a_higher_index_terminates(operator: Operator, kubectl) -> None:

@@ -133,7 +133,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             )
             await until(
                 f'sum(tfjob_worker_scaled_down_total{{job="{SCRAPE_JOB}"}})',
-                lambda r: bool(r) and float(r[0]["value"][1]) == expected.scaled_down,
+                lambda r: bool(r) and float(r[0]["value"][1]) == sum(expected.scaled_down.values()),
                 "scale-down scraped",
             )
             # Everything below is evaluated at the controller's last scrape. At "now", increase() extrapolates from
@@ -168,8 +168,10 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             assert set(failovers) == set(ALL_REASONS)
             for reason in ALL_REASONS:
                 assert close(failovers[reason], expected.failovers.get(reason, 0)), (reason, failovers)
-            [scaled] = panel("Workers removed by scale-down in range")
-            assert close(float(scaled["value"][1]), expected.scaled_down), scaled
+            scaled = values(panel("Workers removed by scale-down in range, by how chosen"), "chosen_by")
+            assert set(scaled) == {"workersToDelete", "deletionCost", "highestIndex"}, scaled
+            for chosen_by, count in scaled.items():
+                assert close(count, expected.scaled_down[chosen_by]), (chosen_by, scaled)
             lifecycle = dict(
                 zip(
                     ("created", "successful", "failed", "restarted", "deleted"),

@@ -339,10 +339,18 @@ class Cluster:
         )
         replacement["spec"] = old["spec"]
         replacement["metadata"]["labels"] = labels
+        if "annotations" in old["metadata"]:
+            replacement["metadata"]["annotations"] = old["metadata"]["annotations"]
         if "deletionTimestamp" in old["metadata"]:
             replacement["metadata"]["deletionTimestamp"] = old["metadata"]["deletionTimestamp"]
         self.pods[self.pods.index(old)] = replacement
         return replacement
+
+    def annotate(self, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into pod ``name``'s (as ``kubectl annotate``)."""
+        pod = self.pod(name)
+        assert pod is not None, name
+        pod["metadata"].setdefault("annotations", {}).update(annotations)
 
     def remove_pod(self, name: str) -> None:
         pod = self.pod(name)

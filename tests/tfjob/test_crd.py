@@ -153,26 +153,6 @@ DYNAMIC_FULL_RUN_POLICY["spec"].update(
     }
 )
 
-VALID_TFJOBS = {
-    "mnist PS+Worker": tfjob(),
-    "chief+worker+evaluator": tfjob("cwe", Chief=_replica(1), Worker=_replica(2), Evaluator=_replica(1)),
-    "master+ps+worker": tfjob("mpw", Master=_replica(1), PS=_replica(1), Worker=_replica(2)),
-    "lowercase keys": tfjob("lower", worker=_replica(2), ps=_replica(1), chief=_replica(1)),
-    "uppercase keys": tfjob("upper", WORKER=_replica(2), PS=_replica(1)),
-    "replicas omitted": tfjob("defaults", Worker=_replica(None)),
-    "zero workers with a chief": tfjob("zero", Chief=_replica(1), Worker=_replica(0)),
-    "mnist with summaries (probes, quantities, int64s)": MNIST_WITH_SUMMARIES,
-    "dynamic worker, full runPolicy": DYNAMIC_FULL_RUN_POLICY,
-    "success policy empty string": {**tfjob("sp"), "spec": {**tfjob("sp")["spec"], "successPolicy": ""}},
-    "63-character name without pods": tfjob("a" * 63, Worker=_replica(0)),
-    "name as long as its pod names allow": tfjob("a" * 54, PS=_replica(2), Worker=_replica(10)),
-}
-
-
-@pytest.mark.parametrize("name", list(VALID_TFJOBS))
-def test_valid_tfjobs_are_accepted(name: str) -> None:
-    assert validate(VALID_TFJOBS[name]) == []
-
 
 def _with(job: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """A deep copy of ``job`` with the dotted ``path`` set to ``value`` (``None`` deletes)."""
@@ -188,6 +168,29 @@ def _with(job: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     else:
         node[last] = value
     return job
+
+
+VALID_TFJOBS = {
+    "mnist PS+Worker": tfjob(),
+    "chief+worker+evaluator": tfjob("cwe", Chief=_replica(1), Worker=_replica(2), Evaluator=_replica(1)),
+    "master+ps+worker": tfjob("mpw", Master=_replica(1), PS=_replica(1), Worker=_replica(2)),
+    "lowercase keys": tfjob("lower", worker=_replica(2), ps=_replica(1), chief=_replica(1)),
+    "uppercase keys": tfjob("upper", WORKER=_replica(2), PS=_replica(1)),
+    "replicas omitted": tfjob("defaults", Worker=_replica(None)),
+    "zero workers with a chief": tfjob("zero", Chief=_replica(1), Worker=_replica(0)),
+    "mnist with summaries (probes, quantities, int64s)": MNIST_WITH_SUMMARIES,
+    "dynamic worker, full runPolicy": DYNAMIC_FULL_RUN_POLICY,
+    "success policy empty string": {**tfjob("sp"), "spec": {**tfjob("sp")["spec"], "successPolicy": ""}},
+    "63-character name without pods": tfjob("a" * 63, Worker=_replica(0)),
+    "name as long as its pod names allow": tfjob("a" * 54, PS=_replica(2), Worker=_replica(10)),
+    "dynamic job with workersToDelete": _with(DYNAMIC_FULL_RUN_POLICY, "spec.workersToDelete", [3, 1]),
+    "static job with an empty workersToDelete": _with(tfjob(), "spec.workersToDelete", []),
+}
+
+
+@pytest.mark.parametrize("name", list(VALID_TFJOBS))
+def test_valid_tfjobs_are_accepted(name: str) -> None:
+    assert validate(VALID_TFJOBS[name]) == []
 
 
 _W = "spec.tfReplicaSpecs.Worker"
@@ -306,6 +309,24 @@ INVALID_TFJOBS = {
     ),
     "missing tfReplicaSpecs": (_with(tfjob(), "spec.tfReplicaSpecs", None), "spec.tfReplicaSpecs: Required value"),
     "missing spec": (_with(tfjob(), "spec", None), "spec: Required value"),
+    "workersToDelete on a static job": (
+        _with(tfjob(), "spec.workersToDelete", [1]),
+        'spec: Invalid value: "object": spec.workersToDelete needs spec.enableDynamicWorker: true (a job without'
+        " dynamic workers loses its highest indices on a scale-down, as upstream)",
+    ),
+    "workersToDelete naming an index twice": (
+        _with(DYNAMIC_FULL_RUN_POLICY, "spec.workersToDelete", [1, 1]),
+        "spec.workersToDelete[1]: Duplicate value: 1",
+    ),
+    "workersToDelete with a negative index": (
+        _with(DYNAMIC_FULL_RUN_POLICY, "spec.workersToDelete", [-1]),
+        "spec.workersToDelete[0]: Invalid value: -1: spec.workersToDelete[0] in body should be greater than or equal"
+        " to 0",
+    ),
+    "workersToDelete with a pod name": (
+        _with(DYNAMIC_FULL_RUN_POLICY, "spec.workersToDelete", ["dynamic-worker-1"]),
+        'spec.workersToDelete[0]: Invalid value: "string": spec.workersToDelete[0] in body must be of type integer',
+    ),
     "replicas as a string": (
         _with(tfjob(), f"{_W}.replicas", "3"),
         'spec.tfReplicaSpecs.Worker.replicas: Invalid value: "string":'
@@ -394,7 +415,7 @@ def test_every_rule_compiles_against_its_schema_node() -> None:
                 rule,
             )
             rules += 1
-    assert rules == 9
+    assert rules == 10
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,12 +474,13 @@ def test_identity_versions_and_subresources() -> None:
         },
     }
     columns = version["additionalPrinterColumns"]
-    # Upstream's two columns come first and unchanged; extras only show with -o wide.
-    assert columns[:2] == [
+    # Upstream's two columns come first and unchanged, then a dynamic job's members; extras only show with -o wide.
+    assert columns[:3] == [
         {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Members", "type": "string", "jsonPath": ".status.dynamicWorkers.summary"},
     ]
-    assert all(column.get("priority") == 1 for column in columns[2:])
+    assert all(column.get("priority") == 1 for column in columns[3:])
 
 
 def test_printer_columns_show_state_and_worker_counts() -> None:
@@ -470,6 +492,7 @@ def test_printer_columns_show_state_and_worker_counts() -> None:
         "status": {
             "conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}],
             "replicaStatuses": {"Worker": {"active": 3}},
+            "dynamicWorkers": {"members": [0, 2, 3, 4], "summary": "0,2-4", "workers": {}},
         },
     }
     cells = {
@@ -477,13 +500,13 @@ def test_printer_columns_show_state_and_worker_counts() -> None:
         for c in columns
     }
     assert cells.pop("Age")  # rendered relative to now by the server
-    assert cells == {"State": "Running", "Workers": 4, "Active": 3}
+    assert cells == {"State": "Running", "Members": "0,2-4", "Workers": 4, "Active": 3}
     fresh = {"metadata": {"creationTimestamp": "2024-05-01T12:00:00Z"}, "spec": {"tfReplicaSpecs": {"PS": {}}}}
     cells = {
         c["name"]: format_cell(jsonpath_evaluate(fresh, c["jsonPath"]), c["type"], c.get("format", "")) for c in columns
     }
     assert cells.pop("Age")
-    assert cells == {"State": None, "Workers": None, "Active": None}
+    assert cells == {"State": None, "Members": None, "Workers": None, "Active": None}
 
 
 def test_compact_json_fits_the_last_applied_annotation() -> None:

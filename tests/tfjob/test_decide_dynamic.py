@@ -21,6 +21,7 @@ from .builders import (
     condition_types,
     created_pod_names,
     deleted_pod_names,
+    event_reasons,
     make_job,
     running_cluster,
     ts,
@@ -70,10 +71,17 @@ def test_scale_down_deletes_highest_first_and_never_counts_failures():
     ]
     assert decision.events == (
         Event(
-            "Normal", "WorkerScaledDown", "Scaled down to 2 worker(s): removed test-tfjob-worker-3, test-tfjob-worker-2"
+            "Normal",
+            "WorkerScaledDown",
+            "Scaled down to 2 worker(s): removed test-tfjob-worker-3 (highest index), test-tfjob-worker-2 "
+            "(highest index); workers now 0,1",
         ),
     )
-    assert decision.metrics == (MetricInc("tfjob_worker_scaled_down_total", (("job_namespace", "default"),)),) * 2
+    assert (
+        decision.metrics
+        == (MetricInc("tfjob_worker_scaled_down_total", (("job_namespace", "default"), ("chosen_by", "highestIndex"))),)
+        * 2
+    )
     assert_still_running(decision.status)
     assert decision.status["replicaStatuses"]["Worker"].get("failed", 0) == 0
     assert decision.status["replicaStatuses"]["Worker"]["active"] == 2
@@ -315,14 +323,21 @@ def test_state_lives_only_in_the_status():
         "x",
         {"workers": 3},
         {"workers": {"1": 5, "x": {"state": "Failed"}, "-1": {"state": "Replacing"}, "2": {"state": "Weird"}}},
+        {"members": "0-2"},
+        {"members": [0, 1, 1]},
+        {"members": [2, 1, 0]},
+        {"members": [0, -1, 2]},
+        {"members": [0, True, 2]},
+        {"members": [0, 1, 10**12]},
     ],
 )
 def test_malformed_dynamic_status_is_ignored(garbage):
+    """An unreadable record counts as none: the members are 0..replicas-1 (here the pods that run)."""
     cluster = running_cluster()
     cluster.job["status"]["dynamicWorkers"] = garbage
     decision = cluster.decide(at(10))
     assert decision.actions == () and decision.events == ()
-    assert decision.status["dynamicWorkers"] == {"workers": {}}
+    assert decision.status["dynamicWorkers"] == {"members": [0, 1, 2], "summary": "0-2", "workers": {}}
 
 
 def test_suspend_clears_failover_history_and_resume_starts_fresh():
@@ -396,4 +411,5 @@ def test_failover_history_of_removed_indices_is_dropped():
     decision = cluster.step(at(11))
     assert workers_status(cluster) == {}
     assert [a.name for a in actions_of(decision, DeleteService)] == ["test-tfjob-worker-2"]
-    assert decision.events == ()  # no pod was removed
+    # Worker 2 had no pod, but it was a member: it leaves, and that is reported.
+    assert event_reasons(decision) == ["WorkerScaledDown"]

@@ -17,14 +17,14 @@ def test_counters_use_upstream_names_and_labels():
     metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "ns"))))
     metrics.inc(MetricInc(api.METRIC_JOBS_CREATED, (("framework", "tensorflow"), ("job_namespace", "ns"))))
     metrics.inc(MetricInc(api.METRIC_WORKER_FAILOVERS, (("job_namespace", "ns"), ("reason", "Evicted"))))
-    metrics.inc(MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", "ns"),)))
+    metrics.inc(MetricInc(api.METRIC_WORKER_SCALED_DOWN, (("job_namespace", "ns"), ("chosen_by", "deletionCost"))))
 
     def value(name: str, labels: dict[str, str]) -> float | None:
         return scraped(registry, name, labels)
 
     assert value("training_operator_jobs_created_total", {"job_namespace": "ns", "framework": "tensorflow"}) == 2
     assert value("tfjob_worker_failovers_total", {"job_namespace": "ns", "reason": "Evicted"}) == 1
-    assert value("tfjob_worker_scaled_down_total", {"job_namespace": "ns"}) == 1
+    assert value("tfjob_worker_scaled_down_total", {"job_namespace": "ns", "chosen_by": "deletionCost"}) == 1
 
 
 def test_unknown_metric_or_labels_fail_loudly():
@@ -51,7 +51,8 @@ def test_every_series_of_a_namespace_exists_at_zero_once_a_job_is_seen_there():
     for kind in ("created", "deleted", "successful", "failed", "restarted"):
         labels = {"job_namespace": "team-a", "framework": "tensorflow"}
         assert value(f"training_operator_jobs_{kind}_total", labels) == 0
-    assert value("tfjob_worker_scaled_down_total", {"job_namespace": "team-a"}) == 0
+    for chosen_by in ("workersToDelete", "deletionCost", "highestIndex"):
+        assert value("tfjob_worker_scaled_down_total", {"job_namespace": "team-a", "chosen_by": chosen_by}) == 0
     assert value("tfjob_job_time_to_running_seconds_count", {"job_namespace": "team-a"}) == 0
 
 
@@ -71,7 +72,8 @@ def test_a_namespace_without_jobs_loses_its_series_after_the_linger():
     assert metrics.prune({"kept"}) == ["gone"]
     assert scraped(registry, "training_operator_jobs_deleted_total", labels) is None
     assert scraped(registry, "tfjob_worker_failovers_total", {"job_namespace": "gone", "reason": "Deleted"}) is None
-    assert scraped(registry, "tfjob_worker_scaled_down_total", {"job_namespace": "kept"}) == 0
+    labels = {"job_namespace": "kept", "chosen_by": "highestIndex"}
+    assert scraped(registry, "tfjob_worker_scaled_down_total", labels) == 0
     assert metrics.namespaces == {"kept"}
 
 

@@ -269,3 +269,22 @@ def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_genera
         if on_delete:
             on_delete(jobs.objects.pop("ns/j"))
     assert watcher._reported == {}
+
+
+def test_a_job_with_a_hole_is_degraded_only_when_a_member_does_not_run() -> None:
+    """After worker 1 of 0..2 left, the members are 0 and 2: worker 2 counts although 2 >= replicas."""
+    watcher, jobs, pods, _ = observer(now=T0 + 10)
+
+    def degraded() -> float:
+        family = next(f for f in watcher.collect() if f.name == "tfjob_jobs_degraded")
+        return sum(s.value for s in family.samples)
+
+    holed = job(["Created", "Running"], workers=2)
+    holed["status"]["dynamicWorkers"] = {"members": [0, 2], "summary": "0,2", "workers": {}}
+    jobs.add(holed)
+    pods.add(pod(0, "Running", T0, "p0"))
+    pods.add(pod(2, "Running", T0, "p2"))
+    assert degraded() == 0
+    pods.add(pod(1, "Running", T0, "p1"))  # a leftover of the hole running changes nothing
+    pods.update(pod(2, "Pending", T0 + 5, "p2-new"))
+    assert degraded() == 1

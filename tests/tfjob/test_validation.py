@@ -126,6 +126,21 @@ def test_managed_by_other_controller_is_not_supported():
         (lambda j: j["metadata"].update(name="a" * 64), [(INVALID, "metadata.name")]),
         (lambda j: j["metadata"].update(name="Upper"), [(INVALID, "metadata.name")]),
         (lambda j: j.pop("spec"), [(REQUIRED, "spec")]),
+        (lambda j: j["spec"].update(workersToDelete=[1]), [(INVALID, "spec.workersToDelete")]),
+        (lambda j: j["spec"].update(workersToDelete=[], enableDynamicWorker=False), []),
+        (lambda j: j["spec"].update(workersToDelete=[3, 1], enableDynamicWorker=True), []),
+        (
+            lambda j: j["spec"].update(workersToDelete=[1, 1], enableDynamicWorker=True),
+            [(DUPLICATE, "spec.workersToDelete[1]")],
+        ),
+        (
+            lambda j: j["spec"].update(workersToDelete=[-1, "w-1", True, 10000], enableDynamicWorker=True),
+            [(INVALID, f"spec.workersToDelete[{i}]") for i in range(4)],
+        ),
+        (
+            lambda j: j["spec"].update(workersToDelete="1", enableDynamicWorker=True),
+            [(INVALID, "spec.workersToDelete")],
+        ),
     ],
 )
 def test_controller_rules(mutate, expected):
