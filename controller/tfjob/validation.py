@@ -40,6 +40,7 @@ from . import api
 from .conditions import parse_time
 from .defaults import canonical_replica_type
 from .dynamic import WorkerRecord
+from .members import recorded as recorded_members
 from .tfconfig import general_name
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -432,6 +433,16 @@ def validate_status(status: Any) -> list[FieldError]:
     field = f"status.{api.STATUS_DYNAMIC_WORKERS}"
     if dynamic is not None and not isinstance(dynamic, dict):
         errors.append(FieldError(INVALID, field, "must be an object", dynamic))
+    members = dynamic.get(api.STATUS_MEMBERS) if isinstance(dynamic, dict) else None
+    if members is not None and recorded_members(status) is None:
+        errors.append(
+            FieldError(
+                INVALID,
+                f"{field}.{api.STATUS_MEMBERS}",
+                "must be an ascending list of distinct worker indices (read as 0..replicas-1)",
+                members,
+            )
+        )
     workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
     if workers is not None and not isinstance(workers, dict):
         errors.append(FieldError(INVALID, f"{field}.workers", "must be a map of worker index to record", workers))

@@ -252,6 +252,7 @@ def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_genera
         assert states(watcher)["Pending"] == 1  # no readable condition
         jobs.update(hostile({"conditions": "Running", "startTime": 5}, 2, "4"))  # the spec changed
         jobs.update(hostile({"conditions": "Running", "startTime": 5}, 2, "5"))
+        jobs.update(hostile({"dynamicWorkers": {"members": [2, 0], "workers": {}}}, 3, "6"))
         jobs.update(job(["Created", "Running"]))  # rewritten by the controller: nothing to say
     reports = [(e["log_level"], e["job"], e["generation"], e["error"]) for e in logs]
     assert reports == [
@@ -262,6 +263,13 @@ def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_genera
             2,
             '[status.conditions: Invalid value: "Running": must be a list of objects, '
             "status.startTime: Invalid value: 5: must be an RFC 3339 time]",
+        ),
+        (
+            "warning",
+            "ns/j",
+            3,
+            "status.dynamicWorkers.members: Invalid value: <list>: must be an ascending list of distinct worker "
+            "indices (read as 0..replicas-1)",
         ),
     ]
     assert states(watcher)["Running"] == 1
