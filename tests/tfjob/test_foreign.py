@@ -1,0 +1,160 @@
+"""The foreign-writer observer's rules, without an API server (controller/tfjob/foreign.py).
+
+The transforms and handlers are driven directly, in the order an informer calls them: the transform sees the
+object as the API server sent it (managedFields included), then the handlers see the cached one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.tfjob.foreign import ForeignWriters
+from controller.tfjob.metrics import TFJobMetrics
+from tests.scrape import scraped
+
+Obj = dict[str, Any]
+OURS = "tfjob-controller"
+
+
+class FakeInformer:
+    def __init__(self) -> None:
+        self.objects: dict[str, Obj] = {}
+        self.synced = True
+        self.handlers: list[tuple[Any, Any, Any]] = []
+
+    def add_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> None:
+        self.handlers.append((on_add, on_update, on_delete))
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def get(self, key: str) -> Obj | None:
+        return self.objects.get(key)
+
+    def add(self, obj: Obj) -> None:
+        for on_add, _, _ in self.handlers:
+            if on_add is not None:
+                on_add(obj)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def record(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], type_, reason, message))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def entry(manager: str, time: str, subresource: str = "", fields: Obj | None = None) -> Obj:
+    out = {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": time, "fieldsType": "FieldsV1"}
+    if subresource:
+        out["subresource"] = subresource
+    out["fieldsV1"] = fields or {"f:status": {}}
+    return out
+
+
+def job(*entries: Obj, managed_by: str | None = None) -> Obj:
+    spec: Obj = {"tfReplicaSpecs": {}}
+    if managed_by:
+        spec["runPolicy"] = {"managedBy": managed_by}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid", "managedFields": list(entries)},
+        "spec": spec,
+    }
+
+
+def pod(name: str, creator: str) -> Obj:
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j", "uid": "job-uid", "controller": True}
+    refs = {"f:metadata": {"f:ownerReferences": {".": {}, 'k:{"uid":"job-uid"}': {}}}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "ownerReferences": [owner],
+            "managedFields": [entry(creator, "2024-01-01T00:00:00Z", fields=refs)],
+        }
+    }
+
+
+def observer() -> tuple[ForeignWriters, FakeInformer, FakeInformer, Recorder, CollectorRegistry, Clock]:
+    jobs, pods, recorder, registry, clock = FakeInformer(), FakeInformer(), Recorder(), CollectorRegistry(), Clock()
+    metrics = TFJobMetrics(registry)
+    foreign = ForeignWriters(OURS, jobs, pods, recorder, metrics, hold=60.0, monotonic=clock)  # type: ignore[arg-type]
+    jobs.objects["ns/j"] = job()
+    return foreign, jobs, pods, recorder, registry, clock
+
+
+def writes(registry: CollectorRegistry, write: str) -> float:
+    list(registry.collect())  # a scrape releases the namespace's held increments (controller/tfjob/metrics.py)
+    return scraped(registry, "tfjob_foreign_writes_total", {"job_namespace": "ns", "write": write}) or 0.0
+
+
+def test_what_another_manager_wrote_before_the_first_sight_is_history() -> None:
+    foreign, *_, recorder, registry, _clock = observer()
+    seen = foreign.job_transform(lambda o: o)
+    seen(job(entry("manager", "2024-01-01T00:00:00Z", "status")))
+    seen(job(entry("manager", "2024-01-01T00:00:00Z", "status"), entry(OURS, "2024-01-01T00:00:09Z", "status")))
+    assert recorder.events == [] and foreign.holding("ns/j") is None and writes(registry, "status") == 0
+
+
+def test_a_new_status_write_by_another_manager_holds_the_job_and_is_told_once() -> None:
+    foreign, _jobs, _pods, recorder, registry, clock = observer()
+    seen = foreign.job_transform(lambda o: o)
+    seen(job(entry(OURS, "2024-01-01T00:00:00Z", "status")))
+    seen(job(entry(OURS, "2024-01-01T00:00:00Z", "status"), entry("manager", "2024-01-01T00:00:05Z", "status")))
+    seen(job(entry(OURS, "2024-01-01T00:00:00Z", "status"), entry("manager", "2024-01-01T00:00:06Z", "status")))
+    assert writes(registry, "status") == 2
+    [(name, type_, reason, message)] = recorder.events
+    assert (name, type_, reason) == ("j", "Warning", "ForeignWriter") and '"manager"' in message
+    assert foreign.holding("ns/j") == 60.0
+    clock.now += 59.5
+    assert foreign.holding("ns/j") == 0.5
+    clock.now += 1
+    assert foreign.holding("ns/j") is None
+
+
+def test_spec_writes_and_our_own_status_writes_are_not_foreign() -> None:
+    foreign, *_, recorder, registry, _clock = observer()
+    seen = foreign.job_transform(lambda o: o)
+    seen(job())
+    seen(job(entry("kubectl-edit", "2024-01-01T00:00:05Z"), entry(OURS, "2024-01-01T00:00:05Z", "status")))
+    assert recorder.events == [] and writes(registry, "status") == 0
+
+
+def test_a_job_managed_by_another_controller_by_design_is_never_reported() -> None:
+    foreign, *_, recorder, _registry, _clock = observer()
+    seen = foreign.job_transform(lambda o: o)
+    multikueue = "kueue.x-k8s.io/multikueue"
+    seen(job(managed_by=multikueue))
+    seen(job(entry("kueue", "2024-01-01T00:00:05Z", "status"), managed_by=multikueue))
+    assert recorder.events == [] and foreign.holding("ns/j") is None
+
+
+def test_a_pod_created_by_another_manager_after_the_first_list_holds_the_job() -> None:
+    foreign, _jobs, pods, recorder, registry, _clock = observer()
+    transform = foreign.pod_transform(lambda o: o)
+    pods.synced = False
+    pods.add(transform(pod("j-worker-0", "manager")))  # the first list: adopted, not reported
+    pods.add(transform(pod("j-worker-1", OURS)))
+    assert recorder.events == []
+    pods.synced = True
+    pods.add(transform(pod("j-worker-2", OURS)))
+    assert recorder.events == []
+    pods.add(transform(pod("j-worker-3", "manager")))
+    assert writes(registry, "pod") == 1
+    [(_, _, _, message)] = recorder.events
+    assert "j-worker-3" in message and '"manager"' in message
+    assert foreign.holding("ns/j") is not None
