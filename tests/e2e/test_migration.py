@@ -21,6 +21,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +96,35 @@ def test_every_block_of_the_guide_is_run_or_says_why_not() -> None:
 def _json_patch(command: str) -> list[dict[str, Any]]:
     [argument] = [a for a in shlex.split(command) if a.startswith("-p=")]
     return json.loads(argument.removeprefix("-p="))
+
+
+def test_the_kustomize_overlay_builds_what_the_live_commands_leave(tmp_path: Path) -> None:
+    """``kubectl kustomize`` of the guide's overlay over stand-ins for Kubeflow's training-operator overlay."""
+    [overlay] = [b.body for b in blocks(GUIDE.read_text()) if b.language == "yaml"]
+    kubeflow, ours = tmp_path / "kubeflow", tmp_path / "without-tfjob"
+    kubeflow.mkdir()
+    ours.mkdir()
+    objects = {
+        "deployment.yaml": to.deployment(),
+        "webhooks.yaml": to.webhook_configuration(),
+        "crd.yaml": to.crd(yaml.safe_load(CRD_PATH.read_text())),
+    }
+    for name, obj in objects.items():
+        (kubeflow / name).write_text(yaml.safe_dump(obj))
+    kustomization = {"namespace": to.NAMESPACE, "resources": sorted(objects)}
+    (kubeflow / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    (ours / "kustomization.yaml").write_text(overlay)
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is required"
+    built = subprocess.run([kubectl, "kustomize", str(ours)], capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr
+    result = {d["kind"]: d for d in yaml.safe_load_all(built.stdout)}
+    assert set(result) == {"Deployment", "ValidatingWebhookConfiguration"}, "the CRD is left out"
+    assert result["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        f"--enable-scheme={kind}" for kind in ("pytorchjob", "xgboostjob", "mpijob", "paddlejob")
+    ]
+    names = [w["name"] for w in result["ValidatingWebhookConfiguration"]["webhooks"]]
+    assert names == [f"validator.{k}.training-operator.kubeflow.org" for k in to.WEBHOOK_KINDS if k != "tfjob"]
 
 
 def test_the_kustomize_overlay_makes_the_live_changes() -> None:
