@@ -171,8 +171,10 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
     before = await children(admin, "dyn")
     async with running_operator(sim_cluster) as op:
         await assert_adopted(op, job, before)
-        # Its dynamic-worker state, from the first pass, with no pod restarted for it.
-        assert (await op.job("dyn"))["status"]["dynamicWorkers"]["workers"] == {}  # no failover to remember
+        # Its dynamic-worker state from the first pass, with no pod restarted for it: the membership is the workers
+        # training-operator ran, and there is no failover to remember.
+        dynamic = (await op.job("dyn"))["status"]["dynamicWorkers"]
+        assert dynamic["members"] == [0, 1, 2] and dynamic["workers"] == {}, dynamic
         kept = uids(before)
 
         await deleted_and_replaced(op, "dyn", 1)
@@ -188,6 +190,7 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
             return set(by_name(live(await op.pods("dyn")))) == {"dyn-ps-0", "dyn-worker-0", "dyn-worker-1"}
 
         await eventually(scaled_down, timeout=60, what="the scale-down to 2 workers")
+        assert (await op.job("dyn"))["status"]["dynamicWorkers"]["members"] == [0, 1]
         assert uids(await children(op.client, "dyn"))["pod/dyn-worker-0"] == kept["pod/dyn-worker-0"]
 
         await annotate_pod(op, "dyn-worker-0", {"sim.tfjob.dev/exit-code": "0"})

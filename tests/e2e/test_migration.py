@@ -320,6 +320,7 @@ def _checks(before: dict[str, dict[str, Any]]) -> dict[str, Callable[[str, ApiCl
     async def columns(out: str, admin: ApiClient) -> None:
         lines = {line.split()[1]: line for line in out.splitlines()[1:]}
         assert lines["mnist"].split()[2] == "Running" and "workers:map[]" in lines["mnist"], out
+        assert "members:[0 1 2]" in lines["mnist"], out
         assert lines["static"].split()[2] == "Running" and lines["static"].split()[4] == "<none>", out
         for name in before:
             job = await admin.get(to.TFJOBS, name, namespace="default")
