@@ -1864,21 +1864,21 @@ class Kubelet:
             phase = "Pending"
         names = sorted(c.get("name", "") for c in containers)
         ready = life == RUNNING
+        initialized = life != CREATING or not inits
         if self._processes is not None:
-            phase, ready, container_statuses = self._processes.render_containers(pod, rec)
+            rendered = self._processes.render_containers(pod, rec)
+            phase, ready, initialized = rendered.phase, rendered.ready, rendered.initialized
+            container_statuses, init_statuses = rendered.statuses, rendered.init_statuses
         else:
             container_statuses = sorted(
                 (self._container_status(pod, rec, c) for c in containers), key=lambda s: s["name"]
             )
-        initialized = life != CREATING or not inits
+            init_statuses = [self._init_status(pod, rec, c) for c in inits]
+        incomplete = f"containers with incomplete status: [{' '.join(c.get('name', '') for c in inits)}]"
         if phase in TERMINAL_PHASES:
             not_ready = {"status": "False", "reason": "PodCompleted" if phase == "Succeeded" else "PodFailed"}
         elif not initialized:
-            not_ready = {
-                "status": "False",
-                "reason": "ContainersNotInitialized",
-                "message": f"containers with incomplete status: [{' '.join(c.get('name', '') for c in inits)}]",
-            }
+            not_ready = {"status": "False", "reason": "ContainersNotInitialized", "message": incomplete}
         else:
             not_ready = {
                 "status": "False",
@@ -1893,7 +1893,7 @@ class Kubelet:
                 "type": "Initialized",
                 "status": "False",
                 "reason": "ContainersNotInitialized",
-                "message": not_ready["message"],
+                "message": incomplete,
             },
             dict(type="Ready", status="True") if ready else dict(type="Ready", **not_ready),
             dict(type="ContainersReady", status="True") if ready else dict(type="ContainersReady", **not_ready),
@@ -1921,7 +1921,7 @@ class Kubelet:
             "podIP": rec.pod_ip,
             "podIPs": [{"ip": rec.pod_ip}] if rec.pod_ip else None,
             "containerStatuses": container_statuses,
-            "initContainerStatuses": [self._init_status(pod, rec, c) for c in inits] or None,
+            "initContainerStatuses": init_statuses or None,
             "reason": "Evicted" if life == EVICTED else None,
             "message": self._eviction_message(containers) if life == EVICTED else None,
         }

@@ -186,6 +186,55 @@ async def test_on_failure_restarts_in_place_with_crash_loop_back_off(sim_cluster
     assert any(e["reason"] == "BackOff" for e in events)
 
 
+def init_container(name: str, script: str) -> dict:
+    return {"name": name, "image": "busybox:1.36", "command": ["sh", "-c", script]}
+
+
+async def test_init_containers_run_one_after_the_other_before_the_containers(sim_cluster: SimCluster):
+    marks = sim_cluster.kubelet.runtime.state_dir
+    pod = make_pod("p", ["sh", "-c", f"cat {marks}/one {marks}/two"])
+    pod["spec"]["initContainers"] = [
+        init_container("one", f"echo one > {marks}/one"),
+        init_container("two", f"test -e {marks}/one && echo two > {marks}/two"),
+    ]
+    sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Succeeded", what="Succeeded")
+    status = status_of(sim_cluster, "p")
+    inits = status["initContainerStatuses"]
+    assert [(s["name"], s["state"]["terminated"]["reason"], s["ready"]) for s in inits] == [
+        ("one", "Completed", True),
+        ("two", "Completed", True),
+    ]
+    assert log_text(sim_cluster, "p").split() == ["one", "two"]
+    started = [
+        e["involvedObject"]["fieldPath"]
+        for e in sorted(sim_cluster.store.list("events", NS)[0], key=lambda e: int(e["metadata"]["resourceVersion"]))
+        if e["reason"] == "Started"
+    ]
+    assert started == ["spec.initContainers{one}", "spec.initContainers{two}", "spec.containers{main}"]
+
+
+@pytest.mark.parametrize(("restart", "phase"), [("Never", "Failed"), ("OnFailure", "Pending")])
+async def test_a_failing_init_container_fails_the_pod_or_is_retried(sim_cluster: SimCluster, restart: str, phase: str):
+    pod = make_pod("p", ["sh", "-c", "echo main ran"], restart=restart)
+    pod["spec"]["initContainers"] = [init_container("setup", "exit 4")]
+    sim_cluster.store.create("pods", NS, pod)
+
+    def init_status() -> dict:
+        return (status_of(sim_cluster, "p").get("initContainerStatuses") or [{}])[0]
+
+    if restart == "Never":
+        await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Failed", what="Failed")
+        assert init_status()["state"]["terminated"]["exitCode"] == 4
+    else:
+        await eventually(lambda: init_status().get("restartCount", 0) >= 2, what="the init container retried")
+        assert init_status()["lastState"]["terminated"]["exitCode"] == 4
+    status = status_of(sim_cluster, "p")
+    assert status["phase"] == phase
+    assert container(sim_cluster, "p")["state"]["waiting"]["reason"] == "PodInitializing"
+    assert next(c for c in status["conditions"] if c["type"] == "Initialized")["status"] == "False"
+
+
 async def test_a_default_handler_dies_of_sigterm_on_deletion(sim_cluster: SimCluster):
     sim_cluster.store.create("pods", NS, make_pod("p", [PY, "-c", DEFAULT], restart="Always"))
     await eventually(lambda: "ready" in log_text(sim_cluster, "p"), what="ready")

@@ -49,6 +49,8 @@ from tfjob_sim.kubelet import (
     _unknown_termination,
     backoff_at_exit,
     go_duration,
+    go_duration_precise,
+    image_size,
     now_timestamp,
     prestop_sleep_seconds,
     restarts,
@@ -66,7 +68,6 @@ NO_COMMAND = (
     'failed to generate container "{name}" spec: failed to generate spec: no command specified '
     "(the simulator's process runtime ignores images, so a container needs a command)"
 )
-NO_INIT_CONTAINERS = "init containers are not supported by the simulator's process runtime"
 
 
 def _iso(wall: float) -> str:
@@ -76,6 +77,7 @@ def _iso(wall: float) -> str:
 @dataclass
 class _Container:
     name: str
+    init: bool = False
     restart_count: int = 0
     instance: Instance | None = None  # the live (or exited, not yet processed) instance
     last_instance: Instance | None = None  # the instance whose termination is `current`
@@ -90,16 +92,57 @@ class _Container:
     done: bool = False  # will not run again
     warned: str | None = None  # the last waiting error reported by an event
 
+    @property
+    def path(self) -> str:
+        """The container's fieldPath in events."""
+        return f"spec.{'initContainers' if self.init else 'containers'}{{{self.name}}}"
+
 
 @dataclass
 class _PodProcesses:
     containers: dict[str, _Container] = field(default_factory=dict)
+    inits: list[_Container] = field(default_factory=list)  # run one after the other, before the containers
+    init_index: int = 0  # the init container running (or restarting) now; len(inits) when all succeeded
+    init_failed: bool = False  # one failed under restartPolicy Never: the pod failed
     sandbox_error: str | None = None
     stop_started: float | None = None
     sigterm_due: float | None = None
     sigterm_sent: bool = False
     kill_due: float | None = None
     kill_sent: bool = False
+
+    @property
+    def initializing(self) -> bool:
+        return self.init_index < len(self.inits) and not self.init_failed
+
+    def all(self) -> list[_Container]:
+        return [*self.inits, *self.containers.values()]
+
+    def active(self) -> list[_Container]:
+        """The containers that run now: the current init container, or (after them) the containers."""
+        if self.init_failed:
+            return []
+        return [self.inits[self.init_index]] if self.initializing else list(self.containers.values())
+
+
+@dataclass(frozen=True)
+class Rendered:
+    phase: str
+    ready: bool  # every container ready
+    statuses: list[dict]
+    init_statuses: list[dict]
+    initialized: bool  # every init container succeeded
+
+
+def _specs(pod: dict) -> dict[tuple[bool, str], dict]:
+    """The pod's container specs by (is an init container, name)."""
+    spec = pod.get("spec") or {}
+    return {
+        (init, c.get("name", "")): c
+        for init, key in ((True, "initContainers"), (False, "containers"))
+        for c in spec.get(key) or []
+        if isinstance(c, dict)
+    }
 
 
 class ProcessPods:
@@ -122,8 +165,15 @@ class ProcessPods:
             rec.life = CREATING
             rec.admitted_at = now_timestamp()
             rec.creating_since = now
+            kubelet._pull_images(pod, rec)
+            inits = [c for c in (pod.get("spec") or {}).get("initContainers") or [] if isinstance(c, dict)]
+            waiting = ("PodInitializing", None) if inits else ("ContainerCreating", None)
             rec.proc = _PodProcesses(
-                {c.get("name", ""): _Container(c.get("name", "")) for _, c in _containers(pod, init=False)}
+                {
+                    c.get("name", ""): _Container(c.get("name", ""), waiting=waiting)
+                    for _, c in _containers(pod, init=False)
+                },
+                [_Container(c.get("name", ""), init=True, waiting=("PodInitializing", None)) for c in inits],
             )
         p: _PodProcesses = rec.proc
         due: float | None = None
@@ -163,27 +213,32 @@ class ProcessPods:
         elif rec.pod_ip is None:  # development without a pod network: an address for the status only
             rec.pod_ip, rec.ip_owned = self.kubelet._ips.allocate(), True
         rec.life = RUNNING
-        if (pod.get("spec") or {}).get("initContainers"):
-            for c in p.containers.values():
-                c.waiting = ("CreateContainerConfigError", NO_INIT_CONTAINERS)
-                self._warn(pod, rec, c, NO_INIT_CONTAINERS)
-            return None
-        self.kubelet._container_start_events(pod, rec, restart=False)
-        for _, spec in _containers(pod, init=False):
-            self._start(pod, rec, p.containers[spec.get("name", "")], spec, now)
+        self._start_active(pod, rec, p, now)
         return None
 
+    def _start_active(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> None:
+        """First start of the current init container, or of every container once the inits are done."""
+        specs = _specs(pod)
+        for c in p.active():
+            self._start(pod, rec, c, specs[(c.init, c.name)], now)
+
     def _step(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> float | None:
-        """Exits, restarts and retries of every container; the earliest timer still pending."""
-        specs = {c.get("name", ""): c for _, c in _containers(pod, init=False)}
+        """Exits, restarts and retries of the running containers; the earliest timer still pending."""
+        specs = _specs(pod)
         due: float | None = None
         stopping = p.stop_started is not None
-        for name, c in p.containers.items():
+        for c in p.active():
             instance = c.instance
             if instance is not None and instance.alive and instance.started and c.running_since is None:
                 c.running_since = _iso(instance.started_wall)
             if instance is not None and not instance.alive:
                 self._exited(pod, rec, c, now, restart=not stopping)
+                if c.init and c.done and not stopping:
+                    if c.current is not None and c.current.exit_code == 0:
+                        p.init_index += 1  # the next init container, or the containers, start now
+                        self._start_active(pod, rec, p, now)
+                        return self._step(pod, rec, p, now)
+                    p.init_failed = True  # restartPolicy Never: the pod failed
             if c.instance is not None or c.done or stopping or c.restart_due is None:
                 continue
             if now < c.restart_due:
@@ -193,10 +248,10 @@ class ProcessPods:
                 # flowcontrol.Backoff.Next at restart: double (capped), unless the entry expired.
                 c.backoff = min((c.backoff or BACKOFF_INITIAL_SECONDS) * 2, BACKOFF_MAX_SECONDS)
                 c.backoff_updated = now
-            self._start(pod, rec, c, specs[name], now, restart=c.current is not None)
+            self._start(pod, rec, c, specs[(c.init, c.name)], now, restart=c.current is not None)
             if c.restart_due is not None:
                 due = c.restart_due if due is None else min(due, c.restart_due)
-        if not stopping and p.containers and all(c.done for c in p.containers.values()):
+        if not stopping and (p.init_failed or (p.containers and all(c.done for c in p.containers.values()))):
             rec.life = EXITED
             self.runtime.release_sandbox(rec.uid)
         return due
@@ -226,13 +281,7 @@ class ProcessPods:
             c.previous = c.current
             c.older_instance, c.last_instance = c.last_instance, None
             c.restart_count += 1
-            path = f"spec.containers{{{c.name}}}"
-            image = spec.get("image", "")
-            kubelet._container_event(
-                pod, rec, path, "Normal", "Pulled", f'Container image "{image}" already present on machine'
-            )
-            kubelet._container_event(pod, rec, path, "Normal", "Created", f"Created container: {c.name}")
-            kubelet._container_event(pod, rec, path, "Normal", "Started", f"Started container {c.name}")
+        self._start_events(pod, rec, c, spec, now)
         c.current = None
         c.waiting = ("ContainerCreating", None)
         container_id = kubelet._container_id(rec, c.name, c.restart_count)
@@ -256,6 +305,23 @@ class ProcessPods:
             self._after_exit(pod, rec, c, 128, now, restart=True)
             return
         self._keep_logs(rec)
+
+    def _start_events(self, pod: dict, rec: _PodRecord, c: _Container, spec: dict, now: float) -> None:
+        """Pulled (the admission's pull ends at the first start), Created, Started."""
+        kubelet = self.kubelet
+        image = spec.get("image", "")
+        if c.path == rec.pulling:
+            rec.pulling = None
+            took = go_duration_precise(max(0.0, now - (rec.creating_since or now)))
+            message = (
+                f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
+                f"Image size: {image_size(image)} bytes."
+            )
+        else:
+            message = f'Container image "{image}" already present on machine'
+        kubelet._container_event(pod, rec, c.path, "Normal", "Pulled", message)
+        kubelet._container_event(pod, rec, c.path, "Normal", "Created", f"Created container: {c.name}")
+        kubelet._container_event(pod, rec, c.path, "Normal", "Started", f"Started container {c.name}")
 
     def _exited(self, pod: dict, rec: _PodRecord, c: _Container, now: float, restart: bool) -> None:
         instance = c.instance
@@ -284,19 +350,23 @@ class ProcessPods:
         self._after_exit(pod, rec, c, code, now, restart)
 
     def _after_exit(self, pod: dict, rec: _PodRecord, c: _Container, code: int, now: float, restart: bool) -> None:
-        if not restart or not restarts(pod, code):
+        # An init container that succeeded is done whatever the policy; one that failed is retried
+        # unless the policy is Never.
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        again = (code != 0 and policy != "Never") if c.init else restarts(pod, code)
+        if not restart or not again:
             c.done = True
             return
         c.backoff, c.backoff_updated, delay = backoff_at_exit(c.backoff, c.backoff_updated, now, self._scale)
         c.restart_due = now if delay is None else now + delay
         if delay is not None:
-            self.kubelet.back_off_event(pod, rec, f"spec.containers{{{c.name}}}", c.name)
+            self.kubelet.back_off_event(pod, rec, c.path, c.name)
 
     def _keep_logs(self, rec: _PodRecord) -> None:
         """The kubelet keeps the current and the previous instance of each container; older go."""
         p: _PodProcesses = rec.proc
         logs = {}
-        for c in p.containers.values():
+        for c in p.all():
             for instance in (c.instance, c.last_instance, c.older_instance):
                 if instance is not None:
                     logs[instance.container_id] = instance.log
@@ -311,13 +381,11 @@ class ProcessPods:
         if c.warned == message:
             return
         c.warned = message
-        self.kubelet._container_event(
-            pod, rec, f"spec.containers{{{c.name}}}", "Warning", "Failed", f"Error: {message}"
-        )
+        self.kubelet._container_event(pod, rec, c.path, "Warning", "Failed", f"Error: {message}")
 
     def _finish_exited(self, p: _PodProcesses) -> None:
         """Evicted or finished pods: release what exited processes leave (their cgroups)."""
-        for c in p.containers.values():
+        for c in p.all():
             if c.instance is not None and not c.instance.alive:
                 self.runtime.finish(c.instance)
 
@@ -329,11 +397,9 @@ class ProcessPods:
         kubelet = self.kubelet
         kubelet.evicted_event(pod, rec)
         p: _PodProcesses = rec.proc
-        for c in p.containers.values():
+        for c in p.all():
             if c.instance is not None and c.instance.alive:
-                kubelet._container_event(
-                    pod, rec, f"spec.containers{{{c.name}}}", "Normal", "Killing", f"Stopping container {c.name}"
-                )
+                kubelet._container_event(pod, rec, c.path, "Normal", "Killing", f"Stopping container {c.name}")
                 c.instance.signal(signal.SIGKILL)
             if c.restart_due is not None and c.current is not None:
                 c.previous = c.current
@@ -356,14 +422,12 @@ class ProcessPods:
         grace = max(0, meta.get("deletionGracePeriodSeconds") or 0)
         due: float | None = None
         if p is not None:
-            alive = [c for c in p.containers.values() if c.instance is not None and c.instance.alive]
+            alive = [c for c in p.all() if c.instance is not None and c.instance.alive]
             if p.stop_started is None:
                 p.stop_started = now
                 for c in alive:
-                    kubelet._container_event(
-                        pod, rec, f"spec.containers{{{c.name}}}", "Normal", "Killing", f"Stopping container {c.name}"
-                    )
-                for c in p.containers.values():
+                    kubelet._container_event(pod, rec, c.path, "Normal", "Killing", f"Stopping container {c.name}")
+                for c in p.all():
                     c.restart_due = None
                 prestop = min(prestop_sleep_seconds(pod.get("spec") or {}), grace)
                 p.sigterm_due = now + prestop
@@ -385,10 +449,10 @@ class ProcessPods:
                 self._step(pod, rec, p, now)
             else:
                 self._finish_exited(p)
-            if any(c.instance is not None and c.instance.alive for c in p.containers.values()):
+            if any(c.instance is not None and c.instance.alive for c in p.all()):
                 kubelet._write_status(pod, kubelet._render(pod, rec, node))
                 return p.sigterm_due if not p.sigterm_sent else (None if p.kill_sent else p.kill_due)
-            for c in p.containers.values():
+            for c in p.all():
                 if c.current is None:
                     c.current = _unknown_termination(c.restart_count)
                 c.running_since = None
@@ -406,10 +470,18 @@ class ProcessPods:
 
     # ---------------------------------------------------------------- status
 
-    def render_containers(self, pod: dict, rec: _PodRecord) -> tuple[str, bool, list[dict]]:
-        """(phase, all containers ready, containerStatuses) as the kubelet's getPhase computes them."""
+    def render_containers(self, pod: dict, rec: _PodRecord) -> Rendered:
+        """Phase, readiness and container statuses as the kubelet's getPhase computes them."""
         spec = pod.get("spec") or {}
         p: _PodProcesses | None = rec.proc
+        inits = {c.name: c for c in p.inits} if p is not None else {}
+        init_statuses = []
+        for container in spec.get("initContainers") or []:
+            if isinstance(container, dict):
+                status = self._container_status(pod, rec, container, inits.get(container.get("name", "")))
+                terminated = status["state"].get("terminated") or {}
+                status["ready"] = terminated.get("exitCode") == 0 and terminated.get("reason") == "Completed"
+                init_statuses.append(status)
         statuses = []
         running = waiting = stopped = succeeded = 0
         for container in spec.get("containers") or []:
@@ -431,11 +503,12 @@ class ProcessPods:
                 waiting += 1
         statuses.sort(key=lambda s: s["name"])
         policy = spec.get("restartPolicy") or "Always"
-        if rec.life in (EVICTED,):
+        initializing = p is None or p.initializing
+        if rec.life == EVICTED or (p is not None and p.init_failed):
             phase = "Failed"
         elif rec.life in (KILLED, EXITED):
             phase = "Succeeded" if statuses and stopped == succeeded == len(statuses) else "Failed"
-        elif rec.life in (BOUND, CREATING) or waiting > 0:
+        elif rec.life in (BOUND, CREATING) or initializing or waiting > 0:
             phase = "Pending"
         elif running > 0:
             phase = "Running"
@@ -444,7 +517,8 @@ class ProcessPods:
         else:
             phase = "Succeeded" if stopped == succeeded else "Failed"
         ready = bool(statuses) and all(s["ready"] for s in statuses)
-        return phase, ready, statuses
+        initialized = not init_statuses or (p is not None and p.init_index >= len(p.inits))
+        return Rendered(phase, ready, statuses, init_statuses, initialized)
 
     def _container_status(self, pod: dict, rec: _PodRecord, container: dict, c: _Container | None) -> dict[str, Any]:
         kubelet = self.kubelet
