@@ -297,3 +297,50 @@ async def test_an_independently_written_program_rejoins_after_its_worker_is_dele
     assert first >= before, f"the replacement started at global step {first}, below {before}"
     assert identity(await operator.pods("logistic"))["logistic-worker-0"] == pods["logistic-worker-0"]
     assert identity(await operator.pods("logistic"))["logistic-ps-0"] == pods["logistic-ps-0"]
+
+
+async def test_a_targeted_scale_down_removes_the_chosen_worker_and_a_scale_up_brings_it_back(
+    operator: Operator, kubectl: Any
+) -> None:
+    """4 workers; worker 1 is marked cheapest to lose and the job scaled to 3: worker 1 stops on SIGTERM, workers
+    0, 2 and 3 keep their pods and train on past the step it stopped at; scaled back to 4, index 1 (the hole)
+    comes back and joins at the shared step."""
+    name = "pick"
+    manifest = example_job(name, workers=4, dynamic=True, steps=10**9, worker_command=[])
+    await operator.client.create(TFJOBS, manifest, namespace=NS)
+    job = DynamicJob(operator, name)
+    for i in range(4):
+        await training(operator, name, f"{name}-worker-{i}")
+
+    pods = identity(await operator.pods(name))
+    ending = asyncio.create_task(log(operator, f"{name}-worker-1", follow=True))
+    rc, _, err = await kubectl("annotate", "pod", f"{name}-worker-1", "controller.kubernetes.io/pod-deletion-cost=-100")
+    assert rc == 0, err
+    rc, _, err = await kubectl("scale", f"tfjob/{name}", "--replicas=3")
+    assert rc == 0, err
+    last = (await ending).strip().splitlines()[-1]
+    stopped = re.fullmatch(r"event=stopped step=(\d+) worker=1 reason=SIGTERM", last)
+    assert stopped, f"worker 1 did not stop on SIGTERM; its last line: {last!r}"
+    stopped_at = int(stopped.group(1))
+
+    async def hole_at_one() -> bool:
+        names = sorted(p["metadata"]["name"] for p in await operator.pods(name, replica_type="Worker"))
+        return names == [f"{name}-worker-{i}" for i in (0, 2, 3)]
+
+    await eventually(hole_at_one, SLOW, what="worker 1 gone, workers 0, 2 and 3 left")
+    assert (await operator.job(name))["status"]["dynamicWorkers"]["members"] == [0, 2, 3]
+
+    async def each_trains_on() -> bool:
+        logs = [steps(await log(operator, f"{name}-worker-{i}")) for i in (0, 2, 3)]
+        return all(found and max(found) > stopped_at for found in logs)
+
+    await eventually(each_trains_on, SLOW, interval=0.5, what="workers 0, 2 and 3 train past worker 1's last step")
+    await job.others_untouched(pods, except_={f"{name}-worker-1"})
+
+    pods = identity(await operator.pods(name))
+    before = await shared_step(operator, name)
+    rc, _, err = await kubectl("scale", f"tfjob/{name}", "--replicas=4")
+    assert rc == 0, err
+    assert (await training(operator, name, f"{name}-worker-1"))[0] >= before, "index 1 rejoined below the shared step"
+    assert (await operator.job(name))["status"]["dynamicWorkers"]["members"] == [0, 1, 2, 3]
+    await job.others_untouched(pods, except_=set())
