@@ -350,8 +350,9 @@ RUN_OPTIONS = (
     ),
     Option(
         "--failover-backoff",
-        "back-off of repeat failovers of one dynamic worker index (the first is replaced "
-        "as soon as its pod is gone): BASE seconds before the second, doubling per failover up to CAP",
+        "back-off of repeated own failures (OOM-killed, error exit) of one dynamic worker index (the first, "
+        "and every disruption, is replaced as soon as its pod is gone): BASE seconds before the second, "
+        "doubling per failure up to CAP",
         (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
         type=_positive_float,
         kind="pair",

@@ -248,8 +248,10 @@ def test_upstreams_custom_cluster_domain_is_honoured_after_ours():
 async def test_demo_runs_the_story_to_the_end():
     rc, out, err = await run_cli("demo", "--time-scale", "0.02", timeout=120)
     assert rc == 0, out + err
-    assert "was deleted (Deleted): replacing it" in out
-    assert "OOM-killed (exit code 137)" in out
+    # the second deletion of worker 1 is replaced at once; the second OOM kill of worker 2 backs off
+    assert "was deleted (Deleted): replacing it as soon as it is gone (failover 2)" in out
+    assert "was OOM-killed (exit code 137) (OOMKilled): replacing it after a 1s back-off (failover 2)" in out
+    assert "tfjob_worker_failovers_total{job_namespace=default,reason=Deleted} 2" in out
     assert (
         "Scaled down to 2 worker(s): removed mnist-worker-1 (pod-deletion-cost -100), mnist-worker-3 (highest index);"
         " workers now 0,2" in out

@@ -70,9 +70,10 @@ class DecideConfig:
 
     ``cluster_domain`` is upstream's ``CUSTOM_CLUSTER_DOMAIN`` (appended to service addresses in
     TF_CONFIG); ``controller_name`` the value of the operator-name label. The failover timings:
-    a worker's first failover is replaced as soon as its old pod is gone; repeat failovers of the
-    same index back off 10 s doubling to a 5 min cap; the history resets after 10 min of running
-    (see :func:`controller.tfjob.dynamic.failover_delay`); tests may shrink them.
+    a disrupted worker (deleted, evicted, preempted, lost with its node) and a worker's first own
+    failure (OOM-killed, error exit) are replaced as soon as the old pod is gone; repeated own
+    failures of the same index back off 10 s doubling to a 5 min cap; the history resets after
+    10 min of running (see :func:`controller.tfjob.dynamic.failover_delay`); tests may shrink them.
     ``max_creations`` bounds one decision's creations, pods and services together (the rest follow
     on the next pass, triggered by the creations' watch events), so a huge job cannot produce a
     huge decision: its status is written after every pass and keeps up while the job is built, and

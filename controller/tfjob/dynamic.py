@@ -28,8 +28,10 @@ Pending / Running                              any                 Replaced; for
 
 Two indices with a pod each are never in one slot; a slot with duplicates is neither counted nor
 touched (as upstream), its record kept. The back-off between failovers of one index is a separate
-policy (:func:`consecutive_failovers`, :func:`failover_delay`): the state machine asks it how long a
-failover waits and records the answer in ``retryAfter``.
+policy (:func:`next_streak`, :func:`failover_delay`): the state machine asks it how long a failover
+waits and records the answer in ``retryAfter``. Only the worker's own failures (OOM-killed, an error
+exit) back off; a disruption (deleted, evicted, preempted, lost with its node: :data:`OWN_FAILURES`
+says which is which) is replaced as soon as its old pod is gone, however often it happens.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ class FailoverTimings(Protocol):
 
 # --- the state persisted in status.dynamicWorkers ------------------------------------------------------
 _WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
-
-_WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
+# The failover reasons that are the worker's own doing (its process exited or was OOM-killed): the only
+# ones that back off. Every other reason is a disruption (deleted, evicted, preempted, lost with its
+# node), which a ReplicaSet or a StatefulSet would replace at once, however often it happens.
+OWN_FAILURES = frozenset({api.FAILOVER_OOM_KILLED, api.FAILOVER_ERROR})
 
 
 @dataclass(frozen=True)
@@ -71,15 +75,17 @@ class WorkerRecord:
     """What we remember about one worker index (only indices with something to remember).
 
     ``state``: Replacing (the pod is going or gone; the replacement is created once it is gone, and
-    not before ``retry_after`` when a repeat failover backs off),
+    not before ``retry_after`` when a repeated own failure backs off),
     Replaced (the replacement exists; the record lives on until it has run ``reset_after``),
-    Failed (failed by its own exit, not retried; the failed pod is kept). ``pod_uid`` is the uid of
-    the pod the record is about (the failed/disrupted one), so a stale cache never counts the same
-    failure twice.
+    Failed (failed by its own exit, not retried; the failed pod is kept). ``failovers`` counts every
+    failover of the current streak, ``failures`` those that were the worker's own failures (they
+    alone set the back-off). ``pod_uid`` is the uid of the pod the record is about (the
+    failed/disrupted one), so a stale cache never counts the same failure twice.
     """
 
     state: str
     failovers: int = 0
+    failures: int = 0
     last_failover_time: str | None = None
     last_reason: str | None = None
     retry_after: str | None = None
@@ -88,6 +94,8 @@ class WorkerRecord:
 
     def to_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state, "failovers": self.failovers}
+        if self.failures:
+            out["failures"] = self.failures
         for key, value in (
             ("lastFailoverTime", self.last_failover_time),
             ("lastReason", self.last_reason),
@@ -108,13 +116,15 @@ class WorkerRecord:
             value = raw.get(key)
             return value if isinstance(value, str) else None
 
-        failovers = raw.get("failovers")
+        def count(key: str) -> int:
+            value = raw.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
         code = raw.get("exitCode")
         return WorkerRecord(
             state=raw["state"],
-            failovers=failovers
-            if isinstance(failovers, int) and not isinstance(failovers, bool) and failovers > 0
-            else 0,
+            failovers=count("failovers"),
+            failures=count("failures"),
             last_failover_time=text("lastFailoverTime"),
             last_reason=text("lastReason"),
             retry_after=text("retryAfter"),
@@ -151,29 +161,32 @@ def dynamic_status(records: dict[int, WorkerRecord], members: Sequence[int] | No
 
 
 # --- the back-off policy: how long a failed-over index waits for its replacement -----------------------
-def consecutive_failovers(
-    record: WorkerRecord | None, pod: dict[str, Any] | None, now_ts: float, timings: FailoverTimings
-) -> int:
-    """The number of this failover in the index's current streak: the recorded count plus one, or 1
-    when the failing pod had run ``failover_reset_after`` (a fresh failure, not a crash loop)."""
-    failovers = record.failovers if record is not None else 0
+def next_streak(
+    record: WorkerRecord | None, pod: dict[str, Any] | None, reason: str, now_ts: float, timings: FailoverTimings
+) -> tuple[int, int]:
+    """(failovers, failures) of the index's current streak, this failover included: the recorded counts
+    plus this one (a failure only when ``reason`` is the worker's own), counted afresh when the failing
+    pod had run ``failover_reset_after`` (a fresh failure, not a crash loop)."""
+    failovers, failures = (record.failovers, record.failures) if record is not None else (0, 0)
     if pod is not None:
         ran = podlib.run_seconds(pod, now_ts)
         if ran is not None and ran >= timings.failover_reset_after:
-            failovers = 0
-    return failovers + 1
+            failovers, failures = 0, 0
+    return failovers + 1, failures + (1 if reason in OWN_FAILURES else 0)
 
 
-def failover_delay(failovers: int, timings: FailoverTimings) -> float:
-    """Back-off before the replacement of the ``failovers``-th consecutive failover of one index.
+def failover_delay(failures: int, timings: FailoverTimings) -> float:
+    """Back-off before the replacement of a worker after the ``failures``-th consecutive own failure
+    (OOM-killed, error exit) of its index. Asked only for own failures: a disruption never waits.
 
-    The first is replaced as soon as its old pod is gone (0 s): a deleted, evicted or OOM-killed
-    worker is an incident, not a crash loop, and every second of delay is a second its job trains
-    short-handed. Repeats wait ``base * 2^(n-2)`` capped at ``cap`` (10 s, 20 s, ... 5 min), as
-    kubelet's crash-loop back-off does for a container that keeps failing."""
-    if failovers <= 1:
+    The first failure is replaced as soon as its old pod is gone (0 s): an OOM-killed worker is an
+    incident, not a crash loop, and every second of delay is a second its job trains short-handed.
+    Repeats wait ``base * 2^(n-2)`` capped at ``cap`` (10 s, 20 s, ... 5 min), as kubelet's
+    crash-loop back-off does for a container that keeps failing. A disruption between two failures
+    neither lengthens nor ends the streak: the worker did nothing wrong."""
+    if failures <= 1:
         return 0.0
-    exponent = min(failovers - 2, 40)
+    exponent = min(failures - 2, 40)
     return float(min(timings.failover_backoff_base * 2.0**exponent, timings.failover_backoff_cap))
 
 
@@ -267,8 +280,8 @@ class DynamicWorkers:
         out: Outputs,
     ) -> WorkerRecord:
         """Record a new failover of worker ``index`` (event, metric, back-off)."""
-        failovers = consecutive_failovers(record, pod, self.now_ts, self.timings)
-        delay = failover_delay(failovers, self.timings)
+        failovers, failures = next_streak(record, pod, reason, self.now_ts, self.timings)
+        delay = failover_delay(failures, self.timings) if reason in OWN_FAILURES else 0.0
         retry_after: str | None = None
         when = "as soon as it is gone"
         if delay > 0:
@@ -290,6 +303,7 @@ class DynamicWorkers:
         return WorkerRecord(
             state=api.WORKER_STATE_REPLACING,
             failovers=failovers,
+            failures=failures,
             last_failover_time=self.now_str,
             last_reason=reason,
             retry_after=retry_after,
@@ -375,6 +389,7 @@ class DynamicWorkers:
             return WorkerRecord(
                 state=api.WORKER_STATE_FAILED,
                 failovers=record.failovers if record is not None else 0,
+                failures=record.failures if record is not None else 0,
                 last_failover_time=record.last_failover_time if record is not None else None,
                 last_reason=reason,
                 pod_uid=pod_uid,

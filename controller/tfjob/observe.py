@@ -15,8 +15,8 @@ tolerates.
 - failover latency: from ``lastFailoverTime`` of the worker's record in ``status.dynamicWorkers`` (when the
   controller observed the failure or disruption; whole seconds, so values are up to 1 s long) until the
   replacement pod of that index runs. The two facts travel on different watches: the replacement can be
-  seen Running before the job update that carries its record (a first failover is replaced at once, and the
-  status is written after the creates). So the time a worker pod is first seen Running is kept per
+  seen Running before the job update that carries its record (a disruption or a first own failure is replaced
+  at once, and the status is written after the creates). So the time a worker pod is first seen Running is kept per
   (job, index), and the latency is observed by whichever of the two events arrives second;
 - time to running: from the job's ``creationTimestamp`` until every replica of every type runs at once, for
   jobs first seen before they had a Running condition.

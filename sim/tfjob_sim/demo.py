@@ -2,7 +2,7 @@
 
 A newcomer's first run. It starts a simulated cluster, installs the TFJob CRD, runs the real
 controller against it over HTTP (exactly as in production), and narrates what a user would see:
-a dynamic job survives a deleted worker and an OOM-killed worker, then scales down and up through
+a dynamic job survives a worker deleted twice and an OOM-killed worker, then scales down and up through
 the scale subresource. Every step waits for the cluster to reach the stated outcome (with a
 deadline) and the demo exits non-zero if one does not, so it doubles as a smoke test.
 """
@@ -81,8 +81,9 @@ async def _story(cluster: SimCluster) -> None:
     try:
         await client.create(CUSTOM_RESOURCE_DEFINITIONS, build_crd())
         say("Installed the TFJob CRD (manifests/crd/kubeflow.org_tfjobs.yaml).")
-        # A worker's first failover is replaced at once; repeats of the same index back off 10 s doubling
-        # to 5 min (kubelet's crash-loop rule). The demo shortens the back-off to 1 s.
+        # A disrupted worker (deleted, evicted, ...) is replaced at once, however often; only a worker's
+        # repeated own failures (OOM kills, error exits) back off, 10 s doubling to 5 min (kubelet's
+        # crash-loop rule). The demo shortens that back-off to 1 s.
         controller = TFJobController(
             client, registry=registry, workers=2, decide_config=DecideConfig(failover_backoff_base=1.0)
         )
@@ -139,20 +140,23 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
     await _show(client)
 
     say("\n2. Someone deletes worker 1 (upstream: the whole job turned Failed).")
-    old = (await _pods(client))["mnist-worker-1"]["metadata"]["uid"]
-    await client.delete(PODS, "mnist-worker-1", namespace="default")
 
     async def replaced(name: str, old_uid: str) -> bool:
         pod = (await _pods(client)).get(name)
         return bool(pod and pod["metadata"]["uid"] != old_uid and name in _running({name: pod}))
 
-    await _until("mnist-worker-1 replaced", partial(replaced, "mnist-worker-1", old))
+    for attempt in (1, 2):
+        if attempt == 2:
+            say("   ... and deletes it again: a disruption never waits, it is replaced at once again.")
+        old = (await _pods(client))["mnist-worker-1"]["metadata"]["uid"]
+        await client.delete(PODS, "mnist-worker-1", namespace="default")
+        await _until("mnist-worker-1 replaced", partial(replaced, "mnist-worker-1", old))
     await _show(client)
 
     say("\n3. Worker 2 is OOM-killed (exit 137): it is replaced at once, the job keeps running.")
     for attempt in (1, 2):
         if attempt == 2:
-            say("   ... and OOM-killed again: a repeat failover of one index backs off, as a crash loop does.")
+            say("   ... and OOM-killed again: a repeated own failure of one index backs off, as a crash loop does.")
         old = (await _pods(client))["mnist-worker-2"]["metadata"]["uid"]
         await client.patch(
             PODS,
@@ -212,4 +216,4 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
             event["type"] == "Warning" or event["reason"] == "WorkerScaledDown"
         ):
             say(f"   {event['type']:<8} {event['reason']:<18} {event['message']}")
-    say("\nThe job survived three worker failures and two rescalings without ever leaving Running.")
+    say("\nThe job survived four worker failures and two rescalings without ever leaving Running.")

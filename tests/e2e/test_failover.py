@@ -371,3 +371,46 @@ async def test_drained_node_evicts_through_the_eviction_api_and_workers_move(ope
         r: failovers(operator, r) for r in ("Deleted", "NodeLost", "Evicted", "Disrupted")
     }
     assert sum(failovers(operator, r) for r in ("Deleted", "NodeLost", "Error", "OOMKilled", "Disrupted")) == 0
+
+
+async def test_the_same_worker_disrupted_again_and_again_is_replaced_each_time_without_back_off(
+    sim_cluster, kubectl
+) -> None:
+    """Disruptions never wait. The back-off is 300 s here, so a repeat that took it would be replaced
+    long after the test's deadlines: worker 1 is deleted with kubectl, deleted again as soon as its
+    replacement runs, then evicted by its kubelet; each time it comes back as soon as the old pod is
+    gone, and its record never carries a retryAfter. Worker 0 is untouched throughout."""
+    from tests.e2e.conftest import running_operator
+
+    config = DecideConfig(failover_backoff_base=300.0, failover_backoff_cap=300.0)
+    async with running_operator(sim_cluster, config=config) as operator:
+        await create_and_wait_running(operator, tfjob("again", workers=2, restart_policy="Never"), running=2)
+        worker0 = uids(await operator.pods("again"))["again-worker-0"]
+        disruptions = [
+            ("Deleted", lambda: kubectl("delete", "pod", "again-worker-1", "--wait=false")),
+            ("Deleted", lambda: kubectl("delete", "pod", "again-worker-1", "--wait=false")),
+            ("Evicted", lambda: annotate_pod(operator, "again-worker-1", {"sim.tfjob.dev/evict": "true"})),
+        ]
+        for n, (reason, disrupt) in enumerate(disruptions, start=1):
+            old = uids(await operator.pods("again"))["again-worker-1"]
+            result = await disrupt()
+            assert result is None or result[0] == 0, result
+
+            async def replaced(old: str = old, n: int = n) -> dict | None:
+                pod = by_name(running_pods(await operator.pods("again"))).get("again-worker-1")
+                record = worker_record(await operator.job("again"), 1)
+                new = pod is not None and pod["metadata"]["uid"] != old
+                return record if new and record and record["failovers"] == n and record["state"] == "Replaced" else None
+
+            record = await eventually(replaced, what=f"again-worker-1 replaced after disruption {n} ({reason})")
+            assert record["lastReason"] == reason and "retryAfter" not in record and "failures" not in record, record
+        job = await operator.job("again")
+        assert_stays_running(job)
+        assert uids(await operator.pods("again"))["again-worker-0"] == worker0
+        assert (failovers(operator, "Deleted"), failovers(operator, "Evicted")) == (2, 1)
+        messages = [e["message"] for e in await operator.events("again") if e["reason"] == "WorkerFailover"]
+        assert messages == [
+            "Worker again-worker-1 (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 1)",
+            "Worker again-worker-1 (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 2)",
+            "Worker again-worker-1 (index 1) was evicted (Evicted): replacing it as soon as it is gone (failover 3)",
+        ], messages

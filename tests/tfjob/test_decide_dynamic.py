@@ -299,12 +299,20 @@ def test_ps_restart_in_a_dynamic_job_uses_restarting_as_upstream():
 
 
 # --- persisted state ------------------------------------------------------------------------------------
+def oom_kill(cluster, name: str, now: float):
+    """The pod ``name`` is OOM-killed at ``now`` (it ran 5 s); decide on it."""
+    cluster.set_phase(
+        name, "Failed", exit_code=137, termination_reason="OOMKilled", started_at=ts(now - 5), finished_at=ts(now)
+    )
+    return cluster.step(at(now))
+
+
 def test_state_lives_only_in_the_status():
-    cluster = running_cluster()
-    cluster.remove_pod(W1)
-    cluster.step(at(100))  # first failover: replaced at once
-    cluster.remove_pod(W1)
-    cluster.step(at(150))  # second: backs off until 160
+    cluster = running_cluster(restart_policy="ExitCode")
+    oom_kill(cluster, W1, 100)
+    assert created_pod_names(cluster.step(at(100.5))) == [W1]  # first failure: replaced at once
+    cluster.run_all(started_at=ts(101))
+    oom_kill(cluster, W1, 150)  # second: backs off until 160
     # a new controller process: only the stored job (JSON round trip), no memory
     stored = json.loads(json.dumps(cluster.job))
     restarted = decide(stored, cluster.pods, cluster.services, at(154))
@@ -401,11 +409,10 @@ def test_duplicate_pods_for_one_index_are_left_alone():
 
 
 def test_failover_history_of_removed_indices_is_dropped():
-    cluster = running_cluster(workers=3)
-    cluster.remove_pod("test-tfjob-worker-2")
-    cluster.step(at(10))  # replaced at once
-    cluster.remove_pod("test-tfjob-worker-2")
-    cluster.step(at(10.5))  # again: waits for its back-off
+    cluster = running_cluster(workers=3, restart_policy="ExitCode")
+    oom_kill(cluster, "test-tfjob-worker-2", 10)
+    cluster.step(at(10.2))  # replaced at once
+    oom_kill(cluster, "test-tfjob-worker-2", 10.5)  # again: waits for its back-off
     assert workers_status(cluster)["2"]["state"] == "Replacing"
     cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
     decision = cluster.step(at(11))

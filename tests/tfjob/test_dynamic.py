@@ -11,7 +11,7 @@ import pytest
 
 from controller.tfjob.actions import CreateService, DeletePod, Event, MetricInc
 from controller.tfjob.decide import DecideConfig
-from controller.tfjob.dynamic import DynamicWorkers, WorkerRecord, consecutive_failovers, failover_delay
+from controller.tfjob.dynamic import DynamicWorkers, WorkerRecord, failover_delay, next_streak
 from controller.tfjob.outputs import Counts, Outputs
 from controller.tfjob.pods import exit_code
 
@@ -43,7 +43,9 @@ def pod(phase: str = "Running", **kwargs: Any) -> dict[str, Any]:
 
 
 REPLACING = WorkerRecord("Replacing", failovers=1, last_failover_time=ts(-5), last_reason="Deleted", pod_uid=UID)
-BACKING_OFF = WorkerRecord("Replacing", failovers=2, last_failover_time=ts(-5), last_reason="Error", retry_after=ts(5))
+BACKING_OFF = WorkerRecord(
+    "Replacing", failovers=2, failures=2, last_failover_time=ts(-5), last_reason="Error", retry_after=ts(5)
+)
 REPLACED = WorkerRecord("Replaced", failovers=1, last_failover_time=ts(-5), last_reason="Deleted")
 FAILED = WorkerRecord("Failed", failovers=0, last_reason="Error", pod_uid=UID, exit_code=1)
 EVICTED = [disruption_condition("EvictionByEvictionAPI")]
@@ -101,11 +103,13 @@ ROWS = [
     ),
     (
         "replacing, back-off over: replacement created",
-        WorkerRecord("Replacing", failovers=2, last_failover_time=ts(-5), last_reason="Error", retry_after=ts()),
+        WorkerRecord(
+            "Replacing", failovers=2, failures=2, last_failover_time=ts(-5), last_reason="Error", retry_after=ts()
+        ),
         None,
         True,
         "Never",
-        WorkerRecord("Replaced", failovers=2, last_failover_time=ts(-5), last_reason="Error"),
+        WorkerRecord("Replaced", failovers=2, failures=2, last_failover_time=ts(-5), last_reason="Error"),
         True,
         [],
         [],
@@ -131,7 +135,14 @@ ROWS = [
     ("running but disrupted: deleted and failed over", None, pod(conditions=EVICTED), True, "Never")
     + (failover("Evicted"), False, ["Failover"], ["WorkerFailover"], (0, 0, 0, 0), []),
     ("failed, OnFailure retries", None, pod("Failed", exit_code=1), True, "OnFailure")
-    + (failover("Error", exit_code=1), False, ["Failover"], ["ExitedWithCode", "WorkerFailover"], (0, 0, 0, 0), []),
+    + (
+        failover("Error", failures=1, exit_code=1),
+        False,
+        ["Failover"],
+        ["ExitedWithCode", "WorkerFailover"],
+        (0, 0, 0, 0),
+        [],
+    ),
     (
         "failed OOM-killed, ExitCode retries 137",
         None,
@@ -139,7 +150,7 @@ ROWS = [
         True,
         "ExitCode",
     )
-    + (failover("OOMKilled", exit_code=137), False, ["Failover"], ["ExitedWithCode", "WorkerFailover"])
+    + (failover("OOMKilled", failures=1, exit_code=137), False, ["Failover"], ["ExitedWithCode", "WorkerFailover"])
     + ((0, 0, 0, 0), []),
     ("failed exit 1, ExitCode does not retry", None, pod("Failed", exit_code=1), True, "ExitCode")
     + (FAILED, False, [], ["ExitedWithCode", "WorkerFailed"], (0, 0, 1, 1), []),
@@ -153,14 +164,31 @@ ROWS = [
         [],
     ),
     (
-        "repeat failure before the reset: second failover backs off 10 s",
+        "repeated own failure before the reset: the second failure backs off 10 s",
+        WorkerRecord("Replaced", failovers=1, failures=1, last_failover_time=ts(-5), last_reason="Error"),
+        pod("Failed", exit_code=1, started_at=ts(-3), finished_at=ts()),
+        True,
+        "Always",
+    )
+    + (failover("Error", failovers=2, failures=2, retry_after=ts(10), exit_code=1), False, ["Failover"])
+    + (["ExitedWithCode", "WorkerFailover"], (0, 0, 0, 0), [10.0]),
+    (
+        "own failure after a disruption: the first failure, replaced at once",
         REPLACED,
         pod("Failed", exit_code=1, started_at=ts(-3), finished_at=ts()),
         True,
         "Always",
     )
-    + (failover("Error", failovers=2, retry_after=ts(10), exit_code=1), False, ["Failover"])
-    + (["ExitedWithCode", "WorkerFailover"], (0, 0, 0, 0), [10.0]),
+    + (failover("Error", failovers=2, failures=1, exit_code=1), False, ["Failover"])
+    + (["ExitedWithCode", "WorkerFailover"], (0, 0, 0, 0), []),
+    (
+        "deleted again during a crash loop: replaced at once, the streak of failures kept",
+        WorkerRecord("Replaced", failovers=2, failures=2, last_failover_time=ts(-5), last_reason="Error"),
+        pod(terminating=True),
+        True,
+        "Always",
+    )
+    + (failover("Deleted", failovers=3, failures=2), False, [], ["WorkerFailover"], (0, 0, 0, 0), []),
     ("pending replacement: Replaced", REPLACING, pod("Pending", uid="pod-b"), True, "Never")
     + (WorkerRecord("Replaced", failovers=1, last_failover_time=ts(-5), last_reason="Deleted"), False, [], [])
     + ((0, 0, 0, 0), []),
@@ -213,69 +241,137 @@ def test_duplicates_are_neither_counted_nor_touched_and_keep_their_record():
 
 
 # --- the back-off policy ---------------------------------------------------------------------------------
+CRASH_LOOPING = WorkerRecord("Replaced", failovers=3, failures=2, last_failover_time=ts(-5), last_reason="Error")
+
+
 @pytest.mark.parametrize(
-    ("record", "the_pod", "expected"),
+    ("record", "the_pod", "reason", "expected"),
     [
-        (None, None, 1),
-        (REPLACED, None, 2),
-        (REPLACED, pod("Failed", exit_code=1, started_at=ts(-599), finished_at=ts()), 2),
-        (REPLACED, pod("Failed", exit_code=1, started_at=ts(-600), finished_at=ts()), 1),  # ran long enough
+        (None, None, "Deleted", (1, 0)),
+        (None, None, "OOMKilled", (1, 1)),
+        (REPLACED, None, "Deleted", (2, 0)),
+        (REPLACED, None, "Error", (2, 1)),
+        (CRASH_LOOPING, None, "Evicted", (4, 2)),  # a disruption neither lengthens nor ends the streak
+        (CRASH_LOOPING, None, "Error", (4, 3)),
+        (CRASH_LOOPING, pod("Failed", exit_code=1, started_at=ts(-599), finished_at=ts()), "Error", (4, 3)),
+        (CRASH_LOOPING, pod("Failed", exit_code=1, started_at=ts(-600), finished_at=ts()), "Error", (1, 1)),
+        (CRASH_LOOPING, pod(terminating=True, started_at=ts(-600)), "Deleted", (1, 0)),  # ran long enough
     ],
 )
-def test_consecutive_failovers(record, the_pod, expected):
-    assert consecutive_failovers(record, the_pod, NOW.timestamp(), DecideConfig()) == expected
+def test_next_streak(record, the_pod, reason, expected):
+    assert next_streak(record, the_pod, reason, NOW.timestamp(), DecideConfig()) == expected
+
+
+def streak(failovers: int, failures: int, reason: str) -> WorkerRecord:
+    return WorkerRecord(
+        "Replaced", failovers=failovers, failures=failures, last_failover_time=ts(-5), last_reason=reason
+    )
+
+
+# Which failovers wait: the index's streak so far, what happens to it now -> the failover's number, the
+# own failures in the streak, the back-off before the replacement. Disruptions never wait, however often;
+# only the worker's own failures back off, the first of them at once.
+FAILOVERS: list[tuple[str, WorkerRecord | None, str, tuple[int, int, float]]] = [
+    ("first deletion", None, "Deleted", (1, 0, 0.0)),
+    ("first eviction", None, "Evicted", (1, 0, 0.0)),
+    ("first OOM kill", None, "OOMKilled", (1, 1, 0.0)),
+    ("deleted for the second time", streak(1, 0, "Deleted"), "Deleted", (2, 0, 0.0)),
+    ("deleted for the fifth time", streak(4, 0, "Deleted"), "Deleted", (5, 0, 0.0)),
+    ("preempted after evictions", streak(3, 0, "Evicted"), "Preempted", (4, 0, 0.0)),
+    ("evicted again", streak(1, 0, "Evicted"), "Evicted", (2, 0, 0.0)),
+    ("lost with its node after OOM kills", streak(2, 2, "OOMKilled"), "NodeLost", (3, 2, 0.0)),
+    ("disrupted (another DisruptionTarget reason)", streak(2, 2, "Error"), "Disrupted", (3, 2, 0.0)),
+    ("second own failure", streak(1, 1, "Error"), "Error", (2, 2, 10.0)),
+    ("own failure after a disruption in a crash loop", streak(3, 2, "NodeLost"), "OOMKilled", (4, 3, 20.0)),
+    ("own failure after many deletions: a first failure", streak(4, 0, "Deleted"), "Error", (5, 1, 0.0)),
+]
+DISRUPTION_TARGET = {
+    "Evicted": "EvictionByEvictionAPI",
+    "Preempted": "PreemptionByScheduler",
+    "NodeLost": "DeletionByTaintManager",
+    "Disrupted": "SomethingElse",
+}
+
+
+def failing_pod(reason: str) -> dict[str, Any] | None:
+    """Worker 1 as it is seen when it fails over for ``reason`` (None: gone, deleted by someone)."""
+    if reason == "Deleted":
+        return None
+    if reason in DISRUPTION_TARGET:
+        return pod(terminating=True, conditions=[disruption_condition(DISRUPTION_TARGET[reason])])
+    code = 137 if reason == "OOMKilled" else 1
+    return pod("Failed", exit_code=code, started_at=ts(-3), finished_at=ts())
+
+
+@pytest.mark.parametrize(("record", "reason", "expected"), [pytest.param(*row[1:], id=row[0]) for row in FAILOVERS])
+def test_which_failovers_wait(record, reason, expected):
+    failovers, failures, delay = expected
+    timers: list[float] = []
+    one = machine(record, timers=timers)
+    new = one.step(1, failing_pod(reason), True, "Always", Counts(), out := Outputs())
+    assert new is not None and new.state == ("Replaced" if reason == "Deleted" and not delay else "Replacing")
+    assert (new.failovers, new.failures, new.last_reason) == (failovers, failures, reason)
+    assert new.retry_after == (ts(delay) if delay else None)
+    assert timers == ([delay] if delay else [])
+    when = f"after a {delay:g}s back-off" if delay else "as soon as it is gone"
+    assert [e.message.endswith(f"replacing it {when} (failover {failovers})") for e in out.events] == [True]
 
 
 # --- a worker that disappears ---------------------------------------------------------------------
-def test_deleted_worker_is_replaced_at_once_and_a_repeat_backs_off():
-    cluster = running_cluster()
-    cluster.remove_pod(W1)  # deleted by someone else, gone at once
-    decision = cluster.step(at(100))
-    assert created_pod_names(decision) == [W1]  # the first failover: no back-off
-    assert actions_of(decision, CreateService) == []  # the service stayed
-    assert_still_running(decision.status)
-    assert failover_events(decision) == [
-        Event(
-            "Warning",
-            "WorkerFailover",
-            f"Worker {W1} (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover 1)",
+def test_a_deleted_worker_is_replaced_at_once_however_often():
+    cluster = running_cluster(restart_policy="ExitCode")
+    for n, now in enumerate((100, 200, 300), start=1):
+        cluster.remove_pod(W1)  # deleted by someone else, gone at once; again before it ran 10 minutes
+        decision = cluster.step(at(now))
+        assert created_pod_names(decision) == [W1]  # a disruption never backs off
+        assert actions_of(decision, CreateService) == []  # the service stayed
+        assert_still_running(decision.status)
+        assert failover_events(decision) == [
+            Event(
+                "Warning",
+                "WorkerFailover",
+                f"Worker {W1} (index 1) was deleted (Deleted): replacing it as soon as it is gone (failover {n})",
+            )
+        ]
+        assert decision.metrics == (
+            MetricInc("tfjob_worker_failovers_total", (("job_namespace", "default"), ("reason", "Deleted"))),
         )
-    ]
-    assert decision.metrics == (
-        MetricInc("tfjob_worker_failovers_total", (("job_namespace", "default"), ("reason", "Deleted"))),
-    )
-    assert decision.requeue_after is None
-    assert workers_status(cluster) == {
-        "1": {"state": "Replaced", "failovers": 1, "lastFailoverTime": ts(100), "lastReason": "Deleted"}
-    }
-    assert_converged(cluster, at(101))
-
-    cluster.remove_pod(W1)  # the same index again, before it ran 10 minutes: now it backs off
-    again = cluster.step(at(200))
-    assert again.actions == ()
-    assert failover_events(again) == [
-        Event(
-            "Warning",
-            "WorkerFailover",
-            f"Worker {W1} (index 1) was deleted (Deleted): replacing it after a 10s back-off (failover 2)",
-        )
-    ]
-    assert again.requeue_after == 10.0
-    assert workers_status(cluster) == {
-        "1": {
-            "state": "Replacing",
-            "failovers": 2,
-            "lastFailoverTime": ts(200),
-            "lastReason": "Deleted",
-            "retryAfter": ts(210),
+        assert decision.requeue_after is None
+        assert workers_status(cluster) == {
+            "1": {"state": "Replaced", "failovers": n, "lastFailoverTime": ts(now), "lastReason": "Deleted"}
         }
+        assert_converged(cluster, at(now + 1))
+        cluster.run_all(started_at=ts(now + 1))
+    # An own failure after the deletions is the index's first failure: replaced at once too; its
+    # repeat backs off.
+    cluster.set_phase(
+        W1, "Failed", exit_code=137, termination_reason="OOMKilled", started_at=ts(301), finished_at=ts(310)
+    )
+    first = cluster.step(at(310))
+    assert first.requeue_after is None and "(failover 4)" in failover_events(first)[0].message
+    assert created_pod_names(cluster.step(at(310.5))) == [W1]
+    cluster.set_phase(
+        W1, "Failed", exit_code=137, termination_reason="OOMKilled", started_at=ts(311), finished_at=ts(320)
+    )
+    second = cluster.step(at(320))
+    assert second.requeue_after == 10.0
+    assert "after a 10s back-off (failover 5)" in failover_events(second)[0].message
+    assert workers_status(cluster)["1"] == {
+        "state": "Replacing",
+        "failovers": 5,
+        "failures": 2,
+        "lastFailoverTime": ts(320),
+        "lastReason": "OOMKilled",
+        "retryAfter": ts(330),
+        "podUID": second.actions[0].uid,
+        "exitCode": 137,
     }
-    assert assert_converged(cluster, at(205)).requeue_after == 5.0  # a controller restart changes nothing
-    replaced = cluster.step(at(210))
+    assert assert_converged(cluster, at(325)).requeue_after == 5.0  # a controller restart changes nothing
+    replaced = cluster.step(at(330))
     assert created_pod_names(replaced) == [W1]
     assert workers_status(cluster)["1"]["state"] == "Replaced"
     assert replaced.events == () and replaced.metrics == ()
-    assert_converged(cluster, at(211))
+    assert_converged(cluster, at(331))
 
 
 def test_gracefully_deleted_worker_waits_for_its_name():
@@ -434,7 +530,7 @@ def test_crash_loop_backoff_sequence_and_reset():
         cluster.set_phase(W1, "Running", started_at=ts(now))
     # The first failover is replaced at once; repeats back off as kubelet's crash loop does.
     assert delays == [0.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
-    assert workers_status(cluster)["1"]["failovers"] == 8
+    assert workers_status(cluster)["1"]["failovers"] == workers_status(cluster)["1"]["failures"] == 8
 
     # running: the history is reset exactly when the pod has run for 10 minutes
     decision = cluster.step(at(now + 1))
@@ -453,13 +549,14 @@ def test_failure_after_a_long_run_starts_the_backoff_afresh_even_without_the_res
     cluster.job["status"]["dynamicWorkers"]["workers"]["1"] = {
         "state": "Replaced",
         "failovers": 5,
+        "failures": 5,
         "lastFailoverTime": ts(-2000),
         "lastReason": "Error",
     }
     cluster.set_phase(W1, "Failed", exit_code=143, started_at=ts(0), finished_at=ts(900))
     decision = cluster.step(at(900))
-    assert decision.requeue_after is None  # a first failover: no back-off
-    assert workers_status(cluster)["1"]["failovers"] == 1
+    assert decision.requeue_after is None  # a first failure: no back-off
+    assert workers_status(cluster)["1"]["failovers"] == workers_status(cluster)["1"]["failures"] == 1
 
 
 def test_backoff_is_per_index():
