@@ -22,6 +22,7 @@ import signal
 import socket
 import uuid
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import anyio
 import structlog
@@ -65,7 +66,15 @@ LEASE_CLIENT_QPS = 5.0
 LEASE_CLIENT_BURST = 10
 
 
-def client_limit(qps: float | str, burst: int | str) -> dict[str, float | int | bool]:
+class ClientLimit(TypedDict):
+    """The rate-limit keyword arguments of :class:`ApiClient`."""
+
+    qps: float
+    burst: int
+    auto_limit: bool
+
+
+def client_limit(qps: float | str, burst: int | str) -> ClientLimit:
     """The ApiClient settings (``qps``, ``burst``, ``auto_limit``) of --kube-api-qps / --kube-api-burst.
 
     ``auto`` QPS: the fallback bucket (burst: the flag's, else the fallback's), lifted when APF is seen.
@@ -144,11 +153,13 @@ def new_registry() -> CollectorRegistry:
 
 
 async def make_client(options: RunOptions, registry: CollectorRegistry, user_agent: str = USER_AGENT) -> ApiClient:
-    settings = {**client_limit(options.kube_api_qps, options.kube_api_burst), "user_agent": user_agent}
+    limit = client_limit(options.kube_api_qps, options.kube_api_burst)
     try:
         if options.kubeconfig:
-            return await ApiClient.from_kubeconfig(options.kubeconfig, registry=registry, **settings)
-        return await ApiClient.default(registry=registry, **settings)
+            return await ApiClient.from_kubeconfig(
+                options.kubeconfig, registry=registry, user_agent=user_agent, **limit
+            )
+        return await ApiClient.default(registry=registry, user_agent=user_agent, **limit)
     except FileNotFoundError as exc:
         raise StartupError(str(exc)) from None
     except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError, ConfigException) as exc:

@@ -202,9 +202,9 @@ class Option:
     flag: str
     help: str
     default: Any = None
-    type: Callable[[str], Any] | None = None
+    type: Callable[[str], Any] = str
     kind: str = "value"
-    metavar: str | None = None
+    metavar: str | tuple[str, ...] | None = None
     choices: Sequence[str] | None = None
     fallback_env: tuple[str, ...] = ()
     field: str = ""  # the RunOptions field, when not the flag's name
@@ -259,7 +259,7 @@ class Option:
     def _convert(self, raw: str) -> Any:
         if self.kind == "switch":
             return _switch(raw)
-        convert = self.type or str
+        convert = self.type
         if self.kind == "list":
             return [convert(item.strip()) for item in raw.split(",") if item.strip()]
         if self.kind == "pair":

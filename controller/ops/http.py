@@ -82,8 +82,8 @@ async def _serve(app: web.Application, addr: tuple[str, int], ready: Callable[[i
         site = web.TCPSite(runner, addr[0], addr[1])
         await site.start()
         if ready is not None:
-            sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-            ready(sockets[0].getsockname()[1] if sockets else addr[1])
+            bound = runner.addresses
+            ready(bound[0][1] if bound else addr[1])
         await anyio.sleep_forever()
     finally:
         with anyio.CancelScope(shield=True):

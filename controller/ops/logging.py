@@ -22,7 +22,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     if fmt not in ("json", "console"):
         raise ValueError(f"unknown log format {fmt!r}; use json or console")
 
-    shared = [
+    shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

@@ -47,6 +47,7 @@ import orjson
 
 from tfjob_sim import errors
 from tfjob_sim.errors import ApiError
+from tfjob_sim.jsonfields import field_dict, field_str
 from tfjob_sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
 
 try:
@@ -362,7 +363,7 @@ class AuthLayer:
             raise errors.bad_request(
                 f"the kind in the data ({body.get('kind')}) does not match the expected kind ({kind})"
             )
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        spec = field_dict(body, "spec")
         out = {
             "kind": kind,
             "apiVersion": f"{rt.group}/v1",
@@ -417,8 +418,8 @@ class AuthLayer:
             subject = UserInfo(
                 spec.get("user") or "", spec.get("uid") or "", tuple(spec.get("groups") or ()), spec.get("extra") or {}
             )
-        resource = spec.get("resourceAttributes")
-        non_resource = spec.get("nonResourceAttributes")
+        resource = field_dict(spec, "resourceAttributes")
+        non_resource = field_dict(spec, "nonResourceAttributes")
         if bool(resource) == bool(non_resource):
             raise errors.invalid(
                 kind,
@@ -468,7 +469,7 @@ class AuthLayer:
         sa = self.store.get(SERVICE_ACCOUNTS, namespace, name)
         if sa is None:
             raise errors.not_found(SERVICE_ACCOUNTS, name)
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        spec = field_dict(body, "spec")
         expiration = spec.get("expirationSeconds")
         if expiration is None:
             expiration = DEFAULT_EXPIRATION
@@ -505,8 +506,8 @@ class AuthLayer:
         info: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}
         bound = spec.get("boundObjectRef")
         if isinstance(bound, dict) and bound:
-            kind = bound.get("kind")
-            resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
+            kind = field_str(bound, "kind")
+            resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind)
             if resource is None or bound.get("apiVersion", "v1") != "v1":
                 raise errors.bad_request(
                     f"cannot bind token to object of type {bound.get('apiVersion', '')}, Kind={kind}"

@@ -31,7 +31,7 @@ import base64
 import datetime as _dt
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import celpy
@@ -119,7 +119,7 @@ def _replace(s: ct.StringType, old: ct.StringType, new: ct.StringType, n: ct.Int
     return ct.StringType(s.replace(old, new, count))
 
 
-def _index_of(container: Any, item: Any, offset: ct.IntType | None = None) -> ct.IntType:
+def _index_of(container: Any, item: Any, offset: ct.IntType | None = None) -> ct.IntType | celpy.CELEvalError:
     if isinstance(container, ct.StringType):
         start = 0 if offset is None else int(offset)
         if start < 0 or start > len(container):
@@ -140,25 +140,27 @@ def _last_index_of(container: Any, item: Any) -> ct.IntType:
     return ct.IntType(-1)
 
 
-def _substring(s: ct.StringType, start: ct.IntType, end: ct.IntType | None = None) -> ct.StringType:
+def _substring(
+    s: ct.StringType, start: ct.IntType, end: ct.IntType | None = None
+) -> ct.StringType | celpy.CELEvalError:
     b, e = int(start), len(s) if end is None else int(end)
     if b < 0 or b > len(s) or e < b or e > len(s):
         return _err(f"index out of range: {b if b < 0 or b > len(s) else e}")
     return ct.StringType(s[b:e])
 
 
-def _char_at(s: ct.StringType, index: ct.IntType) -> ct.StringType:
+def _char_at(s: ct.StringType, index: ct.IntType) -> ct.StringType | celpy.CELEvalError:
     i = int(index)
     if i < 0 or i > len(s):
         return _err(f"index out of range: {i}")
     return ct.StringType(s[i : i + 1])
 
 
-def _is_sorted(items: ct.ListType) -> ct.BoolType:
+def _is_sorted(items: Sequence[Any]) -> ct.BoolType:  # CEL values: the interpreter checks their types
     return ct.BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
 
 
-def _sum(items: ct.ListType) -> Any:
+def _sum(items: Sequence[Any]) -> Any:
     if not items:
         return ct.IntType(0)
     total = items[0]
@@ -168,13 +170,13 @@ def _sum(items: ct.ListType) -> Any:
 
 
 def _max(items: Any, *more: Any) -> Any:
-    values = list(items) if not more and isinstance(items, ct.ListType) else [items, *more]
+    values: list[Any] = list(items) if not more and isinstance(items, ct.ListType) else [items, *more]
     if not values:
         return _err("max(list) argument must not be empty")
     return functools.reduce(lambda a, b: b if b > a else a, values)
 
 
-def _slice(items: ct.ListType, start: ct.IntType, end: ct.IntType) -> ct.ListType:
+def _slice(items: ct.ListType, start: ct.IntType, end: ct.IntType) -> ct.ListType | celpy.CELEvalError:
     b, e = int(start), int(end)
     if b < 0 or e < b or e > len(items):
         return _err(f"cannot slice({b}, {e}), list is length {len(items)}")
@@ -288,7 +290,7 @@ _TYPE_IDENTS = {
 class _UnorderedList(ct.ListType):
     """A ``x-kubernetes-list-type: set`` or ``map`` list: equality ignores element order."""
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         if not isinstance(other, list):
             return super().__eq__(other)
         if len(self) != len(other):
@@ -303,7 +305,7 @@ class _UnorderedList(ct.ListType):
                 return ct.BoolType(False)
         return ct.BoolType(True)
 
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any:
         return ct.BoolType(not bool(self.__eq__(other)))
 
     __hash__ = None  # type: ignore[assignment]
@@ -394,8 +396,8 @@ class _Lazy(Deferred):
 
     __slots__ = ("doc", "schema", "is_root", "_fields")
 
-    def __init__(self, doc: dict | list, schema: dict, is_root: bool) -> None:
-        self.doc = doc
+    def __init__(self, doc: Any, schema: dict, is_root: bool) -> None:
+        self.doc = doc  # a JSON map or list
         self.schema = schema
         self.is_root = is_root
         self._fields: dict[str, Any] | None = None  # converted fields: rules read a path many times

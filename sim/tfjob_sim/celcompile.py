@@ -59,8 +59,8 @@ _ARITHMETIC = {
     "multiplication_mod": "_%_",
 }
 _MACROS = {"all", "exists", "exists_one", "filter", "map"}
-_AND = eval_error("no such overload", TypeError)(ct.logical_and)
-_OR = eval_error("no such overload", TypeError)(ct.logical_or)
+_AND: Callable[[Any, Any], Any] = eval_error("no such overload", TypeError)(ct.logical_and)
+_OR: Callable[[Any, Any], Any] = eval_error("no such overload", TypeError)(ct.logical_or)
 _ERROR = CELEvalError("error value (compiled path)")
 
 
@@ -111,7 +111,7 @@ def _sub(left: Any, right: Any) -> Any:
 # cel-python's comparison functions build their wrapper (functools.wraps) on every call; these are
 # the same wrappers built once, and the integer functions above. Each replaces only cel-python's own
 # function, never an override.
-_SAME_BUT_FASTER = {
+_SAME_BUT_FASTER: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "_<_": (ce.bool_lt, ce.boolean(operator.lt)),
     "_<=_": (ce.bool_le, ce.boolean(operator.le)),
     "_>_": (ce.bool_gt, ce.boolean(operator.gt)),

@@ -188,7 +188,7 @@ _BUILTIN_SCHEMAS: dict[str, dict] = {
 
 # The Go zero value of a built-in as the apiserver serialises it: non-pointer structs are present. This
 # is the "before" of a create, so these nodes are never new (no "." member) on a built-in.
-_ZERO_SPEC_STATUS = {"metadata": {}, "spec": {}, "status": {}}
+_ZERO_SPEC_STATUS: dict[str, dict[str, Any]] = {"metadata": {}, "spec": {}, "status": {}}
 _BUILTIN_ZERO: dict[str, dict] = {
     "Pod": {"metadata": {}, "spec": {"containers": None}, "status": {}},
     **{
@@ -750,9 +750,10 @@ def _wire_copy(node: dict) -> dict:
 
 def _wire_find(node: dict, path: Path) -> dict | None:
     for pe in path:
-        node = node.get(pe)
-        if node is None:
+        child = node.get(pe)
+        if child is None:
             return None
+        node = child
     return node
 
 
@@ -769,9 +770,10 @@ def _wire_remove(root: dict, path: Path, *, subtree: bool) -> None:
     nodes = [root]
     node = root
     for pe in path:
-        node = node.get(pe)
-        if node is None:
+        child = node.get(pe)
+        if child is None:
             return
+        node = child
         nodes.append(node)
     if not path:
         if subtree:

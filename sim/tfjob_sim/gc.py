@@ -67,6 +67,8 @@ class StoreLike(Protocol):
         patch_type: str,
         patch: Any,
         subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
     ) -> dict: ...
 
     def delete(self, resource: str, namespace: str | None, name: str, options: dict | None = None) -> dict: ...
@@ -299,7 +301,9 @@ class GarbageCollector:
 
     def _removed(self, obj: dict) -> None:
         uid = (obj.get("metadata") or {}).get("uid")
-        node = self._objects.pop(uid, None) if uid else None
+        if not isinstance(uid, str):
+            return
+        node = self._objects.pop(uid, None)
         if node is None:
             return
         owners = node.owners

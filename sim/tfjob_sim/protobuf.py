@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tfjob_sim import errors
@@ -186,12 +187,14 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise _Malformed("varint too long")
 
 
-def _fields(data: bytes):
-    """(field number, wire type, value) for each field; value is int or bytes."""
+def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) for each field; value is int or bytes by wire type (Any: the caller
+    knows which from its schema)."""
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 2:

@@ -37,6 +37,7 @@ from typing import Any
 import re2
 
 from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
+from tfjob_sim.jsonfields import field_dict, field_str
 
 __all__ = [
     "DEFAULT_SERVER_MINOR",
@@ -355,7 +356,7 @@ def _is_datetime(s: str) -> bool:
     if len(parts) < 2 or not _is_date(parts[0]):
         return False
     m = _RX_TIME.search(parts[1])
-    return bool(m) and m.group(1) <= "23" and m.group(2) <= "59" and m.group(3) <= "59"
+    return m is not None and m.group(1) <= "23" and m.group(2) <= "59" and m.group(3) <= "59"
 
 
 def _is_duration(s: str) -> bool:
@@ -817,7 +818,7 @@ class _OpenAPIValidator:
             self._invalid(name, count, f"{name} in body should have at least {min_props} properties")
         if isinstance(max_props, int) and count > max_props:
             self._add(too_many(self._path(name), count, max_props, self.minor))
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = field_dict(schema, "properties")
         addl = schema.get("additionalProperties")
         for key, item in value.items():
             if key in props:
@@ -2253,8 +2254,8 @@ class _CRDSchemaChecker:
                 if not isinstance(spec, dict):
                     schema_errors.append(invalid(rpath, spec, "must be an object"))
                     continue
-                rule = spec.get("rule") if isinstance(spec.get("rule"), str) else ""
-                message = spec.get("message") if isinstance(spec.get("message"), str) else ""
+                rule = field_str(spec, "rule")
+                message = field_str(spec, "message")
                 if not rule.strip():
                     schema_errors.append(required(_child(rpath, "rule"), "rule is not specified"))
                 elif message and not message.strip():
@@ -2359,14 +2360,14 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
     errors: list[FieldError] = []
     if not isinstance(crd, dict):
         return [invalid(None, "", "CustomResourceDefinition must be an object")]
-    meta = crd.get("metadata") if isinstance(crd.get("metadata"), dict) else {}
-    spec = crd.get("spec") if isinstance(crd.get("spec"), dict) else {}
-    names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
-    group = spec.get("group") if isinstance(spec.get("group"), str) else ""
-    plural = names.get("plural") if isinstance(names.get("plural"), str) else ""
+    meta = field_dict(crd, "metadata")
+    spec = field_dict(crd, "spec")
+    names = field_dict(spec, "names")
+    group = field_str(spec, "group")
+    plural = field_str(names, "plural")
 
     # metadata (ValidateObjectMeta with the CRD name function)
-    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+    name = field_str(meta, "name")
     if not name:
         if not meta.get("generateName"):
             errors.append(required("metadata.name", "name or generateName is required"))
@@ -2385,7 +2386,7 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
         errors.append(invalid("spec.group", group, ",".join(is_dns1123_subdomain(group))))
     elif len(group.split(".")) < 2:
         errors.append(invalid("spec.group", group, "should be a domain with at least one dot"))
-    scope = spec.get("scope") if isinstance(spec.get("scope"), str) else ""
+    scope = field_str(spec, "scope")
     if not scope:
         errors.append(required("spec.scope"))
     elif scope not in ("Cluster", "Namespaced"):
@@ -2414,7 +2415,7 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
     unique = True
     for i, v in enumerate(versions):
         vpath = f"spec.versions[{i}]"
-        vname = v.get("name") if isinstance(v.get("name"), str) else ""
+        vname = field_str(v, "name")
         if v.get("storage"):
             storage_count += 1
         if vname in seen_names:
@@ -2448,7 +2449,7 @@ def validate_crd_errors(crd: dict, *, server_minor: int = DEFAULT_SERVER_MINOR) 
     if storage_count != 1:
         errors.append(invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
     if versions:
-        first = versions[0].get("name") if isinstance(versions[0].get("name"), str) else ""
+        first = field_str(versions[0], "name")
         dns = is_dns1035_label(first)
         if dns:
             errors.append(invalid("spec.version", first, ",".join(dns)))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import builtins
 import heapq
 import logging
 import math
@@ -497,7 +498,7 @@ class Store:
         start = bisect.bisect_right(bucket.history_rvs, rv)
         for i in range(len(bucket.history) - 1, start - 1, -1):
             ev = bucket.history[i]
-            obj = ev.old if ev.old is not None else ev.new
+            obj: Any = ev.old if ev.old is not None else ev.new  # one of the two is always set
             meta = obj.get("metadata") or {}
             overrides[(meta.get("namespace", "") if bucket.rt.namespaced else "", meta.get("name", ""))] = ev.old
         return overrides
@@ -575,7 +576,7 @@ class Store:
             bucket.compacted_rv = self.resource_version
         return self.resource_version
 
-    def history_since(self, resource: str, rv: int) -> list[Event] | None:
+    def history_since(self, resource: str, rv: int) -> builtins.list[Event] | None:
         """Events of ``resource`` with RV > ``rv``; None if ``rv`` is older than retained history."""
         rt = self.resource_type(resource)
         bucket = self._bucket(rt)
@@ -587,7 +588,7 @@ class Store:
     def oldest_resumable_rv(self, resource: str) -> int:
         return self._bucket(self.resource_type(resource)).compacted_rv
 
-    def snapshot(self, resource: str, namespace: str | None) -> list[dict]:
+    def snapshot(self, resource: str, namespace: str | None) -> builtins.list[dict]:
         """Current objects (unfiltered by selectors) for synthetic watch ADDEDs."""
         rt = self.resource_type(resource)
         bucket = self._bucket(rt)
@@ -622,7 +623,7 @@ class Store:
         if require and not body_av:
             raise errors.bad_request(f"Object 'apiVersion' is missing in '{orjson.dumps(obj).decode()[:200]}'")
         if body_av and body_av != api_version:
-            allowed = (api_version,)
+            allowed: tuple[str, ...] = (api_version,)
             if expected_api_version is None and rt.served_versions:
                 allowed = tuple(f"{rt.group}/{v}" for v in rt.served_versions)
             if body_av not in allowed:
@@ -659,7 +660,7 @@ class Store:
                     f"{rt.version}.{rt.kind}{key.capitalize()}"
                 )
 
-    def _unknown_fields(self, rt: ResourceType, obj: dict) -> list[str]:
+    def _unknown_fields(self, rt: ResourceType, obj: dict) -> builtins.list[str]:
         """Paths of fields a built-in's Go types would drop (top level and metadata); removes them.
 
         A custom resource with a schema gets none here: ``schema.prune()`` owns all of its unknown
@@ -683,7 +684,7 @@ class Store:
         return unknown
 
     def _apply_field_validation(
-        self, rt: ResourceType, obj: dict, unknown: list[str], opts: WriteOptions, warnings: list[str]
+        self, rt: ResourceType, obj: dict, unknown: builtins.list[str], opts: WriteOptions, warnings: builtins.list[str]
     ) -> None:
         if not unknown or opts.field_validation == "Ignore":
             return
@@ -696,7 +697,7 @@ class Store:
         warnings.extend(texts)
 
     def _schema_pass(
-        self, rt: ResourceType, obj: dict, old: dict | None, opts: WriteOptions, warnings: list[str]
+        self, rt: ResourceType, obj: dict, old: dict | None, opts: WriteOptions, warnings: builtins.list[str]
     ) -> None:
         """Unknown-field handling, pruning, defaulting and validation of the object's type."""
         unknown = self._unknown_fields(rt, obj)
@@ -926,7 +927,7 @@ class Store:
         obj = obj if owned else deep_copy(obj)
         obj["apiVersion"] = rt.api_version if not rt.custom else obj.get("apiVersion") or rt.api_version
         obj["kind"] = rt.kind
-        meta = obj.get("metadata")
+        meta: Any = obj.get("metadata")  # the request's JSON
         if meta is None:
             meta = obj["metadata"] = {}
         warnings: list[str] = []
@@ -942,8 +943,8 @@ class Store:
             meta.pop("namespace", None)
         if meta.get("resourceVersion"):
             raise errors.internal("resourceVersion should not be set on objects to be created")
-        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
-            meta.pop(key, None)
+        for server_set in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            meta.pop(server_set, None)
         if rt.custom and rt.status_subresource:
             obj.pop("status", None)
         self._schema_pass(rt, obj, None, opts, warnings)
@@ -1068,7 +1069,7 @@ class Store:
             raise errors.method_not_allowed("update", rt.plural)
         obj = obj if owned else deep_copy(obj)
         ns = self._ns_key(rt, namespace)
-        meta = obj.get("metadata")
+        meta: Any = obj.get("metadata")  # the request's JSON
         if meta is None:
             meta = obj["metadata"] = {}
         body_name = meta.get("name")
@@ -1183,11 +1184,11 @@ class Store:
                 raise errors.invalid(
                     rt.kind, name, [invalid_value("metadata.uid", body_uid, "field is immutable")], rt.group
                 )
-            for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
-                if key in old_meta:
-                    meta[key] = old_meta[key]
+            for kept in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+                if kept in old_meta:
+                    meta[kept] = old_meta[kept]
                 else:
-                    meta.pop(key, None)
+                    meta.pop(kept, None)
             meta.pop("selfLink", None)
             if rt.status_subresource:
                 if "status" in existing:

@@ -170,8 +170,7 @@ class WorkloadControllers:
                 if resource == REPLICASETS:
                     self._mark(REPLICASETS, obj)
                 for candidate in (old, new):
-                    uid = _controller_uid(candidate) if candidate is not None else None
-                    if uid is not None:
+                    if candidate is not None and _controller_uid(candidate) is not None:
                         self._mark_owner(resource, obj, candidate)
         except Exception:  # a listener must never break the store's write path
             log.exception("workload controllers listener failed", event_type=event_type, resource=resource)
@@ -181,7 +180,7 @@ class WorkloadControllers:
             if not (isinstance(ref, dict) and ref.get("controller")):
                 continue
             owner_resource = {("ReplicaSet", PODS): REPLICASETS, ("Deployment", REPLICASETS): DEPLOYMENTS}.get(
-                (ref.get("kind"), resource)
+                (ref.get("kind") or "", resource)
             )
             if owner_resource is not None and ref.get("apiVersion") == "apps/v1" and ref.get("name"):
                 self._dirty[(owner_resource, obj["metadata"].get("namespace", ""), ref["name"])] = None
