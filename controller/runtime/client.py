@@ -87,12 +87,12 @@ from controller.runtime.errors import (
     TransportError,
     error_from_response,
 )
+from controller.runtime.ratelimit import TokenBucket
 
 __all__ = [
     "Resource",
     "RequestAttributes",
     "RetryPolicy",
-    "TokenBucket",
     "RequestLimit",
     "APF_HEADERS",
     "ApiClient",
@@ -276,46 +276,13 @@ class RetryPolicy:
         return min(self.max_delay, base * (1.0 + random.random() * self.jitter))
 
 
-class TokenBucket:
-    """Client-side QPS limit with reservation semantics (golang.org/x/time/rate).
-
-    ``reserve()`` takes a token now and returns how long the caller must wait before using it; the bucket
-    may go into debt so concurrent callers queue up fairly, each ``1/qps`` after the previous one.
-    """
-
-    def __init__(self, qps: float, burst: int, clock: Clock) -> None:
-        if qps > 0 and burst < 1:
-            raise ValueError("burst must be >= 1 when qps > 0")
-        self.qps = qps
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock.now()
-
-    def reserve(self) -> float:
-        if self.qps <= 0:
-            return 0.0
-        now = self._clock.now()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-    async def wait(self) -> float:
-        """Take a token, sleeping until it is due; the seconds slept."""
-        delay = self.reserve()
-        if delay > 0:
-            await self._clock.sleep_until(self._clock.now() + delay)
-        return delay
-
-
 # A kube-apiserver that runs API Priority and Fairness (on by default since 1.20, GA in 1.29) puts both on
 # every response it classifies, 429s included (kubernetes.io/docs/reference/debug-cluster/flow-control).
 APF_HEADERS = ("X-Kubernetes-PF-FlowSchema-UID", "X-Kubernetes-PF-PriorityLevel-UID")
 
 
 class RequestLimit:
-    """The client-side limit of an :class:`ApiClient`: a :class:`TokenBucket` (``qps > 0``), none
+    """The client-side limit of an :class:`ApiClient`: a token bucket (``qps > 0``), none
     (``qps <= 0``), or, with ``auto``, a fallback bucket that the first response showing the server runs
     API Priority and Fairness lifts for good (:meth:`observe`). APF queues, shares and rejects (429 +
     Retry-After, which the client honours) by priority level on the server, so a second, blind limit in

@@ -13,6 +13,9 @@ Contract (client-go ``RateLimiter``):
 - ``num_requeues(item)`` is the number of failures currently recorded for the item.
 
 Limiters are not thread-safe; they are used from one event loop. Items must be hashable.
+
+:class:`TokenBucket` is the one token bucket of the runtime: the work queue's global limiter
+(:class:`BucketRateLimiter`) and the API client's request limit (``controller.runtime.client``) both use it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Protocol, runtime_checkable
 from controller.runtime.clock import Clock, MonotonicClock
 
 __all__ = [
+    "TokenBucket",
     "RateLimiter",
     "ItemExponentialFailureRateLimiter",
     "BucketRateLimiter",
@@ -88,17 +92,20 @@ class ItemExponentialFailureRateLimiter:
         return f"ItemExponentialFailureRateLimiter(base_delay={self.base_delay!r}, max_delay={self.max_delay!r})"
 
 
-class BucketRateLimiter:
-    """One global token bucket shared by all items (``golang.org/x/time/rate`` reservation semantics).
+class TokenBucket:
+    """A token bucket with ``golang.org/x/time/rate`` reservation semantics.
 
-    The bucket holds at most ``burst`` tokens, starts full and refills at ``qps`` tokens per second. Every
-    ``when`` reserves one token *now*, even if the bucket is empty: the token count goes negative and the
-    returned delay is the time until that reservation is covered. With 10 qps / burst 100, 100 calls at one
-    instant return 0 and the following ones 0.1 s, 0.2 s, 0.3 s, ... ``qps=math.inf`` disables limiting.
-    ``forget`` and ``num_requeues`` are no-ops (the bucket tracks no items).
+    The bucket holds at most ``burst`` tokens, starts full and refills at ``qps`` tokens per second.
+    :meth:`reserve` takes one token *now*, even if the bucket is empty: the token count goes negative and
+    the returned delay is the time until that reservation is covered, so concurrent callers queue up fairly,
+    each ``1/qps`` after the previous one. With 10 qps / burst 100, 100 calls at one instant return 0 and the
+    following ones 0.1 s, 0.2 s, 0.3 s, ... Edge cases, as x/time/rate: ``qps=math.inf`` never delays; a
+    clock that appears to go backwards counts as "no time passed" (it neither takes tokens back nor moves the
+    refill point back); an idle bucket refills to ``burst``, never beyond. ``qps`` must be > 0 (a caller that
+    wants no limit uses ``math.inf`` or no bucket) and ``burst`` an integer >= 1.
     """
 
-    def __init__(self, qps: float = 10.0, burst: int = 100, clock: Clock | None = None) -> None:
+    def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
         qps = float(qps)
         if math.isnan(qps) or qps <= 0:
             raise ValueError(f"qps must be > 0 (use math.inf for no limit), got {qps!r}")
@@ -110,11 +117,11 @@ class BucketRateLimiter:
         self._tokens = float(burst)
         self._last = self.clock.now()
 
-    def when(self, item: Hashable) -> float:
+    def reserve(self) -> float:
+        """Take a token now; the seconds until it may be used (0 when the bucket had one)."""
         if math.isinf(self.qps):
             return 0.0
         now = self.clock.now()
-        # x/time/rate: a clock that appears to go backwards is treated as "no time passed".
         elapsed = max(0.0, now - self._last)
         self._tokens = min(float(self.burst), self._tokens + elapsed * self.qps)
         self._last = max(now, self._last)
@@ -123,6 +130,29 @@ class BucketRateLimiter:
             return 0.0
         return -self._tokens / self.qps
 
+    async def wait(self) -> float:
+        """Take a token, sleeping until it is due; the seconds slept."""
+        delay = self.reserve()
+        if delay > 0:
+            await self.clock.sleep_until(self.clock.now() + delay)
+        return delay
+
+    def __repr__(self) -> str:
+        return f"TokenBucket(qps={self.qps!r}, burst={self.burst!r})"
+
+
+class BucketRateLimiter:
+    """One global :class:`TokenBucket` shared by all items: ``when`` reserves a token from it.
+
+    ``forget`` and ``num_requeues`` are no-ops (the bucket tracks no items).
+    """
+
+    def __init__(self, qps: float = 10.0, burst: int = 100, clock: Clock | None = None) -> None:
+        self.bucket = TokenBucket(qps, burst, clock)
+
+    def when(self, item: Hashable) -> float:
+        return self.bucket.reserve()
+
     def forget(self, item: Hashable) -> None:
         return None
 
@@ -130,7 +160,7 @@ class BucketRateLimiter:
         return 0
 
     def __repr__(self) -> str:
-        return f"BucketRateLimiter(qps={self.qps!r}, burst={self.burst!r})"
+        return f"BucketRateLimiter(qps={self.bucket.qps!r}, burst={self.bucket.burst!r})"
 
 
 class MaxOfRateLimiter:

@@ -30,7 +30,6 @@ from controller.runtime.client import (
     RequestLimit,
     Resource,
     RetryPolicy,
-    TokenBucket,
 )
 from controller.runtime.clock import FakeClock
 from controller.runtime.errors import (
@@ -205,14 +204,9 @@ def test_line_splitter_huge_line_and_tail():
 # -- token bucket / retry arithmetic ---------------------------------------------------------------------
 
 
-def test_token_bucket_burst_then_spacing():
-    clock = FakeClock()
-    bucket = TokenBucket(qps=10, burst=3, clock=clock)
-    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert [round(bucket.reserve(), 6) for _ in range(3)] == [0.1, 0.2, 0.3]  # reservations queue up
-    clock.advance(1.0)  # refills 10 tokens, capped at burst, minus the 3 owed
-    assert bucket.reserve() == 0.0
-    assert TokenBucket(qps=0, burst=0, clock=clock).reserve() == 0.0  # disabled
+def test_a_request_limit_without_qps_has_no_bucket():
+    limit = RequestLimit(0, 0, FakeClock())
+    assert (limit.mode, limit.bucket) == ("off", None)
 
 
 APF = {"X-Kubernetes-PF-FlowSchema-UID": "f", "X-Kubernetes-PF-PriorityLevel-UID": "p"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import anyio
 import pytest
 
 from controller.runtime.clock import FakeClock
@@ -13,9 +14,11 @@ from controller.runtime.ratelimit import (
     ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
+    TokenBucket,
     WithMaxWaitRateLimiter,
     default_controller_rate_limiter,
 )
+from tests.runtime.conftest import Eventually
 
 
 def test_exponential_doubles_from_5ms_and_caps_at_1000s() -> None:
@@ -88,6 +91,59 @@ def test_bucket_infinite_qps_never_delays(fake_clock: FakeClock) -> None:
     assert {limiter.when("x") for _ in range(1000)} == {0.0}
 
 
+# -- the token bucket's edge cases (the work queue's limiter and the API client's limit share it) ----------
+
+
+def test_bucket_reservations_queue_up_and_an_idle_bucket_refills_to_burst_only(fake_clock: FakeClock) -> None:
+    bucket = TokenBucket(qps=10, burst=3, clock=fake_clock)
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.reserve() == pytest.approx(0.1) and bucket.reserve() == pytest.approx(0.2)  # in debt: queued
+    fake_clock.advance(1.0)  # 10 tokens refilled, 2 owed, capped at the burst: 3
+    assert [bucket.reserve() for _ in range(4)] == pytest.approx([0.0, 0.0, 0.0, 0.1])
+
+
+class SteppedClock:
+    """A clock a test sets to any time, backwards included (FakeClock only moves forward)."""
+
+    def __init__(self, time: float) -> None:
+        self.time = time
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep_until(self, deadline: float) -> None:
+        raise AssertionError("reserve() must not sleep")
+
+
+def test_bucket_treats_a_clock_going_backwards_as_no_time_passed() -> None:
+    clock = SteppedClock(100.0)
+    bucket = TokenBucket(qps=1, burst=2, clock=clock)
+    assert [bucket.reserve() for _ in range(2)] == [0.0, 0.0]
+    clock.time = 95.0  # stepped back
+    assert bucket.reserve() == pytest.approx(1.0)  # no token taken back for the "negative" interval
+    clock.time = 100.0  # back where it was: still no time passed since the last reservation
+    assert bucket.reserve() == pytest.approx(2.0)
+    clock.time = 102.0
+    assert bucket.reserve() == pytest.approx(1.0)  # refilled from the latest time seen (100), not from 95
+
+
+async def test_bucket_wait_sleeps_until_the_reservation_is_due(fake_clock: FakeClock, eventually: Eventually) -> None:
+    bucket = TokenBucket(qps=4, burst=1, clock=fake_clock)
+    assert await bucket.wait() == 0.0 and fake_clock.sleeper_deadlines == []
+    started = fake_clock.now()
+    slept: list[float] = []
+
+    async def waiter() -> None:
+        slept.append(await bucket.wait())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await eventually(lambda: fake_clock.sleeper_deadlines == [started + 0.25])
+        fake_clock.advance(0.25)
+    assert slept == [0.25]
+    assert bucket.reserve() == pytest.approx(0.25)  # the waited token was used: the next one is 1/qps away
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -101,6 +157,8 @@ def test_bucket_infinite_qps_never_delays(fake_clock: FakeClock) -> None:
 def test_bucket_rejects_bad_configuration(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BucketRateLimiter(**kwargs)
+    with pytest.raises(ValueError, match=message):
+        TokenBucket(**{"qps": 10.0, "burst": 10, **kwargs})
 
 
 def test_exponential_rejects_negative_delays() -> None:
