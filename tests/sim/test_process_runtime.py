@@ -495,6 +495,24 @@ async def test_a_silent_kubelet_reports_an_exit_only_when_it_is_back(sim_cluster
     assert terminated(sim_cluster, "p")["exitCode"] == 7
 
 
+async def test_pods_deleted_while_their_sandboxes_are_created_leave_nothing(sim_cluster: SimCluster):
+    """Deleted at once: a sandbox still being created is removed when it is ready, and no pod
+    namespace, /etc/netns directory or container cgroup of theirs remains while the simulator runs."""
+    runtime = sim_cluster.kubelet.runtime
+    for i in range(5):
+        sim_cluster.store.create("pods", NS, make_pod(f"p{i}", ["sleep", "1000"], restart="Always"))
+    await eventually(lambda: len(runtime._sandboxes) == 5, what="five sandboxes under way")
+    for i in range(5):
+        sim_cluster.store.delete("pods", NS, f"p{i}", {"gracePeriodSeconds": 0})
+
+    def pod_leftovers() -> list[str]:
+        own = [f"netns {runtime.prefix}-node", f"{runtime.prefix}-node"]
+        found = [line for line in leftovers(runtime.prefix) if "netns" in line and not any(o in line for o in own)]
+        return found + [str(p) for p in runtime.cgroups.root.iterdir() if p.is_dir()]
+
+    await eventually(lambda: not runtime._tasks and pod_leftovers() == [], what="nothing left of the pods")
+
+
 async def test_stopping_the_simulator_kills_everything(sim_config: SimConfig, tmp_path: Path):
     cluster = SimCluster(sim_config)
     await cluster.start()

@@ -105,7 +105,6 @@ class SandboxState:
     uid: str
     sandbox: Any = None  # tfjob_sim.process.network.Sandbox once created
     error: str | None = None
-    task: asyncio.Task | None = None
 
     @property
     def ready(self) -> bool:
@@ -308,7 +307,7 @@ class ProcessRuntime:
             state.sandbox = _HOST_SANDBOX
             return state
         spec = pod.get("spec") or {}
-        state.task = self._spawn_task(
+        self._spawn_task(
             self._create_sandbox(
                 state,
                 meta.get("namespace") or "",
@@ -345,8 +344,8 @@ class ProcessRuntime:
         state = self._sandboxes.pop(uid, None)
         if state is None or self._stopped:
             return
-        if state.task is not None and not state.task.done():
-            state.task.cancel()
+        # A creation under way is not cancelled (halfway it could leave a namespace behind): it
+        # finishes, finds the pod gone and removes what it made.
         if state.sandbox is not None and self.network is not None:
             self._spawn_task(self._remove_sandbox(state.sandbox))
 
