@@ -345,6 +345,26 @@ async def test_env_and_the_downward_api_reach_the_process(sim_cluster: SimCluste
     assert status["podIPs"] == [{"ip": status["podIP"]}]
 
 
+async def test_a_missing_config_map_waits_until_it_exists(sim_cluster: SimCluster):
+    env = [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}}]
+    sim_cluster.store.create("pods", NS, make_pod("p", ["sh", "-c", "echo $GREETING"], env=env))
+    await eventually(
+        lambda: (
+            (container(sim_cluster, "p").get("state") or {}).get("waiting", {}).get("reason")
+            == "CreateContainerConfigError"
+        ),
+        what="CreateContainerConfigError",
+    )
+    assert container(sim_cluster, "p")["state"]["waiting"]["message"] == 'configMap "cfg" not found'
+    sim_cluster.store.create(
+        "configmaps",
+        NS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hi"}},
+    )
+    await eventually(lambda: status_of(sim_cluster, "p").get("phase") == "Succeeded", what="Succeeded")
+    assert log_text(sim_cluster, "p") == "hi"
+
+
 async def test_run_as_user_and_group(sim_cluster: SimCluster):
     pod = make_pod("p", ["sh", "-c", "id -u; id -g"], securityContext={"runAsUser": 1234})
     pod["spec"]["securityContext"] = {"runAsUser": 1, "runAsGroup": 4321}
