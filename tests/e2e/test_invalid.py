@@ -318,3 +318,50 @@ async def test_a_job_stored_before_the_crd_was_tightened_still_gets_its_conditio
         assert await operator.pods(LONG) == [] and await operator.pods("old-bad") == []
     finally:
         await operator.stop()
+
+
+def lawless_status_crd() -> dict[str, Any]:
+    """The loosened CRD whose status keeps any JSON value, a string included (an older or edited CRD)."""
+    crd = loosened_crd()
+    for version in crd["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["status"] = {"x-kubernetes-preserve-unknown-fields": True}
+    return crd
+
+
+async def test_a_status_written_past_the_rules_is_reported_once_and_replaced(sim_cluster: SimCluster) -> None:
+    """A job's status overwritten with a string, then a list, in one generation: every observer reads on
+    (no handler fails, no traceback), the controller says once what it cannot read, and its next status
+    write puts a status back; the job keeps running its pods."""
+    from structlog.testing import capture_logs
+
+    from controller.runtime.client import ApiClient
+
+    assert sim_cluster.kubeconfig_path
+    installer = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    try:
+        await installer.create(CRDS, lawless_status_crd())
+    finally:
+        await installer.close()
+    async with running_operator(sim_cluster, install_crd=False) as operator:
+        with capture_logs() as logs:
+            await create_and_wait_running(operator, tfjob("garbled", workers=2), running=2)
+            pods = {p["metadata"]["uid"] for p in await operator.pods("garbled")}
+            for garbage in ("Running", ["Running", {"type": "Failed"}]):
+                job = await operator.job("garbled")
+                await operator.client.replace(
+                    TFJOBS, {**job, "status": garbage}, namespace="default", subresource="status"
+                )
+
+                async def rewritten() -> bool:
+                    status = (await operator.job("garbled")).get("status")
+                    return isinstance(status, dict) and is_true({"status": status}, "Running")
+
+                await eventually(rewritten, what=f"the status {garbage!r} replaced by the controller")
+            await reconciled_once_more(operator, "garbled")
+        assert {p["metadata"]["uid"] for p in await operator.pods("garbled")} == pods, "no pod was touched"
+        broken = [e for e in logs if e.get("log_level") in ("error", "critical") or "exc_info" in e]
+        assert broken == []
+        reports = [e for e in logs if e.get("event", "").startswith("TFJob status cannot be read")]
+        assert [(e["job"], e["error"]) for e in reports] == [
+            ("default/garbled", 'status: Invalid value: "Running": must be an object')
+        ], reports
