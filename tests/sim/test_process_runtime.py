@@ -212,6 +212,16 @@ async def test_init_containers_run_one_after_the_other_before_the_containers(sim
         if e["reason"] == "Started"
     ]
     assert started == ["spec.initContainers{one}", "spec.initContainers{two}", "spec.containers{main}"]
+    pulled = [
+        (e["involvedObject"]["fieldPath"], e["message"].split(" in ")[0])
+        for e in sim_cluster.store.list("events", NS)[0]
+        if e["reason"] == "Pulled"
+    ]
+    assert sorted(pulled) == [
+        ("spec.containers{main}", 'Successfully pulled image "python:3.11"'),
+        ("spec.initContainers{one}", 'Successfully pulled image "busybox:1.36"'),
+        ("spec.initContainers{two}", 'Container image "busybox:1.36" already present on machine'),
+    ]
 
 
 @pytest.mark.parametrize(("restart", "phase"), [("Never", "Failed"), ("OnFailure", "Pending")])

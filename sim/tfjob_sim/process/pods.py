@@ -310,15 +310,22 @@ class ProcessPods:
         """Pulled (the admission's pull ends at the first start), Created, Started."""
         kubelet = self.kubelet
         image = spec.get("image", "")
-        if c.path == rec.pulling:
+        pull_seconds: float | None = None  # None: the image is on the node already
+        if c.path == rec.pulling:  # the pull the admission started ends now
             rec.pulling = None
-            took = go_duration_precise(max(0.0, now - (rec.creating_since or now)))
+            pull_seconds = max(0.0, now - (rec.creating_since or now))
+        elif kubelet._needs_pull(rec.node, spec):  # later pulls are instant
+            kubelet._container_event(pod, rec, c.path, "Normal", "Pulling", f'Pulling image "{image}"')
+            pull_seconds = 0.0
+        if pull_seconds is None:
+            message = f'Container image "{image}" already present on machine'
+        else:
+            kubelet._images.setdefault(rec.node or "", set()).add(image)  # on the node from now on
+            took = go_duration_precise(pull_seconds)
             message = (
                 f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
                 f"Image size: {image_size(image)} bytes."
             )
-        else:
-            message = f'Container image "{image}" already present on machine'
         kubelet._container_event(pod, rec, c.path, "Normal", "Pulled", message)
         kubelet._container_event(pod, rec, c.path, "Normal", "Created", f"Created container: {c.name}")
         kubelet._container_event(pod, rec, c.path, "Normal", "Started", f"Started container {c.name}")
