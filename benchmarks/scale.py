@@ -196,6 +196,18 @@ class Sim:
     async def requests_by_agent(self, since: int) -> dict[str, dict[str, int]]:
         return (await self.call("GET", f"/_sim/requests/summary?since={since}"))["byUserAgent"]
 
+    async def apf_rejections(self) -> dict[str, int]:
+        """The simulator's API Priority and Fairness rejections (429s) so far, by reason (none without APF)."""
+        headers = {"User-Agent": BENCH_AGENT}
+        async with self.session.get(self.url + "/metrics", headers=headers) as resp:
+            text = await resp.text()
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("apiserver_flowcontrol_rejected_requests_total{"):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                out[reason] = out.get(reason, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return out
+
     async def requests(self, since: int) -> list[dict[str, Any]]:
         return (await self.call("GET", f"/_sim/requests?since={since}"))["requests"]
 
@@ -642,7 +654,7 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str] = ()):
+async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str] = (), write_latency: float = 0.0):
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmpdir:
         tmp = Path(tmpdir)
         sim_child, url, kubeconfig = await start_sim(tmp, nodes, sim_args)
@@ -651,6 +663,10 @@ async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str]
         env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes, profiles=Profiles(profile))
         try:
             await env.sim.install_crd()
+            if write_latency > 0:
+                # Every write holds its API Priority and Fairness seat this long, as an etcd round trip would.
+                for verb in WRITES:
+                    await env.sim.call("POST", "/_sim/faults", {"verb": verb, "latency": write_latency}, ok=(201,))
             yield env
         finally:
             if env.controller:
@@ -749,6 +765,8 @@ async def actor_figures(env: Env, phase: Phase) -> dict[str, Any]:
         "requests": sum(counts.values()),
         "writes": writes_of(counts),
         "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        # 429s of the server's APF since it started (every client's; the actor is the only busy one)
+        "apf_rejected": await env.sim.apf_rejections(),
         "controller_cpu_s": env.actor.cpu() - cpu0[0],
         "sim_cpu_s": env.sim_child.cpu() - cpu0[1],
         "controller_peak_rss_mib": memory_kib(env.actor.pid, "VmHWM") / 1024,
@@ -759,7 +777,7 @@ async def actor_figures(env: Env, phase: Phase) -> dict[str, Any]:
 async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
-    async with environment(nodes_for(n * per_job), args.profile, args.sim_arg) as env:
+    async with environment(nodes_for(n * per_job), args.profile, args.sim_arg, args.write_latency) as env:
         await start_actor(env, args, peer)
         phase = await begin(env, f"burst{'-peer' if peer else ''}{getattr(args, 'tag', '')}")
         history = phase.history
@@ -828,7 +846,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
     n, workers = args.jobs, args.workers
     per_job = 1 + workers
     nodes = nodes_for(n * per_job)
-    async with environment(nodes, args.profile, args.sim_arg) as env:
+    async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("fo", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -948,7 +966,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
 async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
     n, before, after = args.jobs, 8, 2
     nodes = nodes_for(n * (1 + before))
-    async with environment(nodes, args.profile, args.sim_arg) as env:
+    async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("sd", n)
         await converge_directly(env.sim, names, before, nodes)
         await start_actor(env, args, False)
@@ -1007,7 +1025,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
 async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
     n, workers = args.cold_jobs, 5
     nodes = nodes_for(n * (1 + workers))
-    async with environment(nodes, args.profile, args.sim_arg) as env:
+    async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("cold", n)
         setup0 = time.time()
         await converge_directly(env.sim, names, workers, nodes)
@@ -1437,6 +1455,15 @@ def main() -> int:
         help="extra argument for `tfjob-controller sim` (repeatable), e.g. "
         "--sim-arg=--no-priority-and-fairness: a server without APF, where the controller's "
         "default keeps its fallback bucket",
+    )
+    parser.add_argument(
+        "--write-latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="every write to the simulator takes this long inside the server (holding its API Priority and "
+        "Fairness seat, as an etcd round trip does); with small --sim-arg=--max-requests-inflight=N limits "
+        "the server pushes back with 429s (reported as apf_rejected)",
     )
     parser.add_argument(
         "--profile",

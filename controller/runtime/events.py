@@ -18,17 +18,19 @@ Contract:
     message is ``(combined from similar events): <latest message>`` and whose count grows;
   * a spam filter per (object, type) -- a token bucket of ``spam_burst`` events refilled one per
     ``spam_refill_seconds`` -- drops the excess;
-  * at most ``max_queued`` writes wait; when the queue is full the event is dropped (client-go's
-    ``DropIfChannelFull``).
+  * at most ``max_queued`` writes wait (10,000: a 1,000-job burst's creation events, ~1 KiB each while
+    they wait); when the queue is full the event is dropped (client-go's ``DropIfChannelFull``). An
+    Event waiting to be written is never evicted from the correlation cache.
 
   Dropped events are counted in ``events_dropped_total{reason}`` (``QueueFull``, ``SpamFilter``,
   ``Shutdown``, or the API error's class) and logged at debug level with their content; the
   first drop of a burst is also logged as a warning.
-- :meth:`EventRecorder.run` is the writer: one background task, owned by the controller's task
-  group, that writes queued events one at a time, oldest first, paced by its own token bucket
-  (``qps``/``burst``, on top of the client's own limit) so events stay a bounded share of the
-  API traffic. Cancelling it flushes what is queued, without pacing, for at most
-  ``flush_timeout`` seconds (shielded), and counts the rest as dropped (``Shutdown``).
+- :meth:`EventRecorder.run` writes: ``writers`` concurrent writes (8), oldest first, one at a time per
+  Event object, as fast as the API client and the server allow -- like client-go's recorder, it has no
+  pacing of its own by default (the client's limit and the server's API Priority and Fairness share the
+  server; a 429 is retried after its Retry-After); ``qps`` > 0 adds a token bucket (``qps``/``burst``).
+  It runs in the controller's task group; cancelling it flushes what is queued, without pacing, for at
+  most ``flush_timeout`` seconds (shielded), and counts the rest as dropped (``Shutdown``).
 - Events are best effort by Kubernetes convention: a failed write is logged with the event's
   content and counted, never retried, and never reaches a reconcile.
 """
@@ -108,8 +110,9 @@ class EventRecorder:
         now: Callable[[], str] = _now,
         instance: str | None = None,
         *,
-        max_queued: int = 1000,
-        qps: float = 50.0,
+        max_queued: int = 10_000,
+        writers: int = 8,
+        qps: float = 0.0,
         burst: int = 100,
         spam_burst: int = 25,
         spam_refill_seconds: float = 300.0,
@@ -118,12 +121,15 @@ class EventRecorder:
         flush_timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_queued < 1 or burst < 1 or spam_burst < 1 or aggregate_max_events < 1:
-            raise ValueError("max_queued, burst, spam_burst and aggregate_max_events must be >= 1")
+        if max_queued < 1 or writers < 1 or burst < 1 or spam_burst < 1 or aggregate_max_events < 1:
+            raise ValueError("max_queued, writers, burst, spam_burst and aggregate_max_events must be >= 1")
         self.client = client
         self.component = component
         self.instance = instance or socket.gethostname()
         self.max_queued = max_queued
+        self.writers = writers
+        # Pending Events stay in the cache: room for all of them besides the recently written ones.
+        self._cache_size = _CACHE_SIZE + max_queued
         self.qps = qps
         self.burst = burst
         self.spam_burst = spam_burst
@@ -137,7 +143,8 @@ class EventRecorder:
         self._similar: OrderedDict[tuple[str, str, str], _Similar] = OrderedDict()  # LRU
         self._spam: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()  # LRU
         self._pending: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # keys to write, oldest first
-        self._wakeup: anyio.Event | None = None  # set by record() while the writer waits (made in run())
+        self._writing: set[tuple[str, str, str, str]] = set()  # keys a writer is writing now
+        self._wakeup: anyio.Event | None = None  # set by record() while writers wait (made by them)
         self._pacer = _Bucket(float(burst), clock())
         self._last_stamp = 0
         self._dropping = False  # a warning was logged for the current run of drops
@@ -194,8 +201,7 @@ class EventRecorder:
                 last=now,
             )
             self._events[key] = event
-            while len(self._events) > _CACHE_SIZE:
-                self._events.popitem(last=False)
+            self._evict()
         else:
             event.count += 1
             event.last = now
@@ -204,6 +210,15 @@ class EventRecorder:
         self._pending[key] = None
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def _evict(self) -> None:
+        """Forget the least recently used Events beyond the cache size, never one still to be written
+        (at most ``max_queued`` are, so the loop ends)."""
+        events = self._events
+        while len(events) > self._cache_size:
+            key, event = events.popitem(last=False)
+            if key in self._pending:
+                events[key] = event
 
     def _event_name(self, object_name: str) -> str:
         """``<object>.<hex nanoseconds>`` as client-go names events; strictly increasing in this
@@ -264,23 +279,46 @@ class EventRecorder:
     async def run(self) -> None:
         """Write queued events until cancelled; then flush within ``flush_timeout`` (see the module docstring)."""
         try:
-            while True:
-                if not self._pending:
-                    self._dropping = False
-                    self._wakeup = anyio.Event()
-                    await self._wakeup.wait()
-                    continue
-                await self._pace()
-                await self._write_next()
+            async with anyio.create_task_group() as tg:
+                for i in range(self.writers):
+                    tg.start_soon(self._writer, name=f"event writer {i}")
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.flush_timeout):
                 while self._pending:
-                    await self._write_next()
+                    key = self._next_key()
+                    if key is None:
+                        break
+                    await self._write(key)
             if self._pending:
                 if self._dropped is not None:
                     self._dropped.labels(reason="Shutdown").inc(len(self._pending))
                 self.log.warning("events not written before shutdown", dropped=len(self._pending))
                 self._pending.clear()
+
+    async def _writer(self) -> None:
+        while True:
+            key = self._next_key()
+            if key is None:
+                if not self._pending:
+                    self._dropping = False
+                if self._wakeup is None or self._wakeup.is_set():
+                    self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+                continue
+            self._writing.add(key)
+            try:
+                await self._pace()
+                await self._write(key)
+            finally:
+                self._writing.discard(key)
+
+    def _next_key(self) -> tuple[str, str, str, str] | None:
+        """The oldest queued Event no writer is writing (at most ``writers`` are skipped)."""
+        writing = self._writing
+        for key in self._pending:
+            if key not in writing:
+                return key
+        return None
 
     async def _pace(self) -> None:
         if self.qps <= 0:
@@ -296,8 +334,7 @@ class EventRecorder:
             pacer.stamp = now
         pacer.tokens -= 1.0
 
-    async def _write_next(self) -> None:
-        key = next(iter(self._pending))
+    async def _write(self, key: tuple[str, str, str, str]) -> None:
         event = self._events.get(key)
         if event is None:  # evicted from the cache while queued (thousands of newer events): lost
             del self._pending[key]

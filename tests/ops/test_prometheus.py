@@ -239,6 +239,10 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
                 lease_requests(at),
                 lease_requests(at + 5),
             )
+            # Every Event of the scenario was written: the panel shows each drop reason, all at 0.
+            dropped_events = values(panel("Events dropped / s"), "reason")
+            assert {"QueueFull", "SpamFilter", "TooManyRequests"} <= set(dropped_events), dropped_events
+            assert all(v == 0 for v in dropped_events.values()), dropped_events
             assert set(values(panel("Seconds since the last watch event"), "resource")) == {
                 "pods",
                 "services",

@@ -212,7 +212,63 @@ async def test_an_expired_event_is_written_afresh_with_its_count():
     assert client.calls[2][1] != client.calls[0][1] and client.calls[2][2]["count"] == 2
 
 
-@pytest.mark.parametrize("kwargs", [{"max_queued": 0}, {"burst": 0}, {"spam_burst": 0}, {"aggregate_max_events": 0}])
+async def test_writers_write_concurrently_but_one_event_object_at_a_time():
+    """A burst is written by ``writers`` concurrent writes (not one at a time, not paced), never two at
+    once for the same Event object: a repeat recorded while its create is in flight waits for it."""
+    client = FakeEventsClient()
+    client.gate = anyio.Event()
+    in_flight: list[int] = []
+    create = client.create
+
+    async def counting_create(resource: Any, body: dict[str, Any], *, namespace: str) -> dict[str, Any]:
+        in_flight.append(1)
+        try:
+            return await create(resource, body, namespace=namespace)
+        finally:
+            in_flight.pop()
+
+    client.create = counting_create  # type: ignore[method-assign]
+    rec = recorder(client, writers=4)
+    for i in range(3):
+        rec.record(job(f"j{i}", uid=f"uid-{i}"), "Normal", "SuccessfulCreatePod", f"Created pod: j{i}-worker-0")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rec.run)
+        await eventually(lambda: len(in_flight) == 3, what="three writes at once")
+        # The fourth writer is idle; the repeat wakes it, and it must leave j0 to the writer writing it.
+        rec.record(job("j0", uid="uid-0"), "Normal", "SuccessfulCreatePod", "Created pod: j0-worker-0")
+        for _ in range(20):
+            await anyio.sleep(0)  # scheduling turns, not time: every writer runs until it waits
+        assert len(in_flight) == 3 and rec.queued == 3
+        client.gate.set()
+        await eventually(lambda: rec.queued == 0 and len(client.calls) == 4, what="every write")
+        tg.cancel_scope.cancel()
+    creates = [body for verb, _, body in client.calls if verb == "create"]
+    assert len(creates) == 3
+    [(_verb, name, body)] = [c for c in client.calls if c[0] == "patch"]
+    j0 = next(b for b in creates if b["involvedObject"]["name"] == "j0")
+    assert body["count"] == 2 and name == j0["metadata"]["name"]
+
+
+async def test_a_burst_beyond_the_cache_loses_no_queued_event():
+    """Thousands of distinct Events queued at once (a 1,000-job burst's creations) are all written: none
+    is evicted from the correlation cache while it waits."""
+    client = FakeEventsClient()
+    registry = CollectorRegistry()
+    rec = recorder(client, registry)
+    for i in range(6000):
+        rec.record(job(f"j{i}", uid=f"uid-{i}"), "Normal", "SuccessfulCreatePod", f"Created pod: j{i}-worker-0")
+    assert rec.queued == 6000
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rec.run)
+        await eventually(lambda: rec.queued == 0, timeout=60, what="every event written")
+        tg.cancel_scope.cancel()
+    assert len(client.calls) == 6000
+    assert dropped(registry, "Evicted") == dropped(registry, "QueueFull") == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_queued": 0}, {"writers": 0}, {"burst": 0}, {"spam_burst": 0}, {"aggregate_max_events": 0}]
+)
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         recorder(FakeEventsClient(), **kwargs)
