@@ -207,11 +207,7 @@ class ProcessPods:
                 )
             self.runtime.retry_sandbox(rec.uid)
             return now + RETRY_AFTER_ERROR_SECONDS
-        sandbox = state.sandbox
-        if getattr(sandbox, "ip", None):
-            rec.pod_ip = sandbox.ip
-        elif rec.pod_ip is None:  # development without a pod network: an address for the status only
-            rec.pod_ip, rec.ip_owned = self.kubelet._ips.allocate(), True
+        rec.pod_ip = state.sandbox.ip
         rec.life = RUNNING
         self._start_active(pod, rec, p, now)
         return None

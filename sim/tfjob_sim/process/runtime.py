@@ -195,11 +195,11 @@ class ProcessRuntime:
         self,
         *,
         notify: Callable[[str], None],
-        network: Any = None,
+        network: Any,
         state_parent: str | None = None,
         python: str = sys.executable,
     ) -> None:
-        # One name for everything of this simulator: the pod network's, when there is one.
+        # One name for everything of this simulator: the pod network's prefix, when it has one.
         self.prefix = getattr(network, "prefix", None) or f"{PREFIX_STEM}{os.getpid()}-{next(_counter)}"
         self._notify = notify
         self.network = network
@@ -230,8 +230,7 @@ class ProcessRuntime:
         os.makedirs(self.state_dir, mode=0o711)
         self.cgroups.start()
         self._start_janitor()
-        if self.network is not None:
-            await self.network.start()
+        await self.network.start()
         log.info("process runtime started", prefix=self.prefix, cgroups=self.cgroups.description)
 
     def _start_janitor(self) -> None:
@@ -269,8 +268,7 @@ class ProcessRuntime:
                     if isinstance(result, BaseException):
                         log.error("a process runtime task failed", error=repr(result))
             self._sandboxes.clear()
-            if self.network is not None:
-                await self.network.stop()  # removes every sandbox
+            await self.network.stop()  # removes every sandbox
             for uid in list(self._instances):
                 await self._reap_pod(uid)
         finally:
@@ -303,9 +301,6 @@ class ProcessRuntime:
             return state
         state = SandboxState(uid)
         self._sandboxes[uid] = state
-        if self.network is None:
-            state.sandbox = _HOST_SANDBOX
-            return state
         spec = pod.get("spec") or {}
         self._spawn_task(
             self._create_sandbox(
@@ -346,7 +341,7 @@ class ProcessRuntime:
             return
         # A creation under way is not cancelled (halfway it could leave a namespace behind): it
         # finishes, finds the pod gone and removes what it made.
-        if state.sandbox is not None and self.network is not None:
+        if state.sandbox is not None:
             self._spawn_task(self._remove_sandbox(state.sandbox))
 
     async def _remove_sandbox(self, sandbox: Any) -> None:
@@ -561,16 +556,3 @@ class ProcessRuntime:
 
     def instances(self, uid: str) -> list[Instance]:
         return list(self._instances.get(uid, ()))
-
-
-@dataclass(frozen=True)
-class _HostSandbox:
-    """Development only: no network of its own (the host's namespace, no private /etc)."""
-
-    name: str = "host"
-    ip: str | None = None
-    netns: str | None = None
-    etc_dir: str | None = None
-
-
-_HOST_SANDBOX = _HostSandbox()
