@@ -45,6 +45,9 @@ Contract:
   ``node_eviction_seconds``), the taint manager deletes them gracefully. Pods bound to a node that
   no longer exists are force-deleted by pod GC after ``pod_gc_orphan_seconds``.
 - Every container of a pod follows the same annotations, so they start, exit and restart together.
+- ``KubeletConfig(runtime="process")``: containers are real processes instead (sim/tfjob_sim/process/,
+  the pod lifecycle in process/pods.py); of the annotations above only ``evict`` and ``unschedulable``
+  apply then. Scheduling, node lifecycle, pod GC, events and status writing are this module's either way.
 """
 
 from __future__ import annotations
