@@ -30,8 +30,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from controller.ops.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from controller.runtime.client import ApiClient  # noqa: E402
+from generators.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from tests.prometheus_harness import (  # noqa: E402
     FOREIGN_JOB,
     SCRAPE_JOB,

@@ -2,7 +2,7 @@
 
 - Comments and docs stand on their own: no pointer to a document outside the repository (a section sign,
   a machine path, notes kept elsewhere) and no tracker number; what a comment relied on is said in it.
-- Every module path (``controller.ops.monitoring``, ``tfjob_sim.kubelet.EXIT_CODE``) and every file path
+- Every module path (``controller.runtime.ratelimit.TokenBucket``, ``tfjob_sim.kubelet.EXIT_CODE``) and every file path
   (``docs/metrics.md``) a comment or a doc names exists, so a rename cannot leave stale statements behind.
 - The test command of ``.ci/run`` is README's, byte for byte.
 """
@@ -45,9 +45,11 @@ FORBIDDEN = {
 ANNOUNCED = frozenset({"tests/test_packaging.py"})
 
 # Dotted paths into the product and the simulator, and repository-relative file paths.
-MODULE_REFERENCE = re.compile(r"\b(?:controller\.(?:runtime|tfjob|ops|app|cli)|tfjob_sim)(?:\.[A-Za-z_]\w*)*")
+MODULE_REFERENCE = re.compile(
+    r"\b(?:controller\.(?:runtime|tfjob|ops|app|cli)|tfjob_sim|generators)(?:\.[A-Za-z_]\w*)*"
+)
 FILE_REFERENCE = re.compile(
-    r"(?<![\w./-])((?:controller|sim|tests|docs|benchmarks|tools|grafana|manifests|examples)/[\w./-]*"
+    r"(?<![\w./-])((?:controller|sim|tests|docs|benchmarks|tools|grafana|manifests|examples|generators)/[\w./-]*"
     r"\.(?:py|md|ya?ml|json|txt|toml))\b"
 )
 

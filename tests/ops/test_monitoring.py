@@ -1,7 +1,7 @@
 """The monitoring artefacts hang together: catalogue, dashboards, alerting rules, runbook, kube-prometheus
 manifests. (That they tell the truth against a real Prometheus is tests/ops/test_prometheus.py.)
 
-- the committed files are exactly what ``python -m controller.ops.monitoring`` generates;
+- the committed files are exactly what ``python -m generators.monitoring`` generates;
 - every catalogued metric is used by a panel or an alert, and every metric a panel or alert uses is catalogued
   (the live test checks the catalogue against what the controller really exports);
 - every query is scoped to this controller (job, namespace; rules: job="tfjob-controller"), so a foreign
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.ops import monitoring
-from controller.ops.catalogue import BY_NAME, CATALOGUE, SYNTHETIC
-from controller.ops.monitoring import ALERTS, DASHBOARDS, TRAINING_JOBS, metric_names
+from generators import monitoring
+from generators.catalogue import BY_NAME, CATALOGUE, SYNTHETIC
+from generators.monitoring import ALERTS, DASHBOARDS, TRAINING_JOBS, metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "grafana"
@@ -64,7 +64,7 @@ def test_generated_files_are_up_to_date() -> None:
     stale = [
         str(path) for path, content in monitoring.generated_files().items() if (REPO / path).read_text() != content
     ]
-    assert not stale, f"run `python -m controller.ops.monitoring`: {stale}"
+    assert not stale, f"run `python -m generators.monitoring`: {stale}"
 
 
 def test_metric_names_and_selectors_checkers_can_fail() -> None:

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from controller.ops.catalogue import BY_NAME, UNCHARTED
-from controller.ops.monitoring import ALERTS, DASHBOARDS, Panel
 from controller.runtime.client import ApiClient
+from generators.catalogue import BY_NAME, UNCHARTED
+from generators.monitoring import ALERTS, DASHBOARDS, Panel
 from tests.e2e import training_operator
 from tests.e2e.training_operator import TFJOBS
 from tests.prometheus_harness import (

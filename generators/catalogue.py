@@ -1,7 +1,7 @@
 """The metric catalogue: every series family the controller exports, as data.
 
 Why data and not only a table in the docs: the dashboards, the alerting rules and ``docs/metrics.md`` are
-generated from it (by ``controller.ops.monitoring``), and the tests compare it with a live scrape of
+generated from it (by ``generators.monitoring``), and the tests compare it with a live scrape of
 ``tfjob-controller run`` and with every panel and alert. A metric that is exported but not catalogued, catalogued
 but charted nowhere, or charted but not exported fails a test, so the table cannot drift from the code.
 
