@@ -37,16 +37,13 @@ from controller.tfjob.api import ANNOTATION_POD_DELETION_COST as DELETION_COST
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.kubelet import EVICT, EXIT_CODE, RUN_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "grafana" / "alerts.yaml"
 SCRAPE_JOB = "tfjob-controller"
 FOREIGN_JOB = "kube-controller-manager"
 CONTROLLER_NAMESPACE = "tfjob-controller"
-
-EXIT_CODE = "sim.tfjob.dev/exit-code"
-RUN_SECONDS = "sim.tfjob.dev/run-seconds"
-EVICT = "sim.tfjob.dev/evict"
 
 
 def free_port() -> int:

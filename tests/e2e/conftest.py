@@ -41,6 +41,7 @@ from controller.tfjob.executor import TFJOBS
 from tests.scrape import series
 from tests.waiting import eventually as shared_eventually
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
@@ -350,7 +351,7 @@ async def fail_over_once(operator: Operator, job: str, index: int) -> None:
     afterwards (a repeat failover backs off)."""
     name = f"{job}-worker-{index}"
     old = by_name(await operator.pods(job))[name]["metadata"]["uid"]
-    await annotate_pod(operator, name, {"sim.tfjob.dev/exit-code": "137"})
+    await annotate_pod(operator, name, {EXIT_CODE: "137"})
 
     async def replaced() -> bool:
         pod = by_name(running_pods(await operator.pods(job))).get(name)

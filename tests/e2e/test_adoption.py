@@ -37,6 +37,7 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_gang import gang_config
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import EXIT_CODE
 
 # What adopting a job must never do (upstream's event reasons for our own writes).
 REPLACING = ("SuccessfulCreatePod", "SuccessfulDeletePod", "SuccessfulCreateService", "SuccessfulDeleteService")
@@ -153,7 +154,7 @@ async def test_a_running_static_job_is_adopted_and_completes(
         await assert_adopted(op, job, before)
         assert "dynamicWorkers" not in (await op.job("static"))["status"]
         # Worker 0 finishes: the job succeeds (no chief, default success policy), as under training-operator.
-        await annotate_pod(op, "static-worker-0", {"sim.tfjob.dev/exit-code": "0"})
+        await annotate_pod(op, "static-worker-0", {EXIT_CODE: "0"})
 
         async def succeeded() -> bool:
             return is_true(await op.job("static"), "Succeeded")
@@ -193,7 +194,7 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
         assert (await op.job("dyn"))["status"]["dynamicWorkers"]["members"] == [0, 1]
         assert uids(await children(op.client, "dyn"))["pod/dyn-worker-0"] == kept["pod/dyn-worker-0"]
 
-        await annotate_pod(op, "dyn-worker-0", {"sim.tfjob.dev/exit-code": "0"})
+        await annotate_pod(op, "dyn-worker-0", {EXIT_CODE: "0"})
 
         async def succeeded() -> bool:
             return is_true(await op.job("dyn"), "Succeeded")
@@ -243,9 +244,7 @@ async def test_a_succeeded_job_stays_as_training_operator_cleaned_it(
     await to.create_children(training_operator, job)
     await pods_in(admin, "done", {"done-ps-0": "Running", "done-worker-0": "Running", "done-worker-1": "Running"})
     for worker in ("done-worker-0", "done-worker-1"):
-        await admin.patch(
-            PODS, worker, {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "0"}}}, namespace="default"
-        )
+        await admin.patch(PODS, worker, {"metadata": {"annotations": {EXIT_CODE: "0"}}}, namespace="default")
     await pods_in(admin, "done", {"done-ps-0": "Running", "done-worker-0": "Succeeded", "done-worker-1": "Succeeded"})
     # training-operator's cleanup of a finished job: the pods the policy names, with their same-named services.
     doomed = {"None": [], "Running": ["done-ps-0"], "All": ["done-ps-0", "done-worker-0", "done-worker-1"]}[policy]

@@ -20,9 +20,9 @@ from controller.runtime.client import PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess, manifest_run_args
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods
+from tfjob_sim.kubelet import RUN_SECONDS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
-RUN_SECONDS = "sim.tfjob.dev/run-seconds"  # x time_scale 0.01: 100 simulated seconds last 1 s
 
 
 def example(name: str, annotations: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:

@@ -32,9 +32,7 @@ from tests.e2e.conftest import (
     tfjob,
     worker_record,
 )
-
-EXIT_CODE = "sim.tfjob.dev/exit-code"
-RUN_SECONDS = "sim.tfjob.dev/run-seconds"
+from tfjob_sim.kubelet import EVICT, EXIT_CODE, RUN_SECONDS
 
 
 def failovers(operator: Operator, reason: str) -> float:
@@ -166,7 +164,7 @@ async def test_evicted_worker_is_replaced_even_under_never(operator: Operator) -
     await create_and_wait_running(operator, tfjob("evict", workers=2, restart_policy="Never"), running=2)
     before = uids(await operator.pods("evict"))
 
-    await annotate_pod(operator, "evict-worker-0", {"sim.tfjob.dev/evict": "true"})
+    await annotate_pod(operator, "evict-worker-0", {EVICT: "true"})
 
     async def replaced() -> bool:
         pods = by_name(running_pods(await operator.pods("evict")))
@@ -389,7 +387,7 @@ async def test_the_same_worker_disrupted_again_and_again_is_replaced_each_time_w
         disruptions = [
             ("Deleted", lambda: kubectl("delete", "pod", "again-worker-1", "--wait=false")),
             ("Deleted", lambda: kubectl("delete", "pod", "again-worker-1", "--wait=false")),
-            ("Evicted", lambda: annotate_pod(operator, "again-worker-1", {"sim.tfjob.dev/evict": "true"})),
+            ("Evicted", lambda: annotate_pod(operator, "again-worker-1", {EVICT: "true"})),
         ]
         for n, (reason, disrupt) in enumerate(disruptions, start=1):
             old = uids(await operator.pods("again"))["again-worker-1"]

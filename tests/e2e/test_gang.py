@@ -37,6 +37,7 @@ from tests.e2e.conftest import (
     tfjob,
 )
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import RUN_SECONDS
 
 VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups")
 PLUGINS_PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups")
@@ -69,7 +70,7 @@ async def test_without_the_flag_the_controller_never_asks_for_pod_groups(operato
         workers=1,
         dynamic=False,
         run_policy={**policy, "ttlSecondsAfterFinished": 0},
-        annotations={"sim.tfjob.dev/run-seconds": "20"},
+        annotations={RUN_SECONDS: "20"},
     )
     await operator.client.create(TFJOBS, finishing, namespace="default")
 
@@ -200,7 +201,7 @@ async def test_an_unschedulable_min_available_keeps_the_job_created_until_it_is_
         workers=1,
         cpu="1",
         run_policy={"schedulingPolicy": {"minAvailable": 10}},
-        annotations={"sim.tfjob.dev/run-seconds": "30"},
+        annotations={RUN_SECONDS: "30"},
     )
     await gang_operator.client.create(TFJOBS, manifest, namespace="default")
     group = await eventually(lambda: pod_group(gang_operator, scheduler, "gang"), what="the job's PodGroup")

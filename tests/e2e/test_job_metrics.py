@@ -14,8 +14,7 @@ from controller.runtime.client import NAMESPACES, PODS, ApiClient
 from controller.tfjob.controller import TFJobController
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, annotate_pod, create_and_wait_running, eventually, is_true, tfjob
-
-EXIT_CODE = "sim.tfjob.dev/exit-code"
+from tfjob_sim.kubelet import EXIT_CODE, UNSCHEDULABLE
 
 
 def jobs_in(operator: Operator, state: str) -> float | None:
@@ -68,7 +67,7 @@ async def test_degraded_and_not_running_gauges_follow_the_cluster(operator: Oper
     await create_and_wait_running(operator, tfjob("hurt", workers=2), running=2)
     # Workers whose pods can never be scheduled: the job is created but never Running.
     await operator.client.create(
-        TFJOBS, tfjob("stuck", workers=1, annotations={"sim.tfjob.dev/unschedulable": "true"}), namespace="default"
+        TFJOBS, tfjob("stuck", workers=1, annotations={UNSCHEDULABLE: "true"}), namespace="default"
     )
     await eventually(lambda: jobs_in(operator, "Created") == 1, what="stuck job Created")
     await eventually(

@@ -32,8 +32,8 @@ from tests.e2e.conftest import (
     running_pods,
     tfjob,
 )
+from tfjob_sim.kubelet import EVICT, EXIT_CODE
 
-EXIT_CODE = "sim.tfjob.dev/exit-code"
 LABELS = {"job_namespace": "default", "framework": "tensorflow"}
 
 
@@ -525,7 +525,7 @@ async def test_non_dynamic_restart_is_counted_once_and_the_job_recovers(operator
     Running again."""
     await create_and_wait_running(operator, tfjob("again", workers=2, dynamic=False), running=2)
     old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await operator.pods("again")}
-    await annotate_pod(operator, "again-worker-1", {"sim.tfjob.dev/evict": "true"})
+    await annotate_pod(operator, "again-worker-1", {EVICT: "true"})
 
     async def recovered() -> bool:
         pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in running_pods(await operator.pods("again"))}

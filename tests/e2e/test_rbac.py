@@ -28,6 +28,7 @@ from controller.tfjob.executor import TFJOBS
 from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.kubelet import RUN_SECONDS
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
 Permission = tuple[str, str, str]  # (verb, API group, resource[/subresource])
@@ -137,7 +138,7 @@ async def representative_run(
             workers=1,
             dynamic=False,
             run_policy={"ttlSecondsAfterFinished": 0},
-            annotations={"sim.tfjob.dev/run-seconds": "50"},
+            annotations={RUN_SECONDS: "50"},
         )
         await client.create(TFJOBS, done, namespace="default")
         await eventually(lambda: gone(TFJOBS, "ttl"), timeout=60, what="the finished job deleted after its TTL")

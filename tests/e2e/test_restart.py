@@ -31,8 +31,8 @@ from tests.e2e.conftest import (
     worker_record,
 )
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.kubelet import EXIT_CODE
 
-EXIT_CODE = "sim.tfjob.dev/exit-code"
 HOLD = "e2e.tfjob.dev/hold"  # a finalizer of the test's own, to keep a deleted pod terminating
 # Long enough for a restart to happen inside the back-off window, short enough for a fast test.
 # The repeat failover's back-off must outlast stopping one controller and starting another on a loaded machine

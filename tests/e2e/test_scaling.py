@@ -25,6 +25,7 @@ from tests.e2e.conftest import (
     running_pods,
     tfjob,
 )
+from tfjob_sim.kubelet import EXIT_CODE
 
 SELECTOR = (
     "training.kubeflow.org/job-name={job},training.kubeflow.org/operator-name=tfjob-controller,"
@@ -276,7 +277,7 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
     try:
         await create_and_wait_running(operator, tfjob("cancel", workers=3, restart_policy="ExitCode"), running=3)
         await fail_over_once(operator, "cancel", 2)  # replaced at once; the next failover backs off
-        await annotate_pod(operator, "cancel-worker-2", {"sim.tfjob.dev/exit-code": "137"})
+        await annotate_pod(operator, "cancel-worker-2", {EXIT_CODE: "137"})
 
         async def waiting() -> dict | None:
             record = worker_record(await operator.job("cancel"), 2)

@@ -28,6 +28,7 @@ from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, worker_record
 from tfjob_sim.cluster import SimConfig
+from tfjob_sim.kubelet import EVICT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "dynamic-workers"
@@ -221,9 +222,7 @@ async def test_a_dynamic_job_trains_through_failures_and_rescaling(
         f'"value":"{target}"}}]',
     )  # fmt: skip
     assert rc == 0, err
-    await operator.client.patch(
-        PODS, f"{name}-worker-0", {"metadata": {"annotations": {"sim.tfjob.dev/evict": "true"}}}, namespace=NS
-    )
+    await operator.client.patch(PODS, f"{name}-worker-0", {"metadata": {"annotations": {EVICT: "true"}}}, namespace=NS)
     await job.replaced(f"{name}-worker-0", pods[f"{name}-worker-0"][0], "Evicted", before)
     await job.others_untouched(pods, except_={f"{name}-worker-0"})
 

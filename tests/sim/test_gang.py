@@ -14,6 +14,7 @@ from tests.conftest import Kubectl
 from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.crds import crd_dir
+from tfjob_sim.kubelet import EXIT_CODE
 from tfjob_sim.store import Store
 from tfjob_sim.watch import WatchConfig
 
@@ -296,9 +297,7 @@ class TestVolcano:
         set_min_member(store, VOLCANO_PG, 2)
         await eventually(lambda: pg_status(store, VOLCANO_PG).get("phase") == "Running", DEADLINE)
         for i in range(2):  # both exit 0 in the same kubelet pass
-            store.patch(
-                "pods", "default", f"job-{i}", "merge", {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "0"}}}
-            )
+            store.patch("pods", "default", f"job-{i}", "merge", {"metadata": {"annotations": {EXIT_CODE: "0"}}})
         status = await eventually(
             lambda: pg_status(store, VOLCANO_PG).get("phase") == "Completed" and pg_status(store, VOLCANO_PG),
             DEADLINE,
@@ -431,9 +430,7 @@ class TestSchedulerPlugins:
         store.create("pods", "default", make_pod("job-2", cpu="2", scheduler="scheduler-plugins-scheduler"))
         await eventually(lambda: pg_status(store, SP_PG).get("running") == 3, DEADLINE, what="an extra pod placed")
         for i in range(3):  # all exit 0 in the same kubelet pass
-            store.patch(
-                "pods", "default", f"job-{i}", "merge", {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "0"}}}
-            )
+            store.patch("pods", "default", f"job-{i}", "merge", {"metadata": {"annotations": {EXIT_CODE: "0"}}})
         status = await eventually(
             lambda: pg_status(store, SP_PG).get("phase") == "Finished" and pg_status(store, SP_PG), DEADLINE
         )

@@ -9,13 +9,14 @@ empty due queue cannot act until the next store change.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.sim.recorder import Recorder
 from tfjob_sim.gc import GarbageCollector, GCConfig
 from tfjob_sim.kubelet import IGNORE_SIGTERM, Kubelet, KubeletConfig
 from tfjob_sim.store import Store
@@ -24,32 +25,6 @@ SCALE = 0.01
 NS = "default"
 HOLD = "example.com/hold"  # a foreign finalizer that keeps an object terminating until removed
 CRDS = "customresourcedefinitions.apiextensions.k8s.io"
-
-
-class Recorder:
-    def __init__(self, store: Store) -> None:
-        self.events: list[tuple[float, str, str, dict | None, dict | None]] = []
-        self._changed = anyio.Event()
-        store.add_listener(self._on_change)
-
-    def _on_change(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
-        self.events.append((anyio.current_time(), event_type, resource, old, new))
-        self._changed.set()
-
-    async def until(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-        with anyio.fail_after(timeout):
-            while True:
-                result = predicate()
-                if result:
-                    return result
-                await self._changed.wait()
-                self._changed = anyio.Event()
-
-    def deleted_at(self, resource: str, name: str) -> float | None:
-        return next(
-            (t for t, e, r, o, _n in self.events if e == "DELETED" and r == resource and o["metadata"]["name"] == name),
-            None,
-        )
 
 
 @asynccontextmanager
@@ -148,8 +123,8 @@ async def test_background_deletes_dependents_after_the_delay_and_cascades() -> N
         assert cm(store, "owner") is None
         assert cm(store, "child") is not None  # orphaned for a while: GC is asynchronous
         await rec.until(lambda: cm(store, "child") is None and cm(store, "grandchild") is None)
-        assert rec.deleted_at("configmaps", "child") - start >= 10 * SCALE
-        assert rec.deleted_at("configmaps", "grandchild") > rec.deleted_at("configmaps", "child")
+        assert rec.deleted_at("child", "configmaps") - start >= 10 * SCALE
+        assert rec.deleted_at("grandchild", "configmaps") > rec.deleted_at("child", "configmaps")
         assert cm(store, "bystander") is not None
 
 
@@ -182,7 +157,7 @@ async def test_owner_reference_changes_are_followed_and_other_writes_keep_them()
         store.delete("configmaps", NS, "second", {"propagationPolicy": "Foreground"})
         await anyio.wait_all_tasks_blocked()
         await rec.until(lambda: cm(store, "dep") is None and cm(store, "second") is None)
-        assert rec.deleted_at("configmaps", "dep") <= rec.deleted_at("configmaps", "second")
+        assert rec.deleted_at("dep", "configmaps") <= rec.deleted_at("second", "configmaps")
 
 
 async def test_owner_resolved_by_uid_not_name() -> None:
@@ -299,7 +274,7 @@ async def test_foreground_is_recursive_through_blocking_chains() -> None:
         assert cm(store, "owner") is not None and cm(store, "child") is not None
         release(store, "grandchild")
         await rec.until(lambda: cm(store, "owner") is None)
-        order = [rec.deleted_at("configmaps", n) for n in ("grandchild", "child", "owner")]
+        order = [rec.deleted_at(n, "configmaps") for n in ("grandchild", "child", "owner")]
         assert order == sorted(order)
 
 
@@ -341,9 +316,9 @@ async def test_foreground_waits_for_graceful_pod_termination() -> None:
         start = anyio.current_time()
         store.delete("configmaps", NS, "job", {"propagationPolicy": "Foreground"})
         await rec.until(lambda: cm(store, "job") is None)
-        pod_gone = rec.deleted_at("pods", "job-worker-0")
+        pod_gone = rec.deleted_at("job-worker-0", "pods")
         assert pod_gone is not None and pod_gone - start >= 20 * SCALE  # the pod's grace period
-        assert rec.deleted_at("configmaps", "job") > pod_gone
+        assert rec.deleted_at("job", "configmaps") > pod_gone
 
 
 # ------------------------------------------------------------------------------------------- orphan

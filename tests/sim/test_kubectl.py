@@ -15,6 +15,7 @@ from tests.conftest import Kubectl
 from tests.sim.crds import widget_crd
 from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -208,7 +209,7 @@ async def test_wait_for_jsonpath_and_a_pod_running_to_completion(kubectl: Kubect
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "job", "annotations": {"sim.tfjob.dev/run-seconds": "20"}},
+        "metadata": {"name": "job", "annotations": {RUN_SECONDS: "20"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
     }
     await ok(kubectl, "apply", "-f", "-", input=manifest(pod))
@@ -220,9 +221,7 @@ async def test_wait_for_jsonpath_and_a_pod_running_to_completion(kubectl: Kubect
     )
     assert exit_code == "0"
     failing = json.loads(json.dumps(pod))
-    failing["metadata"].update(
-        name="fails", annotations={"sim.tfjob.dev/run-seconds": "10", "sim.tfjob.dev/exit-code": "3"}
-    )
+    failing["metadata"].update(name="fails", annotations={RUN_SECONDS: "10", EXIT_CODE: "3"})
     await ok(kubectl, "apply", "-f", "-", input=manifest(failing))
     await ok(kubectl, "wait", "--for=jsonpath={.status.phase}=Failed", "pod/fails", "--timeout=30s")
     # A running pod told to exit through an annotation.

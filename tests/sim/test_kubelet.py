@@ -9,13 +9,14 @@ the same kubelet that fired proves every earlier one was processed.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.sim.recorder import Recorder
 from tfjob_sim.errors import ApiError
 from tfjob_sim.kubelet import (
     EVICT,
@@ -41,41 +42,6 @@ NS = "default"
 # A grace period (simulated seconds) that "exited early" is told from by 30 real seconds: a loaded machine
 # cannot blur that, and waiting it out would fail the recorder's deadline anyway.
 LONG_GRACE = 3000
-
-
-class Recorder:
-    """Records every store change with its time and lets a test wait for a condition."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.events: list[tuple[float, str, str, dict | None, dict | None]] = []
-        self._changed = anyio.Event()
-        store.add_listener(self._on_change)
-
-    def _on_change(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
-        self.events.append((anyio.current_time(), event_type, resource, old, new))
-        self._changed.set()
-
-    async def until(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-        with anyio.fail_after(timeout):
-            while True:
-                result = predicate()
-                if result:
-                    return result
-                await self._changed.wait()
-                self._changed = anyio.Event()
-
-    def pod_states(self, name: str) -> list[tuple[float, str, dict]]:
-        """(time, event type, object) of every change of pod ``name``."""
-        out = []
-        for when, event_type, resource, old, new in self.events:
-            obj = new if new is not None else old
-            if resource == "pods" and obj["metadata"]["name"] == name:
-                out.append((when, event_type, obj))
-        return out
-
-    def deleted_at(self, name: str) -> float | None:
-        return next((t for t, e, o in self.pod_states(name) if e == "DELETED"), None)
 
 
 @asynccontextmanager

@@ -43,6 +43,7 @@ import orjson
 import yaml
 
 from tests.soak.invariants import INVARIANTS, Bounds, InvariantChecker, Violation, finished, is_dynamic, live, slot
+from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
@@ -53,7 +54,6 @@ TFJOBS = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tfjob-controller"
-SIM = "sim.tfjob.dev/"
 API_RESOURCES = (
     "*",
     "pods",
@@ -100,7 +100,7 @@ SHAPES = (
 
 
 def manifest(shape: Shape, name: str) -> dict[str, Any]:
-    annotations = {SIM + "run-seconds": str(shape.run_seconds), SIM + "exit-code": "0"} if shape.run_seconds else {}
+    annotations = {RUN_SECONDS: str(shape.run_seconds), EXIT_CODE: "0"} if shape.run_seconds else {}
     specs = {
         replica_type: {
             "replicas": replicas,
@@ -590,11 +590,11 @@ class Soak:
                 code, _ = await api.call("DELETE", f"{PODS}/{pod}", options)
             else:
                 annotations = {
-                    "eviction": {SIM + "evict": "true"},
-                    "oom": {SIM + "exit-code": "137", SIM + "reason": "OOMKilled"},
+                    "eviction": {EVICT: "true"},
+                    "oom": {EXIT_CODE: "137", REASON: "OOMKilled"},
                     "error-exit": {
-                        SIM + "exit-code": str(self.rng.choice([1, 2, 3, 42, 255])),
-                        SIM + "reason": "Error",
+                        EXIT_CODE: str(self.rng.choice([1, 2, 3, 42, 255])),
+                        REASON: "Error",
                     },
                 }[kind]
                 code, _ = await api.call(
