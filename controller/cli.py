@@ -463,7 +463,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
-    demo.add_argument("--time-scale", type=_scale, default=0.05, help="simulated time multiplier (default 0.05)")
+    demo.add_argument(
+        "--time-scale",
+        type=_scale,
+        default=None,
+        help="simulated time multiplier (default 0.05; 1 with --tensorflow, whose processes take real time)",
+    )
+    demo.add_argument(
+        "--tensorflow",
+        action="store_true",
+        help="the same story with real training: examples/dynamic-workers/ as real TensorFlow processes on the "
+        "simulator's process runtime (needs root and TensorFlow: pip install -e '.[tensorflow]')",
+    )
 
     sub.add_parser("crd", help="print the TFJob CustomResourceDefinition as YAML")
     return parser
@@ -541,7 +552,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from tfjob_sim.demo import demo
 
-            return anyio.run(demo, args.time_scale)
+            if args.tensorflow:
+                from tfjob_sim.demo_tensorflow import preflight
+
+                refusal = preflight()
+                if refusal is not None:
+                    print(f"tfjob-controller demo --tensorflow: {refusal[1]}", file=sys.stderr)
+                    return refusal[0]
+            return anyio.run(demo, args.time_scale, args.tensorflow)
         if args.command == "crd":
             from controller.tfjob.crd import build_crd, to_yaml
 

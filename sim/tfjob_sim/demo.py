@@ -60,21 +60,37 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float
         await anyio.sleep(0.05)
 
 
-async def demo(time_scale: float = 0.05) -> int:
+Narration = Callable[[ApiClient, CollectorRegistry], Awaitable[None]]
+
+
+async def demo(time_scale: float | None = None, tensorflow: bool = False) -> int:
+    """The story on simulated containers, or (``tensorflow``) with the example training program as real
+    processes (:mod:`tfjob_sim.demo_tensorflow`; the caller checked :func:`~tfjob_sim.demo_tensorflow.preflight`)."""
     logging.getLogger().setLevel(logging.WARNING)  # the narration is the output; warnings still show
+    narrate: Narration = _narrate
+    runtime = "annotations"
+    if tensorflow:
+        from tfjob_sim.demo_tensorflow import narrate_tensorflow
+
+        narrate, runtime = narrate_tensorflow, "process"
+        # Real processes take real time: the pods' grace periods are the 30 s a SIGTERM handler expects.
+        time_scale = 1.0 if time_scale is None else time_scale
+    time_scale = 0.05 if time_scale is None else time_scale
     with TemporaryDirectory(prefix="tfjob-demo-") as tmp:
-        config = SimConfig(nodes=3, time_scale=time_scale, kubeconfig_path=str(Path(tmp) / "kubeconfig"))
+        config = SimConfig(
+            nodes=3, time_scale=time_scale, kubeconfig_path=str(Path(tmp) / "kubeconfig"), runtime=runtime
+        )
         async with SimCluster(config) as cluster:
             say(f"Simulated cluster at {cluster.url} with 3 nodes (kubeconfig {cluster.kubeconfig_path}).")
             try:
-                await _story(cluster)
+                await _story(cluster, narrate)
             except DemoFailed as exc:
                 say(f"\nDEMO FAILED: {exc}")
                 return 1
     return 0
 
 
-async def _story(cluster: SimCluster) -> None:
+async def _story(cluster: SimCluster, narrate: Narration) -> None:
     registry = CollectorRegistry()
     assert cluster.kubeconfig_path
     client = await ApiClient.from_kubeconfig(cluster.kubeconfig_path, registry=registry)
@@ -87,12 +103,18 @@ async def _story(cluster: SimCluster) -> None:
         controller = TFJobController(
             client, registry=registry, workers=2, decide_config=DecideConfig(failover_backoff_base=1.0)
         )
+        failure: DemoFailed | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(controller.run)
-            await _narrate(client, registry)
+            try:
+                await narrate(client, registry)
+            except DemoFailed as exc:  # raised after the task group, not wrapped in an exception group
+                failure = exc
             tg.cancel_scope.cancel()
     finally:
         await client.close()
+    if failure is not None:
+        raise failure
 
 
 async def _pods(client: ApiClient) -> dict[str, dict[str, Any]]:
@@ -197,7 +219,12 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
 
     await _until("3 workers running", three_running)
     await _show(client)
+    await report(client, registry)
+    say("\nThe job survived four worker failures and two rescalings without ever leaving Running.")
 
+
+async def report(client: ApiClient, registry: CollectorRegistry) -> None:
+    """The dynamic-worker metrics and the TFJob's Warning and scale-down events, as a user would look them up."""
     say("\nWhat the dashboard shows (tfjob_worker_failovers_total, tfjob_worker_scaled_down_total):")
     # Nothing scraped the demo's registry yet, and a namespace's counts wait for one scrape to have shown its
     # series at 0 (controller/tfjob/metrics.py): this first collection is that scrape, the second reads.
@@ -216,4 +243,3 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry) -> None:
             event["type"] == "Warning" or event["reason"] == "WorkerScaledDown"
         ):
             say(f"   {event['type']:<8} {event['reason']:<18} {event['message']}")
-    say("\nThe job survived four worker failures and two rescalings without ever leaving Running.")

@@ -24,15 +24,18 @@ from typing import Any
 import pytest
 import yaml
 
+import tfjob_sim
 from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, worker_record
+from tests.test_cli import run_cli
 from tfjob_sim.cluster import SimConfig
 from tfjob_sim.kubelet import EVICT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "dynamic-workers"
 PROGRAMS = Path(__file__).resolve().parent / "tf_programs"
+OOM_ON_DEMAND = Path(tfjob_sim.__file__).resolve().parent / "programs" / "oom_on_demand.py"
 NS = "default"
 STEP = re.compile(r"^step=(\d+) ", re.M)
 # Starting TensorFlow costs a few CPU seconds per task, many more on a busy 2-core machine.
@@ -153,7 +156,7 @@ async def test_a_dynamic_job_trains_through_failures_and_rescaling(
         workers=3,
         dynamic=True,
         steps=10**9,
-        worker_command=[str(PROGRAMS / "oom_on_demand.py"), str(trigger_dir)],
+        worker_command=[str(OOM_ON_DEMAND), str(trigger_dir)],
     )
     await operator.client.create(TFJOBS, manifest, namespace=NS)
     job = DynamicJob(operator, name)
@@ -343,3 +346,37 @@ async def test_a_targeted_scale_down_removes_the_chosen_worker_and_a_scale_up_br
     assert (await training(operator, name, f"{name}-worker-1"))[0] >= before, "index 1 rejoined below the shared step"
     assert (await operator.job(name))["status"]["dynamicWorkers"]["members"] == [0, 1, 2, 3]
     await job.others_untouched(pods, except_=set())
+
+
+async def test_the_tensorflow_demo_tells_its_story() -> None:
+    rc, out, err = await run_cli("demo", "--tensorflow", timeout=900)
+    assert rc == 0, out + err
+    for i in (1, 2):  # deleted, OOM-killed: each came back at the shared step (the demo checks >= before)
+        assert re.search(
+            rf"^   mnist-worker-{i} is back: its first step is global step \d+ \(the job was at \d+", out, re.M
+        )
+    for i in (1, 3):
+        assert re.search(
+            rf"mnist-worker-{i}'s last words: event=stopped step=\d+ worker={i} reason=SIGTERM$", out, re.M
+        )
+    assert "tfjob_worker_failovers_total{job_namespace=default,reason=OOMKilled} 1" in out
+    assert out.rstrip().endswith("no pod left."), out
+
+
+async def test_the_tensorflow_demo_without_tensorflow_says_how_to_install_it() -> None:
+    # This interpreter has TensorFlow; hide it from the import system as if it had not.
+    code = (
+        "import sys\n"
+        "sys.modules['tensorflow'] = None\n"
+        "from controller.cli import main\n"
+        "sys.exit(main(['demo', '--tensorflow']))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1 and out == b""
+    assert err.decode().splitlines() == [
+        f"tfjob-controller demo --tensorflow: TensorFlow is not installed in {sys.executable}; install it with:"
+        " pip install -e '.[tensorflow]'"
+    ]

@@ -1,10 +1,13 @@
 """Run a training program in this process and, once a file named after this pod's UID appears in a directory,
-allocate memory without bound: the tests' way to have the memory cgroup of one chosen pod OOM-kill it.
+allocate memory without bound: how ``tfjob-controller demo --tensorflow`` and the TensorFlow end-to-end tests have
+the memory cgroup of one chosen pod (process runtime) OOM-kill it.
 
     python oom_on_demand.py TRIGGER_DIR PROGRAM [ARG...]      (env POD_UID: the pod's metadata.uid)
 
 The allocation happens in the program's own process, so it is the process the kernel kills (exit 137,
-OOMKilled). A replacement pod has a new UID and is never triggered.
+OOMKilled). A replacement pod has a new UID and is never triggered. It lives in a directory of its own because a
+script's directory comes first on its sys.path: next to the simulator's modules, ``selectors.py`` would shadow the
+standard library's.
 """
 
 import os
