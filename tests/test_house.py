@@ -4,11 +4,15 @@
   a machine path, notes kept elsewhere) and no tracker number; what a comment relied on is said in it.
 - Every module path (``controller.runtime.ratelimit.TokenBucket``, ``tfjob_sim.kubelet.EXIT_CODE``) and every file path
   (``docs/metrics.md``) a comment or a doc names exists, so a rename cannot leave stale statements behind.
+- No import circle between the modules of the product, the simulator and the generators: every import counts,
+  also one inside a function or under ``TYPE_CHECKING`` (a circle hidden that way is still two modules that
+  cannot be understood, tested or replaced one without the other).
 - The test command of ``.ci/run`` is README's, byte for byte.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import subprocess
@@ -161,3 +165,107 @@ def test_ci_runs_the_test_command_readme_gives() -> None:
     ci = read(ROOT / ".ci" / "run").splitlines()
     command = next(line for line in readme.splitlines() if line.endswith("-m pytest -q"))
     assert command in ci, f"README's test command is not a line of .ci/run: {command}"
+
+
+# -- import circles -------------------------------------------------------------------------------------------
+
+# Where each top-level package lives (its parent directory is on the import path).
+PACKAGES = {"controller": ROOT, "tfjob_sim": ROOT / "sim", "generators": ROOT}
+
+# The one circle left, being cut: the kubelet starts the process runtime, whose modules read the kubelet's pod
+# rules, and hands gang pods to the gang schedulers, which place them through the kubelet. It may shrink, not grow.
+KNOWN_CIRCLES = [{"tfjob_sim.gang", "tfjob_sim.kubelet", "tfjob_sim.process.env", "tfjob_sim.process.pods"}]
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package, parent in PACKAGES.items():
+        for path in (parent / package).rglob("*.py"):
+            parts = list(path.relative_to(parent).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``name`` imports, anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            named.add(module)
+            named.update(f"{module}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    found = set()
+    for target in named:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(component)
+    return circles
+
+
+def test_circles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [{"a", "b", "c"}]
+    modules = _modules()
+    assert "tfjob_sim.gang" in _imports("tfjob_sim.kubelet", modules["tfjob_sim.kubelet"], modules)
+    assert "controller.runtime.clock" in _imports(
+        "controller.runtime.ratelimit", modules["controller.runtime.ratelimit"], modules
+    )
+
+
+def test_no_import_circle_between_modules() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    circles = _circles(graph)
+    new = [sorted(circle) for circle in circles if circle not in KNOWN_CIRCLES]
+    assert not new, f"import circles: {new}"
+    gone = [sorted(circle) for circle in KNOWN_CIRCLES if circle not in circles]
+    assert not gone, f"{gone} is no longer a circle (or changed): update KNOWN_CIRCLES"

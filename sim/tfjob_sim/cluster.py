@@ -42,8 +42,9 @@ from typing import Any
 import anyio
 import yaml
 
+from tfjob_sim import errors
 from tfjob_sim.events import EventTTL
-from tfjob_sim.faults import Faults
+from tfjob_sim.faults import ClusterHooks, Faults
 from tfjob_sim.server import SimServer
 from tfjob_sim.store import Store, StoreConfig
 from tfjob_sim.watch import WatchConfig, WatchHub
@@ -126,8 +127,14 @@ class SimCluster:
         self.config = config or SimConfig()
         self.store = Store(self.config.store)
         self.hub = WatchHub(self.store, self.config.watch)
-        self.faults = Faults(self, seed=self.config.fault_seed)
-        self.server = SimServer(self.store, self.hub, self.faults, self)
+        self.faults = Faults(self._fault_hooks(), seed=self.config.fault_seed)
+        self.server = SimServer(
+            self.store,
+            self.hub,
+            self.faults,
+            kubelet=lambda: self.kubelet,
+            schedule_restart=self.schedule_restart,
+        )
         self.server.rv_wait_timeout = self.config.rv_wait_timeout
         self._configure_flow_control()
         self.kubelet: Any = None
@@ -213,6 +220,27 @@ class SimCluster:
     @property
     def port(self) -> int:
         return self.server.port
+
+    def _fault_hooks(self) -> ClusterHooks:
+        """What this cluster's :class:`Faults` act on (the kubelet and the GC are looked up when used)."""
+        return ClusterHooks(
+            close_watches=self.hub.close_all,
+            stall_watches=self.hub.stall,
+            unstall_watches=self.hub.unstall,
+            delay_watch_events=self.hub.set_delay,
+            compact=self.store.compact,
+            restart_server=self.restart_server,
+            pause_kubelet=lambda: self.require_kubelet().pause(),
+            resume_kubelet=lambda: self.require_kubelet().resume(),
+            pause_gc=lambda: self.require_gc().pause(),
+            resume_gc=lambda: self.require_gc().resume(),
+            set_node_ready=self._set_node_ready,
+        )
+
+    def _set_node_ready(self, name: str, ready: bool) -> None:
+        if self.store.get("nodes", None, name) is None:
+            raise errors.not_found("nodes", name)
+        self.require_kubelet().set_node_ready(name, ready)
 
     def require_kubelet(self) -> Any:
         if self.kubelet is None:

@@ -8,7 +8,9 @@ dropped connections, added latency; watch-level faults live in the watch hub and
 
 Contract:
 - :class:`Faults` is owned by a :class:`~tfjob_sim.cluster.SimCluster`; the HTTP server calls
-  :meth:`Faults.check` before handling a request and :meth:`Faults.record` after.
+  :meth:`Faults.check` before handling a request and :meth:`Faults.record` after. The cluster-level faults
+  (watches, compaction, a server restart, pausing the kubelet or the GC, node readiness) are the owner's
+  :class:`ClusterHooks`: callbacks, so this module knows nothing of the cluster's parts.
 - Verbs are the apiserver's audit verbs: get, list, watch, create, update, patch, delete,
   deletecollection. A request's *resource key* is the qualified plural, plus ``/subresource`` for
   subresources (``"pods/status"``). A rule's resource ``"*"`` matches everything, ``"pods"``
@@ -27,14 +29,12 @@ import itertools
 import random
 import time
 from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tfjob_sim import errors
 from tfjob_sim.errors import ApiError
-
-if TYPE_CHECKING:
-    from tfjob_sim.cluster import SimCluster
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 VERBS = frozenset({"get", "list", "watch"}) | WRITE_VERBS
@@ -185,11 +185,28 @@ def injected_error(
     return err, headers
 
 
+@dataclass(frozen=True)
+class ClusterHooks:
+    """The cluster-level faults, as the cluster that owns a :class:`Faults` carries them out."""
+
+    close_watches: Callable[[str | None], int]  # resource (None: all) -> watches closed
+    stall_watches: Callable[[str | None, bool], int]  # resource, include_new -> watches stalled
+    unstall_watches: Callable[[], int]
+    delay_watch_events: Callable[[float, str | None, str | None], None]  # seconds, resource, user_agent
+    compact: Callable[[], int]  # -> the RV compacted at
+    restart_server: Callable[[], Awaitable[None]]
+    pause_kubelet: Callable[[], None]
+    resume_kubelet: Callable[[], None]
+    pause_gc: Callable[[], None]
+    resume_gc: Callable[[], None]
+    set_node_ready: Callable[[str, bool], None]  # name, ready
+
+
 class Faults:
     """Per verb+resource error rates, one-shot errors, latency; watch faults; the request log."""
 
-    def __init__(self, cluster: SimCluster | None = None, seed: int | None = None, log_limit: int = 500_000) -> None:
-        self.cluster = cluster
+    def __init__(self, hooks: ClusterHooks | None = None, seed: int | None = None, log_limit: int = 500_000) -> None:
+        self.hooks = hooks
         self._rules: list[FaultRule] = []
         self._ids = itertools.count(1)
         self._rng = random.Random(seed)
@@ -360,47 +377,46 @@ class Faults:
         """Write requests (create/update/patch/delete/deletecollection) after ``since``."""
         return sum(1 for r in self.requests(since, resource=resource) if r.verb in WRITE_VERBS)
 
-    # ------------------------------------------------------------ cluster-level faults (delegated)
+    # ------------------------------------------------------------ cluster-level faults (the owner's hooks)
 
-    def _need_cluster(self) -> SimCluster:
-        if self.cluster is None:
+    @property
+    def _cluster(self) -> ClusterHooks:
+        if self.hooks is None:
             raise RuntimeError("this fault needs a running SimCluster")
-        return self.cluster
+        return self.hooks
 
     def close_watches(self, resource: str | None = None) -> int:
-        return self._need_cluster().hub.close_all(resource)
+        return self._cluster.close_watches(resource)
 
     def stall_watches(self, resource: str | None = None, include_new: bool = False) -> int:
-        return self._need_cluster().hub.stall(resource, include_new)
+        return self._cluster.stall_watches(resource, include_new)
 
     def unstall_watches(self) -> int:
-        return self._need_cluster().hub.unstall()
+        return self._cluster.unstall_watches()
 
     def delay_watch_events(self, seconds: float, resource: str | None = None, user_agent: str | None = None) -> None:
         """Deliver watch events late to the watchers of ``resource`` whose User-Agent contains ``user_agent``."""
-        self._need_cluster().hub.set_delay(seconds, resource, user_agent)
+        self._cluster.delay_watch_events(seconds, resource, user_agent)
 
     def compact(self) -> int:
         """Compact history at the current RV: older watch resumes / continue tokens / exact lists get 410."""
-        return self._need_cluster().store.compact()
+        return self._cluster.compact()
 
     async def restart_server(self) -> None:
-        await self._need_cluster().restart_server()
+        await self._cluster.restart_server()
 
     def pause_kubelet(self) -> None:
-        self._need_cluster().require_kubelet().pause()
+        self._cluster.pause_kubelet()
 
     def resume_kubelet(self) -> None:
-        self._need_cluster().require_kubelet().resume()
+        self._cluster.resume_kubelet()
 
     def pause_gc(self) -> None:
-        self._need_cluster().require_gc().pause()
+        self._cluster.pause_gc()
 
     def resume_gc(self) -> None:
-        self._need_cluster().require_gc().resume()
+        self._cluster.resume_gc()
 
     def set_node_ready(self, name: str, ready: bool) -> None:
-        cluster = self._need_cluster()
-        if cluster.store.get("nodes", None, name) is None:
-            raise errors.not_found("nodes", name)
-        cluster.require_kubelet().set_node_ready(name, ready)
+        """Mark node ``name`` (Not)Ready, as its kubelet losing or regaining the API server; 404 if absent."""
+        self._cluster.set_node_ready(name, ready)

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import yaml
@@ -38,9 +38,6 @@ from tfjob_sim.resources import ResourceType
 from tfjob_sim.store import Store, WriteOptions, WriteResult, parse_rv, rv_too_large
 from tfjob_sim.table import to_table
 from tfjob_sim.watch import WatchHub, json_line
-
-if TYPE_CHECKING:
-    from tfjob_sim.cluster import SimCluster
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +120,22 @@ def negotiate(accept: str | None) -> _Negotiated:
 class SimServer:
     """aiohttp low-level server exposing the store as the Kubernetes REST API."""
 
-    def __init__(self, store: Store, hub: WatchHub, faults: Faults, cluster: SimCluster | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        hub: WatchHub,
+        faults: Faults,
+        *,
+        kubelet: Callable[[], Any] = lambda: None,
+        schedule_restart: Callable[[], None] | None = None,
+    ) -> None:
+        """``kubelet()``: the kubelet that serves pod logs (None: no kubelet runs); ``schedule_restart``:
+        restarts this server from its owner's task group (``/_sim/restart``; None: not offered)."""
         self.store = store
         self.hub = hub
         self.faults = faults
-        self.cluster = cluster
+        self._kubelet = kubelet
+        self._schedule_restart = schedule_restart
         self.discovery = Discovery(store.registry)
         self.openapi = OpenAPI(store.registry)
         self.host = "127.0.0.1"
@@ -534,8 +542,7 @@ class SimServer:
             if verb != "get":
                 raise errors.method_not_allowed(verb, route.key)
             assert route.namespace is not None and route.name is not None
-            kubelet = self.cluster.kubelet if self.cluster is not None else None
-            return await serve_pod_log(request, self.store, kubelet, route.namespace, route.name)
+            return await serve_pod_log(request, self.store, self._kubelet(), route.namespace, route.name)
         if verb in ("get", "list", "watch"):
             neg = negotiate(request.headers.get("Accept"))
             if verb == "watch":
@@ -939,9 +946,9 @@ class SimServer:
         if path == "/compact" and method == "POST":
             return self._json({"compactedAt": faults.compact()})
         if path == "/restart" and method == "POST":
-            if self.cluster is None:
+            if self._schedule_restart is None:
                 raise RuntimeError("restart needs a SimCluster")
-            self.cluster.schedule_restart()
+            self._schedule_restart()
             return self._json({"restarting": True}, 202)
         if path in ("/kubelet/pause", "/kubelet/resume", "/gc/pause", "/gc/resume") and method == "POST":
             getattr(
