@@ -550,16 +550,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.runtime,
             )
         if args.command == "demo":
-            from tfjob_sim.demo import demo
-
             if args.tensorflow:
-                from tfjob_sim.demo_tensorflow import preflight
+                from tfjob_sim.demo_tensorflow import demo_tensorflow, preflight
 
                 refusal = preflight()
                 if refusal is not None:
                     print(f"tfjob-controller demo --tensorflow: {refusal[1]}", file=sys.stderr)
                     return refusal[0]
-            return anyio.run(demo, args.time_scale, args.tensorflow)
+                return anyio.run(demo_tensorflow, args.time_scale)
+            from tfjob_sim.demo import demo
+
+            return anyio.run(demo, args.time_scale)
         if args.command == "crd":
             from controller.tfjob.crd import build_crd, to_yaml
 

@@ -63,19 +63,14 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float
 Narration = Callable[[ApiClient, CollectorRegistry], Awaitable[None]]
 
 
-async def demo(time_scale: float | None = None, tensorflow: bool = False) -> int:
-    """The story on simulated containers, or (``tensorflow``) with the example training program as real
-    processes (:mod:`tfjob_sim.demo_tensorflow`; the caller checked :func:`~tfjob_sim.demo_tensorflow.preflight`)."""
-    logging.getLogger().setLevel(logging.WARNING)  # the narration is the output; warnings still show
-    narrate: Narration = _narrate
-    runtime = "annotations"
-    if tensorflow:
-        from tfjob_sim.demo_tensorflow import narrate_tensorflow
+async def demo(time_scale: float | None = None) -> int:
+    """The story on simulated containers (``tfjob_sim.demo_tensorflow`` tells it with real processes)."""
+    return await run_story(0.05 if time_scale is None else time_scale, _narrate, "annotations")
 
-        narrate, runtime = narrate_tensorflow, "process"
-        # Real processes take real time: the pods' grace periods are the 30 s a SIGTERM handler expects.
-        time_scale = 1.0 if time_scale is None else time_scale
-    time_scale = 0.05 if time_scale is None else time_scale
+
+async def run_story(time_scale: float, narrate: Narration, runtime: str) -> int:
+    """A simulated cluster of 3 nodes with the kubelet's ``runtime``, the controller on it, and ``narrate``."""
+    logging.getLogger().setLevel(logging.WARNING)  # the narration is the output; warnings still show
     with TemporaryDirectory(prefix="tfjob-demo-") as tmp:
         config = SimConfig(
             nodes=3, time_scale=time_scale, kubeconfig_path=str(Path(tmp) / "kubeconfig"), runtime=runtime

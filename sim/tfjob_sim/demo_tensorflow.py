@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 import controller
 from controller.runtime.client import PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
-from tfjob_sim.demo import DemoFailed, _job, _pods, _running, _show, _until, report, say
+from tfjob_sim.demo import DemoFailed, _job, _pods, _running, _show, _until, report, run_story, say
 
 NAME = "mnist"
 NS = "default"
@@ -120,6 +120,13 @@ async def _rejoin(client: ApiClient, pod: str, old_uid: str, before: int) -> Non
     if first < before:
         raise DemoFailed(f"{pod} came back at global step {first}, below the {before} the job had reached")
     say(f"   {pod} is back: its first step is global step {first} (the job was at {before}: no restart from 0)")
+
+
+async def demo_tensorflow(time_scale: float | None = None) -> int:
+    """The demo's story with the example training program as real processes (the caller checked
+    :func:`preflight`). Real processes take real time: the pods' grace periods are the 30 s a SIGTERM
+    handler expects, so time is not scaled unless asked."""
+    return await run_story(1.0 if time_scale is None else time_scale, narrate_tensorflow, "process")
 
 
 async def narrate_tensorflow(client: ApiClient, registry: CollectorRegistry) -> None:
