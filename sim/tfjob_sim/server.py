@@ -211,7 +211,7 @@ class SimServer:
         return web.Response(body=data, status=code, headers=hdrs)
 
     def _error(self, err: ApiError, extra: dict[str, str] | None = None) -> web.Response:
-        headers = CIMultiDict()
+        headers: CIMultiDict[str] = CIMultiDict()
         if err.retry_after:
             headers["Retry-After"] = str(err.retry_after)
         for k, v in (extra or {}).items():
@@ -223,8 +223,8 @@ class SimServer:
         return self._json(err.status(), err.code, headers)
 
     @staticmethod
-    def _warn_headers(warnings: list[str]) -> CIMultiDict:
-        headers = CIMultiDict()
+    def _warn_headers(warnings: list[str]) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict()
         for text in warnings:
             escaped = text.replace("\\", "\\\\").replace('"', '\\"')
             headers.add("Warning", f'299 - "{escaped}"')
@@ -574,7 +574,8 @@ class SimServer:
                     "couldn't get version/kind; json parse error: expected an object"
                 )
             return self._result(store.create_ex(rt.qualified, route.namespace, body, opts, owned=True))
-        assert route.name is not None or verb == "deletecollection"
+        name = route.name or ""  # the router gives every verb but deletecollection a name
+        assert name or verb == "deletecollection"
         if verb == "update":
             body = await self._body(request, "Scale" if route.subresource == "scale" else rt.kind)
             if not isinstance(body, dict):
@@ -582,7 +583,7 @@ class SimServer:
                     f"the object provided is unrecognized (must be of type {rt.kind}): expected an object"
                 )
             return self._result(
-                store.update_ex(rt.qualified, route.namespace, route.name, body, route.subresource, opts, owned=True)
+                store.update_ex(rt.qualified, route.namespace, name, body, route.subresource, opts, owned=True)
             )
         if verb == "patch":
             ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -602,16 +603,12 @@ class SimServer:
                     patch = yaml.safe_load(raw)
                 except yaml.YAMLError as yexc:
                     raise errors.bad_request(f"error decoding YAML: {yexc}") from None
-            result = store.patch_ex(
-                rt.qualified, route.namespace, route.name, patch_type, patch, route.subresource, opts
-            )
+            result = store.patch_ex(rt.qualified, route.namespace, name, patch_type, patch, route.subresource, opts)
             return self._result(result)
         # delete / deletecollection
         options = await self._delete_options(request)
         if verb == "delete":
-            return self._result(
-                store.delete_ex(rt.qualified, route.namespace, route.name, options, dry_run=opts.dry_run)
-            )
+            return self._result(store.delete_ex(rt.qualified, route.namespace, name, options, dry_run=opts.dry_run))
         body = store.delete_collection(
             rt.qualified,
             route.namespace,
