@@ -7,29 +7,42 @@ What a careful kopf user writes, following decide()'s contract (controller/tfjob
 indexes hold the TFJobs by uid and their pods and services by owner uid; every event of a job, or of
 a pod or service it owns, reconciles that job (one at a time per job, under a lock):
 ``decide(job, pods, services, now)``, then the actions through kubernetes-asyncio (the usual client
-next to kopf), events through ``kopf.event`` (kopf posts them in the background). decide() must
+next to kopf), events through ``kopf.event`` (kopf posts them in the background; or see
+``KOPF_PEER_EVENTS`` below), the same events the controller records. decide() must
 only see caches that hold every object its earlier decisions created or deleted, so the peer keeps
 a small "created but not indexed yet" and "deleted but still indexed" memory per job (keyed by kind
 and name: a worker's pod and its service share a name), and reads its own status writes: until the
-index shows a newer job than the one its last write replaced, it decides on the job that write
+index shows a job none of its writes replaced, it decides on the job the last write
 stored (deciding on the stale one would redo the last transition: a failed worker deleted again).
 kopf's settings are left at their defaults.
 
 Index pre-population: kopf holds every handler back until each object of an indexed resource has
 been indexed, and with N objects at startup that wait costs O(N^2) (every object's worker waits on
-one shared condition that is notified once per object: see docs/benchmarks/scale.md). It is kopf's
+one shared condition that is notified once per object: see docs/benchmarks/scale-history.md). It is kopf's
 own behaviour and part of what a kopf user gets, so the peer keeps its indexes; benchmarks/scale.py
 waits for the peer to catch up before it disrupts anything, as it does for the controller.
 
 ``KOPF_PEER_METRICS_PORT`` (optional) serves two Prometheus figures on 127.0.0.1, as a kopf user
 would export them: events handled and reconciles in progress. benchmarks/scale.py reads them to
-know when the peer has caught up, as it reads the controller's reconcile metrics.
+know when the peer has caught up, as it reads the controller's reconcile metrics; a third,
+``kopf_peer_settings_info``, says which of the two settings below the process runs with.
+
+Two settings make the peer do the same work as the controller, so that a comparison compares the
+controllers and not their side work (benchmarks/scale.py sets both and states them in its report):
+
+- ``KOPF_PEER_EVENTS``: ``kopf`` (the default) posts every Kubernetes Event through ``kopf.event``,
+  as a kopf user's operator does (kopf queues them and posts each one, never dropping); ``recorder``
+  records them through the controller's own recorder (``controller/runtime/events.py``, with the
+  settings the controller gives it), so both sides correlate, queue and drop events by one policy.
+- ``KOPF_PEER_GC``: ``default`` (the default) keeps CPython's collector thresholds; ``tuned`` sets the
+  thresholds the controller's command sets at start (``controller/ops/collector.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import gc
 import os
 import sys
 from pathlib import Path
@@ -44,6 +57,9 @@ from kubernetes_asyncio.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller.ops.collector import tune_collector  # noqa: E402
+from controller.runtime.client import ApiClient  # noqa: E402
+from controller.runtime.events import EventRecorder  # noqa: E402
 from controller.tfjob.actions import CreatePod, CreateService, DeleteJob, DeletePod, DeleteService  # noqa: E402
 from controller.tfjob.decide import decide  # noqa: E402
 
@@ -53,15 +69,34 @@ AGENT = "kopf-peer"
 
 HANDLED = prometheus_client.Counter("kopf_peer_events_handled", "Watch events the peer's handlers finished")
 IN_PROGRESS = prometheus_client.Gauge("kopf_peer_reconciles_in_progress", "Reconciles running now")
+SETTINGS = prometheus_client.Info("kopf_peer_settings", "The peer's events policy and collector thresholds")
+
+EVENT_POLICIES = ("kopf", "recorder")
+COLLECTOR_SETTINGS = ("default", "tuned")
+
+
+def _setting(name: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, choices[0])
+    if value not in choices:
+        raise SystemExit(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+EVENTS_POLICY = _setting("KOPF_PEER_EVENTS", EVENT_POLICIES)
+if _setting("KOPF_PEER_GC", COLLECTOR_SETTINGS) == "tuned":
+    tune_collector()  # at import, as the controller's command does before it starts
 
 _api: k8s.ApiClient | None = None
 _locks: dict[str, asyncio.Lock] = {}
 _unseen: dict[str, set[tuple[str, str]]] = {}  # job uid -> (kind, name) created, not indexed yet
 _undead: dict[str, set[str]] = {}  # job uid -> uids of objects deleted, still indexed
-# job uid -> (the resourceVersion our last status write replaced, the job that write stored)
-_written: dict[str, tuple[str, dict[str, Any]]] = {}
+# job uid -> (every resourceVersion our status writes replaced, the job the last one stored)
+_written: dict[str, tuple[set[str], dict[str, Any]]] = {}
 _timers: dict[str, asyncio.TimerHandle] = {}  # job uid -> its timed requeue
 _background: set[asyncio.Task] = set()
+_recorder: EventRecorder | None = None  # KOPF_PEER_EVENTS=recorder
+_recorder_client: ApiClient | None = None
+_recorder_task: asyncio.Task | None = None
 
 
 @kopf.on.login()
@@ -75,19 +110,39 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.startup()
 async def startup(**_: Any) -> None:
-    global _api
+    global _api, _recorder, _recorder_client, _recorder_task
     configuration = k8s.Configuration()
     await k8s_config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
     _api = k8s.ApiClient(configuration)
     _api.user_agent = AGENT
+    if EVENTS_POLICY == "recorder":
+        # No client-side limit on the events' own client: the recorder's policy is the one applied, as
+        # the peer's other writes (kubernetes-asyncio) have none either.
+        _recorder_client = await ApiClient.from_kubeconfig(os.environ["KUBECONFIG"], qps=0, user_agent=AGENT)
+        _recorder = EventRecorder(_recorder_client, AGENT)
+        _recorder_task = asyncio.create_task(_recorder.run())
+    SETTINGS.info({"events": EVENTS_POLICY, "gc": ",".join(str(n) for n in gc.get_threshold())})
     if os.environ.get("KOPF_PEER_METRICS_PORT"):
         prometheus_client.start_http_server(int(os.environ["KOPF_PEER_METRICS_PORT"]), addr="127.0.0.1")
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    if _recorder_task is not None:
+        _recorder_task.cancel()  # the recorder flushes what is queued, within its flush timeout
+        await asyncio.gather(_recorder_task, return_exceptions=True)
+    if _recorder_client is not None:
+        await _recorder_client.close()
     if _api is not None:
         await _api.close()
+
+
+def event(job: dict[str, Any], type: str, reason: str, message: str) -> None:
+    """Record an Event on ``job`` by the policy KOPF_PEER_EVENTS chose."""
+    if _recorder is not None:
+        _recorder.record(job, type, reason, message)
+    else:
+        kopf.event(job, type=type, reason=reason, message=message)
 
 
 # Async index functions: kopf runs a sync handler in a thread pool, a hop per event (in the burst's
@@ -128,11 +183,13 @@ async def reconcile(uid: str, jobs: kopf.Index, pods: kopf.Index, services: kopf
         if not found:
             return
         job = _plain(found[0])
-        written = _written.pop(uid, None)
-        if written is not None and job["metadata"].get("resourceVersion") == written[0]:
-            # Read-your-writes: the index still holds the job our last status write replaced.
+        written = _written.get(uid)
+        if written is not None and job["metadata"].get("resourceVersion") in written[0]:
+            # Read-your-writes: the index still holds a job one of our status writes replaced (it may
+            # lag by more than one write).
             job = written[1]
-            _written[uid] = written
+        elif written is not None:
+            del _written[uid]  # the index has caught up (or someone else wrote): it is the truth again
         if job["metadata"].get("deletionTimestamp"):
             return
         pod_list = [_plain(p) for p in pods.get(uid, [])]
@@ -176,20 +233,12 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
             if isinstance(action, CreatePod):
                 unseen.add(("pod", action.pod["metadata"]["name"]))
                 await core.create_namespaced_pod(namespace, action.pod)
-                kopf.event(
-                    job,
-                    type="Normal",
-                    reason="SuccessfulCreatePod",
-                    message=f"Created pod: {action.pod['metadata']['name']}",
-                )
+                event(job, "Normal", "SuccessfulCreatePod", f"Created pod: {action.pod['metadata']['name']}")
             elif isinstance(action, CreateService):
                 unseen.add(("service", action.service["metadata"]["name"]))
                 await core.create_namespaced_service(namespace, action.service)
-                kopf.event(
-                    job,
-                    type="Normal",
-                    reason="SuccessfulCreateService",
-                    message=f"Created service: {action.service['metadata']['name']}",
+                event(
+                    job, "Normal", "SuccessfulCreateService", f"Created service: {action.service['metadata']['name']}"
                 )
             elif isinstance(action, DeletePod):
                 undead.add(action.uid)
@@ -200,7 +249,7 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
                         preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"
                     ),
                 )
-                kopf.event(job, type="Normal", reason="SuccessfulDeletePod", message=f"Deleted pod: {action.name}")
+                event(job, "Normal", "SuccessfulDeletePod", f"Deleted pod: {action.name}")
             elif isinstance(action, DeleteService):
                 undead.add(action.uid)
                 await core.delete_namespaced_service(
@@ -210,6 +259,7 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
                         preconditions=k8s.V1Preconditions(uid=action.uid), propagation_policy="Background"
                     ),
                 )
+                event(job, "Normal", "SuccessfulDeleteService", f"Deleted service: {action.name}")
             elif isinstance(action, DeleteJob):
                 await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"])
                 return
@@ -229,9 +279,10 @@ async def apply(job: dict[str, Any], decision: Any, unseen: set[tuple[str, str]]
         if exc.status != 409:
             raise
         return  # a newer job is on its way: its event reconciles again
-    _written[uid] = (job["metadata"]["resourceVersion"], stored)
-    for event in decision.events:
-        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+    replaced = _written[uid][0] if uid in _written else set()
+    _written[uid] = (replaced | {job["metadata"]["resourceVersion"]}, stored)
+    for record in decision.events:
+        event(job, record.type, record.reason, record.message)
 
 
 def _forget(uid: str) -> None:

@@ -8,7 +8,7 @@ the benchmark's own polling lag never enters a figure. Controller figures (API r
 User-Agent, its CPU seconds, its peak RSS) are reported apart from the simulator's (its CPU seconds).
 
 Scenarios (jobs of 1 PS + W dynamic workers, restartPolicy ExitCode, terminationGracePeriodSeconds 1,
-pod start delay 0):
+pod start delay ``--start-seconds``, default 0):
 
 - ``burst``: N TFJobs created at once: time to all pods exist, to all jobs Running; requests per job.
 - ``failover``: N converged running jobs; once the controller has caught up with them (its start
@@ -31,9 +31,18 @@ pod start delay 0):
 then the status they converge to, checked to be a fixed point) and loaded through ``/_sim/objects``,
 so setting up 10,000 jobs does not depend on the controller's speed.
 
+Equal work: the kopf peer records its events through the controller's own recorder and runs with the
+controller's collector thresholds (``--peer-events``, ``--peer-gc`` choose otherwise); both sides run
+``--runs`` times, alternating, and every run counts the Events it left in the simulator's store.
+
+``all`` (or any scenario given ``--output``) writes its raw results, with the commit, the command, the
+load and the settings, to docs/benchmarks/raw/scale-<time>.json, then docs/benchmarks/scale.md from
+them alone (benchmarks/scale_report.py); ``report --raw FILE`` writes the report again from a raw file.
+
 Usage: .venv/bin/python benchmarks/scale.py all [--runs 3] [--profile] [--output docs/benchmarks/scale.md]
        .venv/bin/python benchmarks/scale.py burst [--jobs 1000] [--controller-arg=--kube-api-qps=500 ...]
            [--sim-arg=--no-priority-and-fairness]  (the default client limit, ``auto``, then keeps its bucket)
+       .venv/bin/python benchmarks/scale.py report --raw docs/benchmarks/raw/scale-<time>.json
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as _dt
+import inspect
 import itertools
 import math
 import os
@@ -50,7 +60,6 @@ import random
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,11 +77,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from scale_report import FORMAT, PAIRS, render  # noqa: E402
+
+from controller.ops.collector import COLLECTOR_THRESHOLDS  # noqa: E402
+from controller.runtime.events import EventRecorder  # noqa: E402
 from controller.tfjob.actions import CreatePod, CreateService  # noqa: E402
 from controller.tfjob.decide import decide  # noqa: E402
 
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 PROFILES = ROOT / "docs" / "benchmarks" / "profiles"
+REPORT = ROOT / "docs" / "benchmarks" / "scale.md"
 TFJOBS = "tfjobs.kubeflow.org"
 TFJOBS_PATH = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 PODS_PATH = "/api/v1/namespaces/{ns}/pods"
@@ -360,10 +374,28 @@ class Peer:
         values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("kopf_peer_"))
         return float(values["kopf_peer_events_handled_total"]), float(values["kopf_peer_reconciles_in_progress"])
 
+    async def settings(self, session: aiohttp.ClientSession) -> dict[str, str]:
+        """The events policy and collector thresholds the peer process reports it runs with."""
+        from prometheus_client.parser import text_string_to_metric_families
 
-def start_peer(tmp: Path, kubeconfig: str) -> Peer:
+        async with session.get(self.metrics_url + "/metrics") as resp:
+            text = await resp.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "kopf_peer_settings_info":
+                    return dict(sample.labels)
+        raise RuntimeError("the kopf peer serves no kopf_peer_settings_info")
+
+
+def start_peer(tmp: Path, kubeconfig: str, events: str, collector: str) -> Peer:
     port = free_port()
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "KOPF_PEER_METRICS_PORT": str(port)}
+    env = {
+        **os.environ,
+        "KUBECONFIG": kubeconfig,
+        "KOPF_PEER_METRICS_PORT": str(port),
+        "KOPF_PEER_EVENTS": events,
+        "KOPF_PEER_GC": collector,
+    }
     argv = [
         sys.executable,
         "-m",
@@ -485,13 +517,13 @@ class Profiles:
 # ------------------------------------------------------------------------------------------ jobs
 
 
-def tfjob(name: str, workers: int, namespace: str = NAMESPACE) -> dict[str, Any]:
+def tfjob(name: str, workers: int, start_seconds: float, namespace: str = NAMESPACE) -> dict[str, Any]:
     def replica(count: int) -> dict[str, Any]:
         return {
             "replicas": count,
             "restartPolicy": "ExitCode",
             "template": {
-                "metadata": {"annotations": {"sim.tfjob.dev/start-seconds": "0"}},
+                "metadata": {"annotations": {"sim.tfjob.dev/start-seconds": f"{start_seconds:g}"}},
                 "spec": {
                     "terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}],
@@ -522,13 +554,13 @@ def owner_uid(obj: dict) -> str | None:
     return None
 
 
-async def converge_directly(sim: Sim, names: list[str], workers: int, nodes: int) -> None:
+async def converge_directly(sim: Sim, names: list[str], workers: int, nodes: int, start_seconds: float) -> None:
     """Load ``names`` as converged running jobs straight into the simulator (no controller involved):
     the jobs, the pods and services decide() creates for them (pods pre-bound to nodes round-robin, so
     the simulated scheduler is not the bottleneck), and, once the kubelet runs the pods, the status
     decide() converges to. Checks that the result is a fixed point of decide()."""
     now = _dt.datetime.now(_dt.UTC)
-    await sim.bulk(TFJOBS, [tfjob(n, workers) for n in names])
+    await sim.bulk(TFJOBS, [tfjob(n, workers, start_seconds) for n in names])
     wanted = set(names)
     jobs = [j for j in await sim.list(TFJOBS_PATH.format(ns=NAMESPACE)) if j["metadata"]["name"] in wanted]
     pods, services = [], []
@@ -597,14 +629,6 @@ def pct(values: list[float], q: float) -> float:
 
 def dist(values: list[float]) -> dict[str, float]:
     return {"n": len(values), "p50": pct(values, 50), "p99": pct(values, 99), "max": max(values, default=float("nan"))}
-
-
-def fmt_dist(d: dict[str, float], unit: str = "s") -> str:
-    if not d["n"]:
-        return "none"
-    if unit == "ms":
-        return f"p50 {d['p50'] * 1000:.0f} ms, p99 {d['p99'] * 1000:.0f} ms, max {d['max'] * 1000:.0f} ms (n={d['n']})"
-    return f"p50 {d['p50']:.2f} s, p99 {d['p99']:.2f} s, max {d['max']:.2f} s (n={d['n']})"
 
 
 def agent_totals(by_agent: dict[str, dict[str, int]], prefix: str) -> dict[str, int]:
@@ -686,7 +710,7 @@ async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str]
 
 async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
     if peer:
-        env.peer = start_peer(env.tmp, env.kubeconfig)
+        env.peer = start_peer(env.tmp, env.kubeconfig, args.peer_events, args.peer_gc)
 
         # kopf has no readiness endpoint: it is ready once it watches TFJobs.
         async def watching() -> bool:
@@ -752,14 +776,16 @@ class Phase:
     mark: int
     cpu0: tuple[float, float]
     history: History
+    events0: dict[str, tuple[str, int]]
 
 
 async def begin(env: Env, label: str) -> Phase:
     load_before = loadavg()
     mark = await env.sim.mark()
+    events0 = await tfjob_events(env.sim)
     history = History(env.sim, ["pods", TFJOBS], await env.sim.resource_version())
     history.start()
-    phase = Phase(load_before, mark, (env.actor.cpu(), env.sim_child.cpu()), history)
+    phase = Phase(load_before, mark, (env.actor.cpu(), env.sim_child.cpu()), history, events0)
     env.profile(label)
     return phase
 
@@ -771,11 +797,57 @@ async def controller_events_dropped(env: Env) -> float | None:
     return sum(v for k, v in metrics.items() if k.startswith("events_dropped_total{"))
 
 
-async def actor_figures(env: Env, phase: Phase) -> dict[str, Any]:
-    """The controller's (or peer's) requests and CPU in ``phase``, apart from the simulator's."""
-    mark, cpu0, load_before = phase.mark, phase.cpu0, phase.load_before
-    counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
+async def tfjob_events(sim: Sim) -> dict[str, tuple[str, int]]:
+    """Event name -> (the TFJob it is about, its count), for every Event on a TFJob in the store."""
     return {
+        ev["metadata"]["name"]: (ev["involvedObject"].get("name", ""), ev.get("count") or 1)
+        for ev in await sim.list(f"/api/v1/namespaces/{NAMESPACE}/events")
+        if ev.get("involvedObject", {}).get("kind") == "TFJob"
+    }
+
+
+EVENTS_QUIET = 2.0  # seconds without an Event write after which a run's events are counted
+
+
+async def events_written(env: Env, phase: Phase, timeout: float) -> dict[str, Any]:
+    """The Events on TFJobs the controller (or peer) wrote in ``phase``, counted in the simulator's store
+    once it has written none for EVENTS_QUIET seconds (a recorder may still hold queued events when
+    the last job becomes Running): Event objects created, occurrences they record (count increments),
+    jobs that show at least one, and how long after the scenario's end the last one came."""
+    started = time.monotonic()
+    last: list[Any] = [None, started]
+
+    async def quiet() -> bool:
+        env.actor.check()
+        counts = agent_totals(await env.sim.requests_by_agent(phase.mark), env.agent)
+        written = sum(n for key, n in counts.items() if key.endswith(" events"))
+        now = time.monotonic()
+        if written != last[0]:
+            last[0], last[1] = written, now
+        return now - last[1] >= EVENTS_QUIET
+
+    await until(f"no event written for {EVENTS_QUIET:g} s", quiet, timeout, interval=0.5)
+    after = await tfjob_events(env.sim)
+    before = phase.events0
+    new = {name for name in after if name not in before}
+    grown = {name for name in after if name in before and after[name][1] > before[name][1]}
+    return {
+        "written": len(new),
+        "occurrences": sum(after[n][1] - (before[n][1] if n in before else 0) for n in new | grown),
+        "jobs_with_events": len({after[n][0] for n in new | grown}),
+        "last_write_after_s": max(0.0, last[1] - started),
+    }
+
+
+async def actor_figures(env: Env, phase: Phase, timeout: float) -> dict[str, Any]:
+    """The controller's (or peer's) events, requests and CPU in ``phase``, apart from the simulator's."""
+    mark, cpu0, load_before = phase.mark, phase.cpu0, phase.load_before
+    events = await events_written(env, phase, timeout)
+    counts = agent_totals(await env.sim.requests_by_agent(mark), env.agent)
+    peer = {"peer_settings": await env.peer.settings(env.session)} if env.peer else {}
+    return {
+        **peer,
+        "events": events,
         "requests": sum(counts.values()),
         "writes": writes_of(counts),
         "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
@@ -799,7 +871,10 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
         history = phase.history
         names = job_names("burst", n)
         sent = time.time()
-        await fan_out(env.sim.call("POST", TFJOBS_PATH.format(ns=NAMESPACE), tfjob(name, workers)) for name in names)
+        await fan_out(
+            env.sim.call("POST", TFJOBS_PATH.format(ns=NAMESPACE), tfjob(name, workers, args.start_seconds))
+            for name in names
+        )
         created = time.time()
         pods_seen: dict[str, float] = {}
         running_at: dict[str, float] = {}
@@ -824,7 +899,7 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
             args.timeout,
         )
         env.profiles.stop(f"a burst of {n} TFJobs ({per_job} pods each) created at once, until all are Running")
-        figures = await actor_figures(env, phase)
+        figures = await actor_figures(env, phase, args.timeout)
         t0 = min(job_created.values())
         result = {
             "scenario": "burst" + (" (kopf peer)" if peer else ""),
@@ -865,7 +940,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
     async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("fo", n)
         setup0 = time.time()
-        await converge_directly(env.sim, names, workers, nodes)
+        await converge_directly(env.sim, names, workers, nodes, args.start_seconds)
         setup = time.time() - setup0
         started, start_mark = time.time(), await env.sim.mark()
         await start_actor(env, args, peer)
@@ -953,7 +1028,7 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
             f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
             "every disrupted worker runs again"
         )
-        figures = await actor_figures(env, phase)
+        figures = await actor_figures(env, phase, args.timeout)
         per_kind = {}
         for kind in (*DISRUPTIONS, "all"):
             pods = [p for p in kinds if kind == "all" or kinds[p] == kind]
@@ -984,7 +1059,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
     nodes = nodes_for(n * (1 + before))
     async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("sd", n)
-        await converge_directly(env.sim, names, before, nodes)
+        await converge_directly(env.sim, names, before, nodes, args.start_seconds)
         await start_actor(env, args, False)
         assert env.controller is not None
         await wait_idle(env.controller, env.session, n, args.timeout)
@@ -1022,7 +1097,7 @@ async def scenario_scaledown(args: argparse.Namespace) -> dict[str, Any]:
         )
         env.profiles.stop(f"{n} jobs scaling Worker {before} -> {after} at once, until every excess pod is gone")
         idle = await wait_idle(env.controller, env.session, 0, args.timeout)
-        figures = await actor_figures(env, phase)
+        figures = await actor_figures(env, phase, args.timeout)
         t0 = min(scaled.values())
         return {
             "scenario": "scaledown",
@@ -1044,7 +1119,7 @@ async def scenario_coldstart(args: argparse.Namespace) -> dict[str, Any]:
     async with environment(nodes, args.profile, args.sim_arg, args.write_latency) as env:
         names = job_names("cold", n)
         setup0 = time.time()
-        await converge_directly(env.sim, names, workers, nodes)
+        await converge_directly(env.sim, names, workers, nodes, args.start_seconds)
         setup = time.time() - setup0
         # The simulator holding N running pods with no client: what its kubelet loop and watch hub cost
         # on their own (it must not be what slows the controller's figures).
@@ -1117,181 +1192,6 @@ def machine() -> str:
             if line.startswith("MemTotal"):
                 mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
     return f"{os.cpu_count()} CPUs ({model}), {mem} RAM, Python {platform.python_version()}, {platform.platform()}"
-
-
-def fmt_s(value: float | None) -> str:
-    return "not reached" if value is None else f"{value:.1f} s"
-
-
-def med(runs: list[dict], key: str) -> float | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
-def summarize(name: str, runs: list[dict]) -> list[str]:
-    """The table row of one scenario: the median of its runs."""
-    lines = []
-    if runs[0].get("skipped"):
-        lines.append(
-            f"| {runs[0]['scenario']} | {runs[0].get('jobs', '-')} jobs | not measured: {runs[0]['skipped']} | - | - |"
-        )
-    elif name == "kopf peer self-check":
-        r = runs[0]
-        lines.append(
-            f"| {name} | {r['jobs']} jobs | passed: a burst creates each pod and service once and reaches "
-            f"Running; a start on converged jobs writes nothing; {r['disruptions']} failovers (one of "
-            "each kind) replaced, 0 Failed | must pass | yes |"
-        )
-    elif name.startswith("burst"):
-        lines.append(
-            f"| {runs[0]['scenario']} | {runs[0]['jobs']} jobs x {runs[0]['pods_per_job']} pods"
-            f"{f', {len(runs)} runs' if len(runs) > 1 else ''} | "
-            f"all pods {fmt_s(med(runs, 'all_pods_s'))} / all Running {fmt_s(med(runs, 'all_running_s'))}; "
-            f"{med(runs, 'requests_per_job'):.1f} requests/job; CPU {med(runs, 'controller_cpu_s'):.0f} s "
-            f"(simulator {med(runs, 'sim_cpu_s'):.0f} s) | all Running <= 30 s | "
-            f"{'yes' if (med(runs, 'all_running_s') or 1e9) <= 30 else 'no'} |"
-        )
-    elif name.startswith("failover"):
-        r = runs[0]
-        lat = r["latency"]["all"]
-        ok = lat["gone_to_create"]["n"] and lat["gone_to_create"]["p99"] <= 0.25 and not r["jobs_failed"]
-        writes = f", {r['catchup_writes']} writes" if "catchup_writes" in r else ""
-        caught_up = (
-            (
-                f" (disruptions began once it had caught up with the jobs: {fmt_s(r['caught_up_s'])} after "
-                f"it started{writes})"
-            )
-            if r.get("caught_up_s") is not None
-            else ""
-        )
-        lines.append(
-            f"| {r['scenario']} | {r['jobs']} jobs, {r['disruptions']} disruptions at "
-            f"{r['rate']:.0f}/s{caught_up} | gone -> create {fmt_dist(lat['gone_to_create'], 'ms')}; "
-            f"disruption -> create {fmt_dist(lat['disruption_to_create'], 'ms')}; -> Running "
-            f"{fmt_dist(lat['disruption_to_running'], 'ms')}; jobs Failed {r['jobs_failed']}; "
-            f"CPU {r['controller_cpu_s']:.0f} s | p99 gone -> create <= 250 ms, 0 Failed | "
-            f"{'yes' if ok else 'no'} |"
-        )
-    elif name == "scaledown":
-        lines.append(
-            f"| scale-down storm | {runs[0]['jobs']} jobs, Worker {runs[0]['from_to']} | all excess pods gone "
-            f"{fmt_s(med(runs, 'all_gone_s'))}; {med(runs, 'requests_per_job'):.1f} requests/job; "
-            f"CPU {med(runs, 'controller_cpu_s'):.0f} s | - | - |"
-        )
-    elif name == "coldstart":
-        r = runs[0]
-        ok = (
-            not r["timed_out"]
-            and r["all_reconciled_s"] <= 60
-            and r["writes"] == 0
-            and r["controller_peak_rss_mib"] <= 1024
-        )
-        lines.append(
-            f"| cold start | {r['jobs']} jobs / {r['pods']} pods | ready {fmt_s(med(runs, 'ready_s'))} / all "
-            f"reconciled {fmt_s(med(runs, 'all_reconciled_s'))} / {r['writes']} writes / peak RSS "
-            f"{r['controller_peak_rss_mib']:.0f} MiB | <= 60 s, 0 writes, <= 1 GiB | {'yes' if ok else 'no'} |"
-        )
-    return lines
-
-
-ANALYSIS = "## Analysis"  # hand-written; kept when the report is regenerated
-RAW = "## Raw runs"
-
-
-def peer_rows(results: dict[str, list[dict]]) -> list[str]:
-    """Ours against the kopf peer, measured in the same run."""
-    rows = []
-    ours, peer = results.get("burst"), results.get("burst (kopf peer)")
-    if ours and peer:
-        a, b = med(ours, "all_running_s"), med(peer, "all_running_s")
-        cpu = (
-            f"; CPU {med(ours, 'controller_cpu_s'):.0f} s vs the peer's {med(peer, 'controller_cpu_s'):.0f} s "
-            f"({med(peer, 'controller_cpu_s') / med(ours, 'controller_cpu_s'):.1f}x)"
-        )
-        if a and b:
-            rows.append(
-                f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | {b / a:.2f}x the peer's throughput "
-                f"({a:.1f} s vs {b:.1f} s to all Running){cpu} | >= 5x | {'yes' if b / a >= 5 else 'no'} |"
-            )
-        else:
-            rows.append(
-                f"| burst: ours vs kopf peer | {ours[0]['jobs']} jobs | ours {fmt_s(a)}, peer {fmt_s(b)} to all "
-                "Running | >= 5x | no |"
-            )
-    ours, peer = results.get("failover, at the peer's scale"), results.get("failover (kopf peer)")
-    if ours and peer:
-
-        def gone(run: dict) -> dict:
-            return run["latency"]["all"]["gone_to_create"] if "latency" in run else {"n": 0}
-
-        def p99(d: dict) -> str:
-            return f"{d['p99'] * 1000:.0f} ms" if d["n"] else "no replacement measured"
-
-        a, b = gone(ours[0]), gone(peer[0])
-        lower = bool(a["n"]) and (not b["n"] or a["p99"] < b["p99"])  # no replacement at all is the worst p99
-        rows.append(
-            f"| failover: ours vs kopf peer | {ours[0]['jobs']} jobs | p99 gone -> create {p99(a)} vs the "
-            f"peer's {p99(b)} | lower p99 | {'yes' if lower else 'no'} |"
-        )
-        a_up, b_up = ours[0].get("caught_up_s"), peer[0].get("caught_up_s")
-        rows.append(
-            f"| start on converged jobs: ours vs kopf peer | {ours[0]['jobs']} jobs | caught up in "
-            f"{fmt_s(a_up)} vs the peer's {fmt_s(b_up)}"
-            f"{f' ({b_up / a_up:.1f}x)' if a_up and b_up else ''} | - | - |"
-        )
-    return rows
-
-
-def write_report(path: Path, results: dict[str, list[dict]], argv: list[str], load_at_start: str | None) -> None:
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    took = sum(run.get("wall_s", 0) for runs in results.values() for run in runs) / 60
-    out = [
-        "# Speed at scale",
-        "",
-        "Reproduce everything below with one command (every scenario and the kopf peer's, in",
-        "one run; how long it takes is said below):",
-        "",
-        "```bash",
-        ".venv/bin/python benchmarks/scale.py all",
-        "```",
-        "",
-        f"Report written {now} on {machine()}; git {git_commit()}; command `{' '.join(argv)}`.",
-        f"The runs below took {took:.0f} minutes in all (the sum of their `wall_s`)"
-        + (
-            f"; the load average (1/5/15 min) was {load_at_start} when this command started and {loadavg()} when "
-            "it ended"
-            if load_at_start
-            else "; merged from earlier runs' output (`--merge-log`)"
-        )
-        + "; each run says when it was measured (`at`), on which commit (`git`) and the load before and after "
-        "it (`load`).",
-        "The simulator (`tfjob-controller sim`) and the controller (`tfjob-controller run`, or the kopf peer) run as",
-        "separate processes on the same machine; times come from the simulator's clock (`/_sim/history`,",
-        "`/_sim/requests`). Other work on the machine slows every wall-clock figure; request counts do not",
-        "change with load, and CPU seconds little.",
-        "",
-        "| scenario | workload | result (median of runs) | target | met |",
-        "|---|---|---|---|---|",
-    ]
-    for name, runs in results.items():
-        out.extend(summarize(name, runs))
-    out.extend(peer_rows(results))
-    analysis = ""
-    if path.exists():
-        previous = path.read_text()
-        if ANALYSIS in previous:
-            analysis = previous[previous.index(ANALYSIS) : previous.index(RAW) if RAW in previous else None]
-    if analysis:
-        out += ["", analysis.rstrip()]
-    out += ["", RAW, ""]
-    for name, runs in results.items():
-        out.append(f"### {name}")
-        out.append("")
-        for i, run in enumerate(runs, 1):
-            out.append(f"- run {i}: `{orjson.dumps(run).decode()}`")
-        out.append("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(out) + "\n")
 
 
 # Explicitly no client-side limit, whether or not the server runs API Priority and Fairness.
@@ -1372,17 +1272,22 @@ class Scenario:
     repeated: bool = False  # run --runs times (the median is reported)
 
 
-# In the order `all` runs them: each peer scenario right after ours, so that a ratio compares runs
-# minutes apart; the peer's self-check first, so a broken peer stops the run before an hour is spent.
+# In the order `all` runs them: each peer scenario beside ours, their runs alternating (ours, the peer's,
+# ours, ...), so that a ratio compares runs minutes apart and a change in the machine's load falls on
+# both; the peer's self-check first, so a broken peer stops the run before an hour is spent.
 SCENARIOS: dict[str, Scenario] = {
     "peer-check": Scenario("kopf peer self-check", scenario_peer_check),
     "burst": Scenario("burst", scenario_burst, repeated=True),
-    "burst-peer": Scenario("burst (kopf peer)", lambda a: scenario_burst(a, peer=True)),
+    "burst-peer": Scenario("burst (kopf peer)", lambda a: scenario_burst(a, peer=True), repeated=True),
     "failover": Scenario("failover", scenario_failover),
     # The peer's failover at --peer-jobs, and ours at the same scale right before it: at 1,000 jobs
     # kopf's index pre-population alone takes longer than the rest of the run (see kopf_peer.py).
-    "failover-small": Scenario("failover, at the peer's scale", lambda a: scenario_failover(at_peer_scale(a))),
-    "failover-peer": Scenario("failover (kopf peer)", lambda a: scenario_failover(at_peer_scale(a), peer=True)),
+    "failover-small": Scenario(
+        "failover, at the peer's scale", lambda a: scenario_failover(at_peer_scale(a)), repeated=True
+    ),
+    "failover-peer": Scenario(
+        "failover (kopf peer)", lambda a: scenario_failover(at_peer_scale(a), peer=True), repeated=True
+    ),
     "burst-unlimited": Scenario("burst, client rate limit off", scenario_burst_unlimited),
     "scaledown": Scenario("scaledown", scenario_scaledown),
     "coldstart": Scenario("coldstart", scenario_coldstart),
@@ -1395,37 +1300,95 @@ def at_peer_scale(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "jobs": args.peer_jobs, "tag": f"-{args.peer_jobs}"})
 
 
-def load_log(path: Path) -> dict[str, list[dict]]:
-    """Results printed by an earlier run (its stdout), to merge into one report."""
-    results: dict[str, list[dict]] = {}
-    label, buffer = None, []
-    for line in path.read_text().splitlines():
-        header = re.match(r"== (.*) run \d+/\d+ ", line)
-        if header:
-            label, buffer = header.group(1), []
-        elif label is not None:
-            buffer.append(line)
-            if line == "}":
-                results.setdefault(label, []).append(orjson.loads("\n".join(buffer)))
-                label = None
-    return results
+def schedule(names: list[str], runs: int) -> list[tuple[str, int, int]]:
+    """(scenario, run number, of how many) in the order to run them: a pair's runs alternate."""
+    by_label = {SCENARIOS[name].label: name for name in names}
+    partner = {by_label[a]: by_label[b] for a, b in PAIRS.items() if a in by_label and b in by_label}
+    order: list[tuple[str, int, int]] = []
+    for name in names:
+        if name in partner.values():
+            continue  # runs beside its partner
+        n = runs if SCENARIOS[name].repeated else 1
+        for i in range(n):
+            order.append((name, i + 1, n))
+            if name in partner:
+                order.append((partner[name], i + 1, n))
+    return order
 
 
 async def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
-    for name in GROUPS.get(args.scenario, [args.scenario]):
+    for name, i, n in schedule(GROUPS.get(args.scenario, [args.scenario]), args.runs):
         scenario = SCENARIOS[name]
-        runs_n = args.runs if scenario.repeated else 1
-        for i in range(runs_n):
-            print(f"== {scenario.label} run {i + 1}/{runs_n} (load {loadavg()})", flush=True)
-            started = time.time()
-            result = {**await scenario.run(args), "scenario": scenario.label}
-            result["at"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
-            result["git"] = git_commit()
-            result["wall_s"] = time.time() - started
-            print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
-            results.setdefault(scenario.label, []).append(result)
+        print(f"== {scenario.label} run {i}/{n} (load {loadavg()})", flush=True)
+        started = time.time()
+        result = {**await scenario.run(args), "scenario": scenario.label}
+        result["pod_start_seconds"] = args.start_seconds
+        result["at"] = f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC"
+        result["git"] = git_commit()
+        result["wall_s"] = time.time() - started
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode(), flush=True)
+        results.setdefault(scenario.label, []).append(result)
     return results
+
+
+def recorder_settings() -> dict[str, Any]:
+    """The event recorder's settings as the controller constructs it (its defaults: the controller
+    passes none), read from the class so that the report states what the code does."""
+    parameters = inspect.signature(EventRecorder).parameters.values()
+    return {
+        p.name: p.default
+        for p in parameters
+        if p.kind is p.KEYWORD_ONLY and isinstance(p.default, int | float) and not isinstance(p.default, bool)
+    }
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as run, with this checkout's path left out (the report is read on other machines)."""
+    root = str(ROOT) + "/"
+    return " ".join(arg.replace(root, "") for arg in argv)
+
+
+def write_raw(
+    directory: Path, args: argparse.Namespace, results: dict[str, list[dict]], started: _dt.datetime, load_start: str
+) -> Path:
+    """The raw results of this command, with what the report says of it: commit, command, load, settings."""
+    ended = _dt.datetime.now(_dt.UTC)
+    raw = {
+        "format": FORMAT,
+        "command": command_line(["benchmarks/scale.py", *sys.argv[1:]]),
+        "git": git_commit(),
+        "started": f"{started:%Y-%m-%d %H:%M} UTC",
+        "ended": f"{ended:%Y-%m-%d %H:%M} UTC",
+        "load_start": load_start,
+        "load_end": loadavg(),
+        "machine": machine(),
+        "settings": {
+            "runs": args.runs,
+            "jobs": args.jobs,
+            "workers": args.workers,
+            "peer_jobs": args.peer_jobs,
+            "cold_jobs": args.cold_jobs,
+            "rate": args.rate,
+            "duration": args.duration,
+            "start_seconds": args.start_seconds,
+            "controller_args": args.controller_arg,
+            "sim_args": args.sim_arg,
+            "events": {"ours": recorder_settings(), "peer": args.peer_events},
+            "collector": {"ours": list(COLLECTOR_THRESHOLDS), "peer": args.peer_gc},
+        },
+        "results": results,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"scale-{started:%Y-%m-%d-%H%M}.json"
+    path.write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2) + b"\n")
+    return path
+
+
+def write_report(raw_path: Path, output: Path) -> None:
+    raw = orjson.loads(raw_path.read_bytes())
+    link = os.path.relpath(raw_path.resolve(), output.resolve().parent)
+    output.write_text(render(raw, link))
 
 
 def main() -> int:
@@ -1433,14 +1396,41 @@ def main() -> int:
     parser.add_argument(
         "scenario",
         choices=(*SCENARIOS, *GROUPS),
-        help="'report' runs nothing: it rewrites the report from --merge-log files",
+        help="'report' runs nothing: it rewrites the report from the raw results --raw names",
     )
     parser.add_argument("--jobs", type=int, default=1000, help="jobs in burst/failover/scaledown (default 1000)")
     parser.add_argument("--workers", type=int, default=4, help="dynamic workers per job (default 4)")
     parser.add_argument("--cold-jobs", type=int, default=10_000, help="jobs in coldstart (default 10000)")
     parser.add_argument("--rate", type=float, default=20.0, help="failover: disruptions per second")
     parser.add_argument("--duration", type=float, default=60.0, help="failover: seconds of disruptions")
-    parser.add_argument("--runs", type=int, default=3, help="runs of our burst (the median is reported)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="runs per side of the scenarios run beside the kopf peer (burst, failover at --peer-jobs), "
+        "alternating; the median is reported (default 3)",
+    )
+    parser.add_argument(
+        "--start-seconds",
+        type=float,
+        default=0.0,
+        help="seconds the simulated kubelet takes to start a pod's container (the pod template's "
+        "sim.tfjob.dev/start-seconds; default 0: the controller's work, not the pods', is measured)",
+    )
+    parser.add_argument(
+        "--peer-events",
+        choices=("recorder", "kopf"),
+        default="recorder",
+        help="how the kopf peer writes events: 'recorder' (default) through the controller's own recorder, "
+        "the same policy as ours; 'kopf': every event through kopf.event, as a kopf operator does",
+    )
+    parser.add_argument(
+        "--peer-gc",
+        choices=("tuned", "default"),
+        default="tuned",
+        help="the kopf peer's garbage-collector thresholds: 'tuned' (default) as the controller's, "
+        "'default': CPython's",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a scenario may take to converge")
     parser.add_argument(
         "--peer-jobs",
@@ -1486,26 +1476,37 @@ def main() -> int:
         action="store_true",
         help="py-spy the controller and the simulator; summaries to docs/benchmarks/profiles/",
     )
-    parser.add_argument("--output", default=None, help="markdown report (default docs/benchmarks/scale.md for 'all')")
     parser.add_argument(
-        "--merge-log",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="also report the results an earlier run printed (its stdout); newer results win",
+        "--output",
+        default=None,
+        help="the markdown report (default docs/benchmarks/scale.md for 'all' and 'report'); the raw results "
+        "go to raw/scale-<time>.json beside it",
     )
+    parser.add_argument("--raw", default=None, metavar="FILE", help="report: the raw results to write it from")
     args = parser.parse_args()
-    merged: dict[str, list[dict]] = {}
-    for log in args.merge_log:
-        merged.update(load_log(Path(log)))
-    load_at_start = loadavg() if args.scenario != "report" else None
-    results = {**merged, **asyncio.run(run_all(args))}
-    output = args.output or (
-        str(ROOT / "docs" / "benchmarks" / "scale.md") if args.scenario in ("all", "report") else None
-    )
-    if output:
-        write_report(Path(output), results, sys.argv, load_at_start)
+    for name in ("runs", "jobs", "workers", "cold_jobs", "peer_jobs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.start_seconds < 0:
+        parser.error("--start-seconds must not be negative")
+    output = Path(args.output) if args.output else REPORT if args.scenario in ("all", "report") else None
+    if args.scenario == "report":
+        if not args.raw:
+            parser.error("report needs --raw FILE (the raw results a run wrote)")
+        assert output is not None
+        try:
+            write_report(Path(args.raw), output)
+        except (OSError, ValueError) as exc:  # unreadable, not JSON, or a figure missing (MissingFigure)
+            print(f"scale.py report: {args.raw}: {exc}", file=sys.stderr)
+            return 1
         print(f"wrote {output}")
+        return 0
+    started, load_start = _dt.datetime.now(_dt.UTC), loadavg()
+    results = asyncio.run(run_all(args))
+    if output:
+        raw_path = write_raw(output.parent / "raw", args, results, started, load_start)
+        write_report(raw_path, output)
+        print(f"wrote {raw_path} and {output}")
     return 0
 
 
