@@ -1489,6 +1489,8 @@ def main() -> int:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.start_seconds < 0:
         parser.error("--start-seconds must not be negative")
+    if args.profile and not Path(sys.executable).with_name("py-spy").exists():
+        parser.error(f"--profile needs py-spy beside {sys.executable} (pip install py-spy)")
     output = Path(args.output) if args.output else REPORT if args.scenario in ("all", "report") else None
     if args.scenario == "report":
         if not args.raw:
