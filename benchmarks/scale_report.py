@@ -241,6 +241,26 @@ def equal_work(raw: dict[str, Any]) -> tuple[list[str], list[str]]:
     return lines, differences
 
 
+# The sizes the targets are stated for: benchmarks/scale.py's defaults.
+DEFAULT_SIZES = {"jobs": 1000, "workers": 4, "peer_jobs": 300, "cold_jobs": 10_000, "rate": 20.0, "duration": 60.0}
+
+
+def sizes(settings: dict[str, Any]) -> str:
+    used = {key: need(settings, key) for key in DEFAULT_SIZES}
+    text = (
+        f"- **Sizes.** {used['jobs']:,} jobs of 1 PS + {used['workers']} workers (burst, failover, scale-down), "
+        f"{used['peer_jobs']:,} beside the peer's failover, {used['cold_jobs']:,} in the cold start; failover: "
+        f"{used['rate']:g} disruptions/s for {used['duration']:g} s."
+    )
+    if used != DEFAULT_SIZES:
+        smaller = ", ".join(f"{k} {used[k]:g} (default {v:g})" for k, v in DEFAULT_SIZES.items() if used[k] != v)
+        text += (
+            f" **Not the default sizes** ({smaller}): this run shows that every scenario works; it does "
+            "not measure the targets, which are stated for the defaults."
+        )
+    return text
+
+
 def header(raw: dict[str, Any], raw_link: str) -> list[str]:
     settings, results = need(raw, "settings"), need(raw, "results")
     took = sum(need(run, "wall_s") for runs in results.values() for run in runs) / 60
@@ -286,6 +306,7 @@ def header(raw: dict[str, Any], raw_link: str) -> list[str]:
         f"{need(raw, 'load_end')} when it ended; each run's before and after is its `load` in the raw file. "
         "Other work on the machine slows every wall-clock figure; request counts do not change with load, "
         "and CPU seconds little.",
+        sizes(settings),
         f"- **Runs** (`--runs {need(settings, 'runs')}`): {runs_text}. The table gives the median of a "
         "scenario's runs; every run is in the raw file.",
         "- **How pods start.** The simulated kubelet runs a pod's container `start-seconds` after it is "
