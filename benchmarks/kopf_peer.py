@@ -119,7 +119,8 @@ async def startup(**_: Any) -> None:
         # No client-side limit on the events' own client: the recorder's policy is the one applied, as
         # the peer's other writes (kubernetes-asyncio) have none either.
         _recorder_client = await ApiClient.from_kubeconfig(os.environ["KUBECONFIG"], qps=0, user_agent=AGENT)
-        _recorder = EventRecorder(_recorder_client, AGENT)
+        # Its drops are counted in events_dropped_total on the peer's /metrics, as the controller's are.
+        _recorder = EventRecorder(_recorder_client, AGENT, prometheus_client.REGISTRY)
         _recorder_task = asyncio.create_task(_recorder.run())
     SETTINGS.info({"events": EVENTS_POLICY, "gc": ",".join(str(n) for n in gc.get_threshold())})
     if os.environ.get("KOPF_PEER_METRICS_PORT"):

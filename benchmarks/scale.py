@@ -328,17 +328,25 @@ class Controller:
             return False
 
     async def metrics(self, session: aiohttp.ClientSession) -> dict[str, float]:
-        """Sample name with labels -> value, from the text exposition."""
-        from prometheus_client.parser import text_string_to_metric_families
+        return await scrape(session, self.metrics_url)
 
-        async with session.get(self.metrics_url + "/metrics") as resp:
-            text = await resp.text()
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                out[f"{sample.name}{{{labels}}}"] = sample.value
-        return out
+
+async def samples(session: aiohttp.ClientSession, url: str) -> list[Any]:
+    """The samples (name, labels, value) of the text exposition at ``url``/metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """Sample name with labels -> value, from the text exposition at ``url``/metrics."""
+    out: dict[str, float] = {}
+    for sample in await samples(session, url):
+        labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+        out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out
 
 
 def start_controller(tmp: Path, kubeconfig: str, extra: list[str], tag: str = "controller") -> Controller:
@@ -376,14 +384,9 @@ class Peer:
 
     async def settings(self, session: aiohttp.ClientSession) -> dict[str, str]:
         """The events policy and collector thresholds the peer process reports it runs with."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        async with session.get(self.metrics_url + "/metrics") as resp:
-            text = await resp.text()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "kopf_peer_settings_info":
-                    return dict(sample.labels)
+        for sample in await samples(session, self.metrics_url):
+            if sample.name == "kopf_peer_settings_info":
+                return dict(sample.labels)
         raise RuntimeError("the kopf peer serves no kopf_peer_settings_info")
 
 
@@ -790,11 +793,14 @@ async def begin(env: Env, label: str) -> Phase:
     return phase
 
 
-async def controller_events_dropped(env: Env) -> float | None:
-    if env.controller is None:
+async def actor_events_dropped(env: Env) -> float | None:
+    """Events the controller's recorder (or the peer's, when it uses one) dropped; None without a recorder."""
+    url = env.controller.metrics_url if env.controller else env.peer.metrics_url if env.peer else None
+    if url is None:
         return None
-    metrics = await env.controller.metrics(env.session)
-    return sum(v for k, v in metrics.items() if k.startswith("events_dropped_total{"))
+    metrics = await scrape(env.session, url)
+    dropped = [v for k, v in metrics.items() if k.startswith("events_dropped_total{")]
+    return sum(dropped) if dropped else None
 
 
 async def tfjob_events(sim: Sim) -> dict[str, tuple[str, int]]:
@@ -854,7 +860,7 @@ async def actor_figures(env: Env, phase: Phase, timeout: float) -> dict[str, Any
         # 429s of the server's APF since it started (every client's; the actor is the only busy one)
         "apf_rejected": await env.sim.apf_rejections(),
         # Events the controller could not write (recorder queue full, spam filter, API errors)
-        "events_dropped": await controller_events_dropped(env),
+        "events_dropped": await actor_events_dropped(env),
         "controller_cpu_s": env.actor.cpu() - cpu0[0],
         "sim_cpu_s": env.sim_child.cpu() - cpu0[1],
         "controller_peak_rss_mib": memory_kib(env.actor.pid, "VmHWM") / 1024,
@@ -1372,6 +1378,7 @@ def write_raw(
             "rate": args.rate,
             "duration": args.duration,
             "start_seconds": args.start_seconds,
+            "write_latency": args.write_latency,
             "controller_args": args.controller_arg,
             "sim_args": args.sim_arg,
             "events": {"ours": recorder_settings(), "peer": args.peer_events},

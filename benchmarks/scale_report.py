@@ -74,9 +74,11 @@ def events_text(runs: list[dict]) -> str:
     jobs = need(runs[0], "jobs")
     written, occurrences, shown = (med(runs, "events", key) for key in ("written", "occurrences", "jobs_with_events"))
     assert written is not None and occurrences is not None and shown is not None
+    dropped = med(runs, "events_dropped")  # None: the side has no recorder that counts drops
     return (
         f"events {fmt_int(written)} written ({occurrences / jobs:.1f} occurrences/job), "
         f"{fmt_int(shown)} of {fmt_int(jobs)} jobs show one"
+        + ("" if dropped is None else f", {fmt_int(dropped)} dropped")
     )
 
 
@@ -226,7 +228,7 @@ def equal_work(raw: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
         + " Each row counts the Events on TFJobs that the simulator's store holds after the run (objects "
         "written, occurrences they record, jobs that show at least one), counted once no event has been "
-        "written for 2 s.",
+        "written for 2 s, and the events a recorder dropped (its `events_dropped_total`).",
         f"- **Garbage collector.** Ours and the simulator: thresholds ({ours_gc}) "
         "(`controller/ops/collector.py`, set by `tfjob-controller run` and `sim`). The kopf peer: "
         + (
