@@ -14,6 +14,7 @@ import copy
 import importlib.util
 import re
 import sys
+import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -116,10 +117,17 @@ async def _first_step(client: ApiClient, pod: str, old_uid: str = "") -> int:
 
 
 async def _rejoin(client: ApiClient, pod: str, old_uid: str, before: int) -> None:
+    """Wait for ``pod``'s new incarnation to train; it must start at or above ``before`` (the job's step when it
+    failed or was added). Says how long that took: pod gone, replacement created and started, TensorFlow imported,
+    session opened, first step."""
+    since = time.monotonic()
     first = await _first_step(client, pod, old_uid)
     if first < before:
         raise DemoFailed(f"{pod} came back at global step {first}, below the {before} the job had reached")
-    say(f"   {pod} is back: its first step is global step {first} (the job was at {before}: no restart from 0)")
+    say(
+        f"   {pod} trains again {time.monotonic() - since:.0f} s later: its first step is global step {first}"
+        f" (the job was at {before}: no restart from 0)"
+    )
 
 
 async def demo_tensorflow(time_scale: float | None = None) -> int:
@@ -198,10 +206,12 @@ async def _narrate(client: ApiClient, registry: CollectorRegistry, example: Path
 
     await report(client, registry)
     end = await global_step(client)
-    state = ", ".join(c["type"] for c in (await _job(client))["status"]["conditions"] if c["status"] == "True")
+    true = {c["type"] for c in (await _job(client))["status"]["conditions"] if c["status"] == "True"}
+    if "Running" not in true or true & {"Restarting", "Failed"}:
+        raise DemoFailed(f"the job is not (only) Running: {sorted(true)}")
     say(
-        f"\nTraining went from global step {start} to {end} through two worker failures and two rescalings; the job"
-        f" stayed {state}. (The program would end training at TRAIN_STEPS, worker 0 exit 0 and the job succeed.)"
+        f"\nTraining went from global step {start} to {end} through two worker failures and two rescalings, the job"
+        " Running throughout. (At TRAIN_STEPS the program ends training: worker 0 exits 0 and the job succeeds.)"
     )
 
     say(f"\n6. kubectl delete tfjob {NAME}: every pod gets SIGTERM and stops.")

@@ -353,7 +353,9 @@ async def test_the_tensorflow_demo_tells_its_story() -> None:
     assert rc == 0, out + err
     for i in (1, 2):  # deleted, OOM-killed: each came back at the shared step (the demo checks >= before)
         assert re.search(
-            rf"^   mnist-worker-{i} is back: its first step is global step \d+ \(the job was at \d+", out, re.M
+            rf"^   mnist-worker-{i} trains again \d+ s later: its first step is global step \d+ \(the job was at \d+",
+            out,
+            re.M,
         )
     for i in (1, 3):
         assert re.search(
