@@ -73,7 +73,7 @@ class DeletedFinalStateUnknown(NamedTuple):
         return obj_or_tombstone
 
 
-def object_key(obj: Mapping[str, Any]) -> str:
+def object_key(obj: Mapping[str, Any] | DeletedFinalStateUnknown) -> str:
     """``namespace/name``, or ``name`` for cluster-scoped objects (client-go ``MetaNamespaceKeyFunc``).
 
     A tombstone's key is its stored key. Raises ``ValueError`` for an object without a name.

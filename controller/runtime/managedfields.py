@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from controller.runtime.jsonfields import field_str
+
 
 @dataclass(frozen=True)
 class Writer:
@@ -41,11 +43,6 @@ def _entries(obj: Any) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
-def _text(entry: dict[str, Any], key: str) -> str:
-    value = entry.get(key)
-    return value if isinstance(value, str) else ""
-
-
 def writers(obj: Any, subresource: str | None = None) -> tuple[Writer, ...]:
     """The writers of ``obj`` (of one ``subresource`` only, if given: ``""`` is the main resource)."""
     out = []
@@ -53,10 +50,10 @@ def writers(obj: Any, subresource: str | None = None) -> tuple[Writer, ...]:
         manager = entry.get("manager")
         if not isinstance(manager, str):
             continue
-        sub = _text(entry, "subresource")
+        sub = field_str(entry, "subresource")
         if subresource is not None and sub != subresource:
             continue
-        out.append(Writer(manager, _text(entry, "operation"), sub, _text(entry, "time")))
+        out.append(Writer(manager, field_str(entry, "operation"), sub, field_str(entry, "time")))
     return tuple(out)
 
 

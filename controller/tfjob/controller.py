@@ -249,7 +249,7 @@ class TFJobController:
                     expectations.creation_observed(new_key, kind, new_meta["name"])
                 if new_meta.get("deletionTimestamp"):
                     expectations.deletion_observed(new_key, new_uid)
-            for key in {old_key, new_key} - {None}:
+            for key in {k for k in (old_key, new_key) if k is not None}:
                 enqueue(key)
 
         def deleted(obj: Obj | DeletedFinalStateUnknown) -> None:

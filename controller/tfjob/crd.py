@@ -226,7 +226,7 @@ class _ModelSchemaBuilder:
         raise SchemaGenerationError(f"{class_name}.{attr} has unsupported type {type_name!r}")
 
 
-def _required_attributes(cls: type) -> list[str]:
+def _required_attributes(cls: type[Any]) -> list[str]:
     """Attributes whose generated setter rejects None, i.e. fields the Kubernetes API requires.
 
     kubernetes_asyncio records "required" only as a None check in each property setter, active
@@ -236,7 +236,7 @@ def _required_attributes(cls: type) -> list[str]:
 
     config = Configuration()
     config.client_side_validation = True
-    probe = cls.__new__(cls)
+    probe = object.__new__(cls)  # without __init__: only the setters probed below run
     probe.local_vars_configuration = config
     required = []
     for attr in cls.openapi_types:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.runtime.jsonfields import field_dict, field_str
+
 from . import api, tfconfig
 from . import gang as ganglib
 from . import members as memberlib
@@ -184,10 +186,10 @@ class _Pass:
         self.config = config
         self.now_ts = _now_epoch(now)
         self.now_str = format_time(now)
-        metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
-        self.name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
-        self.namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else ""
-        self.uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else ""
+        metadata = field_dict(job, "metadata")
+        self.name = field_str(metadata, "name")
+        self.namespace = field_str(metadata, "namespace")
+        self.uid = field_str(metadata, "uid")
 
         self.conditions = sanitize_conditions(old_status.get("conditions"))
         self.start_time = self._old_time("startTime")
@@ -302,8 +304,8 @@ class _Pass:
         if is_finished(self.conditions):
             self._delete_pod_group()  # a job edited into an invalid one is finished: its gang goes
             # TTL still applies when its own field is usable: an invalid job must not linger forever.
-            spec = self.job.get("spec") if isinstance(self.job.get("spec"), dict) else {}
-            run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+            spec = field_dict(self.job, "spec")
+            run_policy = field_dict(spec, "runPolicy")
             ttl = _int_or_none(run_policy.get("ttlSecondsAfterFinished"))
             self._finish_time()
             self._ttl(ttl if ttl is not None and ttl >= 0 else None, run_policy.get("suspend") is True)
@@ -318,9 +320,7 @@ class _Pass:
         self.dynamic = spec.get("enableDynamicWorker") is True
         self.suspended = self.run_policy.get("suspend") is True
         self.has_chief = any(t in self.specs for t in api.CHIEF_TYPES)
-        self.old_replica_statuses: dict[str, Any] = (
-            self.old_status.get("replicaStatuses") if isinstance(self.old_status.get("replicaStatuses"), dict) else {}
-        )
+        self.old_replica_statuses: dict[str, Any] = field_dict(self.old_status, "replicaStatuses")
         self.records = parse_worker_records(self.old_status) if self.dynamic else {}
         # The Worker members of a dynamic job (members.py): as recorded until this pass plans them.
         self.members = memberlib.recorded(self.old_status) if self.dynamic else None
@@ -360,7 +360,8 @@ class _Pass:
                     slots[replica_type].setdefault(index, []).append(obj)
 
     def _replicas(self, replica_type: str) -> int:
-        return self.specs[replica_type]["replicas"]
+        replicas: int = self.specs[replica_type]["replicas"]  # defaulted and validated
+        return replicas
 
     def _selector(self, replica_type: str) -> str:
         return podlib.type_selector(self.name, replica_type, self.config.controller_name)

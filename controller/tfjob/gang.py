@@ -193,16 +193,16 @@ def parse_quantity(value: Any) -> tuple[Decimal, bool] | None:
     text = value.strip()
     for suffix in sorted(_SUFFIXES, key=len, reverse=True):
         if suffix and text.endswith(suffix):
-            number, multiplier = text[: -len(suffix)], _SUFFIXES[suffix]
+            digits, multiplier = text[: -len(suffix)], _SUFFIXES[suffix]
             binary = suffix.endswith("i")
             break
     else:
-        number, multiplier, binary = text, Decimal(1), False
+        digits, multiplier, binary = text, Decimal(1), False
     try:
-        parsed = Decimal(number)
+        parsed = Decimal(digits)
     except InvalidOperation:
         return None
-    if not parsed.is_finite() or number.strip() != number or not number:
+    if not parsed.is_finite() or digits.strip() != digits or not digits:
         return None
     return parsed * multiplier, binary
 
@@ -248,8 +248,8 @@ def type_priority(job: dict[str, Any], replica_type: str, priority_classes: Mapp
     template = job["spec"]["tfReplicaSpecs"][replica_type].get("template")
     spec = template.get("spec") if isinstance(template, dict) else None
     name = spec.get("priorityClassName") if isinstance(spec, dict) else None
-    value = priority_classes.get(name) if isinstance(name, str) else None
-    return value if _int(value) is not None else 0
+    value = _int(priority_classes.get(name)) if isinstance(name, str) else None
+    return 0 if value is None else value
 
 
 def min_resources(job: dict[str, Any], members: int, priority_classes: Mapping[str, int]) -> dict[str, str]:

@@ -10,18 +10,24 @@ that is not plain JSON is still handed to deepcopy, so the copy is exact whateve
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeVar, cast
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
+T = TypeVar("T")
 
-def json_copy(obj: Any) -> Any:
-    """A copy of ``obj`` equal to it that shares no dict or list with it."""
+
+def json_copy(obj: T) -> T:
+    """A copy of ``obj`` equal to it (of the same type) that shares no dict or list with it."""
+    return cast(T, _copy(obj))  # a copy has the type of its original
+
+
+def _copy(obj: Any) -> Any:
     kind = type(obj)
     if kind is dict:
-        return {key: json_copy(value) for key, value in obj.items()}
+        return {key: _copy(value) for key, value in obj.items()}
     if kind is list:
-        return [json_copy(value) for value in obj]
+        return [_copy(value) for value in obj]
     if kind in _ATOMS:
         return obj
     return copy.deepcopy(obj)

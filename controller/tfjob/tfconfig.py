@@ -46,7 +46,8 @@ def _go_json(value: Any) -> str:
 
 
 def replica_specs(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return job["spec"]["tfReplicaSpecs"]
+    specs: dict[str, dict[str, Any]] = job["spec"]["tfReplicaSpecs"]  # a validated job's shape
+    return specs
 
 
 def replicas_of(job: dict[str, Any], replica_type: str) -> int:
@@ -54,7 +55,8 @@ def replicas_of(job: dict[str, Any], replica_type: str) -> int:
     replica_spec = replica_specs(job).get(replica_type)
     if replica_spec is None:
         return 0
-    return replica_spec.get("replicas", api.DEFAULT_REPLICAS)
+    replicas: int = replica_spec.get("replicas", api.DEFAULT_REPLICAS)
+    return replicas
 
 
 def is_distributed(job: dict[str, Any]) -> bool:
@@ -63,17 +65,18 @@ def is_distributed(job: dict[str, Any]) -> bool:
     if job["spec"].get("enableDynamicWorker") is True:
         return True
     specs = replica_specs(job)
-    total = sum(
-        (specs[t].get("replicas") if specs[t].get("replicas") is not None else 1)
-        for t in api.REPLICA_TYPES
-        if t in specs
-    )
+    total = 0
+    for replica_type in api.REPLICA_TYPES:
+        if replica_type in specs:
+            replicas = specs[replica_type].get("replicas")
+            total += 1 if replicas is None else replicas
     return total != 1
 
 
 def tensorflow_container(pod_spec: dict[str, Any]) -> dict[str, Any] | None:
     """The first container named ``tensorflow`` in a pod spec, or None."""
-    for container in pod_spec.get("containers") or []:
+    containers: list[dict[str, Any]] = pod_spec.get("containers") or []
+    for container in containers:
         if container.get("name") == api.DEFAULT_CONTAINER_NAME:
             return container
     return None
@@ -86,7 +89,8 @@ def replica_port(job: dict[str, Any], replica_type: str) -> int:
     if container is not None:
         for port in container.get("ports") or []:
             if port.get("name") == api.DEFAULT_PORT_NAME:
-                return port["containerPort"]
+                number: int = port["containerPort"]
+                return number
     return api.DEFAULT_PORT
 
 

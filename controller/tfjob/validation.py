@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import api
 from .conditions import parse_time
@@ -104,7 +104,7 @@ def summarize(errors: list[FieldError]) -> str:
     return "[" + ", ".join(texts) + "]"
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
