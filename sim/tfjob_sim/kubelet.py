@@ -55,11 +55,9 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
 import anyio
@@ -69,7 +67,9 @@ import structlog
 from tfjob_sim.errors import ApiError, not_found
 from tfjob_sim.events import EventRecorder, node_reference, object_reference
 from tfjob_sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_RESOURCES, GANG_SCHEDULERS, GangScheduler
-from tfjob_sim.logs import LOG_INTERVAL_SECONDS, LogSource, render_lines
+from tfjob_sim.gang.common import Extra, GangStore, Node
+from tfjob_sim.logs import LOG_INTERVAL_SECONDS, LogSource, Source, render_lines
+from tfjob_sim.quantity import parse_quantity
 from tfjob_sim.resources import qos_class, set_condition, with_transition
 from tfjob_sim.store import rfc3339
 
@@ -121,32 +121,12 @@ SIM_KUBELET_VERSION = "v1.31.0"
 RUNTIMES = ("annotations", "process")
 
 
-class StoreLike(Protocol):
-    """The subset of tfjob_sim.store.Store this module uses (see the Store docstring)."""
+class StoreLike(GangStore, Protocol):
+    """The subset of tfjob_sim.store.Store this module uses: what the gang schedulers it drives use, and these."""
 
     resource_version: int
 
-    def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
-
-    def list(
-        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
-    ) -> tuple[list[dict], str]: ...
-
-    def create(self, resource: str, namespace: str | None, obj: dict) -> dict: ...
-
-    def patch(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        patch_type: str,
-        patch: Any,
-        subresource: str | None = None,
-    ) -> dict: ...
-
     def delete(self, resource: str, namespace: str | None, name: str, options: dict | None = None) -> dict: ...
-
-    def bind(self, namespace: str, name: str, binding: dict) -> dict: ...
 
     def add_listener(self, fn: Callable[[str, str, dict | None, dict | None], None]) -> Callable[[], None]: ...
 
@@ -169,7 +149,7 @@ class KubeletConfig:
     pod_gc_orphan_seconds: float = 40.0
     node_name_prefix: str = "sim-node-"
     # spec.schedulerName -> the gang scheduler it selects ("volcano" or "scheduler-plugins"); each
-    # runs only while its PodGroup CRD is served (sim/tfjob_sim/gang.py).
+    # runs only while its PodGroup CRD is served (sim/tfjob_sim/gang/).
     gang_scheduler_names: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_GANG_SCHEDULER_NAMES))
     # "annotations": containers are simulated, steered by annotations (the table above); "process":
     # every container is a real process in its pod's network namespace (sim/tfjob_sim/process/),
@@ -213,49 +193,6 @@ class KubeletConfig:
 def now_timestamp() -> str:
     """metav1.Time: RFC 3339, UTC, whole seconds."""
     return rfc3339(time.time())
-
-
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_SUFFIX = {
-    None: Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A resource.Quantity ("500m", "1Gi", "1e3", 2) as a Decimal; ValueError for anything else."""
-    if isinstance(value, bool):
-        raise ValueError(f"quantities must match the regular expression, got {value!r}")
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        raise ValueError(f"quantities must be strings or numbers, got {value!r}")
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise ValueError(
-            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got {value!r}"
-        )
-    number, suffix = match.groups()
-    try:
-        if suffix and suffix[0] in "eE":
-            return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
-        return Decimal(number) * _SUFFIX[suffix]
-    except InvalidOperation as exc:
-        raise ValueError(f"invalid quantity {value!r}") from exc
 
 
 def _milli(value: Any) -> int:
@@ -430,6 +367,7 @@ def _match_expression(expr: dict, labels: dict, name: str, is_field: bool) -> bo
     key = expr.get("key", "")
     op = expr.get("operator", "")
     values = expr.get("values") or []
+    value: Any  # a label value from the JSON (or the pod name)
     if is_field:
         present, value = key == "metadata.name", name
     else:
@@ -598,7 +536,7 @@ class _PodRecord:
     timer_token: int = 0
     creating_since: float | None = None  # admitted: images are being pulled
     pulling: str | None = None  # fieldPath of the container whose image is being pulled
-    logs: dict[str, LogSource] | None = None  # containerID -> output of the current and previous instances
+    logs: dict[str, Source] | None = None  # containerID -> output of the current and previous instances
     scheduling_attempted: bool = False  # FailedScheduling reported for the present attempt
     bad_annotations: set[str] | None = None  # "key=value" already warned about
     proc: Any = None  # the process runtime's per-container state (tfjob_sim.process.pods)
@@ -1182,23 +1120,66 @@ class Kubelet:
             self._unschedulable.pop(rec.uid, None)
             return None
         scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
-        # A gang scheduler's pod in a PodGroup is placed with its group (sim/tfjob_sim/gang.py); one
+        # A gang scheduler's pod in a PodGroup is placed with its group (sim/tfjob_sim/gang/); one
         # without a group is scheduled here under that scheduler's name; any other scheduler's pod
         # (or a gang scheduler's whose CRD is not served): nobody here binds it.
         if scheduler != DEFAULT_SCHEDULER and self.gang.handles(pod, scheduler) != "single":
             return None
-        total = len(self._nodes)
-        if rec.requests_error is not None:
-            message = f"0/{total} nodes are available: invalid resource requests: {rec.requests_error}."
-            return self._mark_unschedulable(pod, rec, message, scheduler)
-        if not self._nodes:
-            return self._mark_unschedulable(pod, rec, "no nodes available to schedule pods", scheduler)
-        chosen, message = self.find_node(pod, rec.requests)
+        chosen, message = self.place(pod, {})
         if chosen is None:
-            return self._mark_unschedulable(pod, rec, message, scheduler)
+            self._mark_unschedulable(pod, rec, message, scheduler)
+            return None
         self._bind(pod, chosen, scheduler)
         self._unschedulable.pop(rec.uid, None)
         return None
+
+    # --- the gang schedulers' Placement (tfjob_sim.gang.common): what they may use of this scheduler
+
+    @property
+    def store(self) -> StoreLike:
+        return self._store
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    def requests(self, pod: dict) -> tuple[int, int]:
+        rec = self._pods.get((pod.get("metadata") or {}).get("uid", ""))
+        return rec.requests if rec is not None and rec.requests_error is None else (0, 0)
+
+    def place(self, pod: dict, extra: Extra) -> tuple[str | None, str]:
+        """A node for ``pod`` on top of ``extra`` (kube-scheduler's filters and score), or None and the
+        FitError message: invalid requests and an empty cluster are told apart, as kube-scheduler does."""
+        rec = self._pods.get((pod.get("metadata") or {}).get("uid", ""))
+        if rec is not None and rec.requests_error is not None:
+            return (
+                None,
+                f"0/{len(self._nodes)} nodes are available: invalid resource requests: {rec.requests_error}.",
+            )
+        if not self._nodes:
+            return None, "no nodes available to schedule pods"
+        return self.find_node(pod, rec.requests if rec is not None else (0, 0), extra)
+
+    def filter(self, node: Node, pod: dict, extra: Extra) -> str | None:
+        own = self._nodes.get(node.name)
+        if own is None:
+            return "node(s) not found"
+        spec = pod.get("spec") or {}
+        forced = ((pod.get("metadata") or {}).get("annotations") or {}).get(UNSCHEDULABLE) == "true"
+        found = self._filter(own, spec, spec.get("tolerations") or [], forced, 0, 0, extra.get(node.name))
+        return found[0] if found else None
+
+    def bind(self, pod: dict, node: str, scheduler: str) -> None:
+        self._bind(pod, node, scheduler)
+
+    def unschedulable(self, pod: dict, message: str, scheduler: str) -> None:
+        rec = self._pods.get((pod.get("metadata") or {}).get("uid", ""))
+        if rec is None:
+            return
+        rec.scheduling_attempted = False  # every round of a gang is a new attempt
+        self._mark_unschedulable(pod, rec, message, scheduler=scheduler, retry=False)
+
+    def write_status(self, pod: dict, desired: dict[str, Any]) -> None:
+        self._write_status(pod, desired)
 
     def find_node(
         self, pod: dict, requests: tuple[int, int], extra: dict[str, tuple[int, int, int]] | None = None
@@ -1263,7 +1244,7 @@ class Kubelet:
         return passing, reasons
 
     @staticmethod
-    def score(node: _Node, cpu: int, mem: int, extra: tuple[int, int, int] | None = None) -> tuple[float, int, str]:
+    def score(node: Node, cpu: int, mem: int, extra: tuple[int, int, int] | None = None) -> tuple[float, int, str]:
         """Least allocated first (lower is better), then fewer pods, then the name."""
         add = extra or (0, 0, 0)
         cpu_frac = (node.used_cpu_m + add[0] + cpu) / node.cpu_m if node.cpu_m else 1.0
@@ -1408,12 +1389,12 @@ class Kubelet:
         toleration = _tolerates((pod.get("spec") or {}).get("tolerations") or [], taint)
         if toleration is None:
             # DefaultTolerationSeconds admission gives every pod this toleration; our store does not.
-            seconds: float | None = self.config.node_eviction_seconds
+            seconds = float(self.config.node_eviction_seconds)
         else:
-            seconds = toleration.get("tolerationSeconds")
-            if seconds is None:
+            given = toleration.get("tolerationSeconds")
+            if given is None:
                 return None  # tolerates the taint forever
-            seconds = max(0.0, float(seconds))
+            seconds = max(0.0, float(given))
         now = anyio.current_time()
         due = (node.not_ready_since or now) + seconds * self._scale
         if now < due:
@@ -1705,7 +1686,7 @@ class Kubelet:
 
     # --- container logs
 
-    def log_source(self, uid: str, container_id: str) -> LogSource | None:
+    def log_source(self, uid: str, container_id: str) -> Source | None:
         """The output of a container instance this kubelet still keeps (current or previous), or None."""
         rec = self._pods.get(uid)
         if rec is None or rec.logs is None:
@@ -1721,17 +1702,17 @@ class Kubelet:
         interval = (self._annotation_seconds(pod, rec, LOG_INTERVAL_SECONDS) or 0.0) * self._scale
         now = _wall(started)
         old = rec.logs or {}
-        logs: dict[str, LogSource] = {}
+        logs: dict[str, Source] = {}
         spec = pod.get("spec") or {}
         for c in spec.get("initContainers") or []:
             if not isinstance(c, dict):
                 continue
             cid = self._container_id(rec, "init-" + c.get("name", ""), 0)
-            source = old.get(cid)
-            if source is None:
-                source = LogSource(cid, render_lines(annotations, namespace, name, c.get("name", ""), 0), now, 0.0)
-                source.end(now)
-            logs[cid] = source
+            kept = old.get(cid)
+            if kept is None:
+                kept = LogSource(cid, render_lines(annotations, namespace, name, c.get("name", ""), 0), now, 0.0)
+                kept.end(now)
+            logs[cid] = kept
         for c in spec.get("containers") or []:
             if not isinstance(c, dict):
                 continue

@@ -247,7 +247,10 @@ class Source(Protocol):
     """What serve_pod_log reads: a container instance's lines (LogSource, or the process runtime's
     captured output), each with the wall time it was printed."""
 
+    container_id: str
     finished: float | None
+
+    def end(self, when: float) -> None: ...
 
     def printed(self, now: float) -> int: ...
 

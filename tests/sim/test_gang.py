@@ -1,4 +1,4 @@
-"""The simulated gang schedulers (sim/tfjob_sim/gang.py) on a cluster with little capacity (two nodes
+"""The simulated gang schedulers (sim/tfjob_sim/gang/) on a cluster with little capacity (two nodes
 of 4 CPUs): all-or-nothing placement per PodGroup, admission of Volcano groups before their pods
 exist, lowering minMember, pods beyond minMember placed one by one, PodGroup phases and counts as
 each scheduler writes them, the messages of unplaceable gangs, and the real kubectl showing it all.

@@ -115,8 +115,8 @@ def container_env(
             data = dict(obj.get("data") or {})
             if kind == "secret":
                 data = {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
-            for key, value in data.items():
-                env[prefix + key] = str(value)
+            for key, text in data.items():
+                env[prefix + key] = str(text)
     for var in container.get("env") or []:
         name = var.get("name", "")
         if "value" in var or "valueFrom" not in var:
@@ -142,7 +142,7 @@ def container_env(
 
 
 def _resource_field(container: dict, ref: dict) -> str:
-    from tfjob_sim.kubelet import parse_quantity
+    from tfjob_sim.quantity import parse_quantity
 
     resource = ref.get("resource", "")
     kind, _, name = resource.partition(".")
@@ -193,7 +193,7 @@ def credentials(pod: dict, container: dict) -> tuple[int | None, int | None, tup
 
 
 def memory_limit(container: dict) -> int | None:
-    from tfjob_sim.kubelet import parse_quantity
+    from tfjob_sim.quantity import parse_quantity
 
     value = ((container.get("resources") or {}).get("limits") or {}).get("memory")
     if value is None:

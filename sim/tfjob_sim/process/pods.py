@@ -55,6 +55,7 @@ from tfjob_sim.kubelet import (
     prestop_sleep_seconds,
     restarts,
 )
+from tfjob_sim.logs import Source
 from tfjob_sim.process import env as env_mod
 from tfjob_sim.process.runtime import Instance, LaunchSpec, ProcessRuntime
 
@@ -368,7 +369,7 @@ class ProcessPods:
     def _keep_logs(self, rec: _PodRecord) -> None:
         """The kubelet keeps the current and the previous instance of each container; older go."""
         p: _PodProcesses = rec.proc
-        logs = {}
+        logs: dict[str, Source] = {}
         for c in p.all():
             for instance in (c.instance, c.last_instance, c.older_instance):
                 if instance is not None:
@@ -567,6 +568,6 @@ class ProcessPods:
                 out["containerID"] = kubelet._container_id(rec, name, c.current.instance)
             out["state"] = {"terminated": kubelet._terminated(rec, name, c.current)}
         else:
-            reason, message = c.waiting
-            out["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+            reason, detail = c.waiting
+            out["state"] = {"waiting": {"reason": reason, **({"message": detail} if detail else {})}}
         return out
