@@ -169,7 +169,8 @@ STARTING = (
 SEGMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "failover": (
         ("fault -> old said stopping", "fault", "old_last_words"),
-        ("old said stopping -> gone", "old_last_words", "gone"),
+        ("old said stopping -> old exited", "old_last_words", "old_exited"),
+        ("old exited -> gone", "old_exited", "gone"),
         ("fault -> gone", "fault", "gone"),
         ("gone -> created", "gone", "created"),
         *STARTING,
@@ -517,6 +518,7 @@ class Bench:
                 "reason": None,
                 "deleting": None,
                 "deleted": None,
+                "log_ended": None,
             }
         status = pod.get("status") or {}
         if seen["scheduled"] is None and (pod.get("spec") or {}).get("nodeName"):
@@ -566,6 +568,8 @@ class Bench:
 
     async def follow(self, pod: dict[str, Any]) -> None:
         """Every line of one worker instance, as ``kubectl logs -f --timestamps`` reads them."""
+        import time
+
         import aiohttp
 
         lines = self.lines.setdefault(pod["uid"], [])
@@ -585,6 +589,9 @@ class Bench:
                 if step is not None:
                     self.points.append((parsed[0], step))
                 self.notify()
+        # A followed log ends when the instance's process has exited and its output is drained.
+        pod["log_ended"] = time.time()
+        self.notify()
 
     async def watch_job(self) -> None:
         """Poll the job once a second: every poll that finds it not Running is recorded."""
@@ -673,6 +680,7 @@ class Bench:
             await self.client.patch(TFJOBS, JOB, {"spec": {"replicas": WORKERS + 1}}, namespace=NS, subresource="scale")
 
     async def event(self, kind: str, index: int) -> dict[str, Any]:
+        import asyncio
         import time
 
         from controller.tfjob.executor import TFJOBS
@@ -693,6 +701,7 @@ class Bench:
             )  # fmt: skip
             event["gone"] = old["terminated"] if kind == "oom" else old["deleted"]
             event["old_last_words"] = last_words(self.lines.get(old["uid"], []))
+            event["old_exited"] = old["log_ended"]
         event |= {"new_uid": new["uid"], "created": new["created"], "scheduled": new["scheduled"]}
         event["running"] = new["running"]
         event |= milestones(self.lines[new["uid"]])
@@ -702,6 +711,8 @@ class Bench:
             record = (((job.get("status") or {}).get("dynamicWorkers") or {}).get("workers") or {}).get(str(index))
             event["controller_reason"] = (record or {}).get("lastReason")
         if kind == "scale-up":
+            # Four workers train for the "after" window before the job is scaled back to three.
+            await asyncio.sleep(max(0.0, event["first_step"] + self.args.settle - time.time()))
             lowered = time.time()
             await self.client.patch(TFJOBS, JOB, {"spec": {"replicas": WORKERS}}, namespace=NS, subresource="scale")
             await self.until(lambda: self.live(name) is None, EVENT_TIMEOUT, f"{name} removed by the scale-down")
@@ -790,7 +801,10 @@ class Bench:
             for kind in plan(self.args.per_kind, self.args.scale_ups):
                 if last is not None:
                     await asyncio.sleep(max(0.0, last["fault"] + self.args.every - time.time()))
-                    await asyncio.sleep(max(0.0, last["first_step"] + self.args.settle - time.time()))
+                    since = last["first_step"] + self.args.settle
+                    if last["kind"] == "scale-up":  # the 3 workers left train a full window before the next fault
+                        since += last["scale_down_seconds"] + self.args.settle
+                    await asyncio.sleep(max(0.0, since - time.time()))
                 await self.until(
                     lambda: all(self.training(i) for i in range(WORKERS)), EVENT_TIMEOUT, "3 workers train"
                 )

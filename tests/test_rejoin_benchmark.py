@@ -84,7 +84,8 @@ def raw_record() -> dict:
     steps += [[100 + t / 5, 1000 + t] for t in range(1, 101)]  # 5 steps/s from t=100 to t=120
     steps += [[120 + t / 10, 1100 + t] for t in range(1, 801)]  # 10 steps/s again until t=200
     delete = {
-        "kind": "delete", "index": 1, "shared_before": 1000, "fault": 100.0, "old_last_words": 100.2, "gone": 101.0, "created": 101.3,
+        "kind": "delete", "index": 1, "shared_before": 1000, "fault": 100.0, "old_last_words": 100.2, "old_exited": 100.5,
+        "gone": 101.0, "created": 101.3,
         "running": 102.0, "started": 102.5, "imported": 110.0, "joined": 118.0, "first_step": 120.0, "step": 1100,
         "shared_at_first_step": 1096,
     }  # fmt: skip
@@ -105,7 +106,8 @@ def test_the_summary_gives_each_segment_the_throughput_and_flags_a_worker_that_s
     assert delete["count"] == 1 and delete["rejoined_at_shared_step"] == 1
     segments = {label: stats["p50"] for label, stats in delete["segments"].items()}
     assert segments["fault -> old said stopping"] == pytest.approx(0.2)
-    assert segments["old said stopping -> gone"] == pytest.approx(0.8)
+    assert segments["old said stopping -> old exited"] == pytest.approx(0.3)
+    assert segments["old exited -> gone"] == pytest.approx(0.5)
     assert segments["fault -> gone"] == pytest.approx(1.0)
     assert delete["first_step_minus_job_step"]["max"] == 4
     assert segments["gone -> created"] == pytest.approx(0.3)
