@@ -226,6 +226,16 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             if event.get("step") is None or event["step"] < event["shared_before"]:
                 below.append(event)
         table = SEGMENTS["scale-up" if kind == "scale-up" else "failover"]
+        if kind == "oom":
+            # The first OOM kill of an index is replaced at once; a repeated one waits for its back-off (10 ms
+            # here) until retryAfter, which the controller records in whole seconds, rounded up.
+            seen: set[int] = set()
+            first, repeated = [], []
+            for event in events:
+                if event.get("gone") is not None and event.get("created") is not None:
+                    (repeated if event["index"] in seen else first).append(event["created"] - event["gone"])
+                seen.add(event["index"])
+            streaks = {"an index's first": describe(first), "a repeated": describe(repeated)}
         out[kind] = {
             "count": len(events),
             "segments": {label: describe(durations.get(label, [])) for label, _, _ in table},
@@ -236,6 +246,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             "first_step_minus_job_step": describe(gaps),
             "not_at_shared_step": [{"index": e["index"], "fault": e["fault"]} for e in below],
         }
+        if kind == "oom":
+            out[kind]["gone -> created by OOM kill of the index"] = streaks
     return out
 
 
@@ -267,6 +279,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
             else:
                 lines.append(
                     f"| {label} | {stats['n']} | {_fmt(stats['p50'])} | {_fmt(stats['p99'])} | {_fmt(stats['max'])} |"
+                )
+        for streak, stats in (result.get("gone -> created by OOM kill of the index") or {}).items():
+            if stats:
+                lines.append(
+                    f"| gone -> created, {streak} OOM kill | {stats['n']} | {_fmt(stats['p50'])} | "
+                    f"{_fmt(stats['p99'])} | {_fmt(stats['max'])} |"
                 )
         lines += ["", "| global steps/s | n | p50 | mean | min |", "|---|---|---|---|---|"]
         for phase, stats in result["throughput"].items():

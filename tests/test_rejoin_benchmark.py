@@ -97,7 +97,16 @@ def raw_record() -> dict:
         "kind": "scale-up", "index": 3, "shared_before": 1600, "fault": 170.0, "created": 170.2, "running": 171.0,
         "started": 171.5, "imported": 178.0, "joined": 180.0, "first_step": 181.0, "step": 1710,
     }  # fmt: skip
-    return {"settings": {"settle": 8.0}, "steps": steps, "events": [delete, oom, scale_up]}
+    oom_again = {
+        **oom,
+        "fault": 190.0,
+        "gone": 191.0,
+        "created": 191.9,
+        "running": None,
+        "joined": None,
+        "first_step": None,
+    }
+    return {"settings": {"settle": 8.0}, "steps": steps, "events": [delete, oom, scale_up, oom_again]}
 
 
 def test_the_summary_gives_each_segment_the_throughput_and_flags_a_worker_that_started_over() -> None:
@@ -120,8 +129,12 @@ def test_the_summary_gives_each_segment_the_throughput_and_flags_a_worker_that_s
     assert delete["throughput"]["after"]["p50"] == pytest.approx(10.0)
 
     oom = summary["oom"]
-    assert oom["rejoined_at_shared_step"] == 0  # its first step (12) is below the step before the fault
-    assert oom["not_at_shared_step"] == [{"index": 2, "fault": 150.0}]
+    assert oom["rejoined_at_shared_step"] == 0  # the first's first step (12) is below the step before the fault
+    # ... and the second has none (its replacement never trained)
+    assert oom["not_at_shared_step"] == [{"index": 2, "fault": 150.0}, {"index": 2, "fault": 190.0}]
+    streaks = oom["gone -> created by OOM kill of the index"]
+    assert streaks["an index's first"]["max"] == pytest.approx(0.5)
+    assert streaks["a repeated"]["max"] == pytest.approx(0.9)
     assert oom["segments"]["python started -> TF imported"] is None  # not observed: no figure made up
 
     scale_up = summary["scale-up"]
@@ -131,7 +144,8 @@ def test_the_summary_gives_each_segment_the_throughput_and_flags_a_worker_that_s
 
     table = rejoin.render_markdown(summary)
     assert "| gone -> created | 1 | 0.30 | 0.30 | 0.30 |" in table
-    assert "first step at the shared global step: 0 of 1" in table
+    assert "first step at the shared global step: 0 of 2" in table
+    assert "| gone -> created, a repeated OOM kill | 1 | 0.90 | 0.90 | 0.90 |" in table
     assert "first step minus the job's last logged step before it: p50 4, max 4" in table
     assert "| python started -> TF imported | 0 | – | – | – |" in table
     assert "| during | 1 | 5.0 | 5.0 | 5.0 |" in table
