@@ -338,6 +338,16 @@ def render_context(raw: dict[str, Any]) -> str:
     if failovers:
         lines += ["", "| controller's tfjob_worker_failover_seconds | count | mean (s) |", "|---|---|---|"]
         lines += [f"| reason={reason} | {v['count']:g} | {_fmt(v['mean'])} |" for reason, v in failovers.items()]
+    reconciles = raw.get("controller_metrics") or {}
+    count = next(
+        (v for k, v in reconciles.items() if k.startswith("controller_runtime_reconcile_time_seconds_count")), 0
+    )
+    total = next((v for k, v in reconciles.items() if k.startswith("controller_runtime_reconcile_time_seconds_sum")), 0)
+    if count:
+        lines += [
+            "",
+            f"The controller's reconciles during the run: {count:g}, {1000 * total / count:.1f} ms each on average.",
+        ]
     loads = raw.get("load") or []
     if loads:
         one = [sample[1] for sample in loads]
@@ -823,6 +833,10 @@ class Bench:
                     if last["kind"] == "scale-up":  # the 3 workers left train a full window before the next fault
                         since += last["scale_down_seconds"] + self.args.settle
                     await asyncio.sleep(max(0.0, since - time.time()))
+                if self.args.stop_at is not None and time.time() >= self.args.stop_at:
+                    self.raw["cut_short"] = f"--stop-at reached after {len(self.raw['events'])} events"
+                    say(self.raw["cut_short"])
+                    break
                 await self.until(
                     lambda: all(self.training(i) for i in range(WORKERS)), EVENT_TIMEOUT, "3 workers train"
                 )
@@ -855,6 +869,19 @@ def say(text: str) -> None:
     print(f"[rejoin {_dt.datetime.now(_dt.UTC):%H:%M:%S}] {text}", flush=True)
 
 
+def _utc_time(text: str) -> float:
+    """``HH:MM`` UTC -> the next such moment (seconds since the epoch)."""
+    try:
+        moment = _dt.datetime.strptime(text, "%H:%M").time()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HH:MM (UTC), got {text!r}") from None
+    now = _dt.datetime.now(_dt.UTC)
+    when = _dt.datetime.combine(now.date(), moment, tzinfo=_dt.UTC)
+    if when <= now:
+        when += _dt.timedelta(days=1)
+    return when.timestamp()
+
+
 def main(argv: list[str] | None = None) -> int:
     import asyncio
     import tempfile
@@ -870,6 +897,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=3, help="bare start-up probes at the start and at the end")
     parser.add_argument("--raw", help="raw JSON output (default docs/benchmarks/raw/rejoin-<date>.json)")
     parser.add_argument("--workdir", type=Path, help="logs, kubeconfig (default: a new temporary directory)")
+    parser.add_argument(
+        "--stop-at",
+        type=_utc_time,
+        metavar="HH:MM",
+        help="start no event after this UTC time (within 24 h); the run then ends as usual with what it measured",
+    )
     parser.add_argument("--summarize", metavar="RAW", help="print the tables of a raw record and exit")
     args = parser.parse_args(argv)
     if args.summarize:

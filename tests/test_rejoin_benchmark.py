@@ -4,6 +4,8 @@ hand-made records."""
 
 from __future__ import annotations
 
+import argparse
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,16 @@ def test_the_controllers_own_failover_metric_is_read_per_reason() -> None:
     assert "| reason=Deleted | 4 | 0.50 |" in text
     assert "min 1.50, p50 1.50, max 2.50 (2 samples" in text
     assert "not Running once it ran: 0." in text
+    assert "reconciles during the run: 20, 450.0 ms each" not in text  # no reconcile samples in this record
+    metrics["controller_runtime_reconcile_time_seconds_count{controller=tfjob-controller}"] = 20.0
+    assert "The controller's reconciles during the run: 20, 450.0 ms each on average." in rejoin.render_context(raw)
+
+
+def test_stop_at_is_the_next_such_utc_time_and_bad_input_is_a_clear_error() -> None:
+    now = time.time()
+    for text in ("00:00", "12:30", "23:59"):
+        when = rejoin._utc_time(text)
+        assert now < when <= now + 86400
+        assert time.strftime("%H:%M", time.gmtime(when)) == text
+    with pytest.raises(argparse.ArgumentTypeError, match="expected HH:MM"):
+        rejoin._utc_time("2 am")
