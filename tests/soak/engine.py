@@ -7,16 +7,35 @@ simulator's ``/_sim/`` fault API), with its own User-Agent; API faults (429/500/
 connections) are aimed at the controllers' User-Agent, so the observer keeps seeing the truth.
 
 Phases: start the simulator, install the CRD, start controllers ``a`` and ``b``, create a population of
-jobs of every shape; then, for ``fault_seconds``, a driver draws actions from ``random.Random(seed)``
-(faults, pod disruptions, scaling through the spec and ``/scale``, job creation and deletion, leader
-SIGKILLs at fixed fractions of the phase) while an observer LISTs jobs, pods and services every
-``observe_interval`` and feeds :class:`~tests.soak.invariants.InvariantChecker`. Then every fault is
-lifted; the cluster must converge within ``Bounds.converge_seconds``, stay write-free for
-``Bounds.quiet_seconds``, and lose every child within ``Bounds.orphan_seconds`` once all jobs are
-deleted. Logs, exits and RSS samples are judged last.
+jobs (shape after shape, in a seeded order); then, for ``fault_seconds``, a driver performs the steps of
+:func:`schedule` (faults, pod disruptions, scaling through the spec and ``/scale``, job deletion, a lost
+create) while the population is kept up and the leader is SIGKILLed at fixed fractions of the phase, and
+an observer LISTs jobs, pods and services every ``observe_interval`` and feeds
+:class:`~tests.soak.invariants.InvariantChecker`. Then every fault is lifted; the cluster must converge
+within ``Bounds.converge_seconds``, stay write-free for ``Bounds.quiet_seconds``, and lose every child
+within ``Bounds.orphan_seconds`` once all jobs are deleted. Logs, exits and RSS samples are judged last.
 
-The seed fixes the sequence of decisions (what to do next, when, to which of the currently listed
-objects); the controllers' timing is real, so two runs with one seed are alike, not identical.
+Coverage by construction, whatever the machine's speed. How many steps fit in ``fault_seconds`` depends on
+the machine; which kinds occur must not. So:
+
+* The schedule is a pure function of the seed: it opens with every kind of ``ACTION_WEIGHTS`` once, in a
+  seeded order, then draws kinds by weight. Each step carries the seed of its own RNG (its parameters, its
+  pick among the objects listed when it runs) and the pause after it, so no timing moves another step's
+  draws.
+* Every opening step is performed. No kind can still be active when its opening step comes (it is the
+  kind's first step). A step that needs a target (a live pod, a dynamic job, a new worker pod showing up)
+  and finds none, or whose target vanished before the request, tries again on the next snapshot for up
+  to ``target_wait_seconds``; past that the soak stops with a :class:`SoakError` naming the step, so a
+  kind is never silently missing. The fault phase lasts until the opening is done if that takes longer
+  than ``fault_seconds`` (on any machine that runs the soak at all it takes well under a minute), and
+  until the leader kills are done, bounded the same way.
+* Timed faults (``TIMED_KINDS``) hold at most one episode per kind: a step of a kind whose episode is
+  still running lifts that episode and starts its own. No step is dropped for a busy kind, and a kind
+  never overlaps itself (one kubelet pause, one GC pause, one delay rule per kind at a time).
+* After the opening, a step with nothing to act on is dropped: the opening already covered its kind.
+
+The controllers' timing is real, so two runs with one seed perform the same opening and start the same
+steps in the same order, but how many steps fit and what the cluster holds when each runs differ.
 
 Entry points: :func:`run_soak` (``SoakConfig`` -> ``SoakResult``) and :func:`render_markdown`.
 """
@@ -26,13 +45,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+import itertools
 import os
 import random
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +166,8 @@ class SoakConfig:
     max_worker_replicas: int = 5
     failover_backoff: tuple[float, float] = (1.0, 8.0)
     controller_workers: int = 4
+    # How long an opening step may wait for something to act on, and the phase for its leader kills.
+    target_wait_seconds: float = 60.0
     # Replaces the controller command (after the interpreter) for the end-to-end proof that a broken
     # controller fails the soak; None runs ``-m controller``.
     controller_command: list[str] | None = None
@@ -159,6 +181,7 @@ class SoakResult:
     duration: float = 0.0
     fault_seconds: float = 0.0
     faults: Counter[str] = field(default_factory=Counter)
+    opening: list[str] = field(default_factory=list)  # the kinds of the opening steps, as performed
     checks: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
@@ -187,6 +210,71 @@ class SoakResult:
             lines.append(f"... {len(self.violations)} violations in all")
         lines.append(f"rerun: benchmarks/soak.py --seed {self.seed} (logs in {self.workdir})")
         return "\n".join(lines)
+
+
+# --- the schedule ------------------------------------------------------------------------------------
+# Every kind of action the driver takes, with its weight in the draws after the opening.
+ACTION_WEIGHTS = {
+    "api-error": 4,
+    "latency": 2,
+    "dropped-connections": 1,
+    "watch-close": 2,
+    "watch-stall": 2,
+    "watch-delay": 1,
+    "compaction": 1,
+    "apiserver-restart": 1,
+    "kubelet-pause": 1,
+    "gc-pause": 1,
+    "node-not-ready": 1,
+    "worker-delete": 3,
+    "eviction": 2,
+    "oom": 2,
+    "error-exit": 2,
+    "scale-spec": 3,
+    "scale-subresource": 2,
+    "job-delete": 1,
+    "lost-create-relist": 1,
+}
+# The kinds that are episodes (a fault set now, lifted a few seconds later), at most one per kind at a time.
+TIMED_KINDS = frozenset(
+    {
+        "api-error",
+        "latency",
+        "dropped-connections",
+        "watch-stall",
+        "watch-delay",
+        "kubelet-pause",
+        "gc-pause",
+        "node-not-ready",
+    }
+)
+MAX_PAUSE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scheduled action: its kind, the seed of its own RNG (its parameters and its pick among the
+    objects listed when it runs), the pause after it, and whether it belongs to the opening."""
+
+    index: int
+    kind: str
+    seed: int
+    pause: float
+    opening: bool
+
+
+def schedule(seed: int, mean_interval: float) -> Iterator[Step]:
+    """The driver's steps for ``seed``, endless: the opening (every kind of ``ACTION_WEIGHTS`` once, in a
+    seeded order), then weighted draws. A pure function of its arguments: no clock, no cluster state."""
+    rng = random.Random(f"soak-schedule-{seed}")
+    opening = sorted(ACTION_WEIGHTS)
+    rng.shuffle(opening)
+    kinds, weights = list(ACTION_WEIGHTS), list(ACTION_WEIGHTS.values())
+    for index in itertools.count():
+        is_opening = index < len(opening)
+        kind = opening[index] if is_opening else rng.choices(kinds, weights=weights)[0]
+        pause = min(rng.expovariate(1 / mean_interval), MAX_PAUSE_SECONDS)
+        yield Step(index, kind, rng.getrandbits(64), pause, is_opening)
 
 
 class SoakError(Exception):
@@ -277,6 +365,9 @@ class Soak:
     def __init__(self, config: SoakConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
+        # Jobs are created shape after shape in a seeded order, so a population of len(SHAPES) jobs or more
+        # starts with every shape (dynamic ones among them, which scaling and lost creates act on).
+        self.shapes = itertools.cycle(self.rng.sample(SHAPES, len(SHAPES)))
         self.checker = InvariantChecker(config.bounds)
         self.result = SoakResult(
             config.seed, _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), workdir=str(config.workdir)
@@ -425,16 +516,20 @@ class Soak:
         self.undo.append((self.now() + seconds, what, undo))
 
     async def run_due_undos(self, everything: bool = False) -> None:
-        due = [u for u in self.undo if everything or u[0] <= self.now()]
-        self.undo = [u for u in self.undo if u not in due]
-        for _, _, undo in sorted(due, key=lambda u: u[0]):
+        await self.lift_episodes(lambda due, _what: everything or due <= self.now())
+
+    async def lift_episodes(self, which: Callable[[float, str], bool]) -> None:
+        """Run, in time order, the undos ``which(due, what)`` selects, and forget them."""
+        chosen = [u for u in self.undo if which(u[0], u[1])]
+        self.undo = [u for u in self.undo if u not in chosen]
+        for _, _, undo in sorted(chosen, key=lambda u: u[0]):
             result = undo()
             if asyncio.iscoroutine(result):
                 await result
 
     async def create_job(self) -> None:
         assert self.api is not None
-        shape = self.rng.choice(SHAPES)
+        shape = next(self.shapes)
         self.names += 1
         name = f"{shape.name}-{self.names}"
         await self.api.call("POST", TFJOBS, manifest(shape, name))
@@ -469,45 +564,42 @@ class Soak:
         if len(jobs) < self.config.jobs:
             await self.create_job()
 
-    async def act(self) -> None:
-        """One action drawn from the seeded RNG."""
+    async def attempt(self, step: Step, rng: random.Random, since: float) -> bool:
+        """One try at ``step`` (its RNG ``rng``, first tried at ``since``). True when the step is done with:
+        performed, or a later step that found nothing to act on (dropped). False when an opening step is to
+        try again on the next snapshot; an opening step that found nothing to act on (a live pod, a dynamic
+        job, a worker pod showing up in time) for ``target_wait_seconds`` is a :class:`SoakError`."""
+        if await self.act(step.kind, rng):
+            self.count(step.kind)
+            if step.opening:
+                self.result.opening.append(step.kind)
+            return True
+        if not step.opening:
+            return True
+        if self.now() - since >= self.config.target_wait_seconds:
+            raise SoakError(
+                f"opening step {step.index} ({step.kind}) found nothing to act on "
+                f"for {self.config.target_wait_seconds:.0f}s"
+            )
+        return False
+
+    async def act(self, kind: str, rng: random.Random) -> bool:
+        """One action of ``kind``, its parameters and targets drawn from ``rng``; False if nothing was done
+        (no target listed, or the target went away between the LIST and the action)."""
         assert self.api is not None
         api = self.api
-        kinds = {
-            "api-error": 4,
-            "latency": 2,
-            "dropped-connections": 1,
-            "watch-close": 2,
-            "watch-stall": 2,
-            "watch-delay": 1,
-            "compaction": 1,
-            "apiserver-restart": 1,
-            "kubelet-pause": 1,
-            "gc-pause": 1,
-            "node-not-ready": 1,
-            "worker-delete": 3,
-            "eviction": 2,
-            "oom": 2,
-            "error-exit": 2,
-            "scale-spec": 3,
-            "scale-subresource": 2,
-            "job-delete": 1,
-            "lost-create-relist": 1,
-        }
-        kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
         code = 200  # cluster-level faults either succeed or raise
-        duration = self.rng.uniform(2.0, 10.0)
-        active = {what for _, what, _ in self.undo}
-        if kind in active:
-            return  # one episode of a timed fault at a time
+        duration = rng.uniform(2.0, 10.0)
+        if kind in TIMED_KINDS:
+            await self.lift_episodes(lambda _due, what: what == kind)  # one episode per kind: the new one replaces it
         if kind == "api-error":
             rule = await api.sim(
                 "/faults",
                 {
-                    "code": self.rng.choice([429, 500, 503]),
-                    "rate": round(self.rng.uniform(0.1, 0.5), 2),
-                    "verb": self.rng.choice(["*", "create", "delete", "update", "patch", "list", "get"]),
-                    "resource": self.rng.choice(API_RESOURCES),
+                    "code": rng.choice([429, 500, 503]),
+                    "rate": round(rng.uniform(0.1, 0.5), 2),
+                    "verb": rng.choice(["*", "create", "delete", "update", "patch", "list", "get"]),
+                    "resource": rng.choice(API_RESOURCES),
                     "userAgent": CONTROLLER_AGENT,
                     "retryAfter": 1,
                 },
@@ -517,8 +609,8 @@ class Soak:
             rule = await api.sim(
                 "/faults",
                 {
-                    "latency": round(self.rng.uniform(0.05, 0.8), 2),
-                    "resource": self.rng.choice(API_RESOURCES),
+                    "latency": round(rng.uniform(0.05, 0.8), 2),
+                    "resource": rng.choice(API_RESOURCES),
                     "userAgent": CONTROLLER_AGENT,
                 },
             )
@@ -528,17 +620,17 @@ class Soak:
                 "/faults",
                 {
                     "drop": True,
-                    "rate": round(self.rng.uniform(0.05, 0.3), 2),
-                    "resource": self.rng.choice(API_RESOURCES),
+                    "rate": round(rng.uniform(0.05, 0.3), 2),
+                    "resource": rng.choice(API_RESOURCES),
                     "userAgent": CONTROLLER_AGENT,
                 },
             )
             self.later(duration, kind, lambda: api.sim(f"/faults/{rule['id']}", method="DELETE"))
         elif kind == "watch-close":
-            await api.sim("/watches/close", {"resource": self.rng.choice([None, *WATCHED])})
+            await api.sim("/watches/close", {"resource": rng.choice([None, *WATCHED])})
         elif kind == "watch-stall":
-            await api.sim("/watches/stall", {"resource": self.rng.choice(WATCHED), "includeNew": True})
-            compact = self.rng.random() < 0.5
+            await api.sim("/watches/stall", {"resource": rng.choice(WATCHED), "includeNew": True})
+            compact = rng.random() < 0.5
 
             async def unstall() -> None:
                 if compact:
@@ -547,10 +639,10 @@ class Soak:
 
             self.later(duration, kind, unstall)
         elif kind == "watch-delay":
-            resource = self.rng.choice(WATCHED)
+            resource = rng.choice(WATCHED)
             await api.sim(
                 "/watches/delay",
-                {"seconds": round(self.rng.uniform(0.2, 2.0), 2), "resource": resource, "userAgent": CONTROLLER_AGENT},
+                {"seconds": round(rng.uniform(0.2, 2.0), 2), "resource": resource, "userAgent": CONTROLLER_AGENT},
             )
             self.later(
                 duration,
@@ -574,16 +666,16 @@ class Soak:
 
             self.later(duration, kind, resume_gc)
         elif kind == "node-not-ready":
-            node = self.rng.choice(sorted(n["metadata"]["name"] for n in await api.items("/api/v1/nodes")))
+            node = rng.choice(sorted(n["metadata"]["name"] for n in await api.items("/api/v1/nodes")))
             await api.sim(f"/nodes/{node}/ready", {"ready": False})
-            self.later(self.rng.uniform(5.0, 25.0), kind, lambda: api.sim(f"/nodes/{node}/ready", {"ready": True}))
+            self.later(rng.uniform(5.0, 25.0), kind, lambda: api.sim(f"/nodes/{node}/ready", {"ready": True}))
         elif kind in ("worker-delete", "eviction", "oom", "error-exit"):
             pods = self.live_pods("Worker" if kind == "worker-delete" else None)
             if not pods:
-                return
-            pod = self.rng.choice(pods)["metadata"]["name"]
+                return False
+            pod = rng.choice(pods)["metadata"]["name"]
             if kind == "worker-delete":
-                grace = self.rng.choice([None, 0])
+                grace = rng.choice([None, 0])
                 options = {"kind": "DeleteOptions", "apiVersion": "v1"}
                 if grace is not None:
                     options["gracePeriodSeconds"] = grace
@@ -593,7 +685,7 @@ class Soak:
                     "eviction": {EVICT: "true"},
                     "oom": {EXIT_CODE: "137", REASON: "OOMKilled"},
                     "error-exit": {
-                        EXIT_CODE: str(self.rng.choice([1, 2, 3, 42, 255])),
+                        EXIT_CODE: str(rng.choice([1, 2, 3, 42, 255])),
                         REASON: "Error",
                     },
                 }[kind]
@@ -606,9 +698,9 @@ class Soak:
         elif kind in ("scale-spec", "scale-subresource"):
             jobs = [j for j in self.jobs() if is_dynamic(j) and not finished(j)]
             if not jobs:
-                return
-            name = self.rng.choice(jobs)["metadata"]["name"]
-            replicas = self.rng.randint(0, self.config.max_worker_replicas)
+                return False
+            name = rng.choice(jobs)["metadata"]["name"]
+            replicas = rng.randint(0, self.config.max_worker_replicas)
             if kind == "scale-spec":
                 body = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": replicas}}}}
                 code, _ = await api.call("PATCH", f"{TFJOBS}/{name}", body, content_type="application/merge-patch+json")
@@ -620,27 +712,25 @@ class Soak:
                     content_type="application/merge-patch+json",
                 )
         elif kind == "lost-create-relist":
-            if not await self.lose_a_create():
-                return
+            if not await self.lose_a_create(rng):
+                return False
         elif kind == "job-delete":
             jobs = [j for j in self.jobs() if not j["metadata"].get("deletionTimestamp")]
             if not jobs:
-                return
-            name = self.rng.choice(jobs)["metadata"]["name"]
+                return False
+            name = rng.choice(jobs)["metadata"]["name"]
             code, _ = await api.call(
                 "DELETE",
                 f"{TFJOBS}/{name}",
                 {
                     "kind": "DeleteOptions",
                     "apiVersion": "v1",
-                    "propagationPolicy": self.rng.choice(["Background", "Foreground"]),
+                    "propagationPolicy": rng.choice(["Background", "Foreground"]),
                 },
             )
-        if code >= 300:
-            return  # the target went away between the LIST and the action: nothing was done
-        self.count(kind)
+        return code < 300  # >= 300: the target went away between the LIST and the action
 
-    async def lose_a_create(self) -> bool:
+    async def lose_a_create(self, rng: random.Random) -> bool:
         """The frozen job: while the pods watch is stalled, a job scales up, its new worker is
         force-deleted before any watch event of it was sent, history is compacted, the watch resumes
         with 410 and a relist. A controller whose create expectation outlives that relist freezes."""
@@ -651,7 +741,7 @@ class Soak:
         ]
         if not jobs:
             return False
-        job = self.rng.choice(jobs)
+        job = rng.choice(jobs)
         name, uid = job["metadata"]["name"], job["metadata"]["uid"]
         replicas = (job["spec"]["tfReplicaSpecs"].get("Worker") or {}).get("replicas", 1)
         if not isinstance(replicas, int) or replicas >= self.config.max_worker_replicas:
@@ -697,6 +787,8 @@ class Soak:
         return True
 
     async def drive(self) -> None:
+        """The fault phase: the schedule's steps in order for ``fault_seconds``, and for as long after as the
+        opening and the leader kills need (each bounded: see the module docstring)."""
         phase_end = self.now() + self.config.fault_seconds
         # Kills spread over the first half of the faults, so the last leader leads for the second half:
         # its memory over a long stretch of leadership is what the flat-RSS check is about.
@@ -704,17 +796,32 @@ class Soak:
             self.now() + self.config.fault_seconds * 0.5 * (i + 1) / self.config.leader_kills
             for i in range(self.config.leader_kills)
         ]
+        steps = schedule(self.config.seed, self.config.mean_action_interval)
+        step, since = next(steps), 0.0
+        rng: random.Random | None = None
         next_population = self.now()
         self.faulting = True
-        while self.now() < phase_end:
+        while True:
             await self.run_due_undos()
             if kills and self.now() >= kills[0] and await self.kill_leader():
                 kills.pop(0)
             if self.now() >= next_population:
                 await self.manage_population()
                 next_population = self.now() + 2.0
-            await self.act()
-            await anyio.sleep(min(self.rng.expovariate(1 / self.config.mean_action_interval), 5.0))
+            if self.now() < phase_end or step.opening:
+                if rng is None:
+                    rng, since = random.Random(step.seed), self.now()
+                if await self.attempt(step, rng, since):
+                    await anyio.sleep(step.pause)
+                    step, rng = next(steps), None
+                else:
+                    await anyio.sleep(self.config.observe_interval)  # an opening step waits for a target
+            elif not kills:
+                break
+            elif self.now() > phase_end + self.config.target_wait_seconds:
+                raise SoakError(f"no leader to SIGKILL for {self.config.target_wait_seconds:.0f}s after the faults")
+            else:
+                await anyio.sleep(self.config.observe_interval)  # poll the Lease for a leader to kill
         self.faulting = False
 
     async def lift_faults(self) -> None:
