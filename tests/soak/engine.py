@@ -527,9 +527,10 @@ class Soak:
             if asyncio.iscoroutine(result):
                 await result
 
-    async def create_job(self) -> None:
+    async def create_job(self, dynamic: bool = False) -> None:
+        """Create a job of the next shape (the next dynamic shape if ``dynamic``)."""
         assert self.api is not None
-        shape = next(self.shapes)
+        shape = next(s for s in self.shapes if s.dynamic or not dynamic)
         self.names += 1
         name = f"{shape.name}-{self.names}"
         await self.api.call("POST", TFJOBS, manifest(shape, name))
@@ -545,7 +546,8 @@ class Soak:
         return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     async def manage_population(self) -> None:
-        """Delete jobs that finished a while ago (TTL jobs are left to the controller); keep the count."""
+        """Delete jobs that finished a while ago (TTL jobs are left to the controller); keep the count, and
+        one dynamic job unfinished (one more than the count if need be): scaling and lost creates act on it."""
         assert self.api is not None
         jobs = [j for j in self.jobs() if not j["metadata"].get("deletionTimestamp")]
         for job in jobs:
@@ -561,8 +563,9 @@ class Soak:
                         {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy},
                     )
                     self.count("job-delete-finished")
-        if len(jobs) < self.config.jobs:
-            await self.create_job()
+        dynamic_running = any(is_dynamic(j) and not finished(j) for j in jobs)
+        if len(jobs) < self.config.jobs or not dynamic_running:
+            await self.create_job(dynamic=not dynamic_running)
 
     async def attempt(self, step: Step, rng: random.Random, since: float) -> bool:
         """One try at ``step`` (its RNG ``rng``, first tried at ``since``). True when the step is done with:
@@ -988,8 +991,8 @@ class Soak:
                     await self.settle()
                     self.stopping = True
                     tg.cancel_scope.cancel()
-        except SoakError as exc:
-            self.result.error = str(exc)
+        except* SoakError as group:  # from the task group's body too, where it comes wrapped in a group
+            self.result.error = "; ".join(str(exc) for exc in group.exceptions)
         finally:
             with anyio.CancelScope(shield=True):
                 self.stopping = True
