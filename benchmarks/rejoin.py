@@ -409,6 +409,12 @@ def plan(per_kind: int, scale_ups: int) -> list[str]:
     return order
 
 
+def failover_index(n: int) -> int:
+    """The worker the ``n``-th failover (from 0) hits: the kinds take turns, and each round of them starts one
+    index further, so that every kind hits every worker."""
+    return (1 + n + n // len(FAILOVER_KINDS)) % WORKERS
+
+
 def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
@@ -840,7 +846,8 @@ class Bench:
                 await self.until(
                     lambda: all(self.training(i) for i in range(WORKERS)), EVENT_TIMEOUT, "3 workers train"
                 )
-                index = (1 + failovers) % WORKERS if kind != "scale-up" else WORKERS
+                # Each kind hits every index in turn (1, 2, 0; then 2, 0, 1; ...), not always the same one.
+                index = failover_index(failovers) if kind != "scale-up" else WORKERS
                 failovers += kind != "scale-up"
                 last = await self.event(kind, index)
                 self.raw["events"].append(last)

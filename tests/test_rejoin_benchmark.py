@@ -195,3 +195,9 @@ def test_stop_at_is_the_next_such_utc_time_and_bad_input_is_a_clear_error() -> N
         assert time.strftime("%H:%M", time.gmtime(when)) == text
     with pytest.raises(argparse.ArgumentTypeError, match="expected HH:MM"):
         rejoin._utc_time("2 am")
+
+
+def test_every_kind_of_failover_hits_every_worker_in_turn() -> None:
+    kinds = [k for k in rejoin.plan(3, 0)]
+    hits = {(kind, rejoin.failover_index(n)) for n, kind in enumerate(kinds)}
+    assert hits == {(kind, index) for kind in rejoin.FAILOVER_KINDS for index in range(rejoin.WORKERS)}
