@@ -105,24 +105,20 @@ class SimulatorMissing(RuntimeError):
 SIM_INSTALL_HINT = "install it from a checkout with: pip install -e '.[sim]'"
 
 
-def _simulator() -> ModuleType:
-    """The simulator package, which ships apart from the controller: its own distribution (``sim/``),
-    installed by the ``[sim]`` extra, never in the controller's wheel or image."""
+def _simulator(module: str = "tfjob_sim") -> ModuleType:
+    """The simulator package (or one of its modules), which ships apart from the controller: its own
+    distribution (``sim/``), installed by the ``[sim]`` extra, never in the controller's wheel or image."""
     try:
-        return importlib.import_module("tfjob_sim")
+        return importlib.import_module(module)
     except ImportError as exc:
         raise SimulatorMissing(f"the simulated cluster is not installed ({exc}); {SIM_INSTALL_HINT}") from None
 
 
 def _gang_schedulers(text: str) -> tuple[str, ...]:
     try:
-        crds = importlib.import_module("tfjob_sim.crds")
-    except ImportError:
-        raise argparse.ArgumentTypeError(f"the simulated cluster is not installed; {SIM_INSTALL_HINT}") from None
-    try:
-        schedulers: tuple[str, ...] = crds.parse_schedulers(text)
+        schedulers: tuple[str, ...] = _simulator("tfjob_sim.crds").parse_schedulers(text)
         return schedulers
-    except ValueError as exc:
+    except (SimulatorMissing, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

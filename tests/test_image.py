@@ -180,8 +180,10 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     # The simulator is not part of the product: not in the installed package, and `sim`/`demo` say in one
     # line how to get it.
-    installed = [path.relative_to(venv) for path in venv.rglob("*") if "sim" in path.name.lower()]
-    assert not [path for path in installed if "tfjob_sim" in str(path) or "/sim/" in f"/{path}/"], installed
+    simulator = [
+        str(path.relative_to(venv)) for pattern in ("tfjob_sim*", "tfjob-sim*", "sim") for path in venv.rglob(pattern)
+    ]
+    assert simulator == [], simulator
     for command in (["sim", "--kubeconfig", str(tmp_path / "kubeconfig")], ["demo"]):
         result = subprocess.run(
             [str(venv / "bin" / "tfjob-controller"), *command],
