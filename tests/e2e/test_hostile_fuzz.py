@@ -37,6 +37,7 @@ from tests.e2e.conftest import (
     start_operator,
     tfjob,
 )
+from tests.tfjob.hostile import deep, stored_json_values
 from tfjob_sim.cluster import SimCluster, SimConfig
 
 MAX_PODS = 16
@@ -57,45 +58,6 @@ def lawless_crd() -> dict[str, Any]:
         for part in ("spec", "status"):
             schema["properties"][part] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return crd
-
-
-# JSON the API server stores as sent: no NaN/infinity, integers a JSON number can carry exactly.
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**53), 2**53),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=16),
-    st.sampled_from(
-        [
-            "",
-            "Worker",
-            "PS",
-            "Chief",
-            "Never",
-            "OnFailure",
-            "ExitCode",
-            "tensorflow",
-            "True",
-            "ワーカー",
-            "\U0001f680",
-            "\u202e",
-            "a" * 300,
-        ]
-    ),
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=12,
-)
-
-
-def nested(depth: int) -> dict[str, Any]:
-    node: dict[str, Any] = {"value": "leaf"}
-    for _ in range(depth):
-        node = {"nested": node}
-    return node
 
 
 DAMAGES = [
@@ -135,19 +97,19 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
     chosen = draw(st.lists(st.sampled_from(DAMAGES), min_size=1, max_size=3, unique=True))
     for damage in sorted(chosen, key=DAMAGES.index):  # structure-breaking damage last
         if damage == "replicas":
-            worker["replicas"] = draw(st.one_of(st.integers(-5, -1), json_values))
+            worker["replicas"] = draw(st.one_of(st.integers(-5, -1), stored_json_values))
         elif damage == "huge-replicas":
             worker["replicas"] = draw(st.sampled_from([MAX_PODS + 1, 10_000, 10**9]))
         elif damage == "restart-policy":
-            worker["restartPolicy"] = draw(st.one_of(st.text(max_size=12), json_values))
+            worker["restartPolicy"] = draw(st.one_of(st.text(max_size=12), stored_json_values))
         elif damage == "no-tensorflow":
             worker["template"]["spec"]["containers"][0]["name"] = draw(st.sampled_from(["main", "TensorFlow"]))
         elif damage == "no-image":
             worker["template"]["spec"]["containers"][0]["image"] = draw(st.sampled_from(["", None, 7]))
         elif damage == "template-garbage":
-            worker["template"] = draw(json_values)
+            worker["template"] = draw(stored_json_values)
         elif damage == "deep-template":
-            worker["template"]["spec"]["containers"][0]["env"] = [{"name": "DEEP", "valueFrom": nested(60)}]
+            worker["template"]["spec"]["containers"][0]["env"] = [{"name": "DEEP", "valueFrom": deep(60)}]
         elif damage == "unicode-env":
             worker["template"]["spec"]["containers"][0]["env"] = [
                 {
@@ -160,7 +122,7 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
         elif damage == "unknown-type":
             specs[draw(st.sampled_from(["Launcher", "worker", "Master"]))] = copy.deepcopy(worker)
         elif damage == "spec-garbage":
-            job["spec"][draw(st.sampled_from(["tfReplicaSpecs", "runPolicy"]))] = draw(json_values)
+            job["spec"][draw(st.sampled_from(["tfReplicaSpecs", "runPolicy"]))] = draw(stored_json_values)
         elif damage == "run-policy":
             job["spec"]["runPolicy"] = {
                 draw(
@@ -173,12 +135,12 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
                             "suspend",
                         ]
                     )
-                ): draw(json_values)
+                ): draw(stored_json_values)
             }
         elif damage == "success-policy":
-            job["spec"]["successPolicy"] = draw(json_values)
+            job["spec"]["successPolicy"] = draw(stored_json_values)
         elif damage == "dynamic-garbage":
-            job["spec"]["enableDynamicWorker"] = draw(json_values)
+            job["spec"]["enableDynamicWorker"] = draw(stored_json_values)
         elif damage == "dotted-name":
             job["metadata"]["name"] = f"fuzz.{index}"
         elif damage == "long-name":  # valid as a name, too long for "<name>-worker-<index>" services
@@ -187,7 +149,7 @@ def hostile_job(draw: st.DrawFn, index: int) -> dict[str, Any]:
         elif damage == "no-template":
             worker.pop("template", None)
         elif damage == "containers-garbage":
-            worker["template"]["spec"]["containers"] = draw(json_values)
+            worker["template"]["spec"]["containers"] = draw(stored_json_values)
     return job
 
 
@@ -198,13 +160,13 @@ HUGE_STATUS = {  # thousands of conditions of someone else's making, and a long-
 }
 statuses = st.lists(
     st.one_of(
-        json_values.filter(lambda v: isinstance(v, dict)),
+        stored_json_values.filter(lambda v: isinstance(v, dict)),
         st.fixed_dictionaries(
             {
-                "conditions": json_values,
-                "replicaStatuses": json_values,
-                "startTime": json_values,
-                "dynamicWorkers": json_values,
+                "conditions": stored_json_values,
+                "replicaStatuses": stored_json_values,
+                "startTime": stored_json_values,
+                "dynamicWorkers": stored_json_values,
             }
         ),
     ),

@@ -21,7 +21,7 @@ from controller.tfjob.actions import CreatePod, CreateService, DeletePod
 from controller.tfjob.decide import DecideConfig, decide
 
 from .builders import NOW, at, make_job, make_pod, make_service, replica
-from .hostile import json_values, scalars
+from .hostile import deep, json_values, scalars
 
 FUZZ = settings(
     derandomize=True,
@@ -35,14 +35,6 @@ CAP = 12
 CONFIG = DecideConfig(max_pods_per_job=CAP, max_creations=2 * CAP, first_pass_creations=2 * CAP)
 
 replica_counts = st.one_of(st.integers(min_value=0, max_value=40), json_values)
-
-
-def deep(depth: int) -> dict[str, Any]:
-    """A template nested ``depth`` levels deep where a container's env should be."""
-    node: dict[str, Any] = {"leaf": "x"}
-    for _ in range(depth):
-        node = {"nested": node}
-    return node
 
 
 @st.composite
