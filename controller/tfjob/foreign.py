@@ -133,9 +133,15 @@ class ForeignWriters:
                 self._foreign_write(_job_ref(job), manager, api.FOREIGN_WRITE_STATUS, "wrote the status of this job")
 
     def _pod_seen(self, pod: Obj) -> None:
+        meta = _meta(pod)
+        uid = meta.get("uid")
+        if not isinstance(uid, str):
+            return
+        cached = self.pods.get(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
+        if cached is not None and _meta(cached).get("uid") == uid:
+            return  # an update of a pod seen when it arrived: who created it does not change
         ref = controller_ref(pod)
-        uid = _meta(pod).get("uid")
-        if ref is None or ref.get("kind") != api.KIND or not isinstance(uid, str):
+        if ref is None or ref.get("kind") != api.KIND:
             return
         creator = owner_reference_setter(pod, _text(ref.get("uid")))
         if creator is not None and creator != self.own_manager:

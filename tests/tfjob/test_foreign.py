@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from controller.tfjob import foreign as foreignlib
 from controller.tfjob.foreign import ForeignWriters
 from controller.tfjob.metrics import TFJobMetrics
 from tests.scrape import scraped
@@ -34,6 +35,8 @@ class FakeInformer:
         return self.objects.get(key)
 
     def add(self, obj: Obj) -> None:
+        """Cache the (transformed) object, then call the add handlers, as an informer does."""
+        self.objects[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
         for on_add, _, _ in self.handlers:
             if on_add is not None:
                 on_add(obj)
@@ -158,3 +161,26 @@ def test_a_pod_created_by_another_manager_after_the_first_list_holds_the_job() -
     [(_, _, _, message)] = recorder.events
     assert "j-worker-3" in message and '"manager"' in message
     assert foreign.holding("ns/j") is not None
+
+
+def test_who_created_a_pod_is_read_once_when_it_arrives_not_on_each_update(monkeypatch: Any) -> None:
+    foreign, _jobs, pods, recorder, _registry, _clock = observer()
+    transform = foreign.pod_transform(lambda o: o)
+    reads: list[str] = []
+    real = foreignlib.owner_reference_setter
+
+    def counted(obj: Obj, owner_uid: str) -> str | None:
+        reads.append(obj["metadata"]["name"])
+        return real(obj, owner_uid)
+
+    monkeypatch.setattr(foreignlib, "owner_reference_setter", counted)
+    pods.add(transform(pod("j-worker-0", OURS)))
+    for _ in range(3):  # status updates of the cached pod (same uid): the transform sees each one
+        transform(pod("j-worker-0", OURS))
+    assert reads == ["j-worker-0"]
+    recreated = pod("j-worker-0", "manager")
+    recreated["metadata"]["uid"] = "uid-recreated"  # the same name under a new uid is a new pod: read again
+    pods.add(transform(recreated))
+    assert reads == ["j-worker-0", "j-worker-0"]
+    [(_, _, reason, message)] = recorder.events
+    assert reason == "ForeignWriter" and '"manager"' in message
