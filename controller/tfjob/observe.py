@@ -37,7 +37,7 @@ from controller.runtime.informer import Informer
 from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.conditions import find, is_true, parse_time, sanitize
-from controller.tfjob.dynamic import parse_worker_records
+from controller.tfjob.dynamic import WorkerRecord, parse_worker_records
 from controller.tfjob.members import members_of
 from controller.tfjob.metrics import FAILOVER_REASONS, TFJobMetrics
 from controller.tfjob.validation import summarize, validate_status
@@ -156,12 +156,12 @@ class JobObserver(Collector):
 
         A status is the controller's to write, but an older or edited CRD stores whatever anyone writes to
         it; every update of such a job would otherwise go unexplained, or be reported on every update."""
-        errors = validate_status(job.get("status"))
-        if not errors:
-            return
         uid = podlib.uid(job)
         generation = podlib.metadata(job).get("generation")
         if uid in self._reported and self._reported[uid] == generation:
+            return  # said already: not validated again on every update of this generation
+        errors = validate_status(job.get("status"))
+        if not errors:
             return
         self._reported[uid] = generation
         self.log.warning(
@@ -183,9 +183,11 @@ class JobObserver(Collector):
         uid = podlib.uid(job)
         if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
             self._awaiting_running.discard(uid)
-        if uid in self._worker_running:
-            for index in parse_worker_records(job.get("status")):
-                self._measure_failover(job, index)
+        running = self._worker_running.get(uid)
+        if running:
+            records = parse_worker_records(job.get("status"))  # once per update, not once per record
+            for index in running.keys() & records.keys():
+                self._measure_failover(job, index, records[index])
 
     def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         job = DeletedFinalStateUnknown.unwrap(obj)
@@ -242,7 +244,9 @@ class JobObserver(Collector):
         if podlib.replica_type_label(pod) == api.WORKER.lower() and index is not None:
             created = parse_time(podlib.metadata(pod).get("creationTimestamp"))
             self._worker_running.setdefault(uid, {})[index] = (podlib.uid(pod), created, now)
-            self._measure_failover(job, index)
+            record = parse_worker_records(job.get("status")).get(index)
+            if record is not None:
+                self._measure_failover(job, index, record)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
             if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), _wanted(job)) == replicas:
@@ -251,12 +255,11 @@ class JobObserver(Collector):
                 if created is not None:
                     self.metrics.observe_time_to_running(namespace, now - created)
 
-    def _measure_failover(self, job: Obj, index: int) -> None:
-        """Observe the failover of worker ``index`` once its record and its Running replacement are both known."""
+    def _measure_failover(self, job: Obj, index: int, record: WorkerRecord) -> None:
+        """Observe the failover of worker ``index`` (its ``record``) once its Running replacement is known too."""
         uid = podlib.uid(job)
         running = self._worker_running.get(uid, {}).get(index)
-        record = parse_worker_records(job.get("status")).get(index)
-        if running is None or record is None or record.last_reason not in FAILOVER_REASONS:
+        if running is None or record.last_reason not in FAILOVER_REASONS:
             return  # (a reason written by someone else, outside the vocabulary, has no series)
         pod_uid, created, running_at = running
         since = parse_time(record.last_failover_time)

@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.cache import CONTROLLER_UID_INDEX
+from controller.tfjob import observe
 from controller.tfjob.metrics import TFJobMetrics
 from controller.tfjob.observe import JobObserver, job_state
 from tests.scrape import scraped
@@ -142,6 +143,30 @@ def test_failover_latency_is_measured_when_the_record_arrives_after_the_replacem
     assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 1
 
 
+def test_a_job_update_reads_its_worker_records_once_however_many_there_are(monkeypatch: Any) -> None:
+    """Three workers fail over together (a node lost): each job update parses status.dynamicWorkers once, and
+    every replacement's latency is still measured."""
+    _, jobs, pods, registry = observer(now=T0 + 100)
+    jobs.add(job(["Created", "Running"], workers=3))
+    for i in range(3):
+        pods.add(pod(i, "Pending", T0 + 95, f"p{i}-new"))
+        pods.update(pod(i, "Running", T0 + 95, f"p{i}-new"))
+    parses: list[Any] = []
+    real = observe.parse_worker_records
+
+    def counted(status: Any) -> Any:
+        parses.append(status)
+        return real(status)
+
+    monkeypatch.setattr(observe, "parse_worker_records", counted)
+    record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "NodeLost"}
+    jobs.update(job(["Created", "Running"], workers=3, records={str(i): dict(record) for i in range(3)}))
+    assert len(parses) == 1
+    count = {"job_namespace": "ns", "reason": "NodeLost"}
+    assert scraped(registry, "tfjob_worker_failover_seconds_count", count) == 3
+    assert scraped(registry, "tfjob_worker_failover_seconds_sum", count) == 30.0
+
+
 def test_a_record_about_the_running_pod_itself_is_not_a_replacement() -> None:
     _, jobs, pods, registry = observer(now=T0 + 100)
     jobs.add(job(["Created", "Running"]))
@@ -235,8 +260,17 @@ def states(watcher: JobObserver) -> dict[str, float]:
     return {s.labels["state"]: s.value for s in by_state.samples}
 
 
-def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_generation() -> None:
+def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_generation(monkeypatch: Any) -> None:
     from structlog.testing import capture_logs
+
+    validated: list[Any] = []
+    real = observe.validate_status
+
+    def counted(status: Any) -> Any:
+        validated.append(status)
+        return real(status)
+
+    monkeypatch.setattr(observe, "validate_status", counted)
 
     def hostile(status: Any, generation: int, version: str) -> dict[str, Any]:
         garbled = job(["Created", "Running"])
@@ -272,6 +306,9 @@ def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_genera
             "indices (read as 0..replicas-1)",
         ),
     ]
+    # A generation already reported is not validated again: once for each of generations 1-3, once for the
+    # rewritten status (which carries no generation).
+    assert len(validated) == 4
     assert states(watcher)["Running"] == 1
     for _, _, on_delete in jobs.handlers:
         if on_delete:
