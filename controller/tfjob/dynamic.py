@@ -63,7 +63,7 @@ class FailoverTimings(Protocol):
 
 
 # --- the state persisted in status.dynamicWorkers ------------------------------------------------------
-_WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
+WORKER_STATES = (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
 # The failover reasons that are the worker's own doing (its process exited or was OOM-killed): the only
 # ones that back off. Every other reason is a disruption (deleted, evicted, preempted, lost with its
 # node), which a ReplicaSet or a StatefulSet would replace at once, however often it happens.
@@ -109,7 +109,7 @@ class WorkerRecord:
 
     @staticmethod
     def from_status(raw: Any) -> WorkerRecord | None:
-        if not isinstance(raw, dict) or raw.get("state") not in _WORKER_STATES:
+        if not isinstance(raw, dict) or raw.get("state") not in WORKER_STATES:
             return None
 
         def text(key: str) -> str | None:
@@ -141,11 +141,10 @@ def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
     if not isinstance(workers, dict):
         return records
     for key, raw in workers.items():
-        if not isinstance(key, str) or not key.isascii() or not key.isdigit() or len(key) > 9:
-            continue
+        index = podlib.parse_index(key)
         record = WorkerRecord.from_status(raw)
-        if record is not None:
-            records[int(key)] = record
+        if index is not None and record is not None:
+            records[index] = record
     return records
 
 

@@ -119,12 +119,17 @@ def replica_type_label(obj: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def replica_index(obj: Any) -> int | None:
-    """The replica-index label as a non-negative int, or None if missing or not a plain decimal."""
-    value = labels(obj).get(api.LABEL_REPLICA_INDEX)
+def parse_index(value: Any) -> int | None:
+    """A replica index written as text (a label, a key of ``status.dynamicWorkers.workers``): a plain decimal
+    of at most 9 digits as a non-negative int, else None."""
     if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 9:
         return None
     return int(value)
+
+
+def replica_index(obj: Any) -> int | None:
+    """The replica-index label as a non-negative int, or None if missing or not a plain decimal."""
+    return parse_index(labels(obj).get(api.LABEL_REPLICA_INDEX))
 
 
 # --- builders ------------------------------------------------------------------------------------

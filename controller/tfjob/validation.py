@@ -39,8 +39,9 @@ from typing import Any, TypeGuard
 from . import api
 from .conditions import parse_time
 from .defaults import canonical_replica_type
-from .dynamic import WorkerRecord
+from .dynamic import WORKER_STATES, WorkerRecord
 from .members import recorded as recorded_members
+from .pods import parse_index
 from .tfconfig import general_name
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -446,11 +447,9 @@ def validate_status(status: Any) -> list[FieldError]:
     workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
     if workers is not None and not isinstance(workers, dict):
         errors.append(FieldError(INVALID, f"{field}.workers", "must be a map of worker index to record", workers))
-    states = ", ".join(
-        json.dumps(s) for s in (api.WORKER_STATE_REPLACING, api.WORKER_STATE_REPLACED, api.WORKER_STATE_FAILED)
-    )
+    states = ", ".join(json.dumps(s) for s in WORKER_STATES)
     for key, record in workers.items() if isinstance(workers, dict) else ():
-        if not (key.isascii() and key.isdigit() and len(key) <= 9):
+        if parse_index(key) is None:  # what parse_worker_records drops, it reports
             errors.append(FieldError(INVALID, f"{field}.workers", "keys must be worker indices (decimal)", key))
         elif WorkerRecord.from_status(record) is None:
             errors.append(

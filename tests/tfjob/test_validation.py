@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from controller.tfjob.dynamic import parse_worker_records
 from controller.tfjob.validation import (
     DUPLICATE,
     FORBIDDEN,
@@ -14,9 +17,11 @@ from controller.tfjob.validation import (
     FieldError,
     summarize,
     validate,
+    validate_status,
 )
 
 from .builders import container, make_job, replica
+from .hostile import json_values
 
 W = "spec.tfReplicaSpecs[Worker]"
 
@@ -240,3 +245,25 @@ def test_every_generated_name_must_fit_a_dns_1035_label(length, specs, longest, 
 def test_a_name_invalid_in_itself_is_reported_once():
     job = make_job(name="a" * 70, worker=replica(3))
     assert kinds(job) == [(INVALID, "metadata.name")]
+
+
+worker_keys = st.one_of(
+    st.sampled_from(["0", "7", "007", "123456789", "1234567890", "-1", "+1", " 3", "1.0", "\u0661", "\u00bd", ""]),
+    st.text(max_size=10),
+)
+worker_records = st.one_of(
+    st.fixed_dictionaries(
+        {"state": st.sampled_from(["Replacing", "Replaced", "Failed", "replaced", ""])},
+        optional={"failovers": json_values, "lastReason": json_values, "exitCode": json_values},
+    ),
+    json_values,
+)
+
+
+@settings(derandomize=True, database=None, max_examples=300)
+@given(st.dictionaries(worker_keys, worker_records, max_size=5))
+def test_status_validation_reports_exactly_the_worker_records_the_controller_cannot_read(workers):
+    status = {"dynamicWorkers": {"workers": workers}}
+    reported = [e for e in validate_status(status) if e.field.startswith("status.dynamicWorkers.workers")]
+    unreadable = [k for k, v in workers.items() if not parse_worker_records({"dynamicWorkers": {"workers": {k: v}}})]
+    assert len(reported) == len(unreadable)
