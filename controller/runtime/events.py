@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from controller.runtime.client import EVENTS, ApiClient
 from controller.runtime.errors import AlreadyExists, ApiError, NotFound, TransportError
+from controller.runtime.ratelimit import TokenBucket
 
 _CACHE_SIZE = 4096
 # Drop reasons created at 0 up front, so rate() sees the first drop: the recorder's own (a full queue,
@@ -97,6 +98,16 @@ class _Similar:
 class _Bucket:
     tokens: float
     stamp: float
+
+
+class _CallableClock:
+    """The recorder's ``clock`` (monotonic seconds) as the runtime's :class:`~controller.runtime.clock.Clock`."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.sleep(max(0.0, deadline - self.now()))
 
 
 class EventRecorder:
@@ -145,7 +156,8 @@ class EventRecorder:
         self._pending: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # keys to write, oldest first
         self._writing: set[tuple[str, str, str, str]] = set()  # keys a writer is writing now
         self._wakeup: anyio.Event | None = None  # set by record() while writers wait (made by them)
-        self._pacer = _Bucket(float(burst), clock())
+        # The writers' pace (qps > 0): reservations, so concurrent writers queue up 1/qps apart.
+        self._pacer = TokenBucket(qps, burst, _CallableClock(clock)) if qps > 0 else None
         self._last_stamp = 0
         self._dropping = False  # a warning was logged for the current run of drops
         self._dropped = (
@@ -321,18 +333,8 @@ class EventRecorder:
         return None
 
     async def _pace(self) -> None:
-        if self.qps <= 0:
-            return
-        now = self._clock()
-        pacer = self._pacer
-        pacer.tokens = min(float(self.burst), pacer.tokens + (now - pacer.stamp) * self.qps)
-        pacer.stamp = now
-        if pacer.tokens < 1.0:
-            await anyio.sleep((1.0 - pacer.tokens) / self.qps)
-            now = self._clock()
-            pacer.tokens = min(float(self.burst), pacer.tokens + (now - pacer.stamp) * self.qps)
-            pacer.stamp = now
-        pacer.tokens -= 1.0
+        if self._pacer is not None:
+            await self._pacer.wait()
 
     async def _write(self, key: tuple[str, str, str, str]) -> None:
         event = self._events.get(key)

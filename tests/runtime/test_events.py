@@ -3,6 +3,7 @@ queue, and a writer task that flushes within a bound when stopped."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -182,6 +183,22 @@ async def test_stopping_flushes_queued_events_without_pacing():
         tg.cancel_scope.cancel()
     assert len(client.calls) == 20 and rec.queued == 0
     assert dropped(registry, "Shutdown") == 0
+
+
+async def test_concurrent_writers_share_one_pace():
+    """qps 50, burst 1: the 8 writers reserve their turns, so 5 writes take at least 4/50 s (not one
+    refill for all of them at once)."""
+    client = FakeEventsClient()
+    rec = recorder(client, qps=50, burst=1)
+    for i in range(5):
+        rec.record(job(f"j{i}", f"uid-{i}"), "Normal", "R", "m")
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rec.run)
+        await eventually(lambda: len(client.calls) == 5, what="the five paced writes")
+        elapsed = time.monotonic() - started
+        tg.cancel_scope.cancel()
+    assert elapsed >= 4 / 50
 
 
 async def test_write_errors_are_counted_and_never_raised():
