@@ -28,6 +28,7 @@ from tests.sim.process_leftovers import janitors, leftovers, prefixes_of, runtim
 from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EVICT
+from tfjob_sim.process.runtime import Instance
 
 NS = "default"
 PY = sys.executable
@@ -285,6 +286,24 @@ async def test_a_process_that_traps_sigterm_exits_cleanly_within_the_grace_perio
     assert (state["exitCode"], state["reason"]) == (0, "Completed")
     assert final["status"]["phase"] == "Succeeded"
     assert took < 20  # far from the 30 s grace period: it exited on SIGTERM
+
+
+@pytest.mark.parametrize("group_exists", [True, False])
+def test_a_signal_reaches_the_process_once(monkeypatch: pytest.MonkeyPatch, group_exists: bool):
+    # A program exiting from its SIGTERM handler has the default disposition back on its way out: a
+    # second SIGTERM a millisecond later (the simulator preempted between two sends) killed it with 143.
+    sent: list[tuple[str, int, int]] = []
+
+    def killpg(pid: int, signum: int) -> None:
+        if not group_exists:  # the helper has not called setsid() yet
+            raise ProcessLookupError
+        sent.append(("group", pid, signum))
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append(("process", pid, signum)))
+    instance = Instance("uid", "main", "containerd://x", 4242, None, None, None, 0.0)  # type: ignore[arg-type]
+    instance.signal(signal.SIGTERM)
+    assert sent == [("group" if group_exists else "process", 4242, signal.SIGTERM)]
 
 
 async def test_a_process_that_ignores_sigterm_is_killed_when_the_grace_period_ends(sim_cluster: SimCluster):

@@ -161,14 +161,18 @@ class Instance:
         return self.exit_status is None
 
     def signal(self, signum: int) -> None:
-        """Signal the container's process group (the helper made the process a session leader)."""
+        """Signal the container's process group (the helper made the process a session leader).
+
+        The process gets the signal once: a second SIGTERM that arrives while a program exits from its
+        SIGTERM handler finds the default disposition again (the interpreter restores it on the way
+        out) and kills it, so a clean exit 0 would become 143."""
         if self.exit_status is not None:
             return
-        # The process itself too: before the helper's setsid() its group is not yet its own.
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.pid, signum)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
+            try:
+                os.killpg(self.pid, signum)
+            except ProcessLookupError:  # before the helper's setsid() there is no such group yet
+                os.kill(self.pid, signum)
         if signum == signal.SIGKILL and self.cgroup is not None:
             self.cgroup.kill()
 
