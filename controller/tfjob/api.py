@@ -203,6 +203,11 @@ STATUS_MEMBERS_SUMMARY: Final = "summary"  # the same as text for kubectl get ("
 
 # --- choosing who leaves a dynamic job (targeted scale-down) ------------------------------------------
 SPEC_WORKERS_TO_DELETE: Final = "workersToDelete"  # worker indices that leave first and are not refilled
+# Why workersToDelete is refused on a static job: the controller's validation and the CRD's CEL rule say it alike.
+WORKERS_TO_DELETE_NEEDS_DYNAMIC: Final = (
+    "needs spec.enableDynamicWorker: true (a job without dynamic workers loses its highest indices on a scale-down,"
+    " as upstream)"
+)
 # A pod annotation Kubernetes defines for ReplicaSets (int32 as a string): lowest cost leaves first.
 ANNOTATION_POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 # How a removed worker was chosen (the `chosen_by` label of tfjob_worker_scaled_down_total).

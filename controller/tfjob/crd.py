@@ -442,8 +442,7 @@ def _open_api_schema() -> dict[str, Any]:
                     _rule(
                         f"!has(self.{api.SPEC_WORKERS_TO_DELETE}) || size(self.{api.SPEC_WORKERS_TO_DELETE}) == 0"
                         " || (has(self.enableDynamicWorker) && self.enableDynamicWorker)",
-                        f"spec.{api.SPEC_WORKERS_TO_DELETE} needs spec.enableDynamicWorker: true (a job without"
-                        " dynamic workers loses its highest indices on a scale-down, as upstream)",
+                        f"spec.{api.SPEC_WORKERS_TO_DELETE} {api.WORKERS_TO_DELETE_NEEDS_DYNAMIC}",
                     )
                 ],
             },

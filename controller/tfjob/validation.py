@@ -178,14 +178,7 @@ def _validate_workers_to_delete(value: Any, dynamic: bool, errors: list[FieldErr
         else:
             seen.add(index)
     if value and not dynamic:
-        errors.append(
-            FieldError(
-                INVALID,
-                field,
-                "needs spec.enableDynamicWorker: true (a job without dynamic workers loses its highest indices on a"
-                " scale-down, as upstream)",
-            )
-        )
+        errors.append(FieldError(INVALID, field, api.WORKERS_TO_DELETE_NEEDS_DYNAMIC))
 
 
 def _not_supported(field: str, value: Any, supported: tuple[str, ...]) -> FieldError:
