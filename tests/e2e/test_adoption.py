@@ -63,54 +63,12 @@ async def training_operator(sim_cluster: SimCluster) -> AsyncIterator[ApiClient]
         await client.close()
 
 
-async def children(client: ApiClient, job: str) -> dict[str, dict[str, Any]]:
-    """The job's pods and services by ``kind/name``."""
-    selector = f"training.kubeflow.org/job-name={job}"
-    out = {}
-    for resource, kind in ((PODS, "pod"), (SERVICES, "service")):
-        for obj in (await client.list(resource, namespace="default", label_selector=selector))["items"]:
-            out[f"{kind}/{obj['metadata']['name']}"] = obj
-    return out
-
-
-def uids(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {name: obj["metadata"]["uid"] for name, obj in objects.items()}
-
-
-async def pods_in(client: ApiClient, job: str, wanted: dict[str, str]) -> None:
-    """Wait until the job's pods are exactly ``wanted`` (name -> phase)."""
-
-    async def there() -> bool:
-        pods = {n.split("/", 1)[1]: o for n, o in (await children(client, job)).items() if n.startswith("pod/")}
-        return {n: phase(p) for n, p in pods.items()} == wanted
-
-    await eventually(there, timeout=60, what=f"{job}'s pods to be {wanted}")
-
-
-async def leave_running(
-    admin: ApiClient, to_client: ApiClient, manifest: dict[str, Any], *, job_role: bool = True, gang: bool = False
-) -> dict[str, Any]:
-    """The job Running under training-operator: every pod Running, its status written."""
-    job = await admin.create(TFJOBS, manifest, namespace="default")
-    await to.create_children(to_client, job, job_role=job_role, gang=gang)
-    name = job["metadata"]["name"]
-    await pods_in(admin, name, {f"{name}-{t.lower()}-{i}": "Running" for t, i in to.slots(job)})
-    started = to.now()
-    counts = {t: {"active": s.get("replicas", 1)} for t, s in job["spec"]["tfReplicaSpecs"].items()}
-    status = {
-        "conditions": [to.created(job, started), to.running(job, started)],
-        "replicaStatuses": counts,
-        "startTime": started,
-    }
-    return await to.write_status(to_client, name, "default", status)
-
-
 async def assert_adopted(op: Operator, before_job: dict[str, Any], before: dict[str, dict[str, Any]]) -> None:
     """The controller has looked at the job; nothing training-operator left was replaced, its record kept."""
     name = before_job["metadata"]["name"]
     await reconciled_once_more(op, name)
-    after = await children(op.client, name)
-    assert uids(after) == uids(before), "a pod or service was replaced"
+    after = await to.children(op.client, name)
+    assert to.uids(after) == to.uids(before), "a pod or service was replaced"
     assert not [n for n, o in after.items() if o["metadata"].get("deletionTimestamp")]
     job = await op.job(name)
     old = {c["type"]: c for c in before_job["status"]["conditions"]}
@@ -148,8 +106,8 @@ async def test_a_running_static_job_is_adopted_and_completes(
     sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient, job_role: bool
 ) -> None:
     manifest = tfjob("static", workers=2, ps=1, dynamic=False)
-    job = await leave_running(admin, training_operator, manifest, job_role=job_role)
-    before = await children(admin, "static")
+    job = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
+    before = await to.children(admin, "static")
     async with running_operator(sim_cluster) as op:
         await assert_adopted(op, job, before)
         assert "dynamicWorkers" not in (await op.job("static"))["status"]
@@ -168,18 +126,18 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
     sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient, job_role: bool
 ) -> None:
     manifest = tfjob("dyn", workers=3, ps=1, dynamic=True)
-    job = await leave_running(admin, training_operator, manifest, job_role=job_role)
-    before = await children(admin, "dyn")
+    job = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
+    before = await to.children(admin, "dyn")
     async with running_operator(sim_cluster) as op:
         await assert_adopted(op, job, before)
         # Its dynamic-worker state from the first pass, with no pod restarted for it: the membership is the workers
         # training-operator ran, and there is no failover to remember.
         dynamic = (await op.job("dyn"))["status"]["dynamicWorkers"]
         assert dynamic["members"] == [0, 1, 2] and dynamic["workers"] == {}, dynamic
-        kept = uids(before)
+        kept = to.uids(before)
 
         await deleted_and_replaced(op, "dyn", 1)
-        now = uids(await children(op.client, "dyn"))
+        now = to.uids(await to.children(op.client, "dyn"))
         assert now.pop("pod/dyn-worker-1") != kept.pop("pod/dyn-worker-1")
         assert now == kept, "a failover replaces the failed worker only"
 
@@ -192,7 +150,7 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
 
         await eventually(scaled_down, timeout=60, what="the scale-down to 2 workers")
         assert (await op.job("dyn"))["status"]["dynamicWorkers"]["members"] == [0, 1]
-        assert uids(await children(op.client, "dyn"))["pod/dyn-worker-0"] == kept["pod/dyn-worker-0"]
+        assert to.uids(await to.children(op.client, "dyn"))["pod/dyn-worker-0"] == kept["pod/dyn-worker-0"]
 
         await annotate_pod(op, "dyn-worker-0", {EXIT_CODE: "0"})
 
@@ -211,7 +169,7 @@ async def test_a_restarting_job_gets_its_restarted_pod_back_and_runs(
         TFJOBS, tfjob("restart", workers=2, dynamic=False, restart_policy="ExitCode"), namespace="default"
     )
     await to.create_children(training_operator, job, skip=(("Worker", 1),))
-    await pods_in(admin, "restart", {"restart-worker-0": "Running"})
+    await to.pods_in(admin, "restart", {"restart-worker-0": "Running"})
     started = to.now()
     status = {
         "conditions": [to.created(job, started), to.restarting(job, "Worker", started)],
@@ -219,16 +177,16 @@ async def test_a_restarting_job_gets_its_restarted_pod_back_and_runs(
         "startTime": started,
     }
     job = await to.write_status(training_operator, "restart", "default", status)
-    before = await children(admin, "restart")
+    before = await to.children(admin, "restart")
     async with running_operator(sim_cluster) as op:
-        await pods_in(op.client, "restart", {"restart-worker-0": "Running", "restart-worker-1": "Running"})
+        await to.pods_in(op.client, "restart", {"restart-worker-0": "Running", "restart-worker-1": "Running"})
 
         async def running() -> bool:
             return is_true(await op.job("restart"), "Running")
 
         await eventually(running, what="Running again once both workers run")
-        after = uids(await children(op.client, "restart"))
-        assert {k: v for k, v in after.items() if k != "pod/restart-worker-1"} == uids(before)
+        after = to.uids(await to.children(op.client, "restart"))
+        assert {k: v for k, v in after.items() if k != "pod/restart-worker-1"} == to.uids(before)
         stored = await op.job("restart")
         assert stored["status"]["conditions"][0] == job["status"]["conditions"][0]  # Created, as written
         assert stored["status"]["startTime"] == started
@@ -242,10 +200,12 @@ async def test_a_succeeded_job_stays_as_training_operator_cleaned_it(
     manifest = tfjob("done", workers=2, ps=1, dynamic=False, run_policy={"cleanPodPolicy": policy})
     job = await admin.create(TFJOBS, manifest, namespace="default")
     await to.create_children(training_operator, job)
-    await pods_in(admin, "done", {"done-ps-0": "Running", "done-worker-0": "Running", "done-worker-1": "Running"})
+    await to.pods_in(admin, "done", {"done-ps-0": "Running", "done-worker-0": "Running", "done-worker-1": "Running"})
     for worker in ("done-worker-0", "done-worker-1"):
         await admin.patch(PODS, worker, {"metadata": {"annotations": {EXIT_CODE: "0"}}}, namespace="default")
-    await pods_in(admin, "done", {"done-ps-0": "Running", "done-worker-0": "Succeeded", "done-worker-1": "Succeeded"})
+    await to.pods_in(
+        admin, "done", {"done-ps-0": "Running", "done-worker-0": "Succeeded", "done-worker-1": "Succeeded"}
+    )
     # training-operator's cleanup of a finished job: the pods the policy names, with their same-named services.
     doomed = {"None": [], "Running": ["done-ps-0"], "All": ["done-ps-0", "done-worker-0", "done-worker-1"]}[policy]
     for name in doomed:
@@ -260,11 +220,11 @@ async def test_a_succeeded_job_stays_as_training_operator_cleaned_it(
         "completionTime": started,
     }
     job = await to.write_status(training_operator, "done", "default", status)
-    before = await children(admin, "done")
+    before = await to.children(admin, "done")
     async with running_operator(sim_cluster) as op:
         await reconciled_once_more(op, "done")
-        after = await children(op.client, "done")
-        assert uids(after) == uids(before), "nothing re-created, nothing removed"
+        after = await to.children(op.client, "done")
+        assert to.uids(after) == to.uids(before), "nothing re-created, nothing removed"
         stored = await op.job("done")
         assert stored["status"]["conditions"] == job["status"]["conditions"]
         assert stored["status"]["completionTime"] == started and stored["status"]["startTime"] == started
@@ -290,9 +250,9 @@ class TestGang:
         self, sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient
     ) -> None:
         manifest = tfjob("gang", workers=2, ps=1, dynamic=True)
-        job = await leave_running(admin, training_operator, manifest, gang=True)
+        job = await to.leave_running(admin, training_operator, manifest, gang=True)
         group = await admin.get(to.VOLCANO_PODGROUPS, "gang", namespace="default")
-        before = await children(admin, "gang")
+        before = await to.children(admin, "gang")
         async with running_operator(sim_cluster, gang="volcano") as op:
             await assert_adopted(op, job, before)
             kept = await op.client.get(to.VOLCANO_PODGROUPS, "gang", namespace="default")

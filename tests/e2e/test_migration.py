@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from controller.runtime.client import ApiClient, Resource
 from controller.runtime.errors import NotFound
 from tests.conftest import Kubectl
 from tests.e2e import training_operator as to
@@ -197,39 +197,9 @@ async def kubeflow_cluster(admin: ApiClient, to_client: ApiClient) -> dict[str, 
     await eventually(served, what="training-operator's TFJob CRD served")
     children: dict[str, dict[str, Any]] = {}
     for manifest in (tfjob("mnist", workers=3, ps=1, dynamic=True), tfjob("static", workers=2, dynamic=False)):
-        job = await admin.create(to.TFJOBS, manifest, namespace="default")
-        name = job["metadata"]["name"]
-        await to.create_children(to_client, job)
-
-        async def running(name: str = name, count: int = len(to.slots(job))) -> bool:
-            items = await _children(admin, name)
-            pods = [o for k, o in items.items() if k.startswith("pod/")]
-            return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
-
-        await eventually(running, timeout=60, what=f"{name}'s pods Running")
-        started = to.now()
-        counts = {t: {"active": s["replicas"]} for t, s in job["spec"]["tfReplicaSpecs"].items()}
-        status = {
-            "conditions": [to.created(job, started), to.running(job, started)],
-            "replicaStatuses": counts,
-            "startTime": started,
-        }
-        await to.write_status(to_client, name, "default", status)
-        children[name] = await _children(admin, name)
+        job = await to.leave_running(admin, to_client, manifest)
+        children[job["metadata"]["name"]] = await to.children(admin, job["metadata"]["name"])
     return children
-
-
-async def _children(client: ApiClient, job: str) -> dict[str, dict[str, Any]]:
-    selector = f"training.kubeflow.org/job-name={job}"
-    out = {}
-    for resource, kind in ((PODS, "pod"), (SERVICES, "service")):
-        for obj in (await client.list(resource, namespace="default", label_selector=selector))["items"]:
-            out[f"{kind}/{obj['metadata']['name']}"] = obj
-    return out
-
-
-def _uids(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {name: obj["metadata"]["uid"] for name, obj in objects.items()}
 
 
 async def test_the_guide_switches_a_kubeflow_cluster_over_and_back(
@@ -315,7 +285,7 @@ def _checks(before: dict[str, dict[str, Any]]) -> dict[str, Callable[[str, ApiCl
         rows = {line.split()[1]: line.split()[2] for line in out.splitlines()[1:]}
         assert rows == {"mnist": "Running", "static": "Running"}, out
         for name, children in before.items():
-            assert _uids(await _children(admin, name)) == _uids(children), f"{name}: something was replaced"
+            assert to.uids(await to.children(admin, name)) == to.uids(children), f"{name}: something was replaced"
 
     async def columns(out: str, admin: ApiClient) -> None:
         lines = {line.split()[1]: line for line in out.splitlines()[1:]}
@@ -367,4 +337,4 @@ async def _after_rollback(
     written = await to.write_status(to_client, "mnist", "default", status)
     assert "dynamicWorkers" not in written["status"]
     assert written["status"]["conditions"] == job["status"]["conditions"]
-    assert _uids(await _children(admin, "mnist")) == _uids(before["mnist"])
+    assert to.uids(await to.children(admin, "mnist")) == to.uids(before["mnist"])

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.runtime.client import PODS, SERVICES, ApiClient, Resource
+from tests.e2e.conftest import eventually, phase
 from tfjob_sim.cluster import SimCluster
 
 USER_AGENT = "manager/v0.0.0 (linux/amd64) kubernetes/$Format"
@@ -210,6 +211,48 @@ async def create_children(
         await to.create(SERVICES, service(job, rtype, index), namespace=namespace)
         if (rtype, index) not in skip:
             await to.create(PODS, pod(job, rtype, index, job_role=job_role, gang=gang), namespace=namespace)
+
+
+async def children(client: ApiClient, job: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
+    """The job's pods and services by ``kind/name``."""
+    selector = f"training.kubeflow.org/job-name={job}"
+    out = {}
+    for resource, kind in ((PODS, "pod"), (SERVICES, "service")):
+        for obj in (await client.list(resource, namespace=namespace, label_selector=selector))["items"]:
+            out[f"{kind}/{obj['metadata']['name']}"] = obj
+    return out
+
+
+def uids(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: obj["metadata"]["uid"] for name, obj in objects.items()}
+
+
+async def pods_in(client: ApiClient, job: str, wanted: dict[str, str]) -> None:
+    """Wait until the job's pods (in ``default``) are exactly ``wanted`` (name -> phase)."""
+
+    async def there() -> bool:
+        pods = {n.split("/", 1)[1]: o for n, o in (await children(client, job)).items() if n.startswith("pod/")}
+        return {n: phase(p) for n, p in pods.items()} == wanted
+
+    await eventually(there, timeout=60, what=f"{job}'s pods to be {wanted}")
+
+
+async def leave_running(
+    admin: ApiClient, to: ApiClient, manifest: dict[str, Any], *, job_role: bool = True, gang: bool = False
+) -> dict[str, Any]:
+    """The job (in ``default``) Running under training-operator: created by ``admin``, every pod Running, its
+    children and status written by ``to``; the job as stored."""
+    job = await admin.create(TFJOBS, manifest, namespace="default")
+    await create_children(to, job, job_role=job_role, gang=gang)
+    name = job["metadata"]["name"]
+    await pods_in(admin, name, {f"{name}-{_LOWER[t]}-{i}": "Running" for t, i in slots(job)})
+    started = now()
+    status = {
+        "conditions": [created(job, started), running(job, started)],
+        "replicaStatuses": {t: {"active": _replicas(s)} for t, s in _specs(job).items()},
+        "startTime": started,
+    }
+    return await write_status(to, name, "default", status)
 
 
 # --- status -----------------------------------------------------------------------------------------------------
