@@ -5,7 +5,9 @@
   limits, bookmark period, or to disable the kubelet/GC.
 - ``sim_cluster`` (async): a started :class:`~tfjob_sim.cluster.SimCluster` with ``.url``,
   ``.kubeconfig_path`` (a temp file), ``.store``, ``.faults``; stopped after the test (a failure
-  of its background tasks — kubelet, GC — fails the test at teardown).
+  of its background tasks — kubelet, GC — fails the test at teardown). With ``runtime="process"``
+  the test also fails if, once the cluster stopped, any process, network namespace, link or cgroup
+  of it is left (tests/sim/process_leftovers.py).
 - ``kubectl``: runs the real kubectl binary with ``--kubeconfig`` and a per-test ``--cache-dir``
   (kubectl caches discovery for hours; a shared cache would hide CRDs created by a test).
   ``await kubectl("get", "pods")`` returns ``(rc, stdout, stderr)``; ``kubectl.spawn(...)`` starts
@@ -24,6 +26,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.sim.process_leftovers import leftovers
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.watch import WatchConfig
 
@@ -48,10 +51,13 @@ async def sim_cluster(sim_config: SimConfig, tmp_path: Path) -> AsyncIterator[Si
         sim_config.kubeconfig_path = str(tmp_path / "kubeconfig")
     cluster = SimCluster(sim_config)
     await cluster.start()
+    runtime = cluster.kubelet.runtime if cluster.kubelet is not None and sim_config.runtime == "process" else None
     try:
         yield cluster
     finally:
         await cluster.stop()
+        if runtime is not None:
+            assert leftovers(runtime.prefix) == []
 
 
 def _kubectl_binary() -> str:

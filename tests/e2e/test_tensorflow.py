@@ -18,7 +18,6 @@ import asyncio
 import copy
 import re
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +28,8 @@ import tfjob_sim
 from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, worker_record
-from tests.sim.process_leftovers import leftovers
 from tests.test_cli import run_cli
-from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.cluster import SimConfig
 from tfjob_sim.kubelet import EVICT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,22 +46,9 @@ pytestmark = pytest.mark.timeout(1200)
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    # Real time: grace periods are the pods' own 30 s, as a SIGTERM-handling program expects.
+    # Real time: grace periods are the pods' own 30 s, as a SIGTERM-handling program expects. The shared
+    # sim_cluster fixture checks that nothing of the process runtime (process, namespace, link, cgroup) is left.
     return SimConfig(nodes=3, time_scale=1.0, runtime="process")
-
-
-@pytest.fixture
-async def sim_cluster(sim_config: SimConfig, tmp_path: Path) -> AsyncIterator[SimCluster]:
-    """The cluster, and after it stops: no TensorFlow process, namespace, link or cgroup of it left."""
-    sim_config.kubeconfig_path = str(tmp_path / "kubeconfig")
-    cluster = SimCluster(sim_config)
-    await cluster.start()
-    prefix = cluster.kubelet.runtime.prefix
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
-        assert leftovers(prefix) == []
 
 
 def example_job(name: str, *, workers: int, dynamic: bool, steps: int, worker_command: list[str]) -> dict[str, Any]:
