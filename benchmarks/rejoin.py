@@ -41,9 +41,13 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+# Every other module is imported where it is used: each worker runs this file as its probe, whose "Python
+# started" line must not wait for them (asyncio alone takes tens of milliseconds to import).
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "dynamic-workers"
@@ -444,7 +448,6 @@ class Bench:
 
     async def until(self, check: Any, timeout: float, what: str) -> Any:
         import asyncio
-        import time
 
         deadline = time.monotonic() + timeout
         while True:
@@ -572,7 +575,6 @@ class Bench:
         self.notify()
 
     async def watch_pods(self) -> None:
-        import time
 
         from controller.runtime.client import PODS
 
@@ -602,7 +604,6 @@ class Bench:
 
     async def follow(self, pod: dict[str, Any]) -> None:
         """Every line of one worker instance, as ``kubectl logs -f --timestamps`` reads them."""
-        import time
 
         import aiohttp
 
@@ -630,7 +631,6 @@ class Bench:
     async def watch_job(self) -> None:
         """Poll the job once a second: every poll that finds it not Running is recorded."""
         import asyncio
-        import time
 
         from controller.tfjob.executor import TFJOBS
 
@@ -644,7 +644,6 @@ class Bench:
 
     async def sample_load(self) -> None:
         import asyncio
-        import time
 
         while True:
             self.raw["load"].append([round(time.time(), 1), *loadavg()])
@@ -655,7 +654,6 @@ class Bench:
         """Seconds from spawning ``python -c code`` to its first line of output, and the number on that line
         (the CPU seconds the probe used)."""
         import asyncio
-        import time
 
         started = time.time()
         proc = await asyncio.create_subprocess_exec(
@@ -715,7 +713,6 @@ class Bench:
 
     async def event(self, kind: str, index: int) -> dict[str, Any]:
         import asyncio
-        import time
 
         from controller.tfjob.executor import TFJOBS
 
@@ -784,7 +781,6 @@ class Bench:
     async def run(self) -> dict[str, Any]:
         import asyncio
         import platform
-        import time
 
         import aiohttp
         import yaml
