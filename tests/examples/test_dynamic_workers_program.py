@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +89,16 @@ class Tasks:
 
 
 @pytest.fixture
-def tasks(tmp_path: Path) -> Iterator[list[Tasks]]:
+def start_job(tmp_path: Path) -> Iterator[Callable[..., Tasks]]:
+    """Start a job's PS task (``start_job(workers=, dense=)``); every process of it is killed after the test."""
     made: list[Tasks] = []
-    yield made
+
+    def start(*, workers: int, dense: bool) -> Tasks:
+        made.append(Tasks(tmp_path, workers=workers, dense=dense))
+        made[-1].start("ps", "ps", 0)
+        return made[-1]
+
+    yield start
     for t in made:
         t.stop_all()
 
@@ -104,15 +111,13 @@ async def exited(proc: subprocess.Popen[bytes], timeout: float) -> int:
 
 @pytest.mark.timeout(600)
 async def test_a_restarted_worker_continues_at_the_shared_step_under_sparse_tf_config(
-    tmp_path: Path, tasks: list[Tasks]
+    start_job: Callable[..., Tasks],
 ) -> None:
-    job = Tasks(tmp_path, workers=2, dense=False)
-    tasks.append(job)
+    job = start_job(workers=2, dense=False)
     assert (
         job.tf_config("ps", 0)
         == f'{{"cluster":{{"worker":{{}},"ps":["127.0.0.1:{job.ports[("ps", 0)]}"]}},"task":{{"type":"ps","index":0}}}}'
     )
-    job.start("ps", "ps", 0)
     for i in (0, 1):
         job.start(f"w{i}", "worker", i, TRAIN_STEPS="1000000")
     await eventually(lambda: [s for s in job.steps("w1") if s >= 30], START, interval=0.2, what="worker 1 trains")
@@ -137,11 +142,9 @@ async def test_a_restarted_worker_continues_at_the_shared_step_under_sparse_tf_c
 
 @pytest.mark.timeout(600)
 async def test_worker_0_finishes_under_dense_tf_config_without_the_other_listed_worker(
-    tmp_path: Path, tasks: list[Tasks]
+    start_job: Callable[..., Tasks],
 ) -> None:
-    job = Tasks(tmp_path, workers=2, dense=True)
-    tasks.append(job)
-    job.start("ps", "ps", 0)
+    job = start_job(workers=2, dense=True)
     # Worker 1 is in every TF_CONFIG but never starts: the sessions must not wait for it.
     job.start("w0", "worker", 0, TRAIN_STEPS="60", TRAIN_LOG_EVERY="20")
     assert await exited(job.procs["w0"], START) == 0, job.output("w0")
