@@ -158,25 +158,18 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
         assert result.returncode == 0, f"pip {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     # What the image holds: no PYTHONPATH pointing back into the checkout (tests/conftest.py sets one).
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run(
-        [str(venv / "bin" / "tfjob-controller"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=env,
-    )
+
+    def installed(program: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """``program`` of the fresh venv, outside the checkout, with that environment."""
+        return subprocess.run(
+            [str(venv / "bin" / program), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+        )
+
+    result = installed("tfjob-controller", "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: tfjob-controller")
     # Everything `run` imports loads with the locked set alone (--help imports only the CLI).
-    result = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import controller.app, controller.tfjob.controller"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=env,
-    )
+    result = installed("python", "-c", "import controller.app, controller.tfjob.controller")
     assert result.returncode == 0, result.stderr
     # The simulator is not part of the product: not in the installed package, and `sim`/`demo` say in one
     # line how to get it.
@@ -185,14 +178,7 @@ def test_the_lock_installs_alone_into_a_fresh_venv_and_the_cli_runs(tmp_path: Pa
     ]
     assert simulator == [], simulator
     for command in (["sim", "--kubeconfig", str(tmp_path / "kubeconfig")], ["demo"]):
-        result = subprocess.run(
-            [str(venv / "bin" / "tfjob-controller"), *command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env=env,
-        )
+        result = installed("tfjob-controller", *command)
         assert result.returncode == 1, (command, result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and "pip install -e '.[sim]'" in result.stderr, result.stderr
 
