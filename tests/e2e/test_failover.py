@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     is_true,
     phase,
     reconciled_once_more,
+    running_operator,
     running_pods,
     start_operator,
     tfjob,
@@ -378,8 +379,6 @@ async def test_the_same_worker_disrupted_again_and_again_is_replaced_each_time_w
     long after the test's deadlines: worker 1 is deleted with kubectl, deleted again as soon as its
     replacement runs, then evicted by its kubelet; each time it comes back as soon as the old pod is
     gone, and its record never carries a retryAfter. Worker 0 is untouched throughout."""
-    from tests.e2e.conftest import running_operator
-
     config = DecideConfig(failover_backoff_base=300.0, failover_backoff_cap=300.0)
     async with running_operator(sim_cluster, config=config) as operator:
         await create_and_wait_running(operator, tfjob("again", workers=2, restart_policy="Never"), running=2)
