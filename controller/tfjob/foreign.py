@@ -36,8 +36,10 @@ import structlog
 
 from controller.runtime.cache import DeletedFinalStateUnknown, controller_ref
 from controller.runtime.informer import Informer, Transform
+from controller.runtime.jsonfields import field_str
 from controller.runtime.managedfields import owner_reference_setter, writers
 from controller.tfjob import api
+from controller.tfjob import pods as podlib
 from controller.tfjob.actions import MetricInc
 from controller.tfjob.executor import Recorder
 from controller.tfjob.metrics import TFJobMetrics
@@ -48,13 +50,9 @@ Obj = dict[str, Any]
 DEFAULT_HOLD = 300.0
 
 
-def _meta(obj: Any) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def _key(obj: Obj) -> str:
+    """The informer key of a namespaced object."""
+    return f"{podlib.namespace(obj)}/{podlib.name(obj) or ''}"
 
 
 def _managed_elsewhere(job: Obj) -> bool:
@@ -65,11 +63,11 @@ def _managed_elsewhere(job: Obj) -> bool:
 
 def _job_ref(job: Obj) -> Obj:
     """What an Event needs of the job (the transform's object is about to be trimmed)."""
-    meta = _meta(job)
+    meta = podlib.metadata(job)
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
-        "metadata": {k: _text(meta.get(k)) for k in ("name", "namespace", "uid", "resourceVersion")},
+        "metadata": {k: field_str(meta, k) for k in ("name", "namespace", "uid", "resourceVersion")},
     }
 
 
@@ -118,8 +116,8 @@ class ForeignWriters:
         return transform
 
     def _job_seen(self, job: Obj) -> None:
-        uid = _meta(job).get("uid")
-        if not isinstance(uid, str):
+        uid = podlib.uid(job)
+        if not uid:
             return
         now = {
             w.manager: w.time for w in writers(job, subresource="status") if w.manager != self.own_manager and w.time
@@ -133,47 +131,44 @@ class ForeignWriters:
                 self._foreign_write(_job_ref(job), manager, api.FOREIGN_WRITE_STATUS, "wrote the status of this job")
 
     def _pod_seen(self, pod: Obj) -> None:
-        meta = _meta(pod)
-        uid = meta.get("uid")
-        if not isinstance(uid, str):
+        uid = podlib.uid(pod)
+        if not uid:
             return
-        cached = self.pods.get(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
-        if cached is not None and _meta(cached).get("uid") == uid:
+        cached = self.pods.get(_key(pod))
+        if cached is not None and podlib.uid(cached) == uid:
             return  # an update of a pod seen when it arrived: who created it does not change
         ref = controller_ref(pod)
         if ref is None or ref.get("kind") != api.KIND:
             return
-        creator = owner_reference_setter(pod, _text(ref.get("uid")))
+        creator = owner_reference_setter(pod, field_str(ref, "uid"))
         if creator is not None and creator != self.own_manager:
             self._foreign_pods[uid] = creator
 
     # -- handlers ------------------------------------------------------------------------------------------
 
     def _pod_added(self, pod: Obj) -> None:
-        meta = _meta(pod)
-        creator = self._foreign_pods.get(_text(meta.get("uid")))
+        creator = self._foreign_pods.get(podlib.uid(pod))
         if creator is None or not self.pods.has_synced():
             return  # ours, or there before this controller looked (adopted)
         ref = controller_ref(pod) or {}
-        job = self.jobs.get(f"{_text(meta.get('namespace'))}/{_text(ref.get('name'))}")
-        if job is None or _meta(job).get("uid") != ref.get("uid") or _managed_elsewhere(job):
+        job = self.jobs.get(f"{podlib.namespace(pod)}/{field_str(ref, 'name')}")
+        if job is None or podlib.uid(job) != ref.get("uid") or _managed_elsewhere(job):
             return
         self._foreign_write(
-            _job_ref(job), creator, api.FOREIGN_WRITE_POD, f"created pod {_text(meta.get('name'))} of this job"
+            _job_ref(job), creator, api.FOREIGN_WRITE_POD, f"created pod {podlib.name(pod) or ''} of this job"
         )
 
     def _pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         pod = DeletedFinalStateUnknown.unwrap(obj)
         if pod is not None:
-            self._foreign_pods.pop(_text(_meta(pod).get("uid")), None)
+            self._foreign_pods.pop(podlib.uid(pod), None)
 
     def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         job = DeletedFinalStateUnknown.unwrap(obj)
         if job is None:
             return
-        meta = _meta(job)
-        self._status_times.pop(_text(meta.get("uid")), None)
-        self._until.pop(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}", None)
+        self._status_times.pop(podlib.uid(job), None)
+        self._until.pop(_key(job), None)
 
     # -- the outcome ---------------------------------------------------------------------------------------
 
