@@ -93,10 +93,11 @@ def _replicas(job: Obj) -> dict[str, int]:
     return out
 
 
-def _wanted(job: Obj) -> dict[str, Container[int]]:
-    """The indices the job wants by type label: 0..replicas-1, or a dynamic job's Worker members (members.py:
-    after a targeted scale-down, worker 4 of the members 0, 2, 3, 4 is wanted although 4 >= replicas)."""
-    wanted: dict[str, Container[int]] = {t: range(n) for t, n in _replicas(job).items()}
+def _wanted(job: Obj, replicas: dict[str, int]) -> dict[str, Container[int]]:
+    """The indices the job wants by type label: 0..replicas-1 (``replicas``: :func:`_replicas` of the job), or a
+    dynamic job's Worker members (members.py: after a targeted scale-down, worker 4 of the members 0, 2, 3, 4 is
+    wanted although 4 >= replicas)."""
+    wanted: dict[str, Container[int]] = {t: range(n) for t, n in replicas.items()}
     members = members_of(job)
     if members is not None and api.WORKER.lower() in wanted:
         wanted[api.WORKER.lower()] = frozenset(members)
@@ -249,7 +250,10 @@ class JobObserver(Collector):
                 self._measure_failover(job, index, record)
         if uid in self._awaiting_running:
             replicas = _replicas(job)
-            if replicas and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), _wanted(job)) == replicas:
+            if (
+                replicas
+                and _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), _wanted(job, replicas)) == replicas
+            ):
                 self._awaiting_running.discard(uid)
                 created = parse_time(podlib.metadata(job).get("creationTimestamp"))
                 if created is not None:
@@ -312,10 +316,13 @@ class JobObserver(Collector):
                     not_running_longest[namespace] = max(not_running_longest[namespace], now - created)
             elif state in (api.COND_RUNNING, api.COND_RESTARTING):
                 replicas = _replicas(job)
-                wanted = replicas.get(api.WORKER.lower(), 0)
-                pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
-                indices = {api.WORKER.lower(): _wanted(job).get(api.WORKER.lower(), range(0))}
-                if wanted and _running_by_type(pods, indices)[api.WORKER.lower()] < wanted:
+                worker = api.WORKER.lower()
+                wanted = replicas.get(worker, 0)
+                running = 0  # (the pods are looked up only for a job that wants workers)
+                if wanted:
+                    indices = {worker: _wanted(job, replicas)[worker]}
+                    running = _running_by_type(self.pods.by_index(CONTROLLER_UID_INDEX, uid), indices)[worker]
+                if running < wanted:
                     still_degraded.add(uid)
                     degraded[namespace] += 1
                     since = self._degraded_since.setdefault(uid, tick)
