@@ -5,7 +5,8 @@ annotations, so the kubelet keeps one state per pod. Real processes exit on thei
 this module keeps a state per container and does what the kubelet's pod workers do with a real
 runtime, reusing the kubelet's scheduling, events, back-off constants and status writing.
 
-Contract (called by :class:`tfjob_sim.kubelet.Kubelet` only, from its worker):
+Contract (called by :class:`tfjob_sim.kubelet.Kubelet` only, from its worker; what this module uses
+of the kubelet is :class:`KubeletPart`, its pod state and rules come from :mod:`tfjob_sim.podstate`):
 - :meth:`ProcessPods.sync` replaces the annotation state machine for a pod bound to a Ready node:
   admission, sandbox, container starts, exits, restarts with CrashLoopBackOff, the eviction
   annotation, graceful deletion; it writes the status and returns when to look again (process
@@ -26,10 +27,11 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tfjob_sim.events import object_reference
-from tfjob_sim.kubelet import (
+from tfjob_sim.logs import Source
+from tfjob_sim.podstate import (
     BACKOFF_INITIAL_SECONDS,
     BACKOFF_MAX_SECONDS,
     BOUND,
@@ -45,6 +47,8 @@ from tfjob_sim.kubelet import (
     TERMINAL_PHASES,
     _containers,
     _image_id,
+    _Node,
+    _PodRecord,
     _Termination,
     _unknown_termination,
     backoff_at_exit,
@@ -55,12 +59,40 @@ from tfjob_sim.kubelet import (
     prestop_sleep_seconds,
     restarts,
 )
-from tfjob_sim.logs import Source
 from tfjob_sim.process import env as env_mod
 from tfjob_sim.process.runtime import Instance, LaunchSpec, ProcessRuntime
 
 if TYPE_CHECKING:
-    from tfjob_sim.kubelet import Kubelet, _Node, _PodRecord
+    from tfjob_sim.events import EventRecorder
+    from tfjob_sim.process.env import StoreReader
+
+
+class KubeletPart(Protocol):
+    """What this module uses of :class:`tfjob_sim.kubelet.Kubelet` (which passes itself): its store,
+    nodes and images, its events, and its status and deletion writes. Typed here so that this module
+    does not import the kubelet that imports it."""
+
+    events: EventRecorder
+    _nodes: dict[str, _Node]
+    _images: dict[str, set[str]]
+
+    @property
+    def _store(self) -> StoreReader: ...
+    @property
+    def config(self) -> Any: ...  # a KubeletConfig: its time_scale
+    def _pull_images(self, pod: dict, rec: _PodRecord) -> None: ...
+    def _needs_pull(self, node: str | None, container: dict) -> bool: ...
+    def _container_event(
+        self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str, message: str
+    ) -> None: ...
+    def back_off_event(self, pod: dict, rec: _PodRecord, path: str, name: str) -> None: ...
+    def evicted_event(self, pod: dict, rec: _PodRecord) -> None: ...
+    def _container_id(self, rec: _PodRecord, name: str, instance: int) -> str: ...
+    def _terminated(self, rec: _PodRecord, name: str, term: _Termination) -> dict[str, Any]: ...
+    def _render(self, pod: dict, rec: _PodRecord, node: _Node) -> dict[str, Any]: ...
+    def _write_status(self, pod: dict, desired: dict[str, Any]) -> dict: ...
+    def _delete_now(self, pod: dict) -> None: ...
+
 
 # How often a container whose configuration could not be resolved (a missing ConfigMap, ...) is
 # tried again (simulated seconds; the kubelet retries on its pod sync period).
@@ -147,7 +179,7 @@ def _specs(pod: dict) -> dict[tuple[bool, str], dict]:
 
 
 class ProcessPods:
-    def __init__(self, kubelet: Kubelet, runtime: ProcessRuntime) -> None:
+    def __init__(self, kubelet: KubeletPart, runtime: ProcessRuntime) -> None:
         self.kubelet = kubelet
         self.runtime = runtime
         self._scale = kubelet.config.time_scale
