@@ -85,6 +85,15 @@ def group_of(pod: dict, names: dict[str, str]) -> GroupKey | None:
     return None
 
 
+def _discard(index: dict[GroupKey, set[str]], key: GroupKey, member: str) -> None:
+    """Remove ``member`` from ``index[key]``, and the key once its set is empty."""
+    members = index.get(key)
+    if members is not None:
+        members.discard(member)
+        if not members:
+            del index[key]
+
+
 class GangScheduler:
     """The gang schedulers of one simulated cluster; owned and driven by the kubelet, which is its
     :class:`~tfjob_sim.gang.common.Placement`."""
@@ -175,20 +184,12 @@ class GangScheduler:
             return  # the common case: a pod of no gang
         ref = f"{meta.get('namespace') or ''}/{meta.get('name', '')}"
         if before is not None:
-            waiting = self._waiting_pods.get(before)
-            if waiting is not None:
-                waiting.discard(uid)
-                if not waiting:
-                    del self._waiting_pods[before]
+            _discard(self._waiting_pods, before, uid)
         if after is not None and new is not None and GroupPods.of([new]).pending:
             self._waiting_pods.setdefault(after, set()).add(uid)
         if before != after:
             if before is not None:
-                members = self._members.get(before)
-                if members is not None:
-                    members.discard(ref)
-                    if not members:
-                        del self._members[before]
+                _discard(self._members, before, ref)
                 self._dirty[before] = None
                 del self._group_of[uid]
             if after is not None:
