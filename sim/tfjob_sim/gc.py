@@ -43,6 +43,7 @@ import anyio
 import structlog
 
 from tfjob_sim.errors import ApiError
+from tfjob_sim.store import StoreReads
 
 log = structlog.get_logger(__name__)
 
@@ -52,24 +53,8 @@ BATCH_CHECKPOINT = 256
 RETRY_AFTER_ERROR_SECONDS = 1.0  # wall seconds: a guard against hot loops, not simulated time
 
 
-class StoreLike(Protocol):
-    def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
-
-    def list(
-        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
-    ) -> tuple[list[dict], str]: ...
-
-    def patch(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        patch_type: str,
-        patch: Any,
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-    ) -> dict: ...
+class StoreLike(StoreReads, Protocol):
+    """The store operations the garbage collector uses."""
 
     def delete(self, resource: str, namespace: str | None, name: str, options: dict | None = None) -> dict: ...
 

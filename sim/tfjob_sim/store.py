@@ -39,7 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -231,6 +231,29 @@ _SET_AFTER_FIELD_MANAGER: dict[str, tuple[str, ...]] = {
     "Service": ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"),
     "Namespace": ("finalizers",),
 }
+
+
+class StoreReads(Protocol):
+    """What every part of the simulated cluster that reads and patches objects uses of :class:`Store`
+    (the garbage collector, the gang schedulers, the kubelet); each part's own protocol adds the rest."""
+
+    def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
+
+    def list(
+        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict], str]: ...
+
+    def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        subresource: str | None = None,
+        *,
+        field_manager: str | None = None,
+    ) -> dict: ...
 
 
 class Store:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from tfjob_sim.events import EventRecorder
 from tfjob_sim.quantity import parse_quantity
 from tfjob_sim.resources import Registry
-from tfjob_sim.store import CRD_RESOURCE
+from tfjob_sim.store import CRD_RESOURCE, StoreReads
 
 VOLCANO = "volcano"
 SCHEDULER_PLUGINS = "scheduler-plugins"
@@ -75,16 +75,10 @@ class Node(Protocol):
     def used_pods(self) -> int: ...
 
 
-class GangStore(Protocol):
+class GangStore(StoreReads, Protocol):
     """The store operations the gang schedulers use."""
 
     registry: Registry
-
-    def get(self, resource: str, namespace: str | None, name: str) -> dict | None: ...
-
-    def list(
-        self, resource: str, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
-    ) -> tuple[list[dict], str]: ...
 
     def create(self, resource: str, namespace: str | None, obj: dict, *, field_manager: str | None = None) -> dict: ...
 
@@ -94,18 +88,6 @@ class GangStore(Protocol):
         namespace: str | None,
         name: str,
         obj: dict,
-        subresource: str | None = None,
-        *,
-        field_manager: str | None = None,
-    ) -> dict: ...
-
-    def patch(
-        self,
-        resource: str,
-        namespace: str | None,
-        name: str,
-        patch_type: str,
-        patch: Any,
         subresource: str | None = None,
         *,
         field_manager: str | None = None,
