@@ -102,6 +102,19 @@ def observer(now: float) -> tuple[JobObserver, FakeInformer, FakeInformer, Colle
     return watcher, jobs, pods, registry
 
 
+def calls_of(monkeypatch: Any, function: str) -> list[Any]:
+    """The arguments of every call the observer makes to one of the functions it imports, from now on."""
+    calls: list[Any] = []
+    real = getattr(observe, function)
+
+    def counted(argument: Any) -> Any:
+        calls.append(argument)
+        return real(argument)
+
+    monkeypatch.setattr(observe, function, counted)
+    return calls
+
+
 def test_failover_latency_is_measured_once_per_failover_and_only_for_the_replacement() -> None:
     _, jobs, pods, registry = observer(now=T0 + 100)
     record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "Evicted"}
@@ -151,14 +164,7 @@ def test_a_job_update_reads_its_worker_records_once_however_many_there_are(monke
     for i in range(3):
         pods.add(pod(i, "Pending", T0 + 95, f"p{i}-new"))
         pods.update(pod(i, "Running", T0 + 95, f"p{i}-new"))
-    parses: list[Any] = []
-    real = observe.parse_worker_records
-
-    def counted(status: Any) -> Any:
-        parses.append(status)
-        return real(status)
-
-    monkeypatch.setattr(observe, "parse_worker_records", counted)
+    parses = calls_of(monkeypatch, "parse_worker_records")
     record = {"state": "Replaced", "failovers": 1, "lastFailoverTime": stamp(T0 + 90), "lastReason": "NodeLost"}
     jobs.update(job(["Created", "Running"], workers=3, records={str(i): dict(record) for i in range(3)}))
     assert len(parses) == 1
@@ -263,14 +269,7 @@ def states(watcher: JobObserver) -> dict[str, float]:
 def test_a_job_with_an_unreadable_status_is_counted_and_reported_once_per_generation(monkeypatch: Any) -> None:
     from structlog.testing import capture_logs
 
-    validated: list[Any] = []
-    real = observe.validate_status
-
-    def counted(status: Any) -> Any:
-        validated.append(status)
-        return real(status)
-
-    monkeypatch.setattr(observe, "validate_status", counted)
+    validated = calls_of(monkeypatch, "validate_status")
 
     def hostile(status: Any, generation: int, version: str) -> dict[str, Any]:
         garbled = job(["Created", "Running"])
