@@ -92,9 +92,10 @@ from tfjob_sim.podstate import (
     _Termination,
     _unknown_termination,
     backoff_at_exit,
-    go_duration,
+    crash_loop_message,
     go_duration_precise,
     image_size,
+    new_container_status,
     now_timestamp,
     prestop_sleep_seconds,
     restarts,
@@ -1795,15 +1796,7 @@ class Kubelet:
         name = container.get("name", "")
         image = container.get("image", "")
         life = rec.life
-        out: dict[str, Any] = {
-            "name": name,
-            "image": image,
-            "imageID": "",
-            "ready": False,
-            "restartCount": rec.restart_count,
-            "started": False,
-            "lastState": {},
-        }
+        out = new_container_status(name, image, rec.restart_count)
         if rec.previous is not None:
             out["lastState"] = {"terminated": self._terminated(rec, name, rec.previous)}
         ran = rec.instance_started_at is not None
@@ -1817,11 +1810,7 @@ class Kubelet:
                 state={"running": {"startedAt": rec.instance_started_at}},
             )
         elif life == BACKOFF and rec.current is not None:
-            meta = pod.get("metadata") or {}
-            message = (
-                f"back-off {go_duration(rec.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
-                f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})"
-            )
+            message = crash_loop_message(pod, rec.uid, name, rec.backoff)
             out.update(
                 containerID=self._container_id(rec, name, rec.current.instance),
                 state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
@@ -1838,15 +1827,7 @@ class Kubelet:
     def _init_status(self, pod: dict, rec: _PodRecord, container: dict) -> dict[str, Any]:
         name = container.get("name", "")
         image = container.get("image", "")
-        out: dict[str, Any] = {
-            "name": name,
-            "image": image,
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "lastState": {},
-        }
+        out = new_container_status(name, image, 0)
         if rec.life == CREATING:
             out["state"] = {"waiting": {"reason": "PodInitializing"}}
         else:

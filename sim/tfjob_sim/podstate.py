@@ -100,6 +100,29 @@ def image_size(image: str) -> int:
     return 10_000_000 + int(_sha256(image)[:6], 16) * 4
 
 
+def new_container_status(name: str, image: str, restart_count: int) -> dict[str, Any]:
+    """A container status before its state is known: not ready, not started, no image ID or last state
+    yet (the caller fills in ``state`` and what it knows)."""
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": False,
+        "restartCount": restart_count,
+        "started": False,
+        "lastState": {},
+    }
+
+
+def crash_loop_message(pod: dict, uid: str, name: str, backoff: float | None) -> str:
+    """The waiting message of a container in CrashLoopBackOff (``backoff``: None means the initial one)."""
+    meta = pod.get("metadata") or {}
+    return (
+        f"back-off {go_duration(backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
+        f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({uid})"
+    )
+
+
 def restarts(pod: dict, code: int) -> bool:
     """Whether the pod's restartPolicy restarts a container that exited with ``code``."""
     policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"

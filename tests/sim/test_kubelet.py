@@ -31,10 +31,10 @@ from tfjob_sim.kubelet import (
     Kubelet,
     KubeletConfig,
     fit_error,
-    go_duration,
     image_size,
     parse_quantity,
 )
+from tfjob_sim.podstate import go_duration
 from tfjob_sim.store import Store
 
 SCALE = 0.01

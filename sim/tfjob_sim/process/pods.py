@@ -52,9 +52,10 @@ from tfjob_sim.podstate import (
     _Termination,
     _unknown_termination,
     backoff_at_exit,
-    go_duration,
+    crash_loop_message,
     go_duration_precise,
     image_size,
+    new_container_status,
     now_timestamp,
     prestop_sleep_seconds,
     restarts,
@@ -560,15 +561,7 @@ class ProcessPods:
         kubelet = self.kubelet
         name = container.get("name", "")
         image = container.get("image", "")
-        out: dict[str, Any] = {
-            "name": name,
-            "image": image,
-            "imageID": "",
-            "ready": False,
-            "restartCount": c.restart_count if c else 0,
-            "started": False,
-            "lastState": {},
-        }
+        out = new_container_status(name, image, c.restart_count if c else 0)
         if c is None:
             out["state"] = {"waiting": {"reason": "ContainerCreating"}}
             return out
@@ -584,11 +577,7 @@ class ProcessPods:
                 state={"running": {"startedAt": c.running_since}},
             )
         elif c.restart_due is not None and c.current is not None and not c.done:
-            meta = pod.get("metadata") or {}
-            message = (
-                f"back-off {go_duration(c.backoff or BACKOFF_INITIAL_SECONDS)} restarting failed "
-                f"container={name} pod={meta.get('name')}_{meta.get('namespace')}({rec.uid})"
-            )
+            message = crash_loop_message(pod, rec.uid, name, c.backoff)
             out.update(
                 state={"waiting": {"reason": "CrashLoopBackOff", "message": message}},
                 lastState={"terminated": kubelet._terminated(rec, name, c.current)},
