@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import structlog
 
+from tfjob_sim.crds import GANG_SCHEDULERS
 from tfjob_sim.errors import ApiError
 from tfjob_sim.gang.common import (
     DEFAULT_GANG_SCHEDULER_NAMES,
     GANG_RESOURCES,
-    GANG_SCHEDULERS,
     PODGROUP_RESOURCES,
     SCHEDULER_PLUGINS,
     SP_GROUP_LABEL,

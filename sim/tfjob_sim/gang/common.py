@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from tfjob_sim.crds import SCHEDULER_PLUGINS, VOLCANO
 from tfjob_sim.events import EventRecorder
 from tfjob_sim.quantity import parse_quantity
 from tfjob_sim.resources import Registry
 from tfjob_sim.store import CRD_RESOURCE, StoreReads
-
-VOLCANO = "volcano"
-SCHEDULER_PLUGINS = "scheduler-plugins"
 
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 VOLCANO_QUEUES = "queues.scheduling.volcano.sh"
@@ -43,7 +41,6 @@ VOLCANO_COMPONENT = "volcano"
 MODELLED_RESOURCES = frozenset({"cpu", "memory", "pods"})
 SP_CONTROLLER = "scheduler-plugins-controller"
 
-GANG_SCHEDULERS = (VOLCANO, SCHEDULER_PLUGINS)
 DEFAULT_GANG_SCHEDULER_NAMES: dict[str, str] = {"volcano": VOLCANO, "scheduler-plugins-scheduler": SCHEDULER_PLUGINS}
 
 TERMINAL = ("Succeeded", "Failed")
