@@ -185,6 +185,16 @@ def injected_error(
     return err, headers
 
 
+def _check_match(verb: str, rate: float, count: int | None) -> None:
+    """ValueError for a rule that could never match as meant: an unknown verb, a rate outside [0, 1], a count < 1."""
+    if verb != "*" and verb not in VERBS:
+        raise ValueError(f"unknown verb {verb!r}; use one of {sorted(VERBS)} or '*'")
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"rate must be within [0, 1], got {rate}")
+    if count is not None and count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+
+
 @dataclass(frozen=True)
 class ClusterHooks:
     """The cluster-level faults, as the cluster that owns a :class:`Faults` carries them out."""
@@ -229,14 +239,9 @@ class Faults:
         user_agent: str | None = None,
     ) -> FaultRule:
         """Answer matching requests with ``code`` (429/500/503/504/409/...), at ``rate``, ``count`` times."""
-        if verb != "*" and verb not in VERBS:
-            raise ValueError(f"unknown verb {verb!r}; use one of {sorted(VERBS)} or '*'")
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate must be within [0, 1], got {rate}")
+        _check_match(verb, rate, count)
         if code < 400 or code > 599:
             raise ValueError(f"code must be an HTTP error status (4xx/5xx), got {code}")
-        if count is not None and count < 1:
-            raise ValueError(f"count must be >= 1, got {count}")
         rule = FaultRule(
             next(self._ids), verb, resource, code, rate, count, retry_after, message, user_agent=user_agent
         )
@@ -266,6 +271,7 @@ class Faults:
         user_agent: str | None = None,
     ) -> FaultRule:
         """Close the connection without answering (the client sees a disconnect)."""
+        _check_match(verb, rate, count)
         rule = FaultRule(next(self._ids), verb, resource, 0, rate, count, drop=True, user_agent=user_agent)
         self._rules.append(rule)
         return rule
@@ -276,6 +282,7 @@ class Faults:
         """Delay matching requests by ``seconds`` before they are handled."""
         if seconds < 0:
             raise ValueError(f"latency must be >= 0, got {seconds}")
+        _check_match(verb, 1.0, None)
         rule = FaultRule(next(self._ids), verb, resource, 0, 1.0, None, latency=seconds, user_agent=user_agent)
         self._rules.append(rule)
         return rule

@@ -98,6 +98,18 @@ async def test_error_rate_and_matching(session, sim_cluster: SimCluster) -> None
     assert (await get(session, sim_cluster, PODS + "/p"))[0] == 200
     with pytest.raises(ValueError):
         sim_cluster.faults.fail("frobnicate", "pods", 500)
+    # Every kind of rule refuses what could never match as meant, not only an error rule.
+    with pytest.raises(ValueError, match="unknown verb 'gett'"):
+        sim_cluster.faults.drop_connections("gett", "pods")
+    with pytest.raises(ValueError, match="rate must be within"):
+        sim_cluster.faults.drop_connections("get", "pods", rate=2.0)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        sim_cluster.faults.drop_connections("get", "pods", count=0)
+    with pytest.raises(ValueError, match="unknown verb 'lsit'"):
+        sim_cluster.faults.add_latency(0.1, "lsit", "pods")
+    assert sim_cluster.faults.rules == []
+    async with session.post(sim_cluster.url + "/_sim/faults", json={"drop": True, "verb": "gett"}) as resp:
+        assert resp.status == 400 and "unknown verb 'gett'" in (await resp.json())["error"]
 
 
 async def test_faults_aimed_at_one_client(session, sim_cluster: SimCluster) -> None:
