@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -19,17 +17,10 @@ import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
+from tests.conftest import Kubectl, _kubectl_binary
 from tests.controller_process import CLI, ControllerProcess, clean_env, free_port
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 from tfjob_sim.cluster import SimCluster
-
-
-@pytest.fixture
-def kubectl_binary() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        pytest.fail("kubectl is required on PATH for this test", pytrace=False)
-    return found
 
 
 async def run_cli(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -290,27 +281,13 @@ async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
     assert rc == 0
 
 
-async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path, kubectl_binary: str):
+async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path):
     kubeconfig = tmp_path / "kc"
     async with sim_process(kubeconfig, "--nodes", "2"):
-        get = await asyncio.create_subprocess_exec(
-            kubectl_binary,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "get",
-            "nodes",
-            "-o",
-            "name",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "HOME": str(tmp_path)},
-        )
-        with anyio.fail_after(30):
-            out, err = await get.communicate()
-        assert get.returncode == 0, err
-        assert out.decode().split() == ["node/sim-node-0", "node/sim-node-1"]
+        kubectl = Kubectl(_kubectl_binary(), str(kubeconfig), tmp_path / "cache")
+        rc, out, err = await kubectl("get", "nodes", "-o", "name")
+        assert rc == 0, err
+        assert out.split() == ["node/sim-node-0", "node/sim-node-1"]
 
 
 @pytest.mark.parametrize(
