@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     create_and_wait_running,
     eventually,
     install_tfjob_crd,
+    reconciled_once_more,
     running_operator,
     tfjob,
     worker_record,
@@ -142,6 +143,7 @@ async def test_a_job_status_written_before_the_controller_started_is_no_contest(
         await other.close()
     async with running_operator(sim_cluster) as op:
         await eventually(lambda: _running_or_created(op), what="the adopted job reconciled")
+        await reconciled_once_more(op, "old")  # every pass over it so far is done, its observations counted
         assert op.metric("tfjob_foreign_writes_total", {"job_namespace": "default", "write": "status"}) == 0
         assert foreign_writer_events(await op.events("old")) == []
 
