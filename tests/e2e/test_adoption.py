@@ -27,12 +27,12 @@ from tests.e2e.conftest import (
     event_reasons,
     eventually,
     install_tfjob_crd,
-    is_true,
     live,
     phase,
     reconciled_once_more,
     running_operator,
     tfjob,
+    until_true,
     worker_record,
 )
 from tests.e2e.test_gang import gang_config
@@ -106,19 +106,14 @@ async def test_a_running_static_job_is_adopted_and_completes(
     sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient, job_role: bool
 ) -> None:
     manifest = tfjob("static", workers=2, ps=1, dynamic=False)
-    job = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
-    before = await to.children(admin, "static")
+    job, before = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
     async with running_operator(sim_cluster) as op:
         await assert_adopted(op, job, before)
         assert "dynamicWorkers" not in (await op.job("static"))["status"]
         # Worker 0 finishes: the job succeeds (no chief, default success policy), as under training-operator.
         await annotate_pod(op, "static-worker-0", {EXIT_CODE: "0"})
-
-        async def succeeded() -> bool:
-            return is_true(await op.job("static"), "Succeeded")
-
-        await eventually(succeeded, timeout=60, what="the adopted job to succeed")
-        assert (await op.job("static"))["status"]["startTime"] == job["status"]["startTime"]
+        done = await until_true(op, "static", "Succeeded", timeout=60, what="the adopted job to succeed")
+        assert done["status"]["startTime"] == job["status"]["startTime"]
 
 
 @pytest.mark.parametrize("job_role", [True, False], ids=["job-role", "no-job-role"])
@@ -126,8 +121,7 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
     sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient, job_role: bool
 ) -> None:
     manifest = tfjob("dyn", workers=3, ps=1, dynamic=True)
-    job = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
-    before = await to.children(admin, "dyn")
+    job, before = await to.leave_running(admin, training_operator, manifest, job_role=job_role)
     async with running_operator(sim_cluster) as op:
         await assert_adopted(op, job, before)
         # Its dynamic-worker state from the first pass, with no pod restarted for it: the membership is the workers
@@ -153,11 +147,7 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
         assert to.uids(await to.children(op.client, "dyn"))["pod/dyn-worker-0"] == kept["pod/dyn-worker-0"]
 
         await annotate_pod(op, "dyn-worker-0", {EXIT_CODE: "0"})
-
-        async def succeeded() -> bool:
-            return is_true(await op.job("dyn"), "Succeeded")
-
-        await eventually(succeeded, timeout=60, what="the adopted dynamic job to succeed")
+        await until_true(op, "dyn", "Succeeded", timeout=60, what="the adopted dynamic job to succeed")
 
 
 async def test_a_restarting_job_gets_its_restarted_pod_back_and_runs(
@@ -180,11 +170,7 @@ async def test_a_restarting_job_gets_its_restarted_pod_back_and_runs(
     before = await to.children(admin, "restart")
     async with running_operator(sim_cluster) as op:
         await to.pods_in(op.client, "restart", {"restart-worker-0": "Running", "restart-worker-1": "Running"})
-
-        async def running() -> bool:
-            return is_true(await op.job("restart"), "Running")
-
-        await eventually(running, what="Running again once both workers run")
+        await until_true(op, "restart", "Running", what="Running again once both workers run")
         after = to.uids(await to.children(op.client, "restart"))
         assert {k: v for k, v in after.items() if k != "pod/restart-worker-1"} == to.uids(before)
         stored = await op.job("restart")
@@ -250,9 +236,8 @@ class TestGang:
         self, sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient
     ) -> None:
         manifest = tfjob("gang", workers=2, ps=1, dynamic=True)
-        job = await to.leave_running(admin, training_operator, manifest, gang=True)
+        job, before = await to.leave_running(admin, training_operator, manifest, gang=True)
         group = await admin.get(to.VOLCANO_PODGROUPS, "gang", namespace="default")
-        before = await to.children(admin, "gang")
         async with running_operator(sim_cluster, gang="volcano") as op:
             await assert_adopted(op, job, before)
             kept = await op.client.get(to.VOLCANO_PODGROUPS, "gang", namespace="default")

@@ -197,8 +197,7 @@ async def kubeflow_cluster(admin: ApiClient, to_client: ApiClient) -> dict[str, 
     await eventually(served, what="training-operator's TFJob CRD served")
     children: dict[str, dict[str, Any]] = {}
     for manifest in (tfjob("mnist", workers=3, ps=1, dynamic=True), tfjob("static", workers=2, dynamic=False)):
-        job = await to.leave_running(admin, to_client, manifest)
-        children[job["metadata"]["name"]] = await to.children(admin, job["metadata"]["name"])
+        _, children[manifest["metadata"]["name"]] = await to.leave_running(admin, to_client, manifest)
     return children
 
 

@@ -239,9 +239,9 @@ async def pods_in(client: ApiClient, job: str, wanted: dict[str, str]) -> None:
 
 async def leave_running(
     admin: ApiClient, to: ApiClient, manifest: dict[str, Any], *, job_role: bool = True, gang: bool = False
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The job (in ``default``) Running under training-operator: created by ``admin``, every pod Running, its
-    children and status written by ``to``; the job as stored."""
+    children and status written by ``to``; the job as stored, and its pods and services by ``kind/name``."""
     job = await admin.create(TFJOBS, manifest, namespace="default")
     await create_children(to, job, job_role=job_role, gang=gang)
     name = job["metadata"]["name"]
@@ -252,7 +252,7 @@ async def leave_running(
         "replicaStatuses": {t: {"active": _replicas(s)} for t, s in _specs(job).items()},
         "startTime": started,
     }
-    return await write_status(to, name, "default", status)
+    return await write_status(to, name, "default", status), await children(admin, name)
 
 
 # --- status -----------------------------------------------------------------------------------------------------
