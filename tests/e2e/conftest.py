@@ -303,6 +303,18 @@ def is_true(job: dict[str, Any], cond_type: str) -> bool:
     return bool(c and c.get("status") == "True")
 
 
+async def until_true(
+    operator: Operator, name: str, cond_type: str, *, timeout: float = 30.0, interval: float = 0.02, what: str = ""
+) -> dict[str, Any]:
+    """Wait until the job's ``cond_type`` condition is True; the job as then read."""
+
+    async def true() -> dict[str, Any] | None:
+        job = await operator.job(name)
+        return job if is_true(job, cond_type) else None
+
+    return await eventually(true, timeout, interval, what=what or f"{name} {cond_type}")
+
+
 Check = Callable[[], Awaitable[Any]]
 
 

@@ -27,7 +27,7 @@ import yaml
 import tfjob_sim
 from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
-from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, worker_record
+from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, until_true, worker_record
 from tests.test_cli import run_cli
 from tfjob_sim.cluster import SimConfig
 from tfjob_sim.kubelet import EVICT
@@ -229,13 +229,9 @@ async def test_a_dynamic_job_trains_through_failures_and_rescaling(
     await operator.client.patch(PODS, f"{name}-worker-0", {"metadata": {"annotations": {EVICT: "true"}}}, namespace=NS)
     await job.replaced(f"{name}-worker-0", pods[f"{name}-worker-0"][0], "Evicted", before)
     await job.others_untouched(pods, except_={f"{name}-worker-0"})
-
-    async def succeeded() -> bool:
-        return is_true(await operator.job(name), "Succeeded")
-
-    await eventually(succeeded, SLOW, interval=0.5, what="the job Succeeded when worker 0 finished training")
-    finished = (await operator.job(name))["status"]
-    assert not is_true({"status": finished}, "Failed"), finished
+    what = "the job Succeeded when worker 0 finished training"
+    done = await until_true(operator, name, "Succeeded", timeout=SLOW, interval=0.5, what=what)
+    assert not is_true(done, "Failed"), done["status"]
     worker_0 = {p["metadata"]["name"]: p for p in await operator.pods(name)}[f"{name}-worker-0"]
     assert worker_0["status"]["phase"] == "Succeeded", worker_0["status"]
     ended = re.search(r"^event=finished step=(\d+) worker=0$", await log(operator, f"{name}-worker-0"), re.M)
@@ -249,14 +245,9 @@ async def _above(operator: Operator, job: str, step: int) -> bool:
 async def test_the_same_program_as_a_static_job_trains_to_success(operator: Operator) -> None:
     manifest = example_job("static", workers=2, dynamic=False, steps=300, worker_command=[])
     await operator.client.create(TFJOBS, manifest, namespace=NS)
-
-    async def succeeded() -> bool:
-        return is_true(await operator.job("static"), "Succeeded")
-
-    await eventually(succeeded, SLOW * 2, interval=0.5, what="the static job Succeeded")
-    status = (await operator.job("static"))["status"]
-    assert not is_true({"status": status}, "Failed") and not is_true({"status": status}, "Restarting"), status
-    assert status["replicaStatuses"]["Worker"].get("succeeded", 0) >= 1, status
+    done = await until_true(operator, "static", "Succeeded", timeout=SLOW * 2, interval=0.5)
+    assert not is_true(done, "Failed") and not is_true(done, "Restarting"), done["status"]
+    assert done["status"]["replicaStatuses"]["Worker"].get("succeeded", 0) >= 1, done["status"]
 
 
 async def test_an_independently_written_program_rejoins_after_its_worker_is_deleted(
