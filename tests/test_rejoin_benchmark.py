@@ -182,7 +182,7 @@ def test_the_controllers_own_failover_metric_is_read_per_reason() -> None:
     assert "| reason=Deleted | 4 | 0.50 |" in text
     assert "min 1.50, p50 1.50, max 2.50 (2 samples" in text
     assert "not Running once it ran: 0." in text
-    assert "reconciles during the run: 20, 450.0 ms each" not in text  # no reconcile samples in this record
+    assert "reconciles during the run" not in text  # no reconcile count in this record: no line at all
     metrics["controller_runtime_reconcile_time_seconds_count{controller=tfjob-controller}"] = 20.0
     assert "The controller's reconciles during the run: 20, 450.0 ms each on average." in rejoin.render_context(raw)
 
@@ -198,6 +198,5 @@ def test_stop_at_is_the_next_such_utc_time_and_bad_input_is_a_clear_error() -> N
 
 
 def test_every_kind_of_failover_hits_every_worker_in_turn() -> None:
-    kinds = [k for k in rejoin.plan(3, 0)]
-    hits = {(kind, rejoin.failover_index(n)) for n, kind in enumerate(kinds)}
+    hits = {(kind, rejoin.failover_index(n)) for n, kind in enumerate(rejoin.plan(3, 0))}
     assert hits == {(kind, index) for kind in rejoin.FAILOVER_KINDS for index in range(rejoin.WORKERS)}
