@@ -263,7 +263,7 @@ class _Pass:
 
     def _ttl(self, ttl: int | None, suspended: bool) -> None:
         if ttl is None or suspended:
-            return  # upstream skips TTL while suspended (#2243)
+            return  # upstream skips TTL while the job is suspended
         expire = self._finish_time() + ttl
         if self.now_ts >= expire:
             self.actions.append(DeleteJob(api.DELETE_TTL))
@@ -827,7 +827,7 @@ class _Pass:
                     # fact is reported exactly once.
                     self._exited_fact(pod, out)
             # Counting, as upstream: a snapshot of the pods that exist now. A terminating
-            # Running pod counts as failed (kubeflow/common#214, kept for non-dynamic types); an
+            # Running pod counts as failed (upstream's shared job library does so; kept for non-dynamic types); an
             # out-of-range pod is being deleted by this very pass, so it counts as terminating now
             # rather than one pass later (which keeps the decision idempotent).
             leaving = terminating or not in_range

@@ -243,7 +243,7 @@ def type_priority(job: dict[str, Any], replica_type: str, priority_classes: Mapp
     """The PriorityClass value of the type's pod template (0 when it names none or an unknown one).
 
     The controller passes no PriorityClasses today (upstream's lister is never started either, so all
-    are 0 there too); the rule stays here, tested, so that honouring them (kubeflow/trainer#1830) is an
+    are 0 there too); the rule stays here, tested, so that honouring them (which upstream's gang does not do either) is an
     informer and RBAC away rather than a change to how the gang's minResources is chosen."""
     template = job["spec"]["tfReplicaSpecs"][replica_type].get("template")
     spec = template.get("spec") if isinstance(template, dict) else None

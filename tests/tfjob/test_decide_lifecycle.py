@@ -189,7 +189,7 @@ def test_stale_restarting_does_not_mask_a_permanent_failure():
 
 
 def test_exit_code_deleted_pod_restarts_instead_of_failing():
-    # kubeflow/common#186: ExitCode + a deleted (137) pod failed the whole job
+    # upstream's shared job library once failed the whole job for ExitCode + a deleted (137) pod
     cluster = started(make_job(worker=2, ps=1, restart_policy="ExitCode"))
     cluster.terminate_pod("test-tfjob-ps-0")
     decision = cluster.step(at(10))
@@ -199,7 +199,7 @@ def test_exit_code_deleted_pod_restarts_instead_of_failing():
 
 
 def test_non_dynamic_scale_down_fails_the_job_as_upstream():
-    # #2070: scaling in fails a non-dynamic job (maintainers: intended); the pods still go
+    # upstream: scaling in fails a non-dynamic job (its maintainers call it intended); the pods still go
     cluster = started(make_job(worker=3, ps=1))
     cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
     decision = cluster.step(at(10))

@@ -158,7 +158,7 @@ def test_sparse_ps_gets_the_full_ps_list():
 
 
 def test_sparse_chief_gets_own_address_and_ps():
-    # upstream (#1763): {"cluster":{"worker":{},"ps":[]},...} -- TensorFlow refuses to start
+    # upstream writes {"cluster":{"worker":{},"ps":[]},...} here -- TensorFlow refuses to start
     job = make_job("mnist", "kubeflow", chief=1, worker=2, ps=1, dynamic=True)
     assert sparse(job, "Chief", 0) == (
         '{"cluster":{"worker":{},"ps":["mnist-ps-0.kubeflow.svc:2222"],'
