@@ -165,6 +165,17 @@ def test_the_server_limit_is_shared_by_nominal_concurrency_shares() -> None:
         FlowControl(0, 0)
 
 
+def test_a_request_waits_at_most_a_quarter_of_its_timeout() -> None:
+    fc = FlowControl(request_timeout=60)
+    assert fc.wait_limit(None) == 15.0  # --request-timeout / 4
+    assert fc.wait_limit("8s") == 2.0  # the request's own timeout parameter (a Go duration)
+    assert fc.wait_limit("1m30s") == 15.0  # never beyond --request-timeout
+    assert fc.wait_limit("500ms") == 0.125
+    for unreadable in ("", "5", "abc", "1.2.3s", "0s"):
+        assert fc.wait_limit(unreadable) == 15.0, unreadable  # what cannot be read falls back to the server's
+    assert FlowControl(request_timeout=600).wait_limit(None) == 60.0  # at most a minute
+
+
 ANON_LIST = RequestInfo(True, "list", "", "pods", "default")
 
 
