@@ -9,16 +9,16 @@ write in the store themselves.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tfjob_sim.crds import SCHEDULER_PLUGINS, VOLCANO
 from tfjob_sim.events import EventRecorder
 from tfjob_sim.quantity import parse_quantity
 from tfjob_sim.resources import Registry
-from tfjob_sim.store import CRD_RESOURCE, StoreReads
+from tfjob_sim.store import CRD_RESOURCE, StoreReads, rfc3339
 
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 VOLCANO_QUEUES = "queues.scheduling.volcano.sh"
@@ -158,7 +158,7 @@ def relevant(pod: dict | None) -> tuple:
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 def as_int(value: Any) -> int:
