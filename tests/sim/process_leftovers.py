@@ -125,7 +125,7 @@ def runtime_processes(prefix: str) -> list[int]:
 
 
 def janitors(prefix: str) -> list[int]:
-    """The janitor processes of ``prefix`` (the process runtime's and the pod network's)."""
+    """The janitor process of ``prefix`` (one per simulator, started by its pod network)."""
     found = []
     for entry in _listdir("/proc"):
         if entry.isdigit():

@@ -28,7 +28,7 @@ import pytest
 from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 
 from tests.sim.process_leftovers import host_network_snapshot, leftovers
-from tfjob_sim.process import netjanitor
+from tfjob_sim.process import janitor
 from tfjob_sim.process.dns import ClusterDNS
 from tfjob_sim.process.network import (
     PodNetwork,
@@ -270,7 +270,7 @@ async def test_remove_sandbox_frees_everything_and_is_idempotent(network: PodNet
 
 
 def _pids_in(netns: str) -> list[int]:
-    return netjanitor.pids_in_netns(netns)
+    return janitor.pids_in_netns(netns)
 
 
 async def test_two_networks_side_by_side_do_not_collide(store: Store) -> None:
@@ -358,7 +358,7 @@ def _fake_dead_simulator_leftovers() -> str:
     """A named namespace and an /etc/netns dir under the prefix of a simulator whose pid is gone."""
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)  # a process that has exited: its pid is not alive
-    assert not netjanitor.pid_alive(dead_pid)
+    assert not janitor.pid_alive(dead_pid)
     stale = f"tfsim{dead_pid}-0"
     subprocess.run(["ip", "netns", "add", f"{stale}-node"], check=True)
     os.makedirs(f"/etc/netns/{stale}-abcdef12", exist_ok=True)
@@ -377,7 +377,7 @@ async def test_start_sweeps_what_dead_simulators_left(store: Store) -> None:
         finally:
             await net.stop()
     finally:
-        netjanitor.cleanup(stale)
+        janitor.cleanup(stale)
 
 
 async def test_without_root_start_says_so_in_one_line(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,23 +23,18 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import re
-import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from tfjob_sim.process.netjanitor import pid_alive
+from tfjob_sim.process import janitor
+from tfjob_sim.process.janitor import pid_alive
 
 log = structlog.get_logger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# How many rounds of SIGKILL a cgroup gets before it is reported busy (a fork bomb racing the kill).
-KILL_ROUNDS = 50
 # How long a blocking removal waits for killed members to leave (at stop and sweep only).
 REMOVE_WAIT_SECONDS = 2.0
 
@@ -208,43 +203,14 @@ def sweep(base: Path, stem: str) -> list[str]:
 
 
 def _kill_members(path: Path) -> bool:
-    kill_file = path / "cgroup.kill"  # v2, Linux >= 5.14: the kernel kills every member at once
-    if kill_file.exists():
-        with contextlib.suppress(OSError):
-            kill_file.write_text("1")
-    for _ in range(KILL_ROUNDS):
-        try:
-            pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return True
-        if not pids:
-            return True
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    return False
+    return janitor.kill_cgroup_members(str(path))
 
 
 def _remove_tree(path: Path, wait: bool = True) -> bool:
-    """Kill the members of ``path`` and its descendants, then rmdir bottom-up. A killed process leaves
-    its cgroup only once the kernel has finished it: with ``wait``, retry for up to 2 s."""
-    if not path.exists():
-        return True
-    ok = True
-    for child in [p for p in path.iterdir() if p.is_dir()]:
-        ok = _remove_tree(child, wait) and ok
-    deadline = time.monotonic() + (REMOVE_WAIT_SECONDS if wait else 0.0)
-    while True:
-        _kill_members(path)
-        try:
-            path.rmdir()
-            return ok
-        except FileNotFoundError:
-            return ok
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                log.warning("cannot remove cgroup", path=str(path), error=str(exc))
-                return False
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+    """Kill the members of ``path`` and its descendants, then rmdir bottom-up; with ``wait``, retry
+    for up to 2 s while the kernel still holds a killed process's cgroup."""
+    return janitor.remove_cgroup_tree(
+        str(path),
+        REMOVE_WAIT_SECONDS if wait else 0.0,
+        lambda where, exc: log.warning("cannot remove cgroup", path=where, error=str(exc)),
+    )

@@ -37,7 +37,7 @@ by hand, and no dependency with its own namespace-switching helpers is needed.
 Hygiene: nothing is created in the host's network namespace, ever (the veth pair is created inside
 the node namespace with its peer placed straight into the pod's). Every name starts with
 ``tfsim<pid>-<n>`` (``prefix``). ``stop()`` removes everything and may be called again. A janitor
-child (netjanitor.py) removes the named namespaces and /etc/netns dirs when the simulator dies without
+child (janitor.py) removes the named namespaces and /etc/netns dirs when the simulator dies without
 stopping (SIGKILL), and ``start()`` sweeps what simulators whose pid is gone left behind. Root is
 required (namespaces, veth): without it ``start()`` raises :class:`PodNetworkUnavailable`.
 """
@@ -54,13 +54,14 @@ import shutil
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import structlog
 
-from tfjob_sim.process import netjanitor
+from tfjob_sim.process import janitor as janitor_mod
 from tfjob_sim.process.dns import ClusterDNS, StoreReader
 
 log = structlog.get_logger(__name__)
@@ -219,7 +220,7 @@ class PodNetwork:
         self.cluster_domain = domain
         self.prefix = f"tfsim{os.getpid()}-{next(_instances)}"
         self.node_netns_name = f"{self.prefix}-node"
-        self.node_netns = os.path.join(netjanitor.NETNS_DIR, self.node_netns_name)
+        self.node_netns = os.path.join(janitor_mod.NETNS_DIR, self.node_netns_name)
         self.dns_ip = str(self._addresses.gateway)
         self.dns: ClusterDNS | None = None
         self._sandboxes: dict[str, _SandboxState] = {}
@@ -231,9 +232,13 @@ class PodNetwork:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, *, cgroups_on_exit: Sequence[str] = (), dirs_on_exit: Sequence[str] = ()) -> None:
         """Create the node namespace, its bridge and the DNS server. Raises PodNetworkUnavailable
-        (with the reason in one line) when this machine or user cannot."""
+        (with the reason in one line) when this machine or user cannot.
+
+        The janitor started here also kills and removes the cgroup trees ``cgroups_on_exit`` and
+        removes the directories ``dirs_on_exit`` if this process dies without stopping: the process
+        runtime's, so that one janitor serves the whole simulator."""
         if self._started:
             raise PodNetworkError("PodNetwork.start() called twice")
         if os.geteuid() != 0:
@@ -244,12 +249,12 @@ class PodNetwork:
             raise PodNetworkUnavailable("the process runtime needs the `ip` command (iproute2) on PATH")
         self._started = True
         try:
-            for error in await asyncio.to_thread(netjanitor.sweep_stale):
+            for error in await asyncio.to_thread(janitor_mod.sweep_stale):
                 log.warning("could not remove a dead simulator's pod network leftovers", error=error)
             # Anything already under this prefix was left by an earlier process with the same pid.
-            for error in await asyncio.to_thread(netjanitor.cleanup, self.prefix):
+            for error in await asyncio.to_thread(janitor_mod.cleanup, self.prefix):
                 raise PodNetworkError(f"cannot remove an earlier process's leftovers under {self.prefix}: {error}")
-            await self._start_janitor()
+            await self._start_janitor(cgroups_on_exit, dirs_on_exit)
             await self._ip("netns", "add", self.node_netns_name)
             await self._ip_batch(
                 self.node_netns_name,
@@ -266,12 +271,17 @@ class PodNetwork:
             raise
         log.info("pod network started", prefix=self.prefix, pod_cidr=str(self._network), dns=self.dns_ip)
 
-    async def _start_janitor(self) -> None:
+    async def _start_janitor(self, cgroups: Sequence[str], dirs: Sequence[str]) -> None:
+        paths = [arg for path in cgroups for arg in ("--cgroup", path)] + [
+            arg for path in dirs for arg in ("--dir", path)
+        ]
         self._janitor = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
-            netjanitor.__file__,
+            "-S",
+            janitor_mod.__file__,
             self.prefix,
+            *paths,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL,
             start_new_session=True,  # signals to the simulator's process group must not take it along
@@ -295,7 +305,7 @@ class PodNetwork:
         states = list(self._sandboxes.values())
         results = await asyncio.gather(*(self.remove_sandbox(s.sandbox) for s in states), return_exceptions=True)
         errors = [str(r) or repr(r) for r in results if isinstance(r, BaseException)]
-        errors += await asyncio.to_thread(netjanitor.cleanup, self.prefix)
+        errors += await asyncio.to_thread(janitor_mod.cleanup, self.prefix)
         if self._janitor is not None:
             janitor, self._janitor = self._janitor, None
             assert janitor.stdin is not None
@@ -317,8 +327,8 @@ class PodNetwork:
         veth = f"v{next(self._veth_ids)}"
         host = (hostname or pod_name)[:63].rstrip("-.")  # as kubelet shortens a pod name to a hostname
         fqdn = f"{host}.{subdomain}.{namespace}.svc.{self.cluster_domain}" if subdomain else None
-        etc_dir = Path(netjanitor.ETC_NETNS_DIR) / name
-        sandbox = Sandbox(name=name, ip=ip, netns=os.path.join(netjanitor.NETNS_DIR, name), etc_dir=str(etc_dir))
+        etc_dir = Path(janitor_mod.ETC_NETNS_DIR) / name
+        sandbox = Sandbox(name=name, ip=ip, netns=os.path.join(janitor_mod.NETNS_DIR, name), etc_dir=str(etc_dir))
         self._sandboxes[name] = _SandboxState(sandbox, veth)
         finished = asyncio.get_running_loop().create_future()
         self._creating.add(finished)  # stop() waits for it: a namespace added after stop() would leak
@@ -384,7 +394,7 @@ class PodNetwork:
 
     async def _remove(self, state: _SandboxState) -> None:
         sandbox = state.sandbox
-        killed = await asyncio.to_thread(netjanitor.kill_netns_processes, sandbox.netns)
+        killed = await asyncio.to_thread(janitor_mod.kill_netns_processes, sandbox.netns)
         if killed:
             log.warning("killed processes left in a removed pod's network namespace", sandbox=sandbox.name, pids=killed)
         errors = []
@@ -394,7 +404,7 @@ class PodNetwork:
         rc, err = await self._run_ip("-n", self.node_netns_name, "link", "del", state.veth)
         if rc != 0 and "Cannot find device" not in err and "Cannot open network namespace" not in err:
             errors.append(f"ip -n {self.node_netns_name} link del {state.veth}: {err.strip()}")
-        error = await asyncio.to_thread(netjanitor.delete_netns, sandbox.name)
+        error = await asyncio.to_thread(janitor_mod.delete_netns, sandbox.name)
         if error:
             errors.append(error)
         await asyncio.to_thread(shutil.rmtree, sandbox.etc_dir, True)

@@ -10,8 +10,8 @@ exit, signal it, and clean everything up.
 Contract:
 - :func:`check_available` raises :class:`RuntimeUnavailable` (one line) when this process cannot
   run containers (not root, not Linux).
-- :class:`ProcessRuntime`: ``await start()`` before use (sweeps what dead simulators left, creates
-  the state directory, the cgroup subtree and the network, and starts the janitor), ``await stop()``
+- :class:`ProcessRuntime`: ``await start()`` before use (sweeps what dead simulators left, starts
+  the network, then creates the state directory and the cgroup subtree), ``await stop()``
   after (kills every process, removes every sandbox, cgroup and file; idempotent). Everything is
   named with :attr:`ProcessRuntime.prefix` (``tfsim<pid>-<n>``).
 - Sandboxes: :meth:`~ProcessRuntime.sandbox` starts creating a pod's sandbox and returns its state
@@ -24,15 +24,15 @@ Contract:
   :meth:`~ProcessRuntime.finish` (after the exit) kills what is left in the instance's cgroup and
   removes it; :meth:`~ProcessRuntime.forget` kills and releases everything of a pod.
 - Leaks: container processes die with the simulator (PR_SET_PDEATHSIG, set by the helper); what a
-  process cannot take with it (cgroups, the state directory) is removed by a janitor process when
-  its pipe from the simulator closes, and by :func:`sweep` at the next start.
+  process cannot take with it (cgroups, the state directory) is removed by the pod network's janitor
+  process (tfjob_sim.process.janitor: one per simulator, for the network and the runtime) when its
+  pipe from the simulator closes, and by the sweeps at the next start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -50,23 +50,20 @@ from typing import Any
 import structlog
 
 from tfjob_sim.process import cgroup as cgroups_mod
+from tfjob_sim.process.janitor import pid_alive
 from tfjob_sim.process.logfile import ProcessLog
-from tfjob_sim.process.netjanitor import pid_alive
+from tfjob_sim.process.network import PodNetwork
 
 log = structlog.get_logger(__name__)
 
 LAUNCH = str(Path(__file__).with_name("launch.py"))
-JANITOR = str(Path(__file__).with_name("janitor.py"))
 PREFIX_STEM = "tfsim"
 # The PATH a container gets when its env does not set one (an image's usual default).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-JANITOR_EXIT_SECONDS = 10.0
 # Reads of one pipe per wake-up (64 KiB each), and how long a container's cgroup may stay busy after
 # its processes were SIGKILLed before the runtime gives up removing it (the stop sweeps it again).
 DRAIN_READS = 16
 CGROUP_REMOVE_SECONDS = 10.0
-
-_counter = itertools.count(1)
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -199,12 +196,12 @@ class ProcessRuntime:
         self,
         *,
         notify: Callable[[str], None],
-        network: Any,
+        network: PodNetwork,
         state_parent: str | None = None,
         python: str = sys.executable,
     ) -> None:
-        # One name for everything of this simulator: the pod network's prefix, when it has one.
-        self.prefix = getattr(network, "prefix", None) or f"{PREFIX_STEM}{os.getpid()}-{next(_counter)}"
+        # One name for everything of this simulator: the pod network's prefix.
+        self.prefix = network.prefix
         self._notify = notify
         self.network = network
         self._state_parent = state_parent or tempfile.gettempdir()
@@ -214,8 +211,6 @@ class ProcessRuntime:
         self._sandboxes: dict[str, SandboxState] = {}
         self._instances: dict[str, list[Instance]] = {}  # pod uid -> its live or unfinished instances
         self._tasks: set[asyncio.Task] = set()
-        self._janitor: subprocess.Popen | None = None
-        self._janitor_fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._stopped = False
@@ -231,31 +226,17 @@ class ProcessRuntime:
         swept = sweep_state_dirs(self._state_parent) + self.cgroups.sweep(PREFIX_STEM)
         if swept:
             log.info("removed what dead simulators left behind", paths=swept)
-        os.makedirs(self.state_dir, mode=0o711)
-        self.cgroups.start()
-        self._start_janitor()
-        await self.network.start()
-        log.info("process runtime started", prefix=self.prefix, cgroups=self.cgroups.description)
-
-    def _start_janitor(self) -> None:
-        """A process that removes this runtime's cgroups and files when its pipe from us closes,
-        however this process ends (the pipe's write end dies with it)."""
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        spec = {
-            "fd": read_fd,
-            "cgroup": str(self.cgroups.root) if self.cgroups.root is not None else None,
-            "state_dir": self.state_dir,
-        }
+        # The pod network's janitor removes the cgroups and the state directory too if this process dies
+        # without stopping: it is started before they exist.
+        root = [str(self.cgroups.root)] if self.cgroups.root is not None else []
+        await self.network.start(cgroups_on_exit=root, dirs_on_exit=[self.state_dir])
         try:
-            self._janitor = subprocess.Popen(
-                [self._python, "-I", "-S", JANITOR, json.dumps(spec)],
-                pass_fds=(read_fd,),
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            os.close(read_fd)
-        self._janitor_fd = write_fd
+            os.makedirs(self.state_dir, mode=0o711)
+            self.cgroups.start()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("process runtime started", prefix=self.prefix, cgroups=self.cgroups.description)
 
     async def stop(self) -> None:
         if self._stopped or not self._started:
@@ -272,27 +253,14 @@ class ProcessRuntime:
                     if isinstance(result, BaseException):
                         log.error("a process runtime task failed", error=repr(result))
             self._sandboxes.clear()
-            await self.network.stop()  # removes every sandbox
             for uid in list(self._instances):
                 await self._reap_pod(uid)
         finally:
-            self.cgroups.stop()
-            shutil.rmtree(self.state_dir, ignore_errors=True)
-            await self._stop_janitor()
-
-    async def _stop_janitor(self) -> None:
-        if self._janitor_fd is not None:
-            os.close(self._janitor_fd)
-            self._janitor_fd = None
-        janitor, self._janitor = self._janitor, None
-        if janitor is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.to_thread(janitor.wait), JANITOR_EXIT_SECONDS)
-        except TimeoutError:
-            janitor.kill()
-            janitor.wait()
-            log.warning("the process runtime's janitor did not exit in time; killed")
+            try:
+                self.cgroups.stop()
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+            finally:
+                await self.network.stop()  # removes every sandbox, and ends the janitor
 
     # ---------------------------------------------------------------- sandboxes
 
