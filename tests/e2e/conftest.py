@@ -248,6 +248,17 @@ async def operator(sim_cluster: SimCluster) -> AsyncIterator[Operator]:
         yield op
 
 
+@pytest.fixture
+async def admin(sim_cluster: SimCluster) -> AsyncIterator[ApiClient]:
+    """A client of the cluster's admin, with no controller running (the TFJob CRD is not installed)."""
+    assert sim_cluster.kubeconfig_path
+    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 def tfjob(
     name: str,
     *,

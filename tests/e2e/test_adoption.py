@@ -43,15 +43,10 @@ from tfjob_sim.kubelet import EXIT_CODE
 REPLACING = ("SuccessfulCreatePod", "SuccessfulDeletePod", "SuccessfulCreateService", "SuccessfulDeleteService")
 
 
-@pytest.fixture
-async def admin(sim_cluster: SimCluster) -> AsyncIterator[ApiClient]:
-    assert sim_cluster.kubeconfig_path
-    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
-    try:
-        await install_tfjob_crd(client)
-        yield client
-    finally:
-        await client.close()
+@pytest.fixture(autouse=True)
+async def tfjob_crd(admin: ApiClient) -> None:
+    """This project's TFJob CRD, installed before training-operator's objects are made."""
+    await install_tfjob_crd(admin)
 
 
 @pytest.fixture

@@ -21,9 +21,8 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import yaml
 
 from controller.runtime.client import ApiClient, Resource
 from controller.runtime.errors import NotFound
-from tests.conftest import Kubectl
+from tests.conftest import Kubectl, _kubectl_binary
 from tests.e2e import training_operator as to
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, start_operator, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
@@ -114,9 +113,7 @@ def test_the_kustomize_overlay_builds_what_the_live_commands_leave(tmp_path: Pat
     kustomization = {"namespace": to.NAMESPACE, "resources": sorted(objects)}
     (kubeflow / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     (ours / "kustomization.yaml").write_text(overlay)
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is required"
-    built = subprocess.run([kubectl, "kustomize", str(ours)], capture_output=True, text=True, timeout=60)
+    built = subprocess.run([_kubectl_binary(), "kustomize", str(ours)], capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     result = {d["kind"]: d for d in yaml.safe_load_all(built.stdout)}
     assert set(result) == {"Deployment", "ValidatingWebhookConfiguration"}, "the CRD is left out"
@@ -146,16 +143,6 @@ def test_the_kustomize_overlay_makes_the_live_changes() -> None:
 @pytest.fixture
 def sim_config() -> SimConfig:
     return SimConfig(nodes=3, time_scale=0.01)
-
-
-@pytest.fixture
-async def admin(sim_cluster: SimCluster) -> AsyncIterator[ApiClient]:
-    assert sim_cluster.kubeconfig_path
-    client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def shell(command: str, cwd: Path, kubectl: Kubectl) -> tuple[int, str, str]:
