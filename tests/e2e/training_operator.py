@@ -2,7 +2,8 @@
 
 The adoption and migration tests build a cluster the way training-operator had it when this controller is
 switched on: these builders follow upstream's documented behaviour, never this controller's own rendering
-(controller.tfjob.pods), so a test of adoption cannot pass by agreeing with itself.
+(controller.tfjob.pods, controller.tfjob.conditions), so a test of adoption cannot pass by agreeing with itself.
+That a builder here looks like the controller's (a condition's six fields) is the point, not a copy to share.
 
 What training-operator writes (v1.8.1, unchanged in v1.9.0 for TFJob):
 
