@@ -53,6 +53,7 @@ from tfjob_sim.gang.common import (
     GroupPods,
     Placement,
     relevant,
+    scheduler_name,
 )
 from tfjob_sim.gang.coscheduling import CoschedulingScheduler
 from tfjob_sim.gang.volcano import VolcanoScheduler
@@ -75,7 +76,7 @@ def group_of(pod: dict, names: dict[str, str]) -> GroupKey | None:
     its own pods); otherwise scheduler-plugins' label decides, whatever the pod's scheduler."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or ""
-    if names.get((pod.get("spec") or {}).get("schedulerName") or "") == VOLCANO:
+    if names.get(scheduler_name(pod)) == VOLCANO:
         group = (meta.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
         if group:
             return (VOLCANO, namespace, group)

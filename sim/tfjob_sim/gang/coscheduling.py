@@ -40,11 +40,7 @@ class CoschedulingScheduler(GroupScheduler):
         _, namespace, name = key
         members = self.members(key)
         pending = sorted(
-            (
-                p
-                for p in GroupPods.of(members).pending
-                if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == SCHEDULER_PLUGINS
-            ),
+            (p for p in GroupPods.of(members).pending if self.names.get(scheduler_name(p)) == SCHEDULER_PLUGINS),
             key=task_order,
         )
         if not pending:

@@ -31,6 +31,7 @@ from tfjob_sim.gang.common import (
     now,
     omitempty,
     resource_vector,
+    scheduler_name,
     task_order,
 )
 from tfjob_sim.resources import set_condition
@@ -76,9 +77,7 @@ class VolcanoScheduler(GroupScheduler):
     def session(self, key: GroupKey) -> None:
         """One vc-scheduler session for one job: enqueue, allocate, gang close, job status."""
         _, namespace, name = key
-        pods = [
-            p for p in self.members(key) if self.names.get((p.get("spec") or {}).get("schedulerName") or "") == VOLCANO
-        ]
+        pods = [p for p in self.members(key) if self.names.get(scheduler_name(p)) == VOLCANO]
         pg = self.store.get(VOLCANO_PODGROUPS, namespace, name)
         if pg is None:
             # Volcano's pod admission webhook refuses such pods; without webhooks here, they wait
