@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -28,6 +27,7 @@ import pytest
 from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 
 from tests.sim.process_leftovers import host_network_snapshot, leftovers
+from tests.waiting import eventually
 from tfjob_sim.process import janitor
 from tfjob_sim.process.dns import ClusterDNS
 from tfjob_sim.process.network import (
@@ -51,14 +51,6 @@ def _read(*path: str) -> str:
 
 def _exists(path: str) -> bool:
     return os.path.exists(path)
-
-
-async def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 # Inside the pod's network namespace, a private mount namespace with the pod's files over /etc's.
@@ -257,7 +249,7 @@ async def test_pod_files_are_what_kubelet_writes(network: PodNetwork) -> None:
 async def test_remove_sandbox_frees_everything_and_is_idempotent(network: PodNetwork) -> None:
     a = await network.create_sandbox("default", "a", "aaaaaaaa-0000")
     sleeper = await in_pod(a, "import time; time.sleep(600)")
-    await _wait_for(lambda: bool(_pids_in(a.netns)), "the sleeper to enter its pod")
+    await eventually(lambda: bool(_pids_in(a.netns)), what="the sleeper to enter its pod")
     await network.remove_sandbox(a)
     await network.remove_sandbox(a)
     assert not _exists(a.netns) and not _exists(a.etc_dir)
@@ -306,7 +298,7 @@ async def test_stop_leaves_nothing_and_the_host_namespace_unchanged(store: Store
     await net.start()
     sandboxes = [await net.create_sandbox("default", f"p{i}", f"{i:08d}-x") for i in range(3)]
     sleeper = await in_pod(sandboxes[0], "import time; time.sleep(600)")
-    await _wait_for(lambda: bool(_pids_in(sandboxes[0].netns)), "the sleeper to enter its pod")
+    await eventually(lambda: bool(_pids_in(sandboxes[0].netns)), what="the sleeper to enter its pod")
     assert leftovers(net.prefix)  # the helper sees a live network (it can fail)
     assert host_network_snapshot() == before  # nothing was ever added to the host's namespace
     await net.stop()
@@ -351,7 +343,7 @@ async def test_a_sigkilled_simulator_leaves_nothing_behind() -> None:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     # Its janitor child notices the end of its pipe and removes the namespaces and files.
-    await _wait_for(lambda: leftovers(prefix) == [], f"the leftovers of {prefix} to disappear")
+    await eventually(lambda: leftovers(prefix) == [], what=f"the leftovers of {prefix} to disappear")
 
 
 def _fake_dead_simulator_leftovers() -> str:
@@ -468,7 +460,7 @@ async def test_stop_during_creations_and_cancelled_or_concurrent_removals_leave_
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await _wait_for(lambda: not [x for x in leftovers(net.prefix) if "bbbbbbbb" in x], f"{step}: b gone")
+            await eventually(lambda: not [x for x in leftovers(net.prefix) if "bbbbbbbb" in x], what=f"{step}: b gone")
         # Two removals at once: both return when it is gone.
         a = await net.create_sandbox("default", "a", "aaaaaaaa-0")
         await asyncio.gather(net.remove_sandbox(a), net.remove_sandbox(a))
