@@ -414,6 +414,30 @@ class _FlowMetrics:
         hist[2] += 1
 
 
+# The one-sample-per-(flow_schema, priority_level) series of :meth:`FlowControl.metrics_text`.
+_PER_FLOW_SERIES: tuple[tuple[str, str, str, Callable[[_FlowMetrics], int]], ...] = (
+    (
+        "apiserver_flowcontrol_current_inqueue_requests",
+        "gauge",
+        "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+        lambda m: m.inqueue,
+    ),
+    (
+        "apiserver_flowcontrol_current_executing_requests",
+        "gauge",
+        "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API "
+        "Priority and Fairness subsystem",
+        lambda m: m.executing,
+    ),
+    (
+        "apiserver_flowcontrol_dispatched_requests_total",
+        "counter",
+        "Number of requests executed by API Priority and Fairness subsystem",
+        lambda m: m.dispatched,
+    ),
+)
+
+
 class _RetryAfter:
     """kube-apiserver's dropped-requests tracker for one priority level: the Retry-After of its 429s."""
 
@@ -698,34 +722,10 @@ class FlowControl:
             lines.append(f"# TYPE {name} {kind}")
 
         items = sorted(self._metrics.items())
-        family(
-            "apiserver_flowcontrol_current_inqueue_requests",
-            "gauge",
-            "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
-        )
-        for (fs, pl), m in items:
-            lines.append(
-                f'apiserver_flowcontrol_current_inqueue_requests{{flow_schema="{fs}",priority_level="{pl}"}} {m.inqueue}'
-            )
-        family(
-            "apiserver_flowcontrol_current_executing_requests",
-            "gauge",
-            "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API "
-            "Priority and Fairness subsystem",
-        )
-        for (fs, pl), m in items:
-            lines.append(
-                f'apiserver_flowcontrol_current_executing_requests{{flow_schema="{fs}",priority_level="{pl}"}} {m.executing}'
-            )
-        family(
-            "apiserver_flowcontrol_dispatched_requests_total",
-            "counter",
-            "Number of requests executed by API Priority and Fairness subsystem",
-        )
-        for (fs, pl), m in items:
-            lines.append(
-                f'apiserver_flowcontrol_dispatched_requests_total{{flow_schema="{fs}",priority_level="{pl}"}} {m.dispatched}'
-            )
+        for name, kind, help_text, value in _PER_FLOW_SERIES:
+            family(name, kind, help_text)
+            for (fs, pl), m in items:
+                lines.append(f'{name}{{flow_schema="{fs}",priority_level="{pl}"}} {value(m)}')
         family(
             "apiserver_flowcontrol_rejected_requests_total",
             "counter",
