@@ -1389,13 +1389,7 @@ class Kubelet:
 
     def _exit_instance(self, pod: dict, rec: _PodRecord, annotations: dict, code: int, now: float) -> None:
         reason = annotations.get(REASON) or default_reason(code)
-        rec.current = _Termination(
-            exit_code=code,
-            reason=reason,
-            started_at=rec.instance_started_at,
-            finished_at=now_timestamp(),
-            instance=rec.restart_count,
-        )
+        rec.current = _exited_now(rec, code, reason)
         self._end_logs(rec, rec.run_due if rec.run_due is not None and rec.run_due <= now else now)
         rec.run_due = None
         if not restarts(pod, code):
@@ -1494,13 +1488,7 @@ class Kubelet:
                 self._write_status(pod, self._render(pod, rec, node))
                 return min(due for due in (rec.kill_due, rec.run_due, rec.sigterm_exit_due) if due is not None)
             when, code, reason = min(exits, key=lambda e: e[0])
-            rec.current = _Termination(
-                exit_code=code,
-                reason=reason,
-                started_at=rec.instance_started_at,
-                finished_at=now_timestamp(),
-                instance=rec.restart_count,
-            )
+            rec.current = _exited_now(rec, code, reason)
             rec.life = KILLED
             self._end_logs(rec, when)
         elif rec.life in (BOUND, CREATING, BACKOFF):
@@ -1888,6 +1876,17 @@ def _pod_network(store: StoreLike) -> Any:
 def _wall(monotonic: float) -> float:
     """Wall-clock time of a moment on the event loop's (monotonic) clock."""
     return time.time() - (anyio.current_time() - monotonic)
+
+
+def _exited_now(rec: _PodRecord, code: int, reason: str) -> _Termination:
+    """The terminated state of the record's present (annotation-driven) instance, exiting now."""
+    return _Termination(
+        exit_code=code,
+        reason=reason,
+        started_at=rec.instance_started_at,
+        finished_at=now_timestamp(),
+        instance=rec.restart_count,
+    )
 
 
 def _uuid_from(text: str) -> str:
