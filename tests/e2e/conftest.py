@@ -368,20 +368,25 @@ async def annotate_pod(operator: Operator, name: str, annotations: dict[str, str
     await operator.client.patch(PODS, name, {"metadata": {"annotations": annotations}}, namespace=namespace)
 
 
-async def fail_over_once(operator: Operator, job: str, index: int) -> None:
-    """OOM-kill worker ``index`` and wait until its replacement runs: the index's first failover,
-    which is replaced at once. A test that needs a worker *waiting* for its back-off fails it again
-    afterwards (a repeat failover backs off)."""
+async def fail_over_once(
+    operator: Operator, job: str, index: int, *, delete: bool = False, timeout: float = 30.0
+) -> None:
+    """OOM-kill worker ``index`` (with ``delete``: delete its pod) and wait until its replacement runs: the
+    index's first failover, which is replaced at once. A test that needs a worker *waiting* for its back-off
+    fails it again afterwards (a repeat failover backs off)."""
     name = f"{job}-worker-{index}"
     old = by_name(await operator.pods(job))[name]["metadata"]["uid"]
-    await annotate_pod(operator, name, {EXIT_CODE: "137"})
+    if delete:
+        await operator.client.delete(PODS, name, namespace="default")
+    else:
+        await annotate_pod(operator, name, {EXIT_CODE: "137"})
 
     async def replaced() -> bool:
         pod = by_name(running_pods(await operator.pods(job))).get(name)
         record = worker_record(await operator.job(job), index)
         return bool(pod and pod["metadata"]["uid"] != old and record and record["state"] == "Replaced")
 
-    await eventually(replaced, what=f"{name} failed over once and replaced")
+    await eventually(replaced, timeout, what=f"{name} failed over once and replaced")
 
 
 def worker_record(job: dict[str, Any], index: int) -> dict[str, Any] | None:

@@ -26,14 +26,13 @@ from tests.e2e.conftest import (
     by_name,
     event_reasons,
     eventually,
+    fail_over_once,
     install_tfjob_crd,
     live,
-    phase,
     reconciled_once_more,
     running_operator,
     tfjob,
     until_true,
-    worker_record,
 )
 from tests.e2e.test_gang import gang_config
 from tfjob_sim.cluster import SimCluster, SimConfig
@@ -75,27 +74,6 @@ async def assert_adopted(op: Operator, before_job: dict[str, Any], before: dict[
     assert not set(REPLACING) & set(event_reasons(await op.events(name)))
 
 
-async def deleted_and_replaced(op: Operator, job: str, index: int) -> None:
-    """A failover of an adopted worker: its pod deleted (an OOM kill would be restarted in place by the kubelet,
-    training-operator's pods run with restartPolicy OnFailure), replaced by a new pod of the same index."""
-    name = f"{job}-worker-{index}"
-    old = by_name(await op.pods(job))[name]["metadata"]["uid"]
-    await op.client.delete(PODS, name, namespace="default")
-
-    async def replaced() -> bool:
-        pod = by_name(live(await op.pods(job))).get(name)
-        record = worker_record(await op.job(job), index)
-        return bool(
-            pod
-            and pod["metadata"]["uid"] != old
-            and phase(pod) == "Running"
-            and record
-            and record["state"] == "Replaced"
-        )
-
-    await eventually(replaced, timeout=60, what=f"{name} deleted and replaced")
-
-
 @pytest.mark.parametrize("job_role", [True, False], ids=["job-role", "no-job-role"])
 async def test_a_running_static_job_is_adopted_and_completes(
     sim_cluster: SimCluster, admin: ApiClient, training_operator: ApiClient, job_role: bool
@@ -125,7 +103,9 @@ async def test_a_running_dynamic_job_is_adopted_then_fails_over_scales_down_and_
         assert dynamic["members"] == [0, 1, 2] and dynamic["workers"] == {}, dynamic
         kept = to.uids(before)
 
-        await deleted_and_replaced(op, "dyn", 1)
+        # A failover of an adopted worker: its pod deleted (an OOM kill would be restarted in place by the kubelet,
+        # training-operator's pods run with restartPolicy OnFailure), replaced by a new pod of the same index.
+        await fail_over_once(op, "dyn", 1, delete=True, timeout=60)
         now = to.uids(await to.children(op.client, "dyn"))
         assert now.pop("pod/dyn-worker-1") != kept.pop("pod/dyn-worker-1")
         assert now == kept, "a failover replaces the failed worker only"
@@ -237,6 +217,6 @@ class TestGang:
             await assert_adopted(op, job, before)
             kept = await op.client.get(to.VOLCANO_PODGROUPS, "gang", namespace="default")
             assert kept["metadata"]["uid"] == group["metadata"]["uid"], "the PodGroup was replaced"
-            await deleted_and_replaced(op, "gang", 0)
+            await fail_over_once(op, "gang", 0, delete=True, timeout=60)
             replacement = by_name(await op.pods("gang"))["gang-worker-0"]
             assert replacement["spec"]["schedulerName"] == "volcano"
