@@ -11,21 +11,11 @@ from functools import partial
 import yaml
 
 from tests.conftest import Kubectl
+from tests.sim.manifests import pod_manifest, pod_yaml
 from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
 from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
-
-
-def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec},
-        }
-    )
 
 
 async def run(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
@@ -64,7 +54,7 @@ def times(age: str) -> int:
 async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
     kubectl: Kubectl, sim_cluster: SimCluster
 ) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod("oom", {RUN_SECONDS: "0.5", EXIT_CODE: "137"}))
+    await run(kubectl, "apply", "-f", "-", input=pod_yaml("oom", {RUN_SECONDS: "0.5", EXIT_CODE: "137"}))
     await eventually(lambda: restarts(sim_cluster, "oom") >= 2, timeout=30, what="two restarts")
     sim_cluster.faults.pause_kubelet()  # a stable picture: no restart between the pod and its events
     out = await run(kubectl, "describe", "pod", "oom")
@@ -99,8 +89,8 @@ async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
 
 
 async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod("stuck", {UNSCHEDULABLE: "true"}))
-    greedy = yaml.safe_load(pod("greedy"))
+    await run(kubectl, "apply", "-f", "-", input=pod_yaml("stuck", {UNSCHEDULABLE: "true"}))
+    greedy = pod_manifest("greedy")
     greedy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
     await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(greedy))
     preemption = "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
@@ -134,7 +124,7 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
 async def test_get_events_by_involved_object_shows_sources_and_killing(
     kubectl: Kubectl, sim_cluster: SimCluster
 ) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod("web"))
+    await run(kubectl, "apply", "-f", "-", input=pod_yaml("web"))
     await run(kubectl, "wait", "--for=condition=Ready", "pod/web", "--timeout=30s")
     await run(kubectl, "delete", "pod", "web")
     out = await run(kubectl, "get", "events", "--field-selector", "involvedObject.name=web", "-o", "json")
@@ -173,8 +163,8 @@ def running(cluster: SimCluster, name: str) -> bool:
 
 
 async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    body = yaml.safe_load(
-        pod("trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}", f"{LOG}.sidecar": "sidecar ready"})
+    body = pod_manifest(
+        "trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}", f"{LOG}.sidecar": "sidecar ready"}
     )
     body["spec"]["containers"].append({"name": "sidecar", "image": "envoy:1.31"})
     await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(body))
@@ -210,7 +200,7 @@ async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_c
         "apply",
         "-f",
         "-",
-        input=pod(
+        input=pod_yaml(
             "epochs",
             {LOG: "\n".join(f"epoch {i}" for i in range(1, 100)), LOG_INTERVAL_SECONDS: "30", RUN_SECONDS: "100"},
             restartPolicy="Never",
@@ -225,7 +215,7 @@ async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_c
 
 
 async def test_logs_of_a_container_waiting_to_start(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod("slow", {START_SECONDS: "100000"}))
+    await run(kubectl, "apply", "-f", "-", input=pod_yaml("slow", {START_SECONDS: "100000"}))
     await eventually(
         lambda: (sim_cluster.store.get("pods", "default", "slow").get("status") or {}).get("containerStatuses"),
         timeout=30,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 
 from tests.conftest import Kubectl
+from tests.sim.manifests import pod_yaml
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import IGNORE_SIGTERM
 
@@ -17,17 +17,6 @@ from tfjob_sim.kubelet import IGNORE_SIGTERM
 @pytest.fixture
 def sim_config() -> SimConfig:
     return SimConfig(nodes=1, time_scale=1.0)
-
-
-def pod(name: str, annotations: dict[str, str] | None = None, **spec: object) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "main", "image": "python:3.12"}], **spec},
-        }
-    )
 
 
 def final_states(cluster: SimCluster) -> dict[str, dict]:
@@ -57,7 +46,7 @@ def terminated(obj: dict) -> tuple[str, int, str]:
 
 async def test_delete_with_default_grace_is_over_in_about_a_second(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     last = final_states(sim_cluster)
-    await run(kubectl, "apply", "-f", "-", input=pod("trainer"))
+    await run(kubectl, "apply", "-f", "-", input=pod_yaml("trainer"))
     await run(kubectl, "wait", "--for=condition=Ready", "pod/trainer", "--timeout=30s")
     assert sim_cluster.store.get("pods", "default", "trainer")["spec"]["terminationGracePeriodSeconds"] == 30
     start = time.monotonic()
@@ -74,7 +63,11 @@ async def test_process_ignoring_sigterm_is_killed_when_its_grace_period_ends(
 ) -> None:
     last = final_states(sim_cluster)
     await run(
-        kubectl, "apply", "-f", "-", input=pod("stubborn", {IGNORE_SIGTERM: "true"}, terminationGracePeriodSeconds=3)
+        kubectl,
+        "apply",
+        "-f",
+        "-",
+        input=pod_yaml("stubborn", {IGNORE_SIGTERM: "true"}, terminationGracePeriodSeconds=3),
     )
     await run(kubectl, "wait", "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
     start = time.monotonic()
