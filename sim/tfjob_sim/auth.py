@@ -49,6 +49,7 @@ from tfjob_sim import errors
 from tfjob_sim.errors import ApiError
 from tfjob_sim.jsonfields import field_dict, field_str
 from tfjob_sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
+from tfjob_sim.store import rfc3339
 
 try:
     from cryptography import x509
@@ -539,11 +540,11 @@ class AuthLayer:
             "sub": f"system:serviceaccount:{namespace}:{name}",
         }
         token = self.tokens.issue(claims)
-        expires = _dt.datetime.fromtimestamp(now + expiration, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        expires = rfc3339(now + expiration)
         meta = {
             "name": name,
             "namespace": namespace,
-            "creationTimestamp": _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "creationTimestamp": rfc3339(now),
         }
         return {
             "kind": "TokenRequest",

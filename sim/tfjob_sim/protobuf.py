@@ -16,12 +16,12 @@ scalars are dropped, as Go's ``omitempty`` JSON encoding would.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from tfjob_sim import errors
 from tfjob_sim.errors import ApiError
+from tfjob_sim.store import rfc3339
 
 MAGIC = b"k8s\x00"
 
@@ -238,7 +238,7 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
             decoded = _signed(value)
         elif kind == "time":
             parts = {n: v for n, _w, v in _fields(value)}
-            decoded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_signed(parts[1]))) if parts.get(1) else None
+            decoded = rfc3339(_signed(parts[1])) if parts.get(1) else None
         else:
             decoded = _message(value, sub)
         if repeated:

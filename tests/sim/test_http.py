@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tests.sim.crds import pod, widget, widget_crd
+from tfjob_sim import protobuf
 from tfjob_sim.cluster import SimCluster, SimConfig
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -180,6 +181,15 @@ async def test_protobuf_bodies(api: Api) -> None:
     pod_envelope = b"k8s\x00\n\t\n\x02v1\x12\x03Pod\x12\x00"
     code, err, _ = await api("POST", CMS, raw=pod_envelope, content_type="application/vnd.kubernetes.protobuf")
     assert code == 415 and "does not decode protobuf bodies of v1/Pod" in err["message"]
+
+
+def test_protobuf_times_decode_as_metav1_time() -> None:
+    # A ConfigMap whose metadata carries creationTimestamp {seconds: 1700000000} and an empty deletionTimestamp.
+    body = (
+        b"k8s\x00\n\x0f\n\x02v1\x12\tConfigMap\x12\x18\n\x0e\n\x02pbB\x06\x08\x80\xe2\xcf\xaa\x06J\x00"
+        b"\x12\x06\n\x01a\x12\x01b"
+    )
+    assert protobuf.decode(body)["metadata"] == {"name": "pb", "creationTimestamp": "2023-11-14T22:13:20Z"}
 
 
 async def test_field_validation_strict_warn_ignore(api: Api) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tfjob_sim.events import object_reference
@@ -62,6 +61,7 @@ from tfjob_sim.podstate import (
 )
 from tfjob_sim.process import env as env_mod
 from tfjob_sim.process.runtime import Instance, LaunchSpec, ProcessRuntime
+from tfjob_sim.store import rfc3339
 
 if TYPE_CHECKING:
     from tfjob_sim.events import EventRecorder
@@ -102,10 +102,6 @@ NO_COMMAND = (
     'failed to generate container "{name}" spec: failed to generate spec: no command specified '
     "(the simulator's process runtime ignores images, so a container needs a command)"
 )
-
-
-def _iso(wall: float) -> str:
-    return datetime.fromtimestamp(int(wall), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -260,7 +256,7 @@ class ProcessPods:
         for c in p.active():
             instance = c.instance
             if instance is not None and instance.alive and instance.started and c.running_since is None:
-                c.running_since = _iso(instance.started_wall)
+                c.running_since = rfc3339(instance.started_wall)
             if instance is not None and not instance.alive:
                 self._exited(pod, rec, c, now, restart=not stopping)
                 if c.init and c.done and not stopping:
@@ -376,8 +372,8 @@ class ProcessPods:
         c.current = _Termination(
             exit_code=code,
             reason=reason,
-            started_at=c.running_since or _iso(instance.started_wall),
-            finished_at=_iso(instance.exited_wall or now),
+            started_at=c.running_since or rfc3339(instance.started_wall),
+            finished_at=rfc3339(instance.exited_wall or now),
             instance=c.restart_count,
             message=message,
         )
