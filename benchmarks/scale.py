@@ -12,9 +12,12 @@ pod start delay ``--start-seconds``, default 0):
 
 - ``burst``: N TFJobs created at once: time to all pods exist, to all jobs Running; requests per job.
 - ``failover``: N converged running jobs; once the controller has caught up with them (its start
-  on N jobs, timed), R worker disruptions/s (DELETE, eviction, OOM exit in turn) for D seconds:
-  disruption -> replacement create, pod gone -> replacement create, disruption -> replacement
-  Running (p50/p99/max); jobs Failed (must be 0).
+  on N jobs, timed), R actions/s for D seconds on workers drawn at random with replacement (a
+  worker is hit again, sometimes while its replacement still starts): DELETE and eviction
+  (disruptions, replaced at once however often) and OOM exit (the worker's own failure, whose
+  repeat waits out the crash-loop back-off by design), a third each. Per action: pod gone ->
+  replacement create, action -> create, action -> replacement Running (p50/p99/max), disruptions
+  and own failures (first / repeat) apart; repeats, 404s and 429s counted; jobs Failed (must be 0).
 - ``scaledown``: N converged jobs of 8 workers scale to 2 at once: time to all excess pods gone;
   requests per job.
 - ``coldstart``: N converged jobs of 6 pods loaded straight into the simulator's store, then the
@@ -195,13 +198,16 @@ class Sim:
         *,
         ok: Iterable[int] = (200, 201),
         content_type: str = "application/json",
+        agent: str = BENCH_AGENT,
     ) -> Any:
+        """``agent``: the User-Agent (the request log's key to tell one request of ours from another).
+        A 429 is retried after Retry-After unless ``ok`` accepts it (an eviction's answer is the figure)."""
         data = orjson.dumps(body) if body is not None else None
-        headers = {"User-Agent": BENCH_AGENT, "Content-Type": content_type, "Accept": "application/json"}
+        headers = {"User-Agent": agent, "Content-Type": content_type, "Accept": "application/json"}
         for attempt in range(10):
             async with self.session.request(method, self.url + path, data=data, headers=headers) as resp:
                 raw = await resp.read()
-                if resp.status == 429 and attempt < 9:
+                if resp.status == 429 and 429 not in ok and attempt < 9:
                     # API Priority and Fairness pushing back (the benchmark shares a flow with an anonymous
                     # controller): come back after Retry-After, as every Kubernetes client does.
                     await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
@@ -924,19 +930,170 @@ async def scenario_burst(args: argparse.Namespace, peer: bool = False) -> dict[s
         return result
 
 
-DISRUPTIONS = ("delete", "evict", "oom")
+DISRUPTIONS = ("delete", "evict")  # the API removes the pod: replaced at once, however often it happens
+OWN_FAILURE = "oom"  # the worker's own failure: a repeat waits out the per-index crash-loop back-off
+PLAN_SEED = 11
 
 
-async def disrupt(sim: Sim, kind: str, name: str) -> None:
+def failover_plan(names: list[str], workers: int, count: int, seed: int = PLAN_SEED) -> list[tuple[str, str]]:
+    """``count`` (worker pod, action) pairs: the workers drawn at random WITH replacement over every
+    worker of ``names``, so a worker is hit again, sometimes while its last replacement still starts;
+    every three actions hold one DELETE, one eviction and one OOM exit, in random order. Seeded: ours
+    and the kopf peer get the same plan for the same jobs."""
+    rng = random.Random(seed)
+    pool = [f"{job}-worker-{i}" for job in names for i in range(workers)]
+    plan: list[tuple[str, str]] = []
+    while len(plan) < count:
+        kinds = [*DISRUPTIONS, OWN_FAILURE]
+        rng.shuffle(kinds)
+        plan.extend((rng.choice(pool), kind) for kind in kinds)
+    return plan[:count]
+
+
+def action_agent(k: int) -> str:
+    """The User-Agent of the plan's ``k``-th action, so the request log tells which action each request was."""
+    return f"{BENCH_AGENT}/action-{k}"
+
+
+async def disrupt(sim: Sim, kind: str, name: str, agent: str) -> None:
+    """One action of the plan; a pod already gone (404) or an eviction refused (429) is an answer, not an error."""
     path = PODS_PATH.format(ns=NAMESPACE) + f"/{name}"
     if kind == "delete":
-        await sim.call("DELETE", path, ok=(200, 202, 404))
+        await sim.call("DELETE", path, ok=(200, 202, 404), agent=agent)
     elif kind == "evict":
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NAMESPACE}}
-        await sim.call("POST", path + "/eviction", body, ok=(200, 201, 404, 429))
+        await sim.call("POST", path + "/eviction", body, ok=(200, 201, 404, 429), agent=agent)
     else:
         patch = {"metadata": {"annotations": {"sim.tfjob.dev/exit-code": "137", "sim.tfjob.dev/reason": "OOMKilled"}}}
-        await sim.call("PATCH", path, patch, ok=(200, 404), content_type="application/merge-patch+json")
+        await sim.call("PATCH", path, patch, ok=(200, 404), content_type="application/merge-patch+json", agent=agent)
+
+
+@dataclass
+class Outcome:
+    """What one action of the plan did, from the simulator's clock: the pod (uid) it hit, when that pod
+    was gone, when the replacement (a new uid of the same name) was created and when it ran."""
+
+    pod: str
+    kind: str
+    repeat: bool  # an earlier action of this run was on this worker
+    own_repeat: bool  # an OOM exit, and an earlier one of this run was applied to this worker
+    arrived: float
+    code: int
+    uid: str | None = None
+    starting: bool = False  # it hit a replacement that was not Running yet
+    gone: float | None = None
+    created: float | None = None
+    running: float | None = None
+    superseded: bool = False  # its replacement was removed (by a later action) before it ran
+
+    @property
+    def applied(self) -> bool:
+        return self.code in (200, 201, 202)
+
+    @property
+    def settled(self) -> bool:
+        return not self.applied or self.running is not None or self.superseded
+
+
+def arrivals(plan: list[tuple[str, str]], requests: list[dict[str, Any]]) -> list[tuple[float, int]]:
+    """(arrival, answer) of each action: its last request (the one answered after any APF retry)."""
+    index = {action_agent(k): k for k in range(len(plan))}
+    found: dict[int, tuple[float, int]] = {}
+    for record in sorted(requests, key=lambda r: r["seq"]):
+        k = index.get(record["userAgent"])
+        if k is not None:
+            found[k] = (record["time"], record["code"])
+    missing = [k for k in range(len(plan)) if k not in found]
+    if missing:
+        raise RuntimeError(f"the simulator's request log lacks {len(missing)} of the {len(plan)} actions")
+    return [found[k] for k in range(len(plan))]
+
+
+def follow(
+    plan: list[tuple[str, str]],
+    answered: list[tuple[float, int]],
+    initial: dict[str, str],
+    events: dict[str, list[dict]],
+) -> list[Outcome]:
+    """Each action matched to the pod uid it hit (the one of that name the store held when the action
+    arrived, ``initial`` being the uids when the plan began), that uid's DELETED, the next ADDED of the
+    name (a new uid) after it and that uid's first Running, from ``events`` (the pod history by name, in
+    commit order). Pure: the same history always gives the same outcomes."""
+    outcomes = []
+    seen: set[str] = set()
+    failed: set[str] = set()
+    for (pod, kind), (arrived, code) in zip(plan, answered, strict=True):
+        out = Outcome(pod, kind, pod in seen, kind == OWN_FAILURE and pod in failed, arrived, code)
+        seen.add(pod)
+        outcomes.append(out)
+        if not out.applied:
+            continue
+        if kind == OWN_FAILURE:
+            failed.add(pod)
+        history = events.get(pod, [])
+        live, ran, i = initial.get(pod), {initial.get(pod)}, 0
+        while i < len(history) and history[i]["time"] <= arrived:
+            ev = history[i]
+            if ev["type"] == "ADDED":
+                live = ev["uid"]
+            elif ev["type"] == "DELETED" and ev["uid"] == live:
+                live = None
+            elif ev.get("phase") == "Running":
+                ran.add(ev["uid"])
+            i += 1
+        if live is None:  # answered after the replacement came: the action hit that one
+            live = next((ev["uid"] for ev in history[i:] if ev["type"] == "ADDED"), None)
+        out.uid, out.starting = live, live not in ran
+        replacement = None
+        for ev in history[i:]:
+            if out.gone is None:
+                if ev["type"] == "DELETED" and ev["uid"] == live:
+                    out.gone = ev["time"]
+            elif out.created is None:
+                if ev["type"] == "ADDED" and ev["uid"] != live:
+                    out.created, replacement = ev["time"], ev["uid"]
+            elif ev["uid"] == replacement:
+                if ev["type"] == "DELETED":
+                    out.superseded = True
+                    break
+                if ev.get("phase") == "Running":
+                    out.running = ev["time"]
+                    break
+    return outcomes
+
+
+# The report's groups of actions: disruptions (any repeat is replaced at once) and, apart, own failures,
+# whose repeats wait out the crash-loop back-off by design.
+GROUPS_OF_ACTIONS: dict[str, Callable[[Outcome], bool]] = {
+    "disruptions": lambda o: o.kind in DISRUPTIONS,
+    "disruption_repeats": lambda o: o.kind in DISRUPTIONS and o.repeat,
+    "own_first": lambda o: o.kind == OWN_FAILURE and not o.own_repeat,
+    "own_repeat": lambda o: o.kind == OWN_FAILURE and o.own_repeat,
+    **{kind: (lambda o, kind=kind: o.kind == kind) for kind in (*DISRUPTIONS, OWN_FAILURE)},
+}
+
+
+def failover_figures(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
+    """Per group of actions: how many, and what became of them (a 404 skipped, a 429 refused, neither
+    in the latencies), then the latencies of the applied ones."""
+    figures = {}
+    for group, member in GROUPS_OF_ACTIONS.items():
+        acts = [o for o in outcomes if member(o)]
+        done = [o for o in acts if o.applied]
+        figures[group] = {
+            "actions": len(acts),
+            "applied": len(done),
+            "skipped": sum(o.code == 404 for o in acts),
+            "refused": sum(o.code == 429 for o in acts),
+            "repeats": sum(o.repeat for o in done),
+            "on_starting": sum(o.starting for o in done),
+            "superseded": sum(o.superseded for o in done),
+            "unreplaced": sum(o.created is None for o in done),
+            "gone_to_create": dist([o.created - o.gone for o in done if o.created is not None and o.gone is not None]),
+            "disruption_to_create": dist([o.created - o.arrived for o in done if o.created is not None]),
+            "disruption_to_running": dist([o.running - o.arrived for o in done if o.running is not None]),
+        }
+    return figures
 
 
 async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dict[str, Any]:
@@ -973,89 +1130,66 @@ async def scenario_failover(args: argparse.Namespace, peer: bool = False) -> dic
         catchup_writes = writes_of(agent_totals(await env.sim.requests_by_agent(start_mark), env.agent))
         phase = await begin(env, f"failover{'-peer' if peer else ''}{getattr(args, 'tag', '')}")
         history = phase.history
-        rng = random.Random(11)
-        targets = rng.sample(
-            [(job, i) for job in names for i in range(workers)], min(n * workers, int(args.rate * args.duration))
-        )
-        old_uids = {
-            p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.sim.list(PODS_PATH.format(ns=NAMESPACE))
+        plan = failover_plan(names, workers, int(args.rate * args.duration))
+        targets = {pod for pod, _ in plan}
+        initial = {
+            p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in await env.sim.list(PODS_PATH.format(ns=NAMESPACE))
+            if p["metadata"]["name"] in targets
         }
-        plan = [(f"{job}-worker-{i}", DISRUPTIONS[k % len(DISRUPTIONS)]) for k, (job, i) in enumerate(targets)]
         tasks = []
         start = time.monotonic()
         for k, (pod, kind) in enumerate(plan):
             delay = start + k / args.rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(disrupt(env.sim, kind, pod)))
+            tasks.append(asyncio.create_task(disrupt(env.sim, kind, pod, action_agent(k))))
         await asyncio.gather(*tasks)
-        # When each disruption reached the simulator: its own receipt time of our request.
-        arrived = {}
-        for record in await env.sim.requests(phase.mark):
-            if (
-                record["userAgent"] == BENCH_AGENT
-                and record["name"]
-                and record["verb"] in ("delete", "create", "patch")
-            ):
-                arrived.setdefault(record["name"], record["time"])
-        kinds = dict(plan)
-        gone: dict[str, float] = {}
-        created: dict[str, float] = {}
-        running: dict[str, float] = {}
-        new_uid: dict[str, str] = {}
-
+        answered = arrivals(plan, await env.sim.requests(phase.mark))
+        events: dict[str, list[dict]] = {}
         failed: set[str] = set()
+        outcomes: list[Outcome] = []
 
         def pod(ev: dict) -> None:
-            name = ev["name"]
-            if name not in kinds:
-                return
-            if ev["type"] == "DELETED" and ev["uid"] == old_uids.get(name):
-                gone.setdefault(name, ev["time"])
-            elif ev["type"] == "ADDED" and ev["uid"] != old_uids.get(name):
-                created.setdefault(name, ev["time"])
-                new_uid.setdefault(name, ev["uid"])
-            if ev["type"] != "DELETED" and ev.get("phase") == "Running" and ev["uid"] == new_uid.get(name):
-                running.setdefault(name, ev["time"])
+            if ev["name"] in targets:
+                events.setdefault(ev["name"], []).append(ev)
 
         def job(ev: dict) -> None:
             if "Failed" in (ev.get("true") or ()):
                 failed.add(ev["name"])
 
+        def settled() -> bool:
+            outcomes[:] = follow(plan, answered, initial, events)
+            return all(o.settled for o in outcomes)
+
         timed_out = await settle(
-            "every disrupted worker Running again",
+            "every replacement of a disrupted worker Running",
             env,
             history,
             {"pods": pod, TFJOBS: job},
-            lambda: len(running) >= len(kinds),
+            settled,
             args.timeout,
         )
         env.profiles.stop(
-            f"{len(plan)} worker disruptions at {args.rate:g}/s across {n} running jobs, until "
-            "every disrupted worker runs again"
+            f"{len(plan)} actions on random workers (repeats included) at {args.rate:g}/s across {n} running "
+            "jobs, until every replacement runs"
         )
         figures = await actor_figures(env, phase, args.timeout)
-        per_kind = {}
-        for kind in (*DISRUPTIONS, "all"):
-            pods = [p for p in kinds if kind == "all" or kinds[p] == kind]
-            per_kind[kind] = {
-                "disruption_to_create": dist([created[p] - arrived[p] for p in pods if p in created and p in arrived]),
-                "gone_to_create": dist([created[p] - gone[p] for p in pods if p in created and p in gone]),
-                "disruption_to_running": dist([running[p] - arrived[p] for p in pods if p in running and p in arrived]),
-            }
         return {
             "scenario": "failover" + (" (kopf peer)" if peer else ""),
             "jobs": n,
-            "disruptions": len(plan),
+            "actions": len(plan),
+            "workers_hit": len(targets),
             "rate": args.rate,
+            "duration": args.duration,
+            "plan_seed": PLAN_SEED,
             "setup_s": setup,
             "caught_up_s": caught_up,
             "catchup_writes": catchup_writes,
             "timed_out": timed_out,
-            "replaced": len(created),
-            "running_again": len(running),
+            "unsettled": sum(not o.settled for o in outcomes),
             "jobs_failed": len(failed),
-            "latency": per_kind,
+            "latency": failover_figures(outcomes),
             **figures,
         }
 
@@ -1253,9 +1387,10 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
     else:
         if failover["catchup_writes"]:
             problems.append(f"start on converged jobs: {failover['catchup_writes']} writes")
-        if failover["timed_out"] or failover["running_again"] != failover["disruptions"]:
+        every = failover["latency"]["disruptions"], failover["latency"]["oom"]
+        if failover["timed_out"] or failover["unsettled"] or any(g["unreplaced"] for g in every):
             problems.append(
-                f"failover: {failover['running_again']} of {failover['disruptions']} disrupted workers Running again"
+                f"failover: {failover['unsettled']} of {failover['actions']} actions without a replacement Running"
             )
         if failover["jobs_failed"]:
             problems.append(f"failover: {failover['jobs_failed']} jobs Failed")
@@ -1266,7 +1401,7 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
         "jobs": small.jobs,
         "passed": True,
         "burst_requests_per_job": burst["requests_per_job"],
-        "disruptions": failover["disruptions"],
+        "disruptions": failover["actions"],
         "failover_requests": failover["requests"],
     }
 

@@ -69,3 +69,106 @@ def test_the_header_says_when_the_sides_did_not_do_the_same_work() -> None:
     assert "a peer run reported events policy 'kopf', not 'recorder'" in render(
         {**unequal, "settings": raw["settings"]}, link
     )
+
+
+FAILOVER_LABELS = ("failover", "failover, at the peer's scale", "failover (kopf peer)")
+
+
+def group(applied: int, p99: float, **counts: int) -> dict[str, Any]:
+    """One group of failover actions in format 2: its counts and its three latency distributions."""
+    latency = {"n": applied, "p50": p99 / 2, "p99": p99, "max": p99 * 1.5}
+    base = {"actions": applied, "applied": applied, "skipped": 0, "refused": 0, "repeats": 0, "on_starting": 0}
+    return {
+        **base,
+        "superseded": 0,
+        "unreplaced": 0,
+        **counts,
+        "gone_to_create": latency,
+        "disruption_to_create": latency,
+        "disruption_to_running": latency,
+    }
+
+
+def format_2(p99: float = 0.05, failed: int = 0, unreplaced: int = 0, jobs: int = 1000) -> dict[str, Any]:
+    """The committed raw results with their failover records as format 2 writes them (random workers,
+    repeats included, disruptions and own failures apart), the failover at ``jobs`` jobs and 20/s."""
+    _, _, raw = committed()
+    raw = copy.deepcopy(raw)
+    raw["format"] = 2
+    for label in FAILOVER_LABELS:
+        for run in raw["results"][label]:
+            for key in ("disruptions", "replaced", "running_again"):
+                del run[key]
+            run.update(actions=1200, workers_hit=1043, duration=60.0, plan_seed=11, unsettled=0)
+            run["latency"] = {
+                "disruptions": group(790, p99, repeats=104, on_starting=3, skipped=7, refused=3, unreplaced=unreplaced),
+                "disruption_repeats": group(104, p99, repeats=104, on_starting=3),
+                "own_first": group(380, 0.03),
+                "own_repeat": group(16, 10.9, repeats=16),
+                "delete": group(395, p99),
+                "evict": group(395, p99),
+                "oom": group(396, 10.9),
+            }
+    run = raw["results"]["failover"][0]
+    run.update(jobs=jobs, rate=20.0, jobs_failed=failed)
+    return raw
+
+
+def failover_row(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("| failover | "))
+
+
+def test_the_failover_row_shows_disruptions_and_own_failures_apart() -> None:
+    _, link, _ = committed()
+    text = render(format_2(), link)
+    row = failover_row(text)
+    assert "1,000 jobs, 1200 actions at 20/s on workers drawn at random, repeats included (1043 workers hit)" in row
+    assert (
+        "**disruptions** (DELETE, eviction; 104 repeats, 3 of them on a replacement still starting): 790 applied, "
+        "7 skipped (pod already gone), 3 refused (429); gone -> create p50 25 ms, p99 50 ms, max 75 ms (n=790)"
+    ) in row
+    assert "the repeats alone: gone -> create p50 25 ms, p99 50 ms, max 75 ms (n=104)" in row
+    assert "first on a worker: 380 applied, 0 skipped (pod already gone); gone -> create p50 15 ms, p99 30 ms" in row
+    assert "repeat: 16 applied, 0 skipped (pod already gone); gone -> create p50 5450 ms, p99 10900 ms" in row
+    assert row.endswith(
+        "| random repeating disruptions at 20/s over 1,000 jobs: p99 gone -> create <= 250 ms, 0 Failed | yes |"
+    )
+    # The peer comparison reads the disruptions, and the method says how the actions are drawn now.
+    assert "| failover: ours vs kopf peer | 20 jobs, median of 3 runs each | p99 gone -> create 50 ms vs" in text
+    assert "drawn at random **with replacement**" in text and "each worker at most once" not in text
+    # Format 1 results still read as they were measured.
+    assert "each worker at most once" in REPORT.read_text()
+
+
+@pytest.mark.parametrize(
+    ("raw", "met"),
+    [
+        (format_2(p99=0.25), "yes"),  # the own failures' repeats (10.9 s, the back-off) are not the target's
+        (format_2(p99=0.26), "no"),
+        (format_2(failed=1), "no"),
+        (format_2(unreplaced=1), "no"),
+        (format_2(jobs=300), "-"),
+    ],
+)
+def test_the_failover_target_is_met_from_the_disruption_figures(raw: dict[str, Any], met: str) -> None:
+    _, link, _ = committed()
+    assert failover_row(render(raw, link)).endswith(f" | {met} |")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("latency", "own_repeat", "gone_to_create", "p99"),
+        ("latency", "disruptions", "repeats"),
+        ("workers_hit",),
+    ],
+)
+def test_a_failover_figure_missing_from_format_2_fails_the_report(path: tuple[str, ...]) -> None:
+    _, link, _ = committed()
+    broken = format_2()
+    record = broken["results"]["failover"][0]
+    for key in path[:-1]:
+        record = record[key]
+    del record[path[-1]]
+    with pytest.raises(MissingFigure, match=re.escape(repr(".".join(path)))):
+        render(broken, link)
