@@ -26,10 +26,11 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from tfjob_sim.gotext import go_float, go_type
 
 __all__ = [
     "JSONPathError",
@@ -381,22 +382,6 @@ def _parse_action(text: str) -> list:
 # ----------------------------------------------------------------------------------------------
 
 
-def _go_type(value: Any) -> str:
-    if isinstance(value, dict):
-        return "map[string]interface {}"
-    if isinstance(value, list):
-        return "[]interface {}"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float64"
-    if isinstance(value, str):
-        return "string"
-    return "interface {}"
-
-
 def _children(value: Any) -> list:
     if isinstance(value, dict):
         return list(value.values())
@@ -455,7 +440,7 @@ def _eval_array(values: list, node: _Array) -> list:
         if v is None:
             continue
         if not isinstance(v, list):
-            raise JSONPathEvalError(f"{_go_type(v)} is not array or slice")
+            raise JSONPathEvalError(f"{go_type(v)} is not array or slice")
         length = len(v)
         start = node.start.value if node.start.known else 0
         if start < 0:
@@ -603,37 +588,6 @@ def evaluate(obj: dict, path: str) -> list[Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _go_float(value: float) -> str:
-    """Go's ``%v`` for float64: strconv 'g' with the shortest digits; exponent form when the
-    decimal exponent is < -4 or >= 6 (so ``1e+06``, ``123456``, ``1.5e-05``)."""
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    if value == 0:
-        return "0" if math.copysign(1, value) > 0 else "-0"
-    sign = "-" if value < 0 else ""
-    # repr() gives the shortest round-tripping digits, like Go's shortest formatting.
-    m, _, e = repr(abs(value)).partition("e")
-    int_part, _, frac_part = m.partition(".")
-    digits = (int_part + frac_part).lstrip("0")
-    if int_part.strip("0"):
-        exponent = len(int_part.lstrip("0")) - 1
-    else:  # 0.000ddd: the exponent counts the zeros after the point
-        exponent = -(len(frac_part) - len(frac_part.lstrip("0")) + 1)
-    if e:
-        exponent += int(e)
-    digits = digits.rstrip("0") or "0"
-    if exponent < -4 or exponent >= 6:
-        head = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{head}e{'+' if exponent >= 0 else '-'}{abs(exponent):02d}"
-    if exponent >= 0:
-        whole = digits[: exponent + 1].ljust(exponent + 1, "0")
-        frac = digits[exponent + 1 :]
-        return sign + whole + ("." + frac if frac else "")
-    return sign + "0." + "0" * (-exponent - 1) + digits
-
-
 def _print_value(value: Any) -> str:
     """client-go ``PrintResults`` for a single value: JSON for maps/lists, fmt.Fprint otherwise."""
     if isinstance(value, (dict, list)):
@@ -643,7 +597,7 @@ def _print_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return _go_float(value)
+        return go_float(value)
     return str(value)
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tfjob_sim.errors import ApiError, bad_request, unsupported_media_type
+from tfjob_sim.gotext import go_quote, go_type
 
 __all__ = [
     "MAX_JSON_PATCH_OPERATIONS",
@@ -103,11 +104,6 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _go_quote(text: str) -> str:
-    # Go %q; json.dumps matches it for the printable text these messages carry.
-    return json.dumps(text, ensure_ascii=False)
-
-
 def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
@@ -136,7 +132,7 @@ def _undecodable(document: Any) -> ApiError:
         f"{_json_type(document)} into Go value of type struct {{ "
         'APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
     )
-    cause_message = f"Invalid value: {_go_quote(_compact_json(document))}: {detail}"
+    cause_message = f"Invalid value: {go_quote(_compact_json(document))}: {detail}"
     return ApiError(
         422,
         "Invalid",
@@ -615,20 +611,8 @@ def _go_fmt(value: Any) -> str:
 
 
 def _go_type_name(value: Any) -> str:
-    """``reflect.TypeOf(v)`` printed with %s, for ErrBadArgType messages."""
-    if value is None:
-        return "%!s(<nil>)"
-    if isinstance(value, dict):
-        return "map[string]interface {}"
-    if isinstance(value, list):
-        return "[]interface {}"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float64"
-    return "string"
+    """``reflect.TypeOf(v)`` printed with %s, for ErrBadArgType messages (a nil interface has no type)."""
+    return "%!s(<nil>)" if value is None else go_type(value)
 
 
 def _bad_arg_type(expected: str, actual: Any) -> _SmpServerError:

@@ -28,7 +28,6 @@ import base64
 import copy
 import datetime as _dt
 import ipaddress
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,14 +36,13 @@ from typing import Any
 import re2
 
 from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
+from tfjob_sim.gotext import go_float, go_json, go_quote
 from tfjob_sim.jsonfields import field_dict, field_str
 
 __all__ = [
     "DEFAULT_SERVER_MINOR",
     "StructuralSchema",
     "validate_crd",
-    "go_quote",
-    "go_json",
 ]
 
 DEFAULT_SERVER_MINOR = 33
@@ -57,101 +55,12 @@ Differences handled: 1.34 singular "1 byte"/"1 item" and the k8s-short-name/k8s-
 # ----------------------------------------------------------------------------------------------
 
 
-def go_quote(text: str) -> str:
-    """Go ``strconv.Quote`` (``%q``)."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in "\a\b\f\n\r\t\v":
-            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}[ch])
-        elif ch == " " or ch.isprintable():
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def _go_json_float(value: float) -> str:
-    if value != value or value in (math.inf, -math.inf):
-        raise ValueError("json: unsupported value")
-    if value == int(value) and abs(value) < 1e21:
-        return str(int(value)) if value != 0 or math.copysign(1, value) > 0 else "-0"
-    exp = math.floor(math.log10(abs(value))) if value else 0
-    if exp < -6 or exp >= 21:
-        text = repr(value)
-        if "e" not in text:
-            text = format(value, "e")
-        mantissa, _, e = text.partition("e")
-        if "." in mantissa:
-            mantissa = mantissa.rstrip("0").rstrip(".")
-        sign = "-" if e.startswith("-") else "+"
-        return f"{mantissa}e{sign}{int(e.lstrip('+-'))}"
-    text = repr(value)
-    if "e" in text:
-        text = format(value, "f").rstrip("0").rstrip(".")
-    return text
-
-
-def _go_json_string(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif code < 0x20 or ch in "<>&\u2028\u2029":
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def go_json(value: Any) -> str:
-    """Go ``json.Marshal`` of a decoded-JSON value (sorted map keys, HTML-safe escaping)."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _go_json_float(value)
-    if isinstance(value, str):
-        return _go_json_string(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_go_json_string(str(k))}:{go_json(value[k])}" for k in sorted(value, key=str)) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(go_json(v) for v in value) + "]"
-    return _go_json_string(str(value))
-
-
 def _go_v(value: Any) -> str:
     """Go ``%v`` of int64/float64/bool (the scalar forms field.Error prints without quotes)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        from tfjob_sim.jsonpath import _go_float  # the shared Go float formatter
-
-        return _go_float(value)
+        return go_float(value)
     return str(value)
 
 
@@ -1697,7 +1606,7 @@ class _GoStruct(dict):
 
 def _go_json_struct(value: Any) -> str:
     if isinstance(value, _GoStruct):
-        return "{" + ",".join(f"{_go_json_string(k)}:{_go_json_struct(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{go_json(k)}:{_go_json_struct(v)}" for k, v in value.items()) + "}"
     return go_json(value)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tfjob_sim.errors import bad_request
+from tfjob_sim.gotext import go_json, go_quote
 
 __all__ = [
     "POD_FIELDS",
@@ -136,38 +137,11 @@ def _parse_int64(text: str) -> int | None:
     return number if _INT64_MIN <= number <= _INT64_MAX else None
 
 
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` for a string, which the server uses to show a rejected value."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif not ch.isprintable():
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
 def _go_json_strings(values: Iterable[str]) -> str:
-    # field.Invalid renders a []string bad value with encoding/json, which escapes <, > and &.
-    parts = []
-    for value in values:
-        quoted = _go_quote(value)
-        parts.append(quoted.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-    # A nil slice (the only empty one callers produce) marshals as null.
-    return "[" + ",".join(parts) + "]" if parts else "null"
+    # field.Invalid renders a []string bad value with encoding/json; a nil slice (the only empty one
+    # callers produce) marshals as null.
+    values = list(values)
+    return go_json(values) if values else "null"
 
 
 def _invalid(path: str, bad_value: str, detail: str) -> str:
@@ -289,7 +263,7 @@ def _new_requirement(key: str, operator: str, values: list[str], path: str | Non
     values_path = "values" if path is None else f"{path}.values"
     key_problems = label_key_errors(key)
     if key_problems:
-        errors.append(_invalid(key_path, _go_quote(key), "; ".join(key_problems)))
+        errors.append(_invalid(key_path, go_quote(key), "; ".join(key_problems)))
     if operator in _SET_OPERATORS:
         if not values:
             errors.append(
@@ -321,18 +295,18 @@ def _new_requirement(key: str, operator: str, values: list[str], path: str | Non
                 errors.append(
                     _invalid(
                         f"{values_path}[{index}]",
-                        _go_quote(value),
+                        go_quote(value),
                         "for 'Gt', 'Lt' operators, the value must be an integer",
                     )
                 )
     else:
-        supported = ", ".join(_go_quote(op) for op in (*_BINARY_OPERATORS, OP_EXISTS, OP_DOES_NOT_EXIST))
+        supported = ", ".join(go_quote(op) for op in (*_BINARY_OPERATORS, OP_EXISTS, OP_DOES_NOT_EXIST))
         operator_path = "operator" if path is None else f"{path}.operator"
-        errors.append(f"{operator_path}: Unsupported value: {_go_quote(operator)}: supported values: {supported}")
+        errors.append(f"{operator_path}: Unsupported value: {go_quote(operator)}: supported values: {supported}")
     for index, value in enumerate(values):
         value_problems = label_value_errors(value)
         if value_problems:
-            errors.append(_invalid(f"{values_path}[{index}][{key}]", _go_quote(value), "; ".join(value_problems)))
+            errors.append(_invalid(f"{values_path}[{index}][{key}]", go_quote(value), "; ".join(value_problems)))
     if errors:
         raise _SelectorError(_aggregate(errors))
     return Requirement(key, operator, tuple(values))
@@ -565,7 +539,7 @@ class _LabelParser:
         problems = label_key_errors(literal)
         if problems:
             # The parser validates with a nil field path, which Go prints as "<nil>".
-            raise _SelectorError(_invalid("<nil>", _go_quote(literal), "; ".join(problems)))
+            raise _SelectorError(_invalid("<nil>", go_quote(literal), "; ".join(problems)))
         next_token, _ = self._peek(True)
         if next_token in (_T_END, _T_COMMA) and operator != OP_DOES_NOT_EXIST:
             operator = OP_EXISTS
@@ -674,7 +648,7 @@ def label_selector_from_dict(selector: Mapping[str, Any] | None) -> LabelSelecto
             operator = _SELECTOR_OPERATORS.get(raw_operator) if isinstance(raw_operator, str) else None
             if operator is None:
                 shown = raw_operator if isinstance(raw_operator, str) else str(raw_operator)
-                raise ValueError(f"{_go_quote(shown)} is not a valid label selector operator")
+                raise ValueError(f"{go_quote(shown)} is not a valid label selector operator")
             key = expression.get("key", "")
             values = expression.get("values") or []
             if not isinstance(key, str):

@@ -8,7 +8,8 @@ import pytest
 
 from tfjob_sim import schema as schema_module
 from tfjob_sim.errors import invalid
-from tfjob_sim.schema import StructuralSchema, go_json, go_quote, validate_crd
+from tfjob_sim.gotext import go_json, go_quote
+from tfjob_sim.schema import StructuralSchema, validate_crd
 
 BLOCKED = {
     "reason": "FieldValueInvalid",

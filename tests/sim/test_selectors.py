@@ -267,6 +267,19 @@ def test_label_selector_from_dict_rejects_bad_input(selector: dict[str, object],
     assert str(caught.value) == message
 
 
+def test_a_rejected_list_of_values_is_printed_as_encoding_json_prints_it() -> None:
+    # HTML-safe, control characters as \u00XX (not %q's \a); each bad value is then reported with %q.
+    selector = {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["<x>", "a\tb", "bell\a"]}]}
+    with pytest.raises(ValueError) as caught:
+        label_selector_from_dict(selector)
+    assert str(caught.value).startswith(
+        '[values: Invalid value: ["\\u003cx\\u003e","a\\tb","bell\\u0007"]: '
+        "values set must be empty for exists and does not exist, "
+        'values[0][a]: Invalid value: "<x>": '
+    ), caught.value
+    assert 'values[2][a]: Invalid value: "bell\\a": ' in str(caught.value)
+
+
 # ------------------------------------------------------------------------------------------
 # Field selectors
 # ------------------------------------------------------------------------------------------
