@@ -38,6 +38,7 @@ import re2
 from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
 from tfjob_sim.gotext import go_float, go_json, go_quote
 from tfjob_sim.jsonfields import field_dict, field_str
+from tfjob_sim.resources import OBJECT_META_FIELDS
 
 __all__ = [
     "DEFAULT_SERVER_MINOR",
@@ -750,24 +751,7 @@ class _OpenAPIValidator:
 
 _META_FIELDS = ("apiVersion", "kind", "metadata")
 
-# ObjectMeta's JSON fields (metav1.ObjectMeta) and the nested types the strict decoder knows.
-_OBJECT_META_FIELDS = {
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-}
+# The nested types of ObjectMeta the strict decoder knows (ObjectMeta's own fields: OBJECT_META_FIELDS).
 _OWNER_REF_FIELDS = {"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"}
 _MANAGED_FIELDS_FIELDS = {"manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource"}
 
@@ -777,7 +761,7 @@ def _prune_object_meta(meta: Any, prefix: str, removed: list[str]) -> None:
     if not isinstance(meta, dict):
         return
     for key in list(meta):
-        if key not in _OBJECT_META_FIELDS:
+        if key not in OBJECT_META_FIELDS:
             removed.append(f"{prefix}.{key}")
             del meta[key]
     for field_name, known in (("ownerReferences", _OWNER_REF_FIELDS), ("managedFields", _MANAGED_FIELDS_FIELDS)):
