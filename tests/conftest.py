@@ -107,6 +107,12 @@ class Kubectl:
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()
 
+    async def ok(self, *args: str, input: str | bytes | None = None, timeout: float = 30.0) -> str:
+        """kubectl's stdout; a non-zero exit fails the test with the command and kubectl's stderr."""
+        rc, out, err = await self(*args, input=input, timeout=timeout)
+        assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
+        return out
+
     async def spawn(self, *args: str) -> asyncio.subprocess.Process:
         """Start a long-running kubectl (e.g. ``get -w``); the caller reads and terminates it."""
         return await asyncio.create_subprocess_exec(

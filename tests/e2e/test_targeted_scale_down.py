@@ -51,12 +51,6 @@ async def wait_for_workers(operator: Operator, job: str, *indices: int) -> list[
     return await eventually(settled, timeout=60, what=f"{job}'s workers exactly {indices}")
 
 
-async def kubectl_ok(kubectl, *args: str) -> str:
-    rc, out, err = await kubectl(*args)
-    assert rc == 0, (args, err)
-    return out
-
-
 def members_of(job: dict) -> list[int]:
     return job["status"]["dynamicWorkers"]["members"]
 
@@ -69,10 +63,8 @@ async def test_annotate_and_kubectl_scale_remove_the_chosen_worker_and_the_hole_
         await create_and_wait_running(operator, tfjob("pick", workers=5), running=5)
         before = uids(await operator.pods("pick"))
 
-        await kubectl_ok(kubectl, "annotate", "pod", "pick-worker-1", f"{COST}=-100")
-        assert (
-            await kubectl_ok(kubectl, "scale", "tfjob/pick", "--replicas=4")
-        ).strip() == "tfjob.kubeflow.org/pick scaled"
+        await kubectl.ok("annotate", "pod", "pick-worker-1", f"{COST}=-100")
+        assert (await kubectl.ok("scale", "tfjob/pick", "--replicas=4")).strip() == "tfjob.kubeflow.org/pick scaled"
         pods = await wait_for_workers(operator, "pick", 0, 2, 3, 4)
         assert uids(pods) == {n: u for n, u in before.items() if n != "pick-worker-1"}, "the others keep their pods"
 
@@ -83,15 +75,15 @@ async def test_annotate_and_kubectl_scale_remove_the_chosen_worker_and_the_hole_
 
         job = await eventually(recorded, what="members 0,2,3,4 recorded and counted")
         assert is_true(job, "Running")
-        table = await kubectl_ok(kubectl, "get", "tfjob", "pick")
+        table = await kubectl.ok("get", "tfjob", "pick")
         header, row = table.splitlines()
         assert header.split()[:4] == ["NAME", "STATE", "AGE", "MEMBERS"], table
         assert row.split()[0] == "pick" and row.split()[3] == "0,2-4", table
-        scale = json.loads(await kubectl_ok(kubectl, "get", "tfjob", "pick", "--subresource=scale", "-o", "json"))
+        scale = json.loads(await kubectl.ok("get", "tfjob", "pick", "--subresource=scale", "-o", "json"))
         assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (4, 4)
 
         async def described() -> str | None:
-            out = await kubectl_ok(kubectl, "describe", "tfjob", "pick")
+            out = await kubectl.ok("describe", "tfjob", "pick")
             return out if "WorkerScaledDown" in out else None
 
         description = await eventually(described, what="the WorkerScaledDown event in kubectl describe")
@@ -102,7 +94,7 @@ async def test_annotate_and_kubectl_scale_remove_the_chosen_worker_and_the_hole_
 
         # A failover of another member replaces that member, never the hole.
         old_four = uids(pods)["pick-worker-4"]
-        await kubectl_ok(kubectl, "delete", "pod", "pick-worker-4", "--wait=false")
+        await kubectl.ok("delete", "pod", "pick-worker-4", "--wait=false")
 
         async def four_replaced() -> bool:
             now = uids(running_pods(await operator.pods("pick")))
@@ -124,7 +116,7 @@ async def test_annotate_and_kubectl_scale_remove_the_chosen_worker_and_the_hole_
 
         # Scale-up refills the lowest hole first.
         kept = uids(await operator.pods("pick"))
-        await kubectl_ok(kubectl, "scale", "tfjob/pick", "--replicas=5")
+        await kubectl.ok("scale", "tfjob/pick", "--replicas=5")
         pods = await wait_for_workers(operator, "pick", 0, 1, 2, 3, 4)
         assert {n: u for n, u in uids(pods).items() if n != "pick-worker-1"} == kept
         one = next(p for p in pods if p["metadata"]["name"] == "pick-worker-1")
@@ -142,9 +134,9 @@ async def test_annotate_and_kubectl_scale_remove_the_chosen_worker_and_the_hole_
 
 async def test_the_explicit_list_removes_the_listed_workers(operator: Operator, kubectl) -> None:
     await create_and_wait_running(operator, tfjob("listed", workers=5), running=5)
-    await kubectl_ok(kubectl, "annotate", "pod", "listed-worker-4", f"{COST}=-100")  # the list wins over costs
+    await kubectl.ok("annotate", "pod", "listed-worker-4", f"{COST}=-100")  # the list wins over costs
     patch = {"spec": {"workersToDelete": [3, 0], "tfReplicaSpecs": {"Worker": {"replicas": 3}}}}
-    await kubectl_ok(kubectl, "patch", "tfjob", "listed", "--type=merge", "-p", json.dumps(patch))
+    await kubectl.ok("patch", "tfjob", "listed", "--type=merge", "-p", json.dumps(patch))
     await wait_for_workers(operator, "listed", 1, 2, 4)
 
     async def reported() -> list[dict] | None:
@@ -160,7 +152,7 @@ async def test_the_explicit_list_removes_the_listed_workers(operator: Operator, 
     await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", counted) == 2, what="counted")
 
     # Listed indices are not refilled while listed: a scale-up appends.
-    await kubectl_ok(kubectl, "scale", "tfjob/listed", "--replicas=4")
+    await kubectl.ok("scale", "tfjob/listed", "--replicas=4")
     await wait_for_workers(operator, "listed", 1, 2, 4, 5)
 
 
@@ -183,10 +175,10 @@ async def test_the_crd_refuses_a_list_on_a_static_job_with_a_clear_message(opera
 
 async def test_without_annotations_kubectl_scale_removes_the_highest_index(operator: Operator, kubectl) -> None:
     await create_and_wait_running(operator, tfjob("plain", workers=3), running=3)
-    await kubectl_ok(kubectl, "scale", "tfjob/plain", "--replicas=2")
+    await kubectl.ok("scale", "tfjob/plain", "--replicas=2")
     await wait_for_workers(operator, "plain", 0, 1)
     counted = {"job_namespace": "default", "chosen_by": "highestIndex"}
     await eventually(lambda: operator.metric("tfjob_worker_scaled_down_total", counted) == 1, what="counted")
     assert members_of(await operator.job("plain")) == [0, 1]
-    row = (await kubectl_ok(kubectl, "get", "tfjob", "plain", "--no-headers")).split()
+    row = (await kubectl.ok("get", "tfjob", "plain", "--no-headers")).split()
     assert row[3] == "0,1", row

@@ -43,15 +43,9 @@ def as_token(kubectl: Kubectl, token: str) -> Kubectl:
     return TokenKubectl(kubectl, token)
 
 
-async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
-    rc, out, err = await kubectl(*args, input=input)
-    assert rc == 0, f"kubectl {' '.join(args)} failed: {err}"
-    return out
-
-
 async def new_token(kubectl: Kubectl, sa: str, namespace: str = "default") -> str:
-    await ok(kubectl, "-n", namespace, "create", "serviceaccount", sa)
-    return (await ok(kubectl, "-n", namespace, "create", "token", sa)).strip()
+    await kubectl.ok("-n", namespace, "create", "serviceaccount", sa)
+    return (await kubectl.ok("-n", namespace, "create", "token", sa)).strip()
 
 
 def test_rule_matching_follows_the_rbac_authorizer() -> None:
@@ -81,12 +75,12 @@ async def test_tls_with_ca_verification_admin_token_and_401(kubectl: Kubectl, si
     config = yaml.safe_load(await anyio.Path(kubectl.kubeconfig).read_text())
     assert config["clusters"][0]["cluster"]["certificate-authority-data"]
     assert "insecure-skip-tls-verify" not in config["clusters"][0]["cluster"]
-    whoami = await ok(kubectl, "auth", "whoami", "-o", "json")
+    whoami = await kubectl.ok("auth", "whoami", "-o", "json")
     assert json.loads(whoami)["status"]["userInfo"] == {
         "username": "kubernetes-admin",
         "groups": ["system:masters", "system:authenticated"],
     }
-    assert (await ok(kubectl, "get", "nodes", "-o", "name")).split() == ["node/sim-node-0", "node/sim-node-1"]
+    assert (await kubectl.ok("get", "nodes", "-o", "name")).split() == ["node/sim-node-0", "node/sim-node-1"]
 
     # No credentials: 401 with the real Status, over a connection that verified the server against the CA.
     context = ssl.create_default_context(cadata=sim_cluster.secure.ca_cert.decode())
@@ -116,7 +110,7 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     bot = as_token(kubectl, token)
     user = "system:serviceaccount:default:bot"
     # Discovery and the auth APIs work for any authenticated user (system:discovery, system:basic-user).
-    whoami = json.loads(await ok(bot, "auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    whoami = json.loads(await bot.ok("auth", "whoami", "-o", "json"))["status"]["userInfo"]
     assert (
         whoami["username"] == user
         and whoami["uid"] == sim_cluster.store.get("serviceaccounts", "default", "bot")["metadata"]["uid"]
@@ -142,16 +136,16 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     assert (rc, out.strip()) == (1, "no")
 
     # view is aggregated from system:aggregate-to-view: binding it lets the bot read pods and logs.
-    await ok(kubectl, "create", "rolebinding", "bot-view", "--clusterrole=view", "--serviceaccount=default:bot")
-    assert (await ok(bot, "auth", "can-i", "list", "pods")).strip() == "yes"
-    assert (await ok(bot, "auth", "can-i", "get", "pods", "--subresource=log")).strip() == "yes"
-    assert (await ok(bot, "auth", "can-i", "watch", "deployments.apps")).strip() == "yes"
+    await kubectl.ok("create", "rolebinding", "bot-view", "--clusterrole=view", "--serviceaccount=default:bot")
+    assert (await bot.ok("auth", "can-i", "list", "pods")).strip() == "yes"
+    assert (await bot.ok("auth", "can-i", "get", "pods", "--subresource=log")).strip() == "yes"
+    assert (await bot.ok("auth", "can-i", "watch", "deployments.apps")).strip() == "yes"
     rc, out, _err = await bot("auth", "can-i", "delete", "pods")
     assert (rc, out.strip()) == (1, "no")
     rc, out, _err = await bot("auth", "can-i", "list", "pods", "-n", "kube-system")
     assert (rc, out.strip()) == (1, "no")
-    await ok(bot, "get", "pods")
-    await ok(kubectl, "run", "web", "--image=nginx:1.27")
+    await bot.ok("get", "pods")
+    await kubectl.ok("run", "web", "--image=nginx:1.27")
     watch = await bot.spawn("get", "pods", "-w", "-o", "name")
     try:
         assert watch.stdout is not None
@@ -166,11 +160,11 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
         timeout=20,
         what="pod web running",
     )
-    assert (await ok(bot, "logs", "web")).strip()
+    assert (await bot.ok("logs", "web")).strip()
     reader = as_token(kubectl, await new_token(kubectl, "reader"))
-    await ok(kubectl, "create", "role", "pod-reader", "--verb=get", "--resource=pods")
-    await ok(kubectl, "create", "rolebinding", "reader", "--role=pod-reader", "--serviceaccount=default:reader")
-    await ok(reader, "get", "pod", "web")
+    await kubectl.ok("create", "role", "pod-reader", "--verb=get", "--resource=pods")
+    await kubectl.ok("create", "rolebinding", "reader", "--role=pod-reader", "--serviceaccount=default:reader")
+    await reader.ok("get", "pod", "web")
     rc, _out, err = await reader("logs", "web")
     assert (
         rc == 1
@@ -178,29 +172,29 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
         '"pods/log" in API group "" in the namespace "default"'
         in err
     )
-    listing = await ok(bot, "auth", "can-i", "--list")
+    listing = await bot.ok("auth", "can-i", "--list")
     assert "selfsubjectaccessreviews.authorization.k8s.io" in listing
     assert any(row.split()[0] == "pods" and "[get list watch]" in row for row in listing.splitlines())
 
     # A Role with resourceNames: exactly that object, and never a list.
-    await ok(kubectl, "create", "role", "one-secret", "--verb=get", "--resource=secrets", "--resource-name=a")
-    await ok(kubectl, "create", "rolebinding", "bot-one-secret", "--role=one-secret", "--serviceaccount=default:bot")
-    await ok(kubectl, "create", "secret", "generic", "a")
-    await ok(kubectl, "create", "secret", "generic", "b")
-    await ok(bot, "get", "secret", "a")
+    await kubectl.ok("create", "role", "one-secret", "--verb=get", "--resource=secrets", "--resource-name=a")
+    await kubectl.ok("create", "rolebinding", "bot-one-secret", "--role=one-secret", "--serviceaccount=default:bot")
+    await kubectl.ok("create", "secret", "generic", "a")
+    await kubectl.ok("create", "secret", "generic", "b")
+    await bot.ok("get", "secret", "a")
     rc, _out, err = await bot("get", "secret", "b")
     assert (
         f'secrets "b" is forbidden: User "{user}" cannot get resource "secrets" in API group "" in the '
         'namespace "default"' in err
     )
     # A binding to a role that does not exist explains itself.
-    await ok(kubectl, "create", "rolebinding", "bot-ghost", "--role=ghost", "--serviceaccount=default:bot")
+    await kubectl.ok("create", "rolebinding", "bot-ghost", "--role=ghost", "--serviceaccount=default:bot")
     rc, _out, err = await bot("get", "secrets")
     assert err.strip().endswith(': RBAC: role.rbac.authorization.k8s.io "ghost" not found')
 
     # The aggregation controller keeps aggregated roles filled, also for roles added later.
-    await ok(kubectl, "create", "clusterrole", "widgets-view", "--verb=get", "--resource=configmaps")
-    await ok(kubectl, "label", "clusterrole", "widgets-view", "rbac.authorization.k8s.io/aggregate-to-view=true")
+    await kubectl.ok("create", "clusterrole", "widgets-view", "--verb=get", "--resource=configmaps")
+    await kubectl.ok("label", "clusterrole", "widgets-view", "rbac.authorization.k8s.io/aggregate-to-view=true")
 
     def aggregated() -> bool:
         view = sim_cluster.store.get("clusterroles.rbac.authorization.k8s.io", None, "view")
@@ -211,7 +205,7 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
     assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]} in admin["rules"]
 
     # Tokens die with their ServiceAccount.
-    await ok(kubectl, "delete", "serviceaccount", "bot")
+    await kubectl.ok("delete", "serviceaccount", "bot")
     rc, _out, err = await bot("get", "pods")
     assert rc == 1 and "(Unauthorized)" in err
 
@@ -219,12 +213,12 @@ async def test_service_account_token_rbac_and_403_texts(kubectl: Kubectl, sim_cl
 async def test_token_request_validation(kubectl: Kubectl) -> None:
     rc, _out, err = await kubectl("create", "token", "nope")
     assert rc == 1 and 'serviceaccounts "nope" not found' in err
-    await ok(kubectl, "create", "serviceaccount", "bot")
+    await kubectl.ok("create", "serviceaccount", "bot")
     rc, _out, err = await kubectl("create", "token", "bot", "--duration=1m")
     assert (
         rc == 1 and "spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes" in err
     )
-    request = json.loads(await ok(kubectl, "create", "token", "bot", "--duration=2h", "-o", "json"))
+    request = json.loads(await kubectl.ok("create", "token", "bot", "--duration=2h", "-o", "json"))
     assert request["kind"] == "TokenRequest" and request["spec"]["expirationSeconds"] == 7200
     assert request["status"]["token"].count(".") == 2
 
@@ -244,7 +238,7 @@ async def test_rbac_objects_are_validated(kubectl: Kubectl) -> None:
     )
     assert "rules[1].verbs: Required value: verbs must contain at least one value" in err
     assert "rules[1].apiGroups: Required value: resource rules must supply at least one api group" in err
-    await ok(kubectl, "create", "rolebinding", "b", "--clusterrole=view", "--user=jane")
+    await kubectl.ok("create", "rolebinding", "b", "--clusterrole=view", "--user=jane")
     rc, _out, err = await kubectl("patch", "rolebinding", "b", "--type=merge", "-p", '{"roleRef":{"name":"edit"}}')
     assert (
         rc == 1

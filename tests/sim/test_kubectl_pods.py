@@ -18,12 +18,6 @@ from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULAB
 from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
 
 
-async def run(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
-    rc, out, err = await kubectl(*args, input=input)
-    assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
-    return out
-
-
 def restarts(cluster: SimCluster, name: str) -> int:
     obj = cluster.store.get("pods", "default", name)
     statuses = (obj or {}).get("status", {}).get("containerStatuses") or []
@@ -54,10 +48,10 @@ def times(age: str) -> int:
 async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
     kubectl: Kubectl, sim_cluster: SimCluster
 ) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod_yaml("oom", {RUN_SECONDS: "0.5", EXIT_CODE: "137"}))
+    await kubectl.ok("apply", "-f", "-", input=pod_yaml("oom", {RUN_SECONDS: "0.5", EXIT_CODE: "137"}))
     await eventually(lambda: restarts(sim_cluster, "oom") >= 2, timeout=30, what="two restarts")
     sim_cluster.faults.pause_kubelet()  # a stable picture: no restart between the pod and its events
-    out = await run(kubectl, "describe", "pod", "oom")
+    out = await kubectl.ok("describe", "pod", "oom")
     restart_count = restarts(sim_cluster, "oom")
     assert re.search(r"Last State:\s+Terminated\n\s+Reason:\s+OOMKilled\n\s+Exit Code:\s+137", out), out
     node = sim_cluster.store.get("pods", "default", "oom")["spec"]["nodeName"]
@@ -89,10 +83,10 @@ async def test_describe_shows_the_life_of_an_oom_killed_and_restarted_pod(
 
 
 async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod_yaml("stuck", {UNSCHEDULABLE: "true"}))
+    await kubectl.ok("apply", "-f", "-", input=pod_yaml("stuck", {UNSCHEDULABLE: "true"}))
     greedy = pod_manifest("greedy")
     greedy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
-    await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(greedy))
+    await kubectl.ok("apply", "-f", "-", input=yaml.safe_dump(greedy))
     preemption = "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     messages = {
         "stuck": f"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. {preemption}",
@@ -101,7 +95,7 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
     }
 
     async def failed_scheduling(name: str, count: int) -> bool:
-        rows = described_events(await run(kubectl, "describe", "pod", name))
+        rows = described_events(await kubectl.ok("describe", "pod", name))
         assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
             ("Warning", "FailedScheduling", "default-scheduler", messages[name])
         ], rows
@@ -124,10 +118,10 @@ async def test_describe_shows_why_a_pod_is_pending(kubectl: Kubectl, sim_cluster
 async def test_get_events_by_involved_object_shows_sources_and_killing(
     kubectl: Kubectl, sim_cluster: SimCluster
 ) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod_yaml("web"))
-    await run(kubectl, "wait", "--for=condition=Ready", "pod/web", "--timeout=30s")
-    await run(kubectl, "delete", "pod", "web")
-    out = await run(kubectl, "get", "events", "--field-selector", "involvedObject.name=web", "-o", "json")
+    await kubectl.ok("apply", "-f", "-", input=pod_yaml("web"))
+    await kubectl.ok("wait", "--for=condition=Ready", "pod/web", "--timeout=30s")
+    await kubectl.ok("delete", "pod", "web")
+    out = await kubectl.ok("get", "events", "--field-selector", "involvedObject.name=web", "-o", "json")
     events = {e["reason"]: e for e in json.loads(out)["items"]}
     assert set(events) == {"Scheduled", "Pulling", "Pulled", "Created", "Started", "Killing"}
     node = events["Started"]["source"]["host"]
@@ -141,12 +135,12 @@ async def test_get_events_by_involved_object_shows_sources_and_killing(
     assert scheduled["source"] == {} and scheduled["reportingComponent"] == "default-scheduler"
     assert scheduled["action"] == "Binding" and scheduled["eventTime"] and scheduled["lastTimestamp"] is None
     # The table kubectl prints, filtered on the server by reason and source.
-    table = await run(
-        kubectl, "get", "events", "--field-selector", "involvedObject.name=web,reason=Killing,source=kubelet"
+    table = await kubectl.ok(
+        "get", "events", "--field-selector", "involvedObject.name=web,reason=Killing,source=kubelet"
     )
     assert table.splitlines()[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert len(table.splitlines()) == 2 and "pod/web" in table and "Stopping container main" in table
-    scheduler = await run(kubectl, "get", "events", "--field-selector", "source=default-scheduler", "-o", "name")
+    scheduler = await kubectl.ok("get", "events", "--field-selector", "source=default-scheduler", "-o", "name")
     assert scheduler.strip() == f"event/{scheduled['metadata']['name']}"
 
 
@@ -167,13 +161,13 @@ async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: 
         "trainer", {LOG: "step 1 of instance {instance}\nstep 2 of {container}", f"{LOG}.sidecar": "sidecar ready"}
     )
     body["spec"]["containers"].append({"name": "sidecar", "image": "envoy:1.31"})
-    await run(kubectl, "apply", "-f", "-", input=yaml.safe_dump(body))
+    await kubectl.ok("apply", "-f", "-", input=yaml.safe_dump(body))
     await eventually(lambda: running(sim_cluster, "trainer"), timeout=30, what="trainer running")
     rc, out, err = await kubectl("logs", "trainer")
     assert (rc, out) == (0, "step 1 of instance 0\nstep 2 of main\n"), err
     assert err.strip() == 'Defaulted container "main" out of: main, sidecar'
-    assert await run(kubectl, "logs", "trainer", "-c", "sidecar") == "sidecar ready\n"
-    assert await run(kubectl, "logs", "trainer", "--tail=1", "-c", "main") == "step 2 of main\n"
+    assert await kubectl.ok("logs", "trainer", "-c", "sidecar") == "sidecar ready\n"
+    assert await kubectl.ok("logs", "trainer", "--tail=1", "-c", "main") == "step 2 of main\n"
     rc, _out, err = await kubectl("logs", "trainer", "-c", "main", "--previous")
     assert (
         rc == 1
@@ -187,16 +181,15 @@ async def test_logs_plain_container_and_previous(kubectl: Kubectl, sim_cluster: 
         timeout=30,
         what="one restart",
     )
-    assert await run(kubectl, "logs", "trainer", "-c", "main") == "step 1 of instance 1\nstep 2 of main\n"
-    assert await run(kubectl, "logs", "trainer", "-c", "main", "--previous") == "step 1 of instance 0\nstep 2 of main\n"
-    stamped = await run(kubectl, "logs", "trainer", "-c", "main", "-p", "--timestamps", "--tail=1")
+    assert await kubectl.ok("logs", "trainer", "-c", "main") == "step 1 of instance 1\nstep 2 of main\n"
+    assert await kubectl.ok("logs", "trainer", "-c", "main", "--previous") == "step 1 of instance 0\nstep 2 of main\n"
+    stamped = await kubectl.ok("logs", "trainer", "-c", "main", "-p", "--timestamps", "--tail=1")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z step 2 of main\n", stamped), stamped
 
 
 async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     # A line every simulated 30 s (0.3 s here); the container runs 100 s (1 s here) and exits.
-    await run(
-        kubectl,
+    await kubectl.ok(
         "apply",
         "-f",
         "-",
@@ -215,7 +208,7 @@ async def test_logs_follow_ends_when_the_container_exits(kubectl: Kubectl, sim_c
 
 
 async def test_logs_of_a_container_waiting_to_start(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await run(kubectl, "apply", "-f", "-", input=pod_yaml("slow", {START_SECONDS: "100000"}))
+    await kubectl.ok("apply", "-f", "-", input=pod_yaml("slow", {START_SECONDS: "100000"}))
     await eventually(
         lambda: (sim_cluster.store.get("pods", "default", "slow").get("status") or {}).get("containerStatuses"),
         timeout=30,

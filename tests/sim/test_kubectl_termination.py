@@ -33,12 +33,6 @@ def final_states(cluster: SimCluster) -> dict[str, dict]:
     return last
 
 
-async def run(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
-    rc, out, err = await kubectl(*args, input=input)
-    assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
-    return out
-
-
 def terminated(obj: dict) -> tuple[str, int, str]:
     state = obj["status"]["containerStatuses"][0]["state"]["terminated"]
     return obj["status"]["phase"], state["exitCode"], state["reason"]
@@ -46,11 +40,11 @@ def terminated(obj: dict) -> tuple[str, int, str]:
 
 async def test_delete_with_default_grace_is_over_in_about_a_second(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     last = final_states(sim_cluster)
-    await run(kubectl, "apply", "-f", "-", input=pod_yaml("trainer"))
-    await run(kubectl, "wait", "--for=condition=Ready", "pod/trainer", "--timeout=30s")
+    await kubectl.ok("apply", "-f", "-", input=pod_yaml("trainer"))
+    await kubectl.ok("wait", "--for=condition=Ready", "pod/trainer", "--timeout=30s")
     assert sim_cluster.store.get("pods", "default", "trainer")["spec"]["terminationGracePeriodSeconds"] == 30
     start = time.monotonic()
-    assert (await run(kubectl, "delete", "pod", "trainer")).strip() == 'pod "trainer" deleted'
+    assert (await kubectl.ok("delete", "pod", "trainer")).strip() == 'pod "trainer" deleted'
     elapsed = time.monotonic() - start
     # kubectl waits until the pod is gone: the process died of SIGTERM, nobody waited for 30 s.
     assert elapsed < 25, f"deletion took {elapsed:.1f} s: the 30 s grace period was waited out"
@@ -62,16 +56,15 @@ async def test_process_ignoring_sigterm_is_killed_when_its_grace_period_ends(
     kubectl: Kubectl, sim_cluster: SimCluster
 ) -> None:
     last = final_states(sim_cluster)
-    await run(
-        kubectl,
+    await kubectl.ok(
         "apply",
         "-f",
         "-",
         input=pod_yaml("stubborn", {IGNORE_SIGTERM: "true"}, terminationGracePeriodSeconds=3),
     )
-    await run(kubectl, "wait", "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
+    await kubectl.ok("wait", "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
     start = time.monotonic()
-    await run(kubectl, "delete", "pod", "stubborn")
+    await kubectl.ok("delete", "pod", "stubborn")
     assert time.monotonic() - start >= 3  # not before the grace period has passed
     phase, code, reason = terminated(last["stubborn"])
     assert (phase, code, reason) == ("Failed", 137, "Error")

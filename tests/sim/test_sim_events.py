@@ -31,11 +31,9 @@ class Clock:
         return self.now
 
 
-def setup() -> tuple[Store, EventRecorder, Clock, dict]:
-    store = Store()
-    clock = Clock()
-    recorder = EventRecorder(store, monotonic=clock)
-    pod = store.create(
+def create_web_pod(store: Store) -> dict:
+    """The pod whose events the tests record."""
+    return store.create(
         "pods",
         NS,
         {
@@ -45,6 +43,13 @@ def setup() -> tuple[Store, EventRecorder, Clock, dict]:
             "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
         },
     )
+
+
+def setup() -> tuple[Store, EventRecorder, Clock, dict]:
+    store = Store()
+    clock = Clock()
+    recorder = EventRecorder(store, monotonic=clock)
+    pod = create_web_pod(store)
     return store, recorder, clock, pod
 
 
@@ -220,16 +225,7 @@ async def test_events_expire_after_the_ttl_unless_written_again() -> None:
     store = Store()
     ttl = EventTTL(store, ttl=30, time_scale=0.01)  # 0.3 s
     recorder = EventRecorder(store)
-    pod = store.create(
-        "pods",
-        NS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "web"},
-            "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]},
-        },
-    )
+    pod = create_web_pod(store)
     deleted: list[str] = []
     store.add_listener(
         lambda t, r, old, new: (
