@@ -45,6 +45,7 @@ __all__ = [
     "intern_transform",
     "compact_transform",
     "strip_managed_fields",
+    "drops_managed_fields",
 ]
 
 IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
@@ -349,3 +350,12 @@ def compact_transform(obj: dict[str, Any]) -> dict[str, Any]:
                             if type(value) is str:
                                 container[field] = _intern(value)
     return obj
+
+
+_MANAGED_FIELDS_DROPPING = frozenset({strip_managed_fields, intern_transform, compact_transform})
+
+
+def drops_managed_fields(transform: Callable[[dict[str, Any]], dict[str, Any]] | None) -> bool:
+    """Whether ``transform`` is one of this module's transforms, which all drop ``metadata.managedFields``:
+    an informer using one need not decode that field at all (see :mod:`controller.runtime.watchdecode`)."""
+    return transform in _MANAGED_FIELDS_DROPPING

@@ -194,6 +194,25 @@ async def test_list_items_get_kind_and_transform_strips_managed_fields(sim_clust
         assert cached["metadata"]["annotations"] == {"keep": "x"}
 
 
+@pytest.mark.parametrize("identity", [False, True])
+async def test_watched_objects_lose_managed_fields_only_to_a_transform_that_drops_them(sim_cluster, identity):
+    # The default transform drops managedFields, so the informer does not even decode them from watch
+    # events; a transform of the caller's own must still receive them, in full.
+    kwargs: dict[str, Any] = {"transform": (lambda o: o)} if identity else {}
+    async with running(sim_cluster, **kwargs) as (informer, mirror, _):
+        sim_cluster.store.create("configmaps", NS, cm("w1"))
+        bump(sim_cluster, "w1", "2")
+        await converged(sim_cluster, informer, mirror)
+        cached = informer.get(f"{NS}/w1")
+        server = sim_cluster.store.get("configmaps", NS, "w1")
+        assert server["metadata"]["managedFields"]
+        if identity:
+            assert cached == server
+        else:
+            server["metadata"].pop("managedFields")
+            assert cached == server
+
+
 async def test_late_handler_receives_existing_objects(sim_cluster):
     sim_cluster.store.create("configmaps", NS, cm("a"))
     sim_cluster.store.create("configmaps", NS, cm("b"))
