@@ -44,6 +44,12 @@ def worker_pod(name: str = "w-0") -> dict:
     }
 
 
+def create_c(store: Store, manager: str | None) -> dict:
+    """Creates ConfigMap c (data a=1) as ``manager``; returns a copy of the stored object, free to edit."""
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+    return json.loads(json.dumps(store.create("configmaps", NS, body, field_manager=manager)))
+
+
 def entries(obj: dict) -> dict[tuple[str, str, str], dict]:
     return {
         (e.get("manager", ""), e["operation"], e.get("subresource", "")): e
@@ -163,12 +169,7 @@ def test_an_update_takes_the_fields_it_changes_from_other_managers(store: Store,
 
 
 def test_removed_fields_leave_every_entry_and_empty_entries_are_dropped(store: Store) -> None:
-    store.create(
-        "configmaps",
-        NS,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-        field_manager="alice",
-    )
+    create_c(store, "alice")
     store.patch("configmaps", NS, "c", "merge", {"data": {"b": "2"}}, field_manager="bob")
     cm = store.patch("configmaps", NS, "c", "merge", {"data": {"b": None}}, field_manager="carol")
     assert set(entries(cm)) == {("alice", "Update", "")}  # bob owned only b; carol only removed
@@ -265,12 +266,7 @@ def test_update_managers_are_capped_at_ten_with_the_oldest_merged(store: Store, 
     ],
 )
 def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected: str) -> None:
-    created = store.create(
-        "configmaps",
-        NS,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-        field_manager="creator",
-    )
+    created = create_c(store, "creator")
     body = json.loads(json.dumps(created))
     body["metadata"].pop("managedFields")
     if sent is not None:
@@ -288,13 +284,7 @@ def test_managed_fields_sent_in_a_body(store: Store, sent: list | None, expected
 
 
 def test_an_accepted_body_list_is_stored_in_normal_form(store: Store) -> None:
-    created = store.create(
-        "configmaps",
-        NS,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-        field_manager="creator",
-    )
-    body = json.loads(json.dumps(created))
+    body = create_c(store, "creator")
     body["metadata"]["managedFields"] = [
         {
             "manager": "later",
@@ -499,13 +489,7 @@ def test_several_conflicts_are_listed_by_manager_then_in_field_order(store: Stor
 
 
 def test_the_first_apply_to_an_untracked_object_conflicts_with_before_first_apply(store: Store) -> None:
-    created = store.create(
-        "configmaps",
-        NS,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-        field_manager="creator",
-    )
-    body = json.loads(json.dumps(created))
+    body = create_c(store, "creator")
     body["metadata"]["managedFields"] = [{}]
     store.update("configmaps", NS, "c", body, field_manager="resetter")
     with pytest.raises(ApiError) as caught:
@@ -551,9 +535,7 @@ def test_an_eviction_adds_no_ownership_entry(store: Store) -> None:
 
 
 def test_a_write_without_manager_or_user_agent_is_recorded_as_unknown(store: Store) -> None:
-    cm = store.create(
-        "configmaps", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
-    )
+    cm = create_c(store, None)
     assert [e["manager"] for e in cm["metadata"]["managedFields"]] == ["unknown"]
 
 
