@@ -1,5 +1,5 @@
 """``tfjob-controller run`` as a separate process, as a Deployment runs it: start it, read its JSON log
-lines as they come, signal it, collect its exit code.
+lines as they come, signal it, collect its exit code. And ``tfjob-controller sim`` as one (:func:`sim_process`).
 
 Lines are read by a background task into ``lines`` (stderr, decoded JSON where possible), so a test
 waits for a log event with :func:`tests.waiting.eventually` instead of blocking on a pipe.
@@ -13,6 +13,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +151,32 @@ class ControllerProcess:
     async def __aexit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.returncode is None:
             await self.stop()
+
+
+@asynccontextmanager
+async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
+    """``tfjob-controller sim`` in a subprocess (on a free loopback port, the caller's TFJOB_CONTROLLER_* settings
+    left out): yields the URL it prints; SIGTERM must end it with 0."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "sim",
+        "--port",
+        "0",
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            line = (await proc.stdout.readline()).decode()
+        assert "simulated cluster serving at http://127.0.0.1:" in line
+        yield line.split("serving at ", 1)[1].split()[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            rc = await proc.wait()
+    assert rc == 0

@@ -6,8 +6,6 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -18,7 +16,7 @@ import yaml
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
 from tests.conftest import Kubectl, _kubectl_binary
-from tests.controller_process import CLI, ControllerProcess, clean_env, free_port
+from tests.controller_process import CLI, ControllerProcess, clean_env, free_port, sim_process
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 from tfjob_sim.cluster import SimCluster
 
@@ -252,33 +250,6 @@ async def test_demo_runs_the_story_to_the_end():
     assert "tfjob_worker_scaled_down_total{chosen_by=deletionCost,job_namespace=default} 1" in out
     assert "tfjob_worker_scaled_down_total{chosen_by=highestIndex,job_namespace=default} 1" in out
     assert "without ever leaving Running" in out
-
-
-@asynccontextmanager
-async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
-    """``tfjob-controller sim`` in a subprocess: yields the URL it prints; SIGTERM must end it with 0."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "sim",
-        "--port",
-        "0",
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            line = (await proc.stdout.readline()).decode()
-        assert "simulated cluster serving at http://127.0.0.1:" in line
-        yield line.split("serving at ", 1)[1].split()[0]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            rc = await proc.wait()
-    assert rc == 0
 
 
 async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path):

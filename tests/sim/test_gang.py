@@ -114,12 +114,6 @@ def set_min_member(store: Store, resource: str, value: int) -> None:
     store.patch(resource, "default", "job", "merge", {"spec": {"minMember": value}})
 
 
-async def ok(kubectl: Kubectl, *args: str) -> str:
-    rc, out, err = await kubectl(*args)
-    assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
-    return out
-
-
 class TestVolcano:
     @pytest.fixture
     def sim_config(self) -> SimConfig:
@@ -140,7 +134,7 @@ class TestVolcano:
             status["conditions"][0]["message"]
             == "2/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable"
         )
-        row = (await ok(kubectl, "get", "podgroup-v1beta1", "job", "--no-headers")).split()
+        row = (await kubectl.ok("get", "podgroup-v1beta1", "job", "--no-headers")).split()
         assert row[:3] == ["job", "Inqueue", "2"]
 
         # minResources beyond 1.2 x the cluster's 8 CPUs: not admitted, as the overcommit plugin says.
@@ -230,7 +224,7 @@ class TestVolcano:
             e["reason"] == "Scheduled" and e["message"] == "pod group is ready"
             for e in events_of(store, "PodGroup", "job")
         )
-        row = (await ok(kubectl, "get", "podgroups.scheduling.volcano.sh", "job", "--no-headers")).split()
+        row = (await kubectl.ok("get", "podgroups.scheduling.volcano.sh", "job", "--no-headers")).split()
         assert row[:4] == ["job", "Running", "2", "2"]
         assert any(
             e["reason"] == "Scheduled" and e["source"]["component"] == "volcano"
@@ -417,7 +411,7 @@ class TestSchedulerPlugins:
             DEADLINE,
             what="a pod beyond minMember rejected alone, not its gang",
         )
-        row = (await ok(kubectl, "get", "pgs", "job", "--no-headers")).split()
+        row = (await kubectl.ok("get", "pgs", "job", "--no-headers")).split()
         assert row[:4] == ["job", "Running", "2", "2"]
 
     async def test_pods_beyond_min_member_and_finished(self, sim_cluster: SimCluster) -> None:
@@ -473,7 +467,7 @@ class TestNotInstalled:
         store = sim_cluster.store
         store.create("pods", "default", make_pod("solo", group=None))
         store.create("pods", "default", make_pod("member"))
-        await ok(kubectl, "apply", "-f", str(crd_dir("volcano")))
+        await kubectl.ok("apply", "-f", str(crd_dir("volcano")))
         await eventually(lambda: node_of(store, "solo"), DEADLINE, what="a groupless Volcano pod placed")
         await eventually(lambda: "not found" in scheduled_condition(store, "member").get("message", ""), DEADLINE)
         await eventually(lambda: store.get("queues.scheduling.volcano.sh", None, "default"), DEADLINE)

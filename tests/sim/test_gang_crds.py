@@ -5,17 +5,14 @@ installable later with ``kubectl apply -f sim/tfjob_sim/crds/<scheduler>``."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from pathlib import Path
 
-import anyio
 import pytest
 import yaml
 
 from controller.cli import parse_args
 from tests.conftest import Kubectl, _kubectl_binary
-from tests.controller_process import CLI, clean_env
+from tests.controller_process import sim_process
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.crds import crd_dir
 from tfjob_sim.watch import WatchConfig
@@ -23,12 +20,6 @@ from tfjob_sim.watch import WatchConfig
 
 def manifest(*docs: dict) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False)
-
-
-async def ok(kubectl: Kubectl, *args: str, input: str | None = None) -> str:
-    rc, out, err = await kubectl(*args, input=input)
-    assert rc == 0, f"kubectl {' '.join(args)} failed ({rc}): {err}"
-    return out
 
 
 VOLCANO_PG = {
@@ -49,17 +40,17 @@ class TestAbsentByDefault:
     async def test_no_podgroup_resource_is_served(self, kubectl: Kubectl, sim_cluster: SimCluster) -> None:
         rc, _out, err = await kubectl("get", "podgroups")
         assert rc == 1 and 'the server doesn\'t have a resource type "podgroups"' in err
-        out = await ok(kubectl, "api-resources", "--api-group=scheduling.volcano.sh")
+        out = await kubectl.ok("api-resources", "--api-group=scheduling.volcano.sh")
         assert "podgroups" not in out
         assert sim_cluster.store.registry.get("podgroups.scheduling.x-k8s.io") is None
 
     async def test_kubectl_apply_of_the_crd_directory_installs_it(self, kubectl: Kubectl) -> None:
-        out = await ok(kubectl, "apply", "-f", str(crd_dir("volcano")))
+        out = await kubectl.ok("apply", "-f", str(crd_dir("volcano")))
         assert "customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.volcano.sh created" in out
         assert "customresourcedefinition.apiextensions.k8s.io/queues.scheduling.volcano.sh created" in out
-        await ok(kubectl, "wait", "--for=condition=Established", "crd/podgroups.scheduling.volcano.sh")
-        assert "job created" in await ok(kubectl, "apply", "-f", "-", input=manifest(VOLCANO_PG))
-        out = await ok(kubectl, "apply", "-f", str(crd_dir("scheduler-plugins")))
+        await kubectl.ok("wait", "--for=condition=Established", "crd/podgroups.scheduling.volcano.sh")
+        assert "job created" in await kubectl.ok("apply", "-f", "-", input=manifest(VOLCANO_PG))
+        out = await kubectl.ok("apply", "-f", str(crd_dir("scheduler-plugins")))
         assert "podgroups.scheduling.x-k8s.io created" in out
 
 
@@ -69,17 +60,17 @@ class TestServedOnRequest:
         return SimConfig(nodes=3, time_scale=0.01, watch=WatchConfig(), podgroup_crds="volcano,scheduler-plugins")
 
     async def test_volcano_podgroup_names_columns_and_no_status_subresource(self, kubectl: Kubectl) -> None:
-        await ok(kubectl, "apply", "-f", "-", input=manifest(VOLCANO_PG))
+        await kubectl.ok("apply", "-f", "-", input=manifest(VOLCANO_PG))
         # The simulated vc-scheduler admits it (its minResources fit).
-        await ok(kubectl, "wait", "podgroups.scheduling.volcano.sh/job", "--for=jsonpath={.status.phase}=Inqueue")
-        table = await ok(kubectl, "get", "podgroups.scheduling.volcano.sh")
+        await kubectl.ok("wait", "podgroups.scheduling.volcano.sh/job", "--for=jsonpath={.status.phase}=Inqueue")
+        table = await kubectl.ok("get", "podgroups.scheduling.volcano.sh")
         header, row = table.splitlines()
         assert header.split() == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE"]
         assert row.split()[:3] == ["job", "Inqueue", "3"] and len(row.split()) == 4
-        wide = await ok(kubectl, "get", "podgroup-v1beta1", "-o", "wide")
+        wide = await kubectl.ok("get", "podgroup-v1beta1", "-o", "wide")
         assert wide.splitlines()[0].split() == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"]
         assert wide.splitlines()[1].split()[-1] == "default"
-        resources = await ok(kubectl, "api-resources", "--api-group=scheduling.volcano.sh")
+        resources = await kubectl.ok("api-resources", "--api-group=scheduling.volcano.sh")
         rows = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
         assert rows["podgroups"] == [
             "podgroups",
@@ -100,8 +91,7 @@ class TestServedOnRequest:
             '{"status":{"phase":"Completed"}}',
         )
         assert rc == 1 and "NotFound" in err
-        await ok(
-            kubectl,
+        await kubectl.ok(
             "patch",
             "podgroups.scheduling.volcano.sh",
             "job",
@@ -110,7 +100,7 @@ class TestServedOnRequest:
             '{"status":{"phase":"Completed","running":0}}',
         )
         assert (
-            await ok(kubectl, "get", "podgroups.scheduling.volcano.sh", "job", "-o", "jsonpath={.status.phase}")
+            await kubectl.ok("get", "podgroups.scheduling.volcano.sh", "job", "-o", "jsonpath={.status.phase}")
             == "Completed"
         )
 
@@ -121,15 +111,15 @@ class TestServedOnRequest:
         assert rc == 1 and "spec.minResources.cpu" in err
 
     async def test_scheduler_plugins_podgroup_names_columns_validation(self, kubectl: Kubectl) -> None:
-        await ok(kubectl, "apply", "-f", "-", input=manifest(SP_PG))
-        await ok(kubectl, "wait", "pgs/job", "--for=jsonpath={.status.phase}=Pending")
-        table = await ok(kubectl, "get", "pgs")
+        await kubectl.ok("apply", "-f", "-", input=manifest(SP_PG))
+        await kubectl.ok("wait", "pgs/job", "--for=jsonpath={.status.phase}=Pending")
+        table = await kubectl.ok("get", "pgs")
         header, row = table.splitlines()
         assert header.split() == ["NAME", "PHASE", "MINMEMBER", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]
         # The simulated scheduler-plugins controller marks it Pending; zero counts are omitted
         # (omitempty) and show as empty cells.
         assert row.split()[:3] == ["job", "Pending", "2"] and len(row.split()) == 4
-        resources = await ok(kubectl, "api-resources", "--api-group=scheduling.x-k8s.io")
+        resources = await kubectl.ok("api-resources", "--api-group=scheduling.x-k8s.io")
         row_of = {line.split()[0]: line.split() for line in resources.splitlines()[1:]}
         assert row_of["podgroups"] == ["podgroups", "pg,pgs", "scheduling.x-k8s.io/v1alpha1", "true", "PodGroup"]
         rc, out, err = await kubectl("get", "pg")  # both claim "pg": kubectl picks Volcano's and says so
@@ -147,8 +137,7 @@ class TestServedOnRequest:
             and "spec.minMember: Invalid value: 0: spec.minMember in body should be greater than or equal to 1" in err
         )
         # The status subresource is on: a main-resource write ignores status, /status writes it.
-        await ok(
-            kubectl,
+        await kubectl.ok(
             "patch",
             "podgroups.scheduling.x-k8s.io",
             "job",
@@ -156,9 +145,8 @@ class TestServedOnRequest:
             "-p",
             '{"status":{"phase":"Running"}}',
         )
-        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Pending"
-        await ok(
-            kubectl,
+        assert await kubectl.ok("get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Pending"
+        await kubectl.ok(
             "patch",
             "podgroups.scheduling.x-k8s.io",
             "job",
@@ -167,38 +155,18 @@ class TestServedOnRequest:
             "-p",
             '{"status":{"phase":"Finished"}}',
         )
-        assert await ok(kubectl, "get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Finished"
+        assert await kubectl.ok("get", "pgs", "job", "-o", "jsonpath={.status.phase}") == "Finished"
 
 
 async def test_sim_command_serves_the_crds_it_is_asked_for(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "sim",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--nodes",
-        "1",
-        "--podgroup-crds",
-        "scheduler-plugins",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_env(),
-    )
-    try:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            assert "simulated cluster serving at" in (await proc.stdout.readline()).decode()
+    async with sim_process(kubeconfig, "--nodes", "1", "--podgroup-crds", "scheduler-plugins"):
         kubectl = Kubectl(_kubectl_binary(), str(kubeconfig), tmp_path / "cache")
         (tmp_path / "cache").mkdir()
         rc, out, err = await kubectl("get", "pgs")
         assert rc == 0 and err.strip() == "No resources found in default namespace."
         rc, _out, err = await kubectl("get", "podgroup-v1beta1")
         assert rc == 1 and 'the server doesn\'t have a resource type "podgroup-v1beta1"' in err
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            assert await proc.wait() == 0
 
 
 def test_sim_command_flag() -> None:

@@ -17,14 +17,8 @@ NS = "tfjob-controller"
 DEPLOY = "deployment/tfjob-controller"
 
 
-async def ok(kubectl: Kubectl, *args: str, input: str | None = None, timeout: float = 60.0) -> str:
-    rc, out, err = await kubectl(*args, input=input, timeout=timeout)
-    assert rc == 0, f"kubectl {' '.join(args)} failed: {err}"
-    return out
-
-
 async def get_json(kubectl: Kubectl, *args: str) -> dict:
-    return json.loads(await ok(kubectl, "get", *args, "-o", "json"))
+    return json.loads(await kubectl.ok("get", *args, "-o", "json"))
 
 
 def controller_pods(cluster: SimCluster) -> list[dict]:
@@ -33,8 +27,8 @@ def controller_pods(cluster: SimCluster) -> list[dict]:
 
 
 async def test_apply_k_manifests_then_rollout_status_and_scale(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await ok(kubectl, "apply", "-k", str(ROOT / "manifests"))
-    out = await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("apply", "-k", str(ROOT / "manifests"))
+    out = await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     assert 'deployment "tfjob-controller" successfully rolled out' in out
 
     deploy = await get_json(kubectl, "-n", NS, DEPLOY)
@@ -71,33 +65,33 @@ async def test_apply_k_manifests_then_rollout_status_and_scale(kubectl: Kubectl,
         assert pod["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"]
         assert pod["status"]["phase"] == "Running" and pod["spec"]["serviceAccountName"] == "tfjob-controller"
 
-    table = await ok(kubectl, "-n", NS, "get", "deploy")
+    table = await kubectl.ok("-n", NS, "get", "deploy")
     assert table.split("\n")[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     assert table.split("\n")[1].split()[:4] == ["tfjob-controller", "2/2", "2", "2"]
 
     # kubectl scale goes through the Scale subresource; the selector is the deployment's.
-    await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=3")
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("-n", NS, "scale", DEPLOY, "--replicas=3")
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     assert len(controller_pods(sim_cluster)) == 3
     scale = json.loads(
-        await ok(kubectl, "get", "--raw", f"/apis/apps/v1/namespaces/{NS}/deployments/tfjob-controller/scale")
+        await kubectl.ok("get", "--raw", f"/apis/apps/v1/namespaces/{NS}/deployments/tfjob-controller/scale")
     )
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
     assert (
         scale["status"]["selector"] == "app.kubernetes.io/component=controller,app.kubernetes.io/name=tfjob-controller"
     )
-    await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=1")
+    await kubectl.ok("-n", NS, "scale", DEPLOY, "--replicas=1")
     await eventually(lambda: len(controller_pods(sim_cluster)) == 1, timeout=30, what="scale down to 1 pod")
 
 
 async def test_rolling_update_and_undo_reuse_replicasets(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
-    await ok(kubectl, "apply", "-k", str(ROOT / "manifests"))
-    await ok(kubectl, "-n", NS, "scale", DEPLOY, "--replicas=4")
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("apply", "-k", str(ROOT / "manifests"))
+    await kubectl.ok("-n", NS, "scale", DEPLOY, "--replicas=4")
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     first = {rs["metadata"]["name"] for rs in (await get_json(kubectl, "-n", NS, "rs"))["items"]}
 
-    await ok(kubectl, "-n", NS, "set", "image", DEPLOY, "controller=tfjob-controller:0.2.0")
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("-n", NS, "set", "image", DEPLOY, "controller=tfjob-controller:0.2.0")
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     sets = {rs["metadata"]["name"]: rs for rs in (await get_json(kubectl, "-n", NS, "rs"))["items"]}
     (new,) = set(sets) - first
     assert (
@@ -109,8 +103,8 @@ async def test_rolling_update_and_undo_reuse_replicasets(kubectl: Kubectl, sim_c
     assert len(pods) == 4 and {p["spec"]["containers"][0]["image"] for p in pods} == {"tfjob-controller:0.2.0"}
 
     # Undo goes back to the first template: its ReplicaSet is reused as revision 3.
-    await ok(kubectl, "-n", NS, "rollout", "undo", DEPLOY)
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("-n", NS, "rollout", "undo", DEPLOY)
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     sets = {rs["metadata"]["name"]: rs for rs in (await get_json(kubectl, "-n", NS, "rs"))["items"]}
     assert set(sets) == first | {new}
     (reused,) = first
@@ -148,7 +142,7 @@ async def test_apps_validation_messages(kubectl: Kubectl) -> None:
         'The Deployment "web" is invalid: spec.template.metadata.labels: Invalid value: '
         'map[string]string{"app":"other"}: `selector` does not match template `labels`' in err
     )
-    await ok(kubectl, "apply", "-f", "-", input=DEPLOYMENT % "web")
+    await kubectl.ok("apply", "-f", "-", input=DEPLOYMENT % "web")
     rc, _out, err = await kubectl(
         "patch",
         "deploy",
@@ -177,8 +171,8 @@ spec:
 
 
 async def test_client_side_to_server_side_apply_migration(kubectl: Kubectl) -> None:
-    await ok(kubectl, "apply", "-f", "-", input=SERVICE)
-    out = await ok(kubectl, "apply", "--server-side", "-f", "-", input=SERVICE)
+    await kubectl.ok("apply", "-f", "-", input=SERVICE)
+    out = await kubectl.ok("apply", "--server-side", "-f", "-", input=SERVICE)
     assert "service/web serverside-applied" in out
     svc = await get_json(kubectl, "svc", "web", "--show-managed-fields")
     # Defaulted fields the applier stopped owning are defaulted again, owned by no one.
@@ -191,8 +185,8 @@ async def test_client_side_to_server_side_apply_migration(kubectl: Kubectl) -> N
         'k:{"port":80,"protocol":"TCP"}': {".": {}, "f:port": {}, "f:targetPort": {}}
     }
     # Both directions keep working afterwards.
-    assert "unchanged" in await ok(kubectl, "apply", "-f", "-", input=SERVICE)
-    await ok(kubectl, "apply", "--server-side", "-f", "-", input=SERVICE)
+    assert "unchanged" in await kubectl.ok("apply", "-f", "-", input=SERVICE)
+    await kubectl.ok("apply", "--server-side", "-f", "-", input=SERVICE)
 
 
 # Namespace, CRD, ServiceAccount, 3 ClusterRoles, ClusterRoleBinding, Role, RoleBinding, Deployment, Service, PDB.
@@ -201,14 +195,14 @@ INSTALL_OBJECTS = 12
 
 async def test_server_side_apply_of_every_manifest(kubectl: Kubectl, sim_cluster: SimCluster) -> None:
     manifests = str(ROOT / "manifests")
-    out = await ok(kubectl, "apply", "--server-side", "-k", manifests)
+    out = await kubectl.ok("apply", "--server-side", "-k", manifests)
     assert out.count("serverside-applied") == INSTALL_OBJECTS
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     before = {rt: sim_cluster.store.list(rt)[0] for rt in ("deployments.apps", "replicasets.apps", "services")}
     # Re-applying the same configuration is a no-op; then the migration from client-side apply.
-    await ok(kubectl, "apply", "--server-side", "-k", manifests)
+    await kubectl.ok("apply", "--server-side", "-k", manifests)
     assert {rt: sim_cluster.store.list(rt)[0] for rt in before} == before
-    await ok(kubectl, "delete", "-k", manifests, "--wait=false", "--ignore-not-found")
+    await kubectl.ok("delete", "-k", manifests, "--wait=false", "--ignore-not-found")
     await eventually(
         lambda: (
             sim_cluster.store.get("namespaces", None, NS) is None
@@ -218,10 +212,10 @@ async def test_server_side_apply_of_every_manifest(kubectl: Kubectl, sim_cluster
         timeout=30,
         what="manifests deleted",
     )
-    await ok(kubectl, "apply", "-k", manifests)
-    out = await ok(kubectl, "apply", "--server-side", "-k", manifests)
+    await kubectl.ok("apply", "-k", manifests)
+    out = await kubectl.ok("apply", "--server-side", "-k", manifests)
     assert out.count("serverside-applied") == INSTALL_OBJECTS
-    await ok(kubectl, "-n", NS, "rollout", "status", DEPLOY, "--timeout=60s")
+    await kubectl.ok("-n", NS, "rollout", "status", DEPLOY, "--timeout=60s", timeout=90)
     # The migration changed no template: still the one ReplicaSet.
     assert len(sim_cluster.store.list("replicasets.apps", NS)[0]) == 1
     for path in ("deployment/deployment.yaml", "deployment/service.yaml", "rbac/cluster_role.yaml"):
