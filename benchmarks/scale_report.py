@@ -176,7 +176,8 @@ def group_text(runs: list[dict], group: str) -> str:
     refused = f", {count(runs, group, 'refused')} refused (429)" if group == "disruptions" else ""
     to_create = f"; action -> create {fmt_dist(runs, *latency, 'disruption_to_create')}" if refused else ""
     return (
-        f"{count(runs, group, 'applied')} applied, {count(runs, group, 'skipped')} skipped (pod already gone)"
+        f"{count(runs, group, 'applied')} applied ({count(runs, group, 'superseded')} of their replacements hit "
+        f"again before they ran), {count(runs, group, 'skipped')} skipped (pod already gone)"
         f"{refused}; gone -> create {fmt_dist(runs, *latency, 'gone_to_create')}{to_create}; action -> Running "
         f"{fmt_dist(runs, *latency, 'disruption_to_running')}"
     )

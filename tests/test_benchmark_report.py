@@ -101,7 +101,9 @@ def format_2(p99: float = 0.05, failed: int = 0, unreplaced: int = 0, jobs: int 
                 del run[key]
             run.update(actions=1200, workers_hit=1043, duration=60.0, plan_seed=11, unsettled=0)
             run["latency"] = {
-                "disruptions": group(790, p99, repeats=104, on_starting=3, skipped=7, refused=3, unreplaced=unreplaced),
+                "disruptions": group(
+                    790, p99, repeats=104, on_starting=3, skipped=7, refused=3, superseded=2, unreplaced=unreplaced
+                ),
                 "disruption_repeats": group(104, p99, repeats=104, on_starting=3),
                 "own_first": group(380, 0.03),
                 "own_repeat": group(16, 10.9, repeats=16),
@@ -124,12 +126,18 @@ def test_the_failover_row_shows_disruptions_and_own_failures_apart() -> None:
     row = failover_row(text)
     assert "1,000 jobs, 1200 actions at 20/s on workers drawn at random, repeats included (1043 workers hit)" in row
     assert (
-        "**disruptions** (DELETE, eviction; 104 repeats, 3 of them on a replacement still starting): 790 applied, "
-        "7 skipped (pod already gone), 3 refused (429); gone -> create p50 25 ms, p99 50 ms, max 75 ms (n=790)"
+        "**disruptions** (DELETE, eviction; 104 repeats, 3 of them on a replacement still starting): 790 applied (2 of their "
+        "replacements hit again before they ran), 7 skipped (pod already gone), 3 refused (429); gone -> create p50 25 ms, p99 50 ms, max 75 ms (n=790)"
     ) in row
     assert "the repeats alone: gone -> create p50 25 ms, p99 50 ms, max 75 ms (n=104)" in row
-    assert "first on a worker: 380 applied, 0 skipped (pod already gone); gone -> create p50 15 ms, p99 30 ms" in row
-    assert "repeat: 16 applied, 0 skipped (pod already gone); gone -> create p50 5450 ms, p99 10900 ms" in row
+    assert (
+        "first on a worker: 380 applied (0 of their replacements hit again before they ran), 0 skipped (pod already gone); gone -> create p50 15 ms, p99 30 ms"
+        in row
+    )
+    assert (
+        "repeat: 16 applied (0 of their replacements hit again before they ran), 0 skipped (pod already gone); gone -> create p50 5450 ms, p99 10900 ms"
+        in row
+    )
     assert row.endswith(
         "| random repeating disruptions at 20/s over 1,000 jobs: p99 gone -> create <= 250 ms, 0 Failed | yes |"
     )
