@@ -1905,6 +1905,22 @@ class _CRDSchemaChecker:
                     "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
                 )
             )
+
+        def check_child(sub: Any, sub_path: str, **context: Any) -> None:
+            """Checks a nested schema in this one's context but for ``context``; adds its errors to ours."""
+            inherited = {
+                "is_root": False,
+                "allow_defaults": allow_defaults,
+                "defaults_reason": defaults_reason,
+                "inside_meta": inside_meta,
+                "uncorrelatable": uncorrelatable,
+                "cel_ok": cel_ok,
+                "rule_is_root": False,
+            }
+            se, ce = self._openapi(sub, sub_path, **{**inherited, **context})
+            schema_errors.extend(se)
+            cel_errors.extend(ce)
+
         addl = s.get("additionalProperties")
         props = s.get("properties") or {}
         if addl is not None:
@@ -1914,23 +1930,10 @@ class _CRDSchemaChecker:
                         _child(path, "additionalProperties"), "additionalProperties and properties are mutual exclusive"
                     )
                 )
-            sub_allow, sub_reason = allow_defaults, defaults_reason
-            if inside_meta:
-                sub_allow, sub_reason = False, "inside additionalProperties applying to object metadata"
             if isinstance(addl, dict):
-                se, ce = self._openapi(
-                    addl,
-                    _child(path, "additionalProperties"),
-                    is_root=False,
-                    allow_defaults=sub_allow,
-                    defaults_reason=sub_reason,
-                    inside_meta=inside_meta,
-                    uncorrelatable=uncorrelatable,
-                    cel_ok=cel_ok,
-                    rule_is_root=False,
-                )
-                schema_errors += se
-                cel_errors += ce
+                no_defaults = "inside additionalProperties applying to object metadata"
+                meta = {"allow_defaults": False, "defaults_reason": no_defaults} if inside_meta else {}
+                check_child(addl, _child(path, "additionalProperties"), **meta)
         map_type = s.get("x-kubernetes-map-type")
         for prop, sub in props.items():
             sub_uncorrelatable = uncorrelatable
@@ -1941,64 +1944,32 @@ class _CRDSchemaChecker:
                 sub_meta = True
                 if is_root:
                     sub_allow, sub_reason = False, f"in top-level {prop}"
-            se, ce = self._openapi(
+            check_child(
                 sub,
                 _key(_child(path, "properties"), prop),
-                is_root=False,
                 allow_defaults=sub_allow,
                 defaults_reason=sub_reason,
                 inside_meta=sub_meta,
                 uncorrelatable=sub_uncorrelatable,
-                cel_ok=cel_ok,
                 rule_is_root=bool(isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource")),
             )
-            schema_errors += se
-            cel_errors += ce
+        # Rules under not/allOf/oneOf/anyOf are checked but never compiled (so they add no CEL errors).
         if isinstance(s.get("not"), dict):
-            se, ce = self._openapi(
-                s["not"],
-                _child(path, "not"),
-                is_root=False,
-                allow_defaults=allow_defaults,
-                defaults_reason=defaults_reason,
-                inside_meta=inside_meta,
-                uncorrelatable=uncorrelatable,
-                cel_ok=False,
-                rule_is_root=False,
-            )
-            schema_errors += se
+            check_child(s["not"], _child(path, "not"), cel_ok=False)
         for junctor in ("allOf", "oneOf", "anyOf"):
             for i, sub in enumerate(s.get(junctor) or []):
-                se, ce = self._openapi(
-                    sub,
-                    _index(_child(path, junctor), i),
-                    is_root=False,
-                    allow_defaults=allow_defaults,
-                    defaults_reason=defaults_reason,
-                    inside_meta=inside_meta,
-                    uncorrelatable=uncorrelatable,
-                    cel_ok=False,
-                    rule_is_root=False,
-                )
-                schema_errors += se
+                check_child(sub, _index(_child(path, junctor), i), cel_ok=False)
         items = s.get("items")
         if isinstance(items, dict):
             sub_uncorrelatable = uncorrelatable
             if s.get("x-kubernetes-list-type") != "map" and sub_uncorrelatable is None:
                 sub_uncorrelatable = path
-            se, ce = self._openapi(
+            check_child(
                 items,
                 _child(path, "items"),
-                is_root=False,
-                allow_defaults=allow_defaults,
-                defaults_reason=defaults_reason,
-                inside_meta=inside_meta,
                 uncorrelatable=sub_uncorrelatable,
-                cel_ok=cel_ok,
                 rule_is_root=bool(items.get("x-kubernetes-embedded-resource")),
             )
-            schema_errors += se
-            cel_errors += ce
         if s.get("x-kubernetes-preserve-unknown-fields") is False:
             schema_errors.append(
                 invalid(_child(path, "x-kubernetes-preserve-unknown-fields"), False, "must be true or undefined")

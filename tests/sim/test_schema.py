@@ -912,6 +912,7 @@ def test_valid_crd() -> None:
 
 
 S = "spec.validation.openAPIV3Schema"  # every version has the same schema: the server reports it top-level
+FORBIDDEN = "Forbidden: must be empty to be structural"
 
 
 @pytest.mark.parametrize(
@@ -1215,6 +1216,58 @@ S = "spec.validation.openAPIV3Schema"  # every version has the same schema: the 
                 cause("spec.additionalPrinterColumns[1].JSONPath", "FieldValueRequired", "Required value"),
             ],
             id="printer-columns",
+        ),
+        pytest.param(
+            crd(
+                {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "properties": {
+                                "template": {
+                                    "type": "object",
+                                    "x-kubernetes-embedded-resource": True,
+                                    "properties": {
+                                        "metadata": {
+                                            "type": "object",
+                                            "additionalProperties": {"type": "string", "default": "x"},
+                                        }
+                                    },
+                                }
+                            },
+                        }
+                    },
+                }
+            ),
+            [
+                cause(
+                    f"{S}.properties[spec].properties[template].properties[metadata].additionalProperties.default",
+                    "FieldValueForbidden",
+                    "Forbidden: must not be set inside additionalProperties applying to object metadata",
+                )
+            ],
+            id="default-in-embedded-metadata-map",
+        ),
+        pytest.param(  # rules under a junctor are not structural, and not compiled (no CEL syntax error)
+            crd(
+                {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "properties": {"x": {"type": "integer"}},
+                            "allOf": [{"x-kubernetes-validations": [{"rule": "self.x >"}]}],
+                            "not": {"x-kubernetes-validations": [{"rule": "self.x >"}]},
+                        }
+                    },
+                }
+            ),
+            [
+                cause(f"{S}.properties[spec].allOf[0].x-kubernetes-validations", "FieldValueForbidden", FORBIDDEN),
+                cause(f"{S}.properties[spec].not.x-kubernetes-validations", "FieldValueForbidden", FORBIDDEN),
+            ],
+            id="cel-under-junctors",
         ),
     ],
 )
