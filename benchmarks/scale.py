@@ -225,14 +225,27 @@ class Sim:
 
     async def apf_rejections(self) -> dict[str, int]:
         """The simulator's API Priority and Fairness rejections (429s) so far, by reason (none without APF)."""
-        headers = {"User-Agent": BENCH_AGENT}
-        async with self.session.get(self.url + "/metrics", headers=headers) as resp:
-            text = await resp.text()
         out: dict[str, int] = {}
-        for line in text.splitlines():
-            if line.startswith("apiserver_flowcontrol_rejected_requests_total{"):
-                reason = line.split('reason="', 1)[1].split('"', 1)[0]
-                out[reason] = out.get(reason, 0) + int(float(line.rsplit(" ", 1)[1]))
+        for reasons in (await self.apf_rejections_by_level(required=False) or {}).values():
+            for reason, n in reasons.items():
+                out[reason] = out.get(reason, 0) + n
+        return out
+
+    async def apf_rejections_by_level(self, required: bool = True) -> dict[str, dict[str, int]] | None:
+        """``apiserver_flowcontrol_rejected_requests_total`` of the simulator's /metrics, summed by priority
+        level and reason (every flow schema and client since it started). The family must be served
+        (``required``; no sample in it is 0 rejections): None only for a server without APF, which has none."""
+        async with self.session.get(self.url + "/metrics", headers={"User-Agent": BENCH_AGENT}) as resp:
+            text = await resp.text()
+        if "# TYPE apiserver_flowcontrol_rejected_requests_total counter" not in text:
+            if required:
+                raise RuntimeError("the simulator's /metrics has no apiserver_flowcontrol_rejected_requests_total")
+            return None
+        out: dict[str, dict[str, int]] = {}
+        for sample in metric_samples(text):
+            if sample.name == "apiserver_flowcontrol_rejected_requests_total":
+                reasons = out.setdefault(sample.labels["priority_level"], {})
+                reasons[sample.labels["reason"]] = reasons.get(sample.labels["reason"], 0) + int(sample.value)
         return out
 
     async def requests(self, since: int) -> list[dict[str, Any]]:
@@ -337,13 +350,17 @@ class Controller:
         return await scrape(session, self.metrics_url)
 
 
-async def samples(session: aiohttp.ClientSession, url: str) -> list[Any]:
-    """The samples (name, labels, value) of the text exposition at ``url``/metrics."""
+def metric_samples(text: str) -> list[Any]:
+    """The samples (name, labels, value) of a Prometheus text exposition."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with session.get(url + "/metrics") as resp:
-        text = await resp.text()
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+async def samples(session: aiohttp.ClientSession, url: str) -> list[Any]:
+    """The samples (name, labels, value) of the text exposition at ``url``/metrics."""
+    async with session.get(url + "/metrics") as resp:
+        return metric_samples(await resp.text())
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -660,6 +677,168 @@ def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+# ------------------------------------------------------------------------------------------ pushback
+
+SECURE = "--secure"
+CONTROLLER_MANIFESTS = [
+    ROOT / "manifests" / "deployment" / "namespace.yaml",
+    *(
+        ROOT / "manifests" / "rbac" / f"{name}.yaml"
+        for name in ("service_account", "cluster_role", "cluster_role_binding")
+    ),
+]
+# Where the benchmark POSTs each kind of object it creates on a secure simulator.
+COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+NEIGHBOUR = "neighbour"  # the second client's ServiceAccount and the ConfigMap it reads, in NAMESPACE
+NEIGHBOUR_RATE = 5.0  # its GETs per second
+NEIGHBOUR_IDLE = 5.0  # seconds it runs before the measured phase: its latency on an idle server
+
+
+def admin_credentials(kubeconfig: str) -> tuple[str, Any, str]:
+    """(bearer token, TLS context, CA PEM) of a secure simulator's kubeconfig (its cluster admin)."""
+    import base64
+    import ssl
+
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    ca = base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
+    return doc["users"][0]["user"]["token"], ssl.create_default_context(cadata=ca), ca
+
+
+async def token_for(sim: Sim, namespace: str, name: str) -> str:
+    """A token for a ServiceAccount from the TokenRequest API, as a pod's projected token is issued."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
+    path = COLLECTIONS["ServiceAccount"].format(ns=namespace) + f"/{name}/token"
+    return (await sim.call("POST", path, request, ok=(201,)))["status"]["token"]
+
+
+def write_credentials(tmp: Path, admin_kubeconfig: str, controller_token: str, neighbour_token: str) -> str:
+    """The controller's kubeconfig (the admin's with the controller's token instead), and the neighbour's token
+    and the CA in ``tmp``; returns the kubeconfig's path."""
+    doc = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    doc["users"][0]["user"] = {"token": controller_token}
+    path = tmp / "controller.kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    (tmp / "neighbour.token").write_text(neighbour_token)
+    (tmp / "ca.crt").write_text(admin_credentials(admin_kubeconfig)[2])
+    return str(path)
+
+
+async def as_service_accounts(env: Env) -> None:
+    """On a secure simulator: the controller runs as the ServiceAccount of manifests/ with that RBAC (so the
+    server's bootstrap FlowSchemas put it where a deployed controller is, ``service-accounts`` at
+    ``workload-low``), and a second ServiceAccount, allowed to read the namespace (``view``), is the neighbour
+    (another user: another flow of the same priority level). The benchmark itself is the cluster admin
+    (``system:masters``: exempt from API Priority and Fairness, so its own requests take no seat)."""
+    neighbour = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NEIGHBOUR, "namespace": NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NEIGHBOUR, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": NEIGHBOUR, "namespace": NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": NEIGHBOUR, "namespace": NAMESPACE}],
+        },
+    ]
+    manifests = [yaml.safe_load(path.read_text()) for path in CONTROLLER_MANIFESTS]
+    for body in [*manifests, *neighbour]:
+        path = COLLECTIONS[body["kind"]].format(ns=body["metadata"].get("namespace", ""))
+        await env.sim.call("POST", path, body, ok=(201,))
+    account = next(body["metadata"] for body in manifests if body["kind"] == "ServiceAccount")
+    controller_token = await token_for(env.sim, account["namespace"], account["name"])
+    env.controller_kubeconfig = write_credentials(
+        env.tmp, env.kubeconfig, controller_token, await token_for(env.sim, NAMESPACE, NEIGHBOUR)
+    )
+    url = env.sim.url + COLLECTIONS["ConfigMap"].format(ns=NAMESPACE) + f"/{NEIGHBOUR}"
+    env.neighbour = Neighbour(env.tmp, url)
+
+
+class Neighbour:
+    """A second client (benchmarks/neighbour.py, its own process): GETs one ConfigMap at NEIGHBOUR_RATE/s as
+    its own ServiceAccount, from NEIGHBOUR_IDLE seconds before the measured phase to its end."""
+
+    def __init__(self, tmp: Path, url: str) -> None:
+        self.tmp, self.url = tmp, url
+        self.output = tmp / "neighbour.jsonl"
+        self.child: Child | None = None
+        self.began: float | None = None  # the measured phase: from here
+        self.ended: float | None = None  # to here (settle() sets it)
+
+    async def idle_then_measure(self) -> None:
+        argv = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "neighbour.py"),
+            self.url,
+            "--token-file",
+            str(self.tmp / "neighbour.token"),
+            "--ca-file",
+            str(self.tmp / "ca.crt"),
+            "--output",
+            str(self.output),
+            "--rate",
+            f"{NEIGHBOUR_RATE:g}",
+        ]
+        self.child = Child("neighbour", argv, self.tmp / "neighbour.log")
+        await asyncio.sleep(NEIGHBOUR_IDLE)  # the idle window it measures, not a wait for a condition
+        self.child.check()
+        self.began = time.time()
+
+    def figures(self) -> dict[str, Any]:
+        """Its latency (answers 200) and its 429s and other answers, idle (before the measured phase) and
+        during it."""
+        assert self.child is not None and self.began is not None and self.ended is not None
+        self.child.stop()
+        lines = [orjson.loads(line) for line in self.output.read_bytes().splitlines()]
+        windows = {"idle": lambda t: t < self.began, "during": lambda t: self.began <= t < self.ended}
+        out: dict[str, Any] = {"rate": NEIGHBOUR_RATE, "url_path": self.url.split("://", 1)[1].split("/", 1)[1]}
+        for window, inside in windows.items():
+            answers = [line for line in lines if inside(line["t"])]
+            out[window] = {
+                **dist([a["latency"] for a in answers if a["status"] == 200]),
+                "rejected": sum(a["status"] == 429 for a in answers),
+                "other": sum(a["status"] not in (200, 429) for a in answers),
+                "seconds": (self.began - min((a["t"] for a in answers), default=self.began))
+                if window == "idle"
+                else self.ended - self.began,
+            }
+        return out
+
+
+async def apf_figures(env: Env) -> dict[str, Any]:
+    """What API Priority and Fairness did in a run: the server's rejections (429s) by priority level and
+    reason, the controller's 429s as its client counted them and retried them (after Retry-After), the
+    jobs' end state, and the neighbour's latency and 429s (on a secure simulator)."""
+    rejected = await env.sim.apf_rejections_by_level() if env.apf else None
+    client: dict[str, float] = {"seen": 0.0, "retried": 0.0}
+    if env.controller:
+        names = {"rest_client_requests_total": "seen", "rest_client_request_retries_total": "retried"}
+        for sample in await samples(env.session, env.controller.metrics_url):
+            if sample.name in names and sample.labels.get("code") == "429":
+                client[names[sample.name]] += sample.value
+    jobs = await env.sim.list(TFJOBS_PATH.format(ns=NAMESPACE))
+
+    def true(job: dict, kind: str) -> bool:
+        return any(
+            c.get("type") == kind and c.get("status") == "True"
+            for c in (job.get("status") or {}).get("conditions") or []
+        )
+
+    return {
+        "rejected": rejected,
+        "controller_429": client if env.controller else None,
+        "jobs_failed": sum(true(job, "Failed") for job in jobs),
+        "jobs_running": sum(true(job, "Running") for job in jobs),
+        "neighbour": env.neighbour.figures() if env.neighbour and env.neighbour.began else None,
+    }
+
+
 # ------------------------------------------------------------------------------------------ scenarios
 
 
@@ -676,6 +855,11 @@ class Env:
     controller: Controller | None = None
     peer: Peer | None = None
     profiles: Profiles = field(default_factory=lambda: Profiles(False))
+    # A secure simulator (--sim-arg=--secure): the controller's own kubeconfig (its ServiceAccount) and the
+    # second client that runs beside it during the measured phase.
+    controller_kubeconfig: str | None = None
+    neighbour: Neighbour | None = None
+    apf: bool = True  # the simulator runs API Priority and Fairness
 
     def profile(self, label: str) -> None:
         self.profiles.start(
@@ -698,11 +882,19 @@ async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str]
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmpdir:
         tmp = Path(tmpdir)
         sim_child, url, kubeconfig = await start_sim(tmp, nodes, sim_args)
-        connector = aiohttp.TCPConnector(limit=128)
-        session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
+        secure = admin_credentials(kubeconfig) if SECURE in sim_args else None
+        connector = aiohttp.TCPConnector(limit=128, ssl=secure[1] if secure else True)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=600),
+            headers={"Authorization": f"Bearer {secure[0]}"} if secure else None,
+        )
         env = Env(tmp, sim_child, Sim(url, session), kubeconfig, session, nodes, profiles=Profiles(profile))
+        env.apf = "--no-priority-and-fairness" not in sim_args
         try:
             await env.sim.install_crd()
+            if secure:
+                await as_service_accounts(env)
             if write_latency > 0:
                 # Every write holds its API Priority and Fairness seat this long, as an etcd round trip would.
                 for verb in WRITES:
@@ -713,6 +905,8 @@ async def environment(nodes: int, profile: bool = False, sim_args: Sequence[str]
                 env.controller.child.stop()
             if env.peer:
                 env.peer.child.stop()
+            if env.neighbour:
+                env.neighbour.child.stop()
             await session.close()
             sim_child.stop()
 
@@ -729,7 +923,7 @@ async def start_actor(env: Env, args: argparse.Namespace, peer: bool) -> None:
 
         await until("kopf peer watching TFJobs", watching, args.timeout)
     else:
-        env.controller = start_controller(env.tmp, env.kubeconfig, args.controller_arg)
+        env.controller = start_controller(env.tmp, env.controller_kubeconfig or env.kubeconfig, args.controller_arg)
         await until("controller ready", lambda: env.controller.ready(env.session), 120, 0.05)
 
 
@@ -760,6 +954,8 @@ async def settle(
         await until(what, check, timeout)
     except TimeoutError:
         timed_out = True
+    if env.neighbour:
+        env.neighbour.ended = time.time()
     await history.stop()
     feed()
     return timed_out
@@ -789,6 +985,8 @@ class Phase:
 
 
 async def begin(env: Env, label: str) -> Phase:
+    if env.neighbour:
+        await env.neighbour.idle_then_measure()
     load_before = loadavg()
     mark = await env.sim.mark()
     events0 = await tfjob_events(env.sim)
@@ -865,6 +1063,7 @@ async def actor_figures(env: Env, phase: Phase, timeout: float) -> dict[str, Any
         "request_breakdown": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         # 429s of the server's APF since it started (every client's; the actor is the only busy one)
         "apf_rejected": await env.sim.apf_rejections(),
+        "apf": await apf_figures(env),
         # Events the controller could not write (recorder queue full, spam filter, API errors)
         "events_dropped": await actor_events_dropped(env),
         "controller_cpu_s": env.actor.cpu() - cpu0[0],
@@ -1406,6 +1605,32 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# Limits small enough that the server pushes back at the default sizes (1,000 jobs; 20 disruptions/s), with
+# every write holding its seat APF_WRITE_LATENCY (10 ms). Both give the server 4 + 2 = 6 seats, so the
+# controller's priority level (workload-low, 100 of 245 shares) has 3: at most ~300 writes/s.
+# - burst: its ~12,000 writes come as fast as the controller sends them and queue; a request waits at most a
+#   quarter of --request-timeout (0.1 s) in its queue before its 429.
+# - failover: ~125 writes/s fit in 3 seats, so only a short queue limit (5 ms) makes the server refuse the
+#   bursts of writes that follow each disruption. (The burst against that limit collapses: its 429s raise the
+#   server's Retry-After to 32 s and the controller waits most of the time.)
+APF_LIMITS = {
+    "burst": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2", "--request-timeout=0.4"],
+    "failover": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2", "--request-timeout=0.02"],
+}
+APF_WRITE_LATENCY = 0.01
+
+
+def pushing_back(args: argparse.Namespace, limits: str | None, tag: str) -> argparse.Namespace:
+    """``args`` for a scenario against a secure simulator (the controller as its ServiceAccount, beside the
+    neighbour) with writes that hold their seat --apf-write-latency, and the server limits of ``limits``
+    (a key of APF_LIMITS, as --apf-burst-sim-arg / --apf-failover-sim-arg set them; None: the defaults)."""
+    tight = getattr(args, f"apf_{limits}_sim_arg") if limits else []
+    sim_args = [*args.sim_arg, SECURE, *tight]
+    return argparse.Namespace(
+        **{**vars(args), "sim_arg": sim_args, "write_latency": args.apf_write_latency, "tag": tag}
+    )
+
+
 @dataclass(frozen=True)
 class Scenario:
     label: str
@@ -1432,6 +1657,15 @@ SCENARIOS: dict[str, Scenario] = {
     "burst-unlimited": Scenario("burst, client rate limit off", scenario_burst_unlimited),
     "scaledown": Scenario("scaledown", scenario_scaledown),
     "coldstart": Scenario("coldstart", scenario_coldstart),
+    # Against a server that pushes back, with a second client beside the controller: the same neighbour at
+    # the default limits first, then at limits small enough for 429s (APF_LIMITS).
+    "burst-neighbour": Scenario(
+        "burst, beside a neighbour", lambda a: scenario_burst(pushing_back(a, None, "-neighbour"))
+    ),
+    "burst-apf": Scenario("burst, API server pushing back", lambda a: scenario_burst(pushing_back(a, "burst", "-apf"))),
+    "failover-apf": Scenario(
+        "failover, API server pushing back", lambda a: scenario_failover(pushing_back(a, "failover", "-apf"))
+    ),
 }
 GROUPS = {"all": list(SCENARIOS), "peer": ["peer-check", "burst-peer", "failover-small", "failover-peer"], "report": []}
 
@@ -1516,6 +1750,13 @@ def write_raw(
             "write_latency": args.write_latency,
             "controller_args": args.controller_arg,
             "sim_args": args.sim_arg,
+            "apf": {
+                "burst_sim_args": args.apf_burst_sim_arg,
+                "failover_sim_args": args.apf_failover_sim_arg,
+                "write_latency": args.apf_write_latency,
+                "neighbour_rate": NEIGHBOUR_RATE,
+                "neighbour_idle_s": NEIGHBOUR_IDLE,
+            },
             "events": {"ours": recorder_settings(), "peer": args.peer_events},
             "collector": {"ours": list(COLLECTOR_THRESHOLDS), "peer": args.peer_gc},
         },
@@ -1613,6 +1854,22 @@ def main() -> int:
         "Fairness seat, as an etcd round trip does); with small --sim-arg=--max-requests-inflight=N limits "
         "the server pushes back with 429s (reported as apf_rejected)",
     )
+    for kind in APF_LIMITS:
+        parser.add_argument(
+            f"--apf-{kind}-sim-arg",
+            action="append",
+            default=None,
+            metavar="ARG",
+            help=f"{kind}-apf: the simulator's limits (repeatable; default {' '.join(APF_LIMITS[kind])}); "
+            "burst-neighbour runs at the defaults",
+        )
+    parser.add_argument(
+        "--apf-write-latency",
+        type=float,
+        default=APF_WRITE_LATENCY,
+        metavar="SECONDS",
+        help=f"burst-neighbour, burst-apf, failover-apf: --write-latency (default {APF_WRITE_LATENCY:g})",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -1631,6 +1888,11 @@ def main() -> int:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.start_seconds < 0:
         parser.error("--start-seconds must not be negative")
+    if args.apf_write_latency < 0:
+        parser.error("--apf-write-latency must not be negative")
+    for kind, limits in APF_LIMITS.items():
+        if getattr(args, f"apf_{kind}_sim_arg") is None:
+            setattr(args, f"apf_{kind}_sim_arg", limits)
     if args.profile and not Path(sys.executable).with_name("py-spy").exists():
         parser.error(f"--profile needs py-spy beside {sys.executable} (pip install py-spy)")
     output = Path(args.output) if args.output else REPORT if args.scenario in ("all", "report") else None

@@ -255,6 +255,79 @@ def peer_rows(results: dict[str, list[dict]], fmt: int = FORMAT) -> list[str]:
     return rows
 
 
+def rejections_text(runs: list[dict]) -> str:
+    """The server's 429s in each run (API Priority and Fairness rejections, requests a client gave up on
+    while queued left out: no 429 was sent), then by priority level and reason over all runs."""
+    per_run, by_cause = [], {}
+    for run in runs:
+        rejected = need(run, "apf", "rejected")
+        if rejected is None:
+            return "- (the server ran without API Priority and Fairness)"
+        total = 0
+        for level, reasons in sorted(rejected.items()):
+            for reason, n in sorted(reasons.items()):
+                if reason != "cancelled" and n:
+                    total += n
+                    by_cause[f"{level} {reason}"] = by_cause.get(f"{level} {reason}", 0) + n
+        per_run.append(fmt_int(total))
+    causes = ", ".join(f"{cause} {fmt_int(n)}" for cause, n in by_cause.items())
+    return " / ".join(per_run) + (f" ({causes})" if causes else "")
+
+
+def neighbour_text(runs: list[dict], window: str) -> str:
+    if need(runs[0], "apf", "neighbour") is None:
+        return "-"
+    rejected = sum(need(run, "apf", "neighbour", window, "rejected") for run in runs)
+    other = sum(need(run, "apf", "neighbour", window, "other") for run in runs)
+    return f"{fmt_dist(runs, 'apf', 'neighbour', window)}; {fmt_int(rejected)} x 429" + (
+        f", {fmt_int(other)} other errors" if other else ""
+    )
+
+
+def apf_rows(raw: dict[str, Any]) -> list[str]:
+    """The API Priority and Fairness section: every scenario of ours (not the kopf peer's) that sent requests
+    through the server, with its 429s seen by the server and by the controller, its jobs, and the
+    neighbour's latency idle and during the scenario. None for raw results of a run that did not measure it."""
+    settings = need(raw, "settings")
+    if "apf" not in settings:
+        return []
+    apf = need(settings, "apf")
+    rows = [
+        "## Against an API server that pushes back",
+        "",
+        "The simulator runs API Priority and Fairness as kube-apiserver does (bootstrap FlowSchemas, seats from "
+        "`--max-requests-inflight` + `--max-mutating-requests-inflight`, fair queues, 429 + Retry-After). "
+        '"burst, beside a neighbour" and the "pushing back" scenarios run it secure: the controller as the '
+        "ServiceAccount of manifests/ (flow schema `service-accounts`, level `workload-low`), the benchmark as the "
+        "cluster admin (exempt), and a neighbour: another ServiceAccount of the same level (another flow) "
+        f"GETting one ConfigMap {need(apf, 'neighbour_rate'):g} times a second, from "
+        f"{need(apf, 'neighbour_idle_s'):g} s before the scenario (idle) to its end (during), as its own process. "
+        f'Every write holds its seat {need(apf, "write_latency") * 1000:g} ms. "burst, beside a neighbour" '
+        f'runs at the default limits; "burst, API server pushing back" with `{" ".join(need(apf, "burst_sim_args"))}`, '
+        f'"failover, API server pushing back" with `{" ".join(need(apf, "failover_sim_args"))}`. The controller '
+        "runs with its default `--kube-api-qps auto` (no client-side limit against a server with API Priority and "
+        "Fairness).",
+        "",
+        "| scenario | 429s by the server (per run; by priority level and reason) | the controller's 429s: seen / "
+        "retried after Retry-After | jobs | neighbour idle | neighbour during |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, runs in need(raw, "results").items():
+        if label.endswith("(kopf peer)") or runs[0].get("skipped") or "apf_rejected" not in runs[0]:
+            continue
+        seen, retried = (
+            " / ".join(fmt_int(need(run, "apf", "controller_429", key)) for run in runs) for key in ("seen", "retried")
+        )
+        failed = max(need(run, "apf", "jobs_failed") for run in runs)
+        running = min(need(run, "apf", "jobs_running") for run in runs)
+        rows.append(
+            f"| {label} | {rejections_text(runs)} | {seen} / {retried} | {fmt_int(failed)} Failed, "
+            f"{fmt_int(running)} of {fmt_int(need(runs[0], 'jobs'))} Running | {neighbour_text(runs, 'idle')} | "
+            f"{neighbour_text(runs, 'during')} |"
+        )
+    return [*rows, ""]
+
+
 def _items(mapping: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
 
@@ -423,6 +496,11 @@ METHOD_TEMPLATE = """\
   driven by kopf handlers; `peer-check` runs it at 5 jobs first, where every figure is exact, and
   stops the run if it is broken. Its failover is measured at `--peer-jobs` (kopf's start on converged
   jobs grows with the square of the objects), next to ours at the same scale.
+- API Priority and Fairness: the 429s are the server's `apiserver_flowcontrol_rejected_requests_total`
+  (its `/metrics`, which must serve the series; none counted is 0) and the controller's own
+  `rest_client_requests_total` and `rest_client_request_retries_total` with code 429; the neighbour
+  ([benchmarks/neighbour.py](../../benchmarks/neighbour.py)) sends its GETs open loop (on schedule, whether
+  or not the last one answered) and times each up to the complete body.
 - `--profile` attaches py-spy to both processes for the measured phase; summaries in
   [profiles/](profiles/)."""
 
@@ -489,6 +567,7 @@ def render(raw: dict[str, Any], raw_link: str) -> str:
         "",
         *standing(results),
         "",
+        *apf_rows(raw),
         "## How it measures",
         "",
         METHOD_TEMPLATE.format(failover=FAILOVER_METHOD[fmt]),

@@ -180,3 +180,86 @@ def test_a_failover_figure_missing_from_format_2_fails_the_report(path: tuple[st
     del record[path[-1]]
     with pytest.raises(MissingFigure, match=re.escape(repr(".".join(path)))):
         render(broken, link)
+
+
+def with_pushback(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` as a run that measured API Priority and Fairness writes it: the limits in its settings, the
+    server's and the controller's 429s on every run of ours, and a burst against tight limits with the
+    neighbour beside it."""
+    out = copy.deepcopy(raw)
+    out["settings"]["apf"] = {
+        "burst_sim_args": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2", "--request-timeout=0.4"],
+        "failover_sim_args": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2"],
+        "write_latency": 0.01,
+        "neighbour_rate": 5.0,
+        "neighbour_idle_s": 5.0,
+    }
+    for label, runs in out["results"].items():
+        for run in runs:
+            if "apf_rejected" in run and not label.endswith("(kopf peer)"):
+                run["apf"] = {
+                    "rejected": {"global-default": {}},
+                    "controller_429": {"seen": 0.0, "retried": 0.0},
+                    "jobs_failed": 0,
+                    "jobs_running": run["jobs"],
+                    "neighbour": None,
+                }
+    tight = copy.deepcopy(out["results"]["burst"][0])
+    tight["scenario"] = "burst, API server pushing back"
+
+    def window(p50: float, top: float, rejected: int) -> dict[str, Any]:
+        return {"n": 25, "p50": p50, "p99": top, "max": top, "rejected": rejected, "other": 0, "seconds": 5.0}
+
+    tight["apf"] = {
+        "rejected": {"workload-low": {"time-out": 181, "cancelled": 3}, "global-default": {"queue-full": 2}},
+        "controller_429": {"seen": 181.0, "retried": 180.0},
+        "jobs_failed": 0,
+        "jobs_running": tight["jobs"],
+        "neighbour": {"rate": 5.0, "idle": window(0.001, 0.007, 0), "during": window(0.010, 0.277, 1)},
+    }
+    out["results"]["burst, API server pushing back"] = [tight]
+    return out
+
+
+def apf_row(text: str, label: str) -> str:
+    section = text.split("## Against an API server that pushes back", 1)[1].split("## How it measures", 1)[0]
+    return next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
+
+
+def test_the_pushback_section_shows_each_runs_429s_on_both_sides_and_the_neighbours_latency() -> None:
+    _, link, raw = committed()
+    assert "## Against an API server that pushes back" not in render(raw, link)  # a run that did not measure it
+    text = render(with_pushback(raw), link)
+    assert "`--max-requests-inflight=4 --max-mutating-requests-inflight=2 --request-timeout=0.4`" in text
+    tight = apf_row(text, "burst, API server pushing back")
+    # requests given up while queued got no 429: not counted; the level and reason of each 429 are named
+    assert "| 183 (global-default queue-full 2, workload-low time-out 181) | 181 / 180 |" in tight
+    assert "| 0 Failed, 30 of 30 Running |" in tight
+    assert (
+        "| p50 1 ms, p99 7 ms, max 7 ms (n=25); 0 x 429 | p50 10 ms, p99 277 ms, max 277 ms (n=25); 1 x 429 |" in tight
+    )
+    # the default-limit rows show their 429s, 0 included, per run
+    assert apf_row(text, "burst").startswith("| burst | 0 / 0 / 0 | 0 / 0 / 0 / 0 / 0 / 0 | 0 Failed")
+    assert apf_row(text, "failover").startswith("| failover | 0 | 0 / 0 | 0 Failed")
+
+
+def test_a_server_without_priority_and_fairness_is_said_so_not_counted_as_no_429s() -> None:
+    _, link, raw = committed()
+    pushback = with_pushback(raw)
+    pushback["results"]["failover"][0]["apf"]["rejected"] = None
+    assert "| failover | - (the server ran without API Priority and Fairness) |" in render(pushback, link)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [("apf",), ("apf", "rejected"), ("apf", "controller_429", "retried"), ("apf", "neighbour", "during", "rejected")],
+)
+def test_a_pushback_figure_missing_from_the_raw_results_fails_the_report(path: tuple[str, ...]) -> None:
+    _, link, raw = committed()
+    broken = with_pushback(raw)
+    record = broken["results"]["burst, API server pushing back"][0]
+    for key in path[:-1]:
+        record = record[key]
+    del record[path[-1]]
+    with pytest.raises(MissingFigure, match=re.escape(repr(".".join(path)))):
+        render(broken, link)
