@@ -46,7 +46,8 @@ def loads_without_managed_fields(line: bytes) -> Any:
     """``orjson.loads(line)`` for a watch event line, with ``object.metadata.managedFields`` (if any) decoded
     as ``None`` instead of its value. Invalid JSON raises :class:`orjson.JSONDecodeError`, as orjson does."""
     loads = orjson.loads
-    if _KEY not in line:
+    start = line.find(_KEY)
+    if start < 0:
         return loads(line)
     try:
         span = _span_decoder.decode(line).object.metadata.managedFields
@@ -54,15 +55,14 @@ def loads_without_managed_fields(line: bytes) -> Any:
         return loads(line)  # not an event with an object and metadata: orjson decodes (or reports) it
     if span is msgspec.UNSET:
         return loads(line)
-    value = bytes(span)
-    start = line.find(_KEY)
+    size = len(span)
     while start >= 0:
         end = start + len(_KEY)
-        if line.startswith(value, end):
+        if line.startswith(span, end):  # msgspec.Raw is a bytes-like buffer: compared without a copy
             # A look-alike (the same text after a key that merely ends in managedFields", or the prefix of a
             # longer number) can yield invalid JSON or null another value: both fall back below.
             try:
-                event = loads(b"".join((line[:end], b"null", line[end + len(value) :])))
+                event = loads(b"".join((line[:end], b"null", line[end + size :])))
                 if event["object"]["metadata"].get("managedFields", ()) is None:
                     return event
             except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
