@@ -28,6 +28,15 @@ pod start delay ``--start-seconds``, default 0):
   start on converged jobs grows with the square of the objects), next to ``failover-small``: ours at
   that scale. ``peer-check`` first checks the peer at 5 jobs, where every figure is exact, and fails
   the run if it is broken. ``peer`` runs these four.
+- ``burst-neighbour``, ``burst-apf``, ``failover-apf``: against a server that pushes back. The simulator runs
+  secure (``--secure``): the controller as the ServiceAccount of manifests/ with its RBAC (so API Priority
+  and Fairness classifies it as a deployed controller, ``service-accounts`` at ``workload-low``), the
+  benchmark as the cluster admin (exempt), and a neighbour (benchmarks/neighbour.py): another ServiceAccount
+  GETting one ConfigMap 5/s from 5 s before the measured phase (idle) to its end (during). Every write holds
+  its seat ``--apf-write-latency``; ``burst-neighbour`` runs the burst at the default limits, the other two
+  burst and failover at limits small enough for 429s (APF_LIMITS). Every scenario of ours reports the
+  server's 429s by priority level and reason, the controller's 429s seen and retried, jobs Failed / Running,
+  and the neighbour's latency and 429s.
 - ``all``: every scenario above in one run (each peer scenario right after ours), then the report.
 
 "Converged" jobs are built by the benchmark with the controller's own ``decide()`` (pods, services,
@@ -1606,16 +1615,19 @@ async def scenario_peer_check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # Limits small enough that the server pushes back at the default sizes (1,000 jobs; 20 disruptions/s), with
-# every write holding its seat APF_WRITE_LATENCY (10 ms). Both give the server 4 + 2 = 6 seats, so the
-# controller's priority level (workload-low, 100 of 245 shares) has 3: at most ~300 writes/s.
-# - burst: its ~12,000 writes come as fast as the controller sends them and queue; a request waits at most a
-#   quarter of --request-timeout (0.1 s) in its queue before its 429.
-# - failover: ~125 writes/s fit in 3 seats, so only a short queue limit (5 ms) makes the server refuse the
-#   bursts of writes that follow each disruption. (The burst against that limit collapses: its 429s raise the
-#   server's Retry-After to 32 s and the controller waits most of the time.)
+# every write holding its seat APF_WRITE_LATENCY (10 ms). The controller's priority level is workload-low
+# (100 of the 245 shares of the server's seats, rounded up).
+# - burst: 4 + 2 = 6 server seats, 3 for the level (~300 writes/s); the burst's ~12,000 writes come as fast
+#   as the controller sends them and queue; a request waits at most a quarter of --request-timeout (0.1 s)
+#   in its queue before its 429.
+# - failover: 2 + 1 = 3 server seats, 2 for the level (~200 writes/s): the ~120 writes/s of the failovers
+#   fit, but the writes that follow each disruption come together and queue beyond 25 ms (still longer than
+#   one write, so a flow that waits its turn gets a seat within it). A queue limit shorter than a write (5 ms)
+#   refuses the neighbour too, and the burst against it collapses: its 429s raise the server's Retry-After to
+#   32 s and the controller waits most of the time.
 APF_LIMITS = {
     "burst": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2", "--request-timeout=0.4"],
-    "failover": ["--max-requests-inflight=4", "--max-mutating-requests-inflight=2", "--request-timeout=0.02"],
+    "failover": ["--max-requests-inflight=2", "--max-mutating-requests-inflight=1", "--request-timeout=0.1"],
 }
 APF_WRITE_LATENCY = 0.01
 

@@ -243,6 +243,23 @@ def test_the_pushback_section_shows_each_runs_429s_on_both_sides_and_the_neighbo
     assert apf_row(text, "failover").startswith("| failover | 0 | 0 / 0 | 0 Failed")
 
 
+def test_the_targets_of_the_default_server_are_not_applied_to_the_pushback_scenarios() -> None:
+    from benchmarks.scale import SCENARIOS
+    from benchmarks.scale_report import OTHER_SERVER
+
+    assert set(OTHER_SERVER) <= {scenario.label for scenario in SCENARIOS.values()}
+    _, link, raw = committed()
+    pushback = with_pushback(raw)
+    run = pushback["results"]["burst, API server pushing back"][0]
+    run["jobs"] = 1000
+    results = render(pushback, link).split("## Results", 1)[1]
+    row = next(line for line in results.splitlines() if line.startswith("| burst, API server pushing back |"))
+    assert row.endswith("| - (the target is for the default server) | - |")
+    run["scenario"] = "burst"
+    pushback["results"] = {"burst": [run]}
+    assert "| all Running <= 30 s | yes |" in render(pushback, link)
+
+
 def test_a_server_without_priority_and_fairness_is_said_so_not_counted_as_no_429s() -> None:
     _, link, raw = committed()
     pushback = with_pushback(raw)
