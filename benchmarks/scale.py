@@ -781,6 +781,13 @@ class Neighbour:
         self.ended: float | None = None  # to here (settle() sets it)
 
     async def idle_then_measure(self) -> None:
+        self.start()
+        await asyncio.sleep(NEIGHBOUR_IDLE)  # the idle window it measures, not a wait for a condition
+        assert self.child is not None
+        self.child.check()
+        self.began = time.time()
+
+    def start(self) -> None:
         argv = [
             sys.executable,
             str(ROOT / "benchmarks" / "neighbour.py"),
@@ -795,29 +802,39 @@ class Neighbour:
             f"{NEIGHBOUR_RATE:g}",
         ]
         self.child = Child("neighbour", argv, self.tmp / "neighbour.log")
-        await asyncio.sleep(NEIGHBOUR_IDLE)  # the idle window it measures, not a wait for a condition
-        self.child.check()
-        self.began = time.time()
+
+    def answers(self) -> list[dict[str, Any]]:
+        """Its answers so far (the lines benchmarks/neighbour.py wrote)."""
+        if not self.output.exists():
+            return []
+        return [orjson.loads(line) for line in self.output.read_bytes().splitlines()]
 
     def figures(self) -> dict[str, Any]:
-        """Its latency (answers 200) and its 429s and other answers, idle (before the measured phase) and
-        during it."""
+        """Stops it; :func:`neighbour_windows` of its answers, with its rate and what it read."""
         assert self.child is not None and self.began is not None and self.ended is not None
         self.child.stop()
-        lines = [orjson.loads(line) for line in self.output.read_bytes().splitlines()]
-        windows = {"idle": lambda t: t < self.began, "during": lambda t: self.began <= t < self.ended}
-        out: dict[str, Any] = {"rate": NEIGHBOUR_RATE, "url_path": self.url.split("://", 1)[1].split("/", 1)[1]}
-        for window, inside in windows.items():
-            answers = [line for line in lines if inside(line["t"])]
-            out[window] = {
-                **dist([a["latency"] for a in answers if a["status"] == 200]),
-                "rejected": sum(a["status"] == 429 for a in answers),
-                "other": sum(a["status"] not in (200, 429) for a in answers),
-                "seconds": (self.began - min((a["t"] for a in answers), default=self.began))
-                if window == "idle"
-                else self.ended - self.began,
-            }
-        return out
+        return {
+            "rate": NEIGHBOUR_RATE,
+            "url_path": self.url.split("://", 1)[1].split("/", 1)[1],
+            **neighbour_windows(self.answers(), self.began, self.ended),
+        }
+
+
+def neighbour_windows(answers: list[dict[str, Any]], began: float, ended: float) -> dict[str, Any]:
+    """The neighbour's latency (answers 200), 429s and other answers (0: no response), by when each
+    request was sent: ``idle`` before ``began`` (the measured phase), ``during`` from then to ``ended``
+    (later ones are left out); and how long each window is."""
+    windows = {"idle": lambda t: t < began, "during": lambda t: began <= t < ended}
+    out: dict[str, Any] = {}
+    for window, inside in windows.items():
+        sent = [a for a in answers if inside(a["t"])]
+        out[window] = {
+            **dist([a["latency"] for a in sent if a["status"] == 200]),
+            "rejected": sum(a["status"] == 429 for a in sent),
+            "other": sum(a["status"] not in (200, 429) for a in sent),
+            "seconds": (began - min((a["t"] for a in sent), default=began)) if window == "idle" else ended - began,
+        }
+    return out
 
 
 async def apf_figures(env: Env) -> dict[str, Any]:
