@@ -780,6 +780,14 @@ def main() -> None:
             f"CPU-second (target >= 70 %: {'met' if verdict_raw >= 0.7 else 'NOT met'}); {verdict_raw_wall:.0%} "
             "by wall clock.",
             "",
+            "## What bounds the ratio to the raw ceiling",
+            "",
+            "Profiled in [profiles/README.md](profiles/README.md#informer-watch-ingestion-what-bounds-its-ratio-to-the-raw-ceiling-informer-watchtxt)",
+            "(figures in profiles/informer-watch.txt; `benchmarks/informer_breakdown.py` reproduces the in-process",
+            "steps): the raw ceiling drops each event as soon as it is decoded; keeping the latest state of every pod",
+            "(freeing each replaced object, no longer in the CPU cache, and the cyclic GC traversing the kept ones) is",
+            "more than the whole remaining gap.",
+            "",
             "## The same stream without managedFields",
             "",
             f"Every event of the stream above with `metadata.managedFields` removed ({len(bare) / args.events:,.0f} "
