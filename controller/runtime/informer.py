@@ -55,8 +55,8 @@ Contract:
   the last-applied annotation; ``cache.intern_transform`` / ``cache.compact_transform`` also share
   repeated strings; ``transform=lambda o: o`` disables it). Events whose RV equals the cached one are not
   transformed at all. With one of ``cache``'s transforms (they all drop managedFields), watch events are
-  decoded without building ``metadata.managedFields`` at all (``controller.runtime.watchdecode``): about
-  half of the decoding work of a typical pod event. List items get ``kind``/``apiVersion`` filled in so
+  decoded without building ``metadata.managedFields`` at all (``controller.runtime.watchdecode``): on
+  pod events, a quarter less CPU per event. List items get ``kind``/``apiVersion`` filled in so
   objects look alike whether they came from a list or a watch.
 """
 
