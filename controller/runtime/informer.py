@@ -203,10 +203,6 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.transform: Transform | None = default_transform if transform is None else transform
-        # Watch lines are decoded without managedFields when the transform would drop them anyway.
-        self._loads: Callable[[bytes], Any] = (
-            loads_without_managed_fields if drops_managed_fields(self.transform) else orjson.loads
-        )
         self.page_size = page_size
         self.bookmark_period = bookmark_period
         self.inactivity_timeout = inactivity_timeout if inactivity_timeout is not None else bookmark_period + 30.0
@@ -571,7 +567,9 @@ class _Reflector:
         cache = informer.cache
         transform = informer.transform
         handlers = informer._handlers
-        loads = informer._loads
+        # Watch lines are decoded without managedFields when the transform would drop them anyway. Looked up
+        # per batch: a caller may replace ``transform`` after construction (with one that reads them).
+        loads = loads_without_managed_fields if drops_managed_fields(transform) else orjson.loads
         # Bound once per batch: attribute lookups are a measurable share of the per-event cost.
         cache_get, cache_put = cache.get, cache.put
         dispatch_add, dispatch_update = informer._dispatch_add, informer._dispatch_update

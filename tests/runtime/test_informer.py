@@ -194,12 +194,16 @@ async def test_list_items_get_kind_and_transform_strips_managed_fields(sim_clust
         assert cached["metadata"]["annotations"] == {"keep": "x"}
 
 
-@pytest.mark.parametrize("identity", [False, True])
+@pytest.mark.parametrize("identity", [None, "constructed", "replaced"])
 async def test_watched_objects_lose_managed_fields_only_to_a_transform_that_drops_them(sim_cluster, identity):
     # The default transform drops managedFields, so the informer does not even decode them from watch
-    # events; a transform of the caller's own must still receive them, in full.
-    kwargs: dict[str, Any] = {"transform": (lambda o: o)} if identity else {}
+    # events; a transform of the caller's own must still receive them, in full, whether it was passed to the
+    # constructor or assigned to ``informer.transform`` afterwards (the TFJob controller wraps its informers'
+    # transforms that way, to read managedFields).
+    kwargs: dict[str, Any] = {"transform": (lambda o: o)} if identity == "constructed" else {}
     async with running(sim_cluster, **kwargs) as (informer, mirror, _):
+        if identity == "replaced":
+            informer.transform = lambda o: o
         sim_cluster.store.create("configmaps", NS, cm("w1"))
         bump(sim_cluster, "w1", "2")
         await converged(sim_cluster, informer, mirror)
