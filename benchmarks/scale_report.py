@@ -17,10 +17,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-FORMAT = 2
-# Format 1: raw results written before the failover plan drew workers with replacement (each worker at
-# most once, every action's latencies in one group); its report still reads as it was measured.
-READABLE_FORMATS = (1, FORMAT)
+FORMAT = 2  # the raw results' format this report reads (2: failover actions on workers drawn with replacement)
 BURST_TARGET_JOBS = 1000
 FAILOVER_TARGET = (1000, 20.0)  # jobs, disruptions per second
 COLDSTART_TARGET_JOBS = 10_000
@@ -99,8 +96,8 @@ def met(ok: bool | None) -> str:
     return "-" if ok is None else "yes" if ok else "no"
 
 
-def summarize(label: str, runs: list[dict], fmt: int = FORMAT) -> str:
-    """The table row of one scenario: the median of its runs (``fmt``: the raw results' format)."""
+def summarize(label: str, runs: list[dict]) -> str:
+    """The table row of one scenario: the median of its runs."""
     first = runs[0]
     scenario = need(first, "scenario")
     if first.get("skipped"):
@@ -124,7 +121,7 @@ def summarize(label: str, runs: list[dict], fmt: int = FORMAT) -> str:
             f"{met((running is not None and running <= 30) if at_size else None)} |"
         )
     if scenario.startswith("failover"):
-        return failover_row(runs) if fmt == 1 else failover_row_v2(runs)
+        return failover_row(runs)
     if scenario == "scaledown":
         return (
             f"| scale-down storm | {fmt_int(jobs)} jobs, Worker {need(first, 'from_to')}{runs_note(runs)} | all "
@@ -153,26 +150,6 @@ def caught_up_text(runs: list[dict]) -> str:
     )
 
 
-def failover_row(runs: list[dict]) -> str:
-    """The failover row of format-1 raw results: distinct workers, all actions in one group."""
-    first = runs[0]
-    jobs = need(first, "jobs")
-    gone = ("latency", "all", "gone_to_create")
-    failed = max(need(run, "jobs_failed") for run in runs)
-    p99 = med(runs, *gone, "p99")
-    at_size = (jobs, need(first, "rate")) == FAILOVER_TARGET
-    return (
-        f"| {need(first, 'scenario')} | {fmt_int(jobs)} jobs, {need(first, 'disruptions')} disruptions at "
-        f"{need(first, 'rate'):g}/s{runs_note(runs)}; disruptions began {caught_up_text(runs)} | "
-        f"gone -> create {fmt_dist(runs, *gone)}; disruption -> create "
-        f"{fmt_dist(runs, 'latency', 'all', 'disruption_to_create')}; -> Running "
-        f"{fmt_dist(runs, 'latency', 'all', 'disruption_to_running')}; jobs Failed {failed} (most of any run); "
-        f"{events_text(runs)}; CPU {med(runs, 'controller_cpu_s'):.1f} s | "
-        f"{'p99 gone -> create <= 250 ms, 0 Failed' if at_size else '- (the target is for 1,000 jobs at 20/s)'}"
-        f" | {met((p99 is not None and p99 <= 0.25 and not failed) if at_size else None)} |"
-    )
-
-
 def count(runs: list[dict], group: str, key: str) -> str:
     """A count of one group of failover actions, the median over the runs."""
     value = med(runs, "latency", group, key)
@@ -193,7 +170,7 @@ def group_text(runs: list[dict], group: str) -> str:
     )
 
 
-def failover_row_v2(runs: list[dict]) -> str:
+def failover_row(runs: list[dict]) -> str:
     """Failover on random workers, repeats included: disruptions (DELETE, eviction) and, apart, the
     worker's own failures (OOM exit), whose repeats wait out the crash-loop back-off by design."""
     first = runs[0]
@@ -222,7 +199,7 @@ def failover_row_v2(runs: list[dict]) -> str:
     )
 
 
-def peer_rows(results: dict[str, list[dict]], fmt: int = FORMAT) -> list[str]:
+def peer_rows(results: dict[str, list[dict]]) -> list[str]:
     """Ours against the kopf peer, measured in the same run (the runs interleaved)."""
     rows = []
     ours, peer = results.get("burst"), results.get("burst (kopf peer)")
@@ -246,7 +223,7 @@ def peer_rows(results: dict[str, list[dict]], fmt: int = FORMAT) -> list[str]:
         )
     ours, peer = results.get("failover, at the peer's scale"), results.get("failover (kopf peer)")
     if ours and peer and not ours[0].get("skipped") and not peer[0].get("skipped"):
-        gone = ("latency", "all" if fmt == 1 else "disruptions", "gone_to_create")
+        gone = ("latency", "disruptions", "gone_to_create")
         a, b = med(ours, *gone, "p99"), med(peer, *gone, "p99")
         lower = a is not None and (b is None or a < b)  # no replacement at all is the worst p99
 
@@ -514,12 +491,7 @@ METHOD_TEMPLATE = """\
 - `--profile` attaches py-spy to both processes for the measured phase; summaries in
   [profiles/](profiles/)."""
 
-FAILOVER_METHOD = {
-    1: """\
-- Disruptions cycle DELETE, the eviction API and an OOM exit over distinct workers chosen at random
-  (seed 11), each worker at most once. They start once the controller (or the peer) has caught up
-  with the converged jobs; that wait is reported with the writes made meanwhile.""",
-    2: """\
+FAILOVER_METHOD = """\
 - Failover actions go to workers drawn at random **with replacement** over every worker (seed 11),
   so a worker is hit again, sometimes while its last replacement still starts; every three actions
   hold one DELETE, one eviction and one OOM exit, in random order. Each action is measured by
@@ -533,15 +505,14 @@ FAILOVER_METHOD = {
   is replaced at once, a repeat on the same worker waits out the per-index crash-loop back-off (10 s,
   doubling) by design, so own failures are reported apart, first and repeat, and the target reads
   the disruptions only. Actions start once the controller (or the peer) has caught up with the
-  converged jobs; that wait is reported with the writes made meanwhile.""",
-}
+  converged jobs; that wait is reported with the writes made meanwhile."""
 
 
 def render(raw: dict[str, Any], raw_link: str) -> str:
     """The whole of docs/benchmarks/scale.md for ``raw``, whose file is at ``raw_link`` from the report."""
     fmt = need(raw, "format")
-    if fmt not in READABLE_FORMATS:
-        raise MissingFigure(f"raw results in format {fmt}, this report reads formats {READABLE_FORMATS}")
+    if fmt != FORMAT:
+        raise MissingFigure(f"raw results in format {fmt}, this report reads format {FORMAT}")
     results: dict[str, list[dict]] = need(raw, "results")
     per_scenario = [
         f"{label} {sum(need(run, 'wall_s') for run in runs) / 60:.1f} min" for label, runs in results.items()
@@ -572,15 +543,15 @@ def render(raw: dict[str, Any], raw_link: str) -> str:
         "",
         "| scenario | workload | result | target | met |",
         "|---|---|---|---|---|",
-        *(summarize(label, runs, fmt) for label, runs in results.items()),
-        *peer_rows(results, fmt),
+        *(summarize(label, runs) for label, runs in results.items()),
+        *peer_rows(results),
         "",
         *standing(results),
         "",
         *apf_rows(raw),
         "## How it measures",
         "",
-        METHOD_TEMPLATE.format(failover=FAILOVER_METHOD[fmt]),
+        METHOD_TEMPLATE.format(failover=FAILOVER_METHOD),
         "",
     ]
     text = "\n".join(_squeeze(out))
