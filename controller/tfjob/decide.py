@@ -216,6 +216,9 @@ class _Pass:
         )
         self.priority_classes: Mapping[str, int] = priority_classes or {}
         self.gang_failed_status: dict[str, Any] | None = None
+        # Who is in a dynamic job after this pass (members.py); planned by the normal pass, None until then
+        # (and for a job that fails validation, whose passes never get that far).
+        self.membership: memberlib.Membership | None = None
 
     # --- helpers -------------------------------------------------------------------------------
     def _old_time(self, key: str) -> str | None:
@@ -279,6 +282,7 @@ class _Pass:
             status=status,
             requeue_after=min(self.timers) if self.timers else None,
             gang_failed_status=self.gang_failed_status if self._writes_pod_group() else None,
+            status_first=self.membership is not None and bool(self.membership.leaving),
         )
 
     def _writes_pod_group(self) -> bool:
@@ -324,7 +328,6 @@ class _Pass:
         self.records = parse_worker_records(self.old_status) if self.dynamic else {}
         # The Worker members of a dynamic job (members.py): as recorded until this pass plans them.
         self.members = memberlib.recorded(self.old_status) if self.dynamic else None
-        self.membership: memberlib.Membership | None = None
         self._index_children()
 
         self.first_pass = find(self.conditions, api.COND_CREATED) is None

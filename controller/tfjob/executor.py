@@ -29,7 +29,11 @@ action maps to an API call and what the API's answers mean:
   ``SuccessfulDeletePodGroup`` / ``FailedDeletePodGroup`` events;
 - the status is written (PUT to the status subresource, carrying the cached resourceVersion:
   a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
-  job costs zero writes;
+  job costs zero writes. It is written last, after the pass's writes, except when the decision says
+  ``status_first``: a dynamic job's scale-down, whose status records the members that stay, is
+  written after the PodGroup writes and before any pod or service write, so that a worker is removed
+  only once the record of its leaving is stored (a 409 then removes nothing, and the retry decides
+  on the same pods);
 - the decision's events and metrics describe transitions, so they are emitted only after its
   status write succeeded; if the write fails the transition is decided (and emitted) again.
   Events are handed to a non-blocking recorder (controller.runtime.events): no API call of
@@ -137,6 +141,7 @@ class Executor:
         namespace = job["metadata"]["namespace"]
         deletions: list[Write] = []
         creations: list[Write] = []
+        delete_job: DeleteJob | None = None
         for action in decision.actions:
             if isinstance(action, CreatePodGroup | UpdatePodGroup):
                 try:
@@ -173,23 +178,33 @@ class Executor:
                     )
                 )
             elif isinstance(action, DeleteJob):
-                await slow_start(deletions, self.max_concurrent)  # decide never pairs them; stay exact anyway
-                if await self._delete_job(job, namespace, action.reason):
-                    self._emit(job, decision)
-                return None  # the job is gone: writing its status would only 404
+                delete_job = action
             else:  # pragma: no cover - the Action union is closed
                 raise TypeError(f"unknown action {action!r}")
+        if delete_job is not None:
+            await slow_start(deletions, self.max_concurrent)  # decide never pairs them; stay exact anyway
+            if await self._delete_job(job, namespace, delete_job.reason):
+                self._emit(job, decision)
+            return None  # the job is gone: writing its status would only 404
+        written = None
+        if decision.status_first:  # after the PodGroup writes (a refused one writes the waiting status instead)
+            written = await self._write_status(job, namespace, decision)
+            self._emit(job, decision)
         await slow_start(deletions, self.max_concurrent)
         await slow_start(creations, self.max_concurrent)
+        if not decision.status_first:
+            written = await self._write_status(job, namespace, decision)
+            self._emit(job, decision)
+        return written
 
-        written = None
-        if decision.status != (job.get("status") or {}):
-            # A Conflict propagates: the caller retries on a fresher job, which decides (and reports) again; a
-            # dynamic job's scale-down is recorded in its status (its members), so the retry reports it then.
-            written = await self.client.replace(
-                TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
-            )
-        self._emit(job, decision)
+    async def _write_status(self, job: dict[str, Any], namespace: str, decision: Decision) -> dict[str, Any] | None:
+        """Write the decision's status if it changed; the job as the server stored it, None if not written.
+        A Conflict propagates: the caller retries on a fresher job, which decides (and reports) again."""
+        if decision.status == (job.get("status") or {}):
+            return None
+        written: dict[str, Any] = await self.client.replace(
+            TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
+        )
         return written
 
     def _emit(self, job: dict[str, Any], decision: Decision) -> None:

@@ -15,8 +15,9 @@ The rules of one pass (:func:`plan`), with k the difference between the members 
 
 * **Scale-down** (k members too many): the k members ranked first leave, ranked by
   1. a member whose pod we already removed (it terminates without its service, and no failover record):
-     a scale-down whose status write was lost (a conflict, a crash) chooses the same worker again, not a
-     second one; ranked among themselves as below;
+     the executor records the members before it removes anyone, but should the record still be lost
+     (another writer puts back an older status), the retry chooses the same worker again, not a second
+     one; ranked among themselves as below;
   2. a member listed in ``spec.workersToDelete``, in the list's order (the explicit form, free of any
      race with annotations);
   3. the lowest ``controller.kubernetes.io/pod-deletion-cost`` of its pod (the annotation a ReplicaSet

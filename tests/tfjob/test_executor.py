@@ -4,6 +4,7 @@ recorded for what was not sent) and events that never hold up a write."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import anyio
@@ -336,3 +337,75 @@ async def test_a_pod_group_deleted_meanwhile_stops_the_pass_quietly():
     assert await gang_executor(client, recorder).apply("k", make_job(worker=1), decision) is None
     # No pod without its gang; its delete event brings the job back and the next pass recreates it.
     assert client.sent == [("update", "podgroups/test-tfjob")] and recorder.events == []
+
+
+class ConflictOnStatus(FakeClient):
+    """A client whose status write loses a race with another writer (409)."""
+
+    async def replace(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        from controller.runtime.errors import Conflict
+
+        self.sent.append(("status", body["metadata"]["name"]))
+        raise Conflict(409, "Conflict", "the object has been modified")
+
+
+def scale_down_to_one() -> tuple[dict[str, Any], Decision]:
+    """A running dynamic job of 3 workers scaled to 1, worker 0 the cheapest to remove: workers 0 and 2 leave."""
+    from .builders import at, running_cluster
+
+    cluster = running_cluster(workers=3)
+    cluster.annotate("test-tfjob-worker-0", {"controller.kubernetes.io/pod-deletion-cost": "-5"})
+    cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 1
+    cluster.job["metadata"]["resourceVersion"] = "7"
+    decision = cluster.decide(at(10))
+    assert decision.status_first and decision.status["dynamicWorkers"]["members"] == [1]
+    # Deciding again on the same objects (the retry after a lost write) chooses the same workers.
+    assert cluster.decide(at(10)) == decision
+    return cluster.job, decision
+
+
+async def test_a_scale_down_whose_status_write_conflicts_removes_nobody():
+    # Were the workers removed first, the cheapest one's pod could be gone before the retry, which would then
+    # not know it had chosen it and remove a second running worker instead (worker 1, kept on purpose).
+    job, decision = scale_down_to_one()
+    client, recorder = ConflictOnStatus(), Recorded()
+    from controller.runtime.errors import Conflict
+
+    with pytest.raises(Conflict):
+        await executor(client, Expectations(lambda: 0.0), recorder).apply("default/test-tfjob", job, decision)
+    assert client.sent == [("status", "test-tfjob")]
+    assert recorder.events == []  # the leaving is reported with the write that records it, by the retry
+
+
+async def test_a_scale_down_records_the_members_before_removing_the_leavers():
+    job, decision = scale_down_to_one()
+    client, recorder, expectations = FakeClient(), Recorded(), Expectations(lambda: 0.0)
+    await executor(client, expectations, recorder).apply("default/test-tfjob", job, decision)
+    assert client.sent[0] == ("status", "test-tfjob")
+    assert sorted(client.sent[1:]) == [
+        ("delete", f"{plural}/test-tfjob-worker-{i}") for plural in ("pods", "services") for i in (0, 2)
+    ]
+    assert [reason for reason, _ in recorder.events if reason == "WorkerScaledDown"] == ["WorkerScaledDown"]
+
+
+async def test_a_pass_that_removes_no_member_writes_its_status_last():
+    from .builders import at, running_cluster
+
+    cluster = running_cluster(workers=3)
+    cluster.remove_pod("test-tfjob-worker-1")  # a failover: replaced at its own index, the members unchanged
+    decision = cluster.decide(at(10))
+    assert not decision.status_first
+    client = FakeClient()
+    await executor(client, Expectations(lambda: 0.0), Recorded()).apply("default/test-tfjob", cluster.job, decision)
+    assert client.sent[0] == ("create", "pods/test-tfjob-worker-1") and client.sent[-1] == ("status", "test-tfjob")
+
+
+async def test_a_gang_scale_down_writes_the_pod_group_then_the_members_then_removes():
+    from controller.tfjob.actions import UpdatePodGroup
+
+    job, decision = scale_down_to_one()
+    decision = dataclasses.replace(decision, actions=(UpdatePodGroup(POD_GROUP), *decision.actions))
+    client = GangClient()
+    await gang_executor(client, Recorded()).apply("default/test-tfjob", job, decision)
+    assert client.sent[:2] == [("update", "podgroups/test-tfjob"), ("status", "test-tfjob")]
+    assert {verb for verb, _ in client.sent[2:]} == {"delete"}
