@@ -180,7 +180,11 @@ def expected_invalid(stored: dict[str, Any]) -> bool:
 
 
 async def scenario(jobs: tuple[dict[str, Any], ...], garbage_statuses: list[dict[str, Any]]) -> None:
-    workdir = tempfile.mkdtemp(prefix="hostile-")
+    with tempfile.TemporaryDirectory(prefix="hostile-") as workdir:  # one per hypothesis example, removed after it
+        await run_scenario(workdir, jobs, garbage_statuses)
+
+
+async def run_scenario(workdir: str, jobs: tuple[dict[str, Any], ...], garbage_statuses: list[dict[str, Any]]) -> None:
     async with SimCluster(SimConfig(nodes=3, time_scale=0.01, kubeconfig_path=f"{workdir}/kubeconfig")) as cluster:
         installer = await ApiClient.from_kubeconfig(cluster.kubeconfig_path)
         try:
