@@ -118,9 +118,9 @@ class Decision:
     # Gang scheduling: the status to write instead if the API refuses the PodGroup write (the job then
     # waits as for an unadmitted gang: no pods, lastReconcileTime set); None without PodGroup writes.
     gang_failed_status: dict[str, Any] | None = None
-    # The status records who leaves a dynamic job (its members) and the deletions act on that record: write
-    # it before any pod or service write, so that no worker is removed unless the record of its leaving is
-    # stored. Written after the deletions, a lost write (a conflict, a crash) would leave the removed pods to
-    # tell the retry whom it had chosen, and a pod that is already gone tells nothing: the retry could choose
-    # a second worker.
+    # A pass that only removes the workers leaving a dynamic job: its status records who leaves (the
+    # members), and the deletions act on that record, so it is written before any pod or service write and
+    # no worker is removed unless the record of its leaving is stored. Written after the deletions, a lost
+    # write (a conflict, a crash) would leave the removed pods to tell the retry whom it had chosen, and a
+    # pod that is already gone tells nothing: the retry could choose a second worker.
     status_first: bool = False

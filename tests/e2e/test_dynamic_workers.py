@@ -117,6 +117,7 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
     # members that stay are recorded before anyone leaves), so nothing is removed; the retry decides on the same
     # pods, removes the same workers and reports them once, with the status write that records the change.
     operator.cluster.faults.fail_next("update", "tfjobs.kubeflow.org/status", 409)
+    mark = operator.cluster.faults.mark()
     await operator.client.patch(
         TFJOBS, "busy", {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}, namespace="default"
     )
@@ -143,3 +144,10 @@ async def test_scale_down_is_counted_even_when_the_status_write_conflicts(operat
         "workers now 0"
     ), events
     assert operator.cluster.faults.rules == []  # the injected conflict was used
+    # ... by the scale-down's status write, sent before any pod of the job was deleted; each leaver's pod
+    # is deleted once.
+    sent = operator.cluster.faults.requests(since=mark)
+    conflict = next(r for r in sent if r.resource == "tfjobs.kubeflow.org/status" and r.code == 409)
+    deletes = [r for r in sent if r.verb == "delete" and r.resource == "pods"]
+    assert sorted(r.name or "" for r in deletes) == ["busy-worker-1", "busy-worker-2"], deletes
+    assert all(r.seq > conflict.seq for r in deletes), (conflict, deletes)

@@ -393,3 +393,18 @@ def test_any_sequence_keeps_members_unique_refills_only_when_asked_and_converges
     for op in ops:
         run.apply(op)
     run.settle()
+
+
+def test_only_a_pass_that_does_nothing_but_remove_leavers_writes_its_status_first():
+    # A pure scale-down records the members before the removals (executor.py); a pass that also replaces a
+    # worker writes its status last, so that the replacement it records was sent (and is counted once).
+    cluster = running_cluster(workers=3)
+    set_workers(cluster, 2)
+    assert cluster.decide(at(10)).status_first
+
+    cluster = running_cluster(workers=3)
+    cluster.remove_pod(worker(0))  # vanished: replaced in the same pass
+    set_workers(cluster, 2)
+    decision = cluster.decide(at(10))
+    assert worker(0) in created_pod_names(decision) and worker(2) in deleted_pod_names(decision)
+    assert not decision.status_first
