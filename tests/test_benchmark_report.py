@@ -95,16 +95,15 @@ def with_failover_figures(p99: float = 0.05, failed: int = 0, unreplaced: int = 
     80 ms at p99 and the per-kind groups 900 ms, so that a report reading the wrong side or group shows it."""
     _, _, raw = committed()
     raw = copy.deepcopy(raw)
-    ours = p99
     for label in FAILOVER_LABELS:
-        p99 = 0.08 if label.endswith("(kopf peer)") else ours
+        side = 0.08 if label.endswith("(kopf peer)") else p99  # the disruptions' p99 of this side
         for run in raw["results"][label]:
             run.update(actions=1200, workers_hit=1043, duration=60.0, plan_seed=11, unsettled=0)
             run["latency"] = {
                 "disruptions": group(
-                    790, p99, repeats=104, on_starting=3, skipped=7, refused=3, superseded=2, unreplaced=unreplaced
+                    790, side, repeats=104, on_starting=3, skipped=7, refused=3, superseded=2, unreplaced=unreplaced
                 ),
-                "disruption_repeats": group(104, p99, repeats=104, on_starting=3),
+                "disruption_repeats": group(104, side, repeats=104, on_starting=3),
                 "own_first": group(380, 0.03),
                 "own_repeat": group(16, 10.9, repeats=16),
                 "delete": group(395, 0.9),
@@ -156,10 +155,8 @@ def test_raw_results_of_another_format_stop_the_report() -> None:
 @pytest.mark.parametrize(
     ("raw", "met"),
     [
-        (
-            with_failover_figures(p99=0.25),
-            "yes",
-        ),  # the own failures' repeats (10.9 s, the back-off) are not the target's
+        # the own failures' repeats (10.9 s, the back-off) are not the target's
+        (with_failover_figures(p99=0.25), "yes"),
         (with_failover_figures(p99=0.26), "no"),
         (with_failover_figures(failed=1), "no"),
         (with_failover_figures(unreplaced=1), "no"),

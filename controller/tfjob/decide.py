@@ -286,19 +286,17 @@ class _Pass:
         )
 
     def _only_workers_leave(self) -> bool:
-        """Whether this pass does nothing but remove the workers that leave a dynamic job: then its status (the
-        members that stay) is written before the removals (Decision.status_first). A pass that also replaces,
+        """Whether this pass, in which workers leave a dynamic job, does nothing but scale-down removals (and the
+        PodGroup's new size): then its status (the members that stay) is written before the removals
+        (Decision.status_first). A pass that also replaces,
         restarts, creates or finishes writes its status last, as every other pass: written first, it would
         record (and report) those as done before they are sent, and a failed send would count them twice."""
         if self.membership is None or not self.membership.leaving:
             return False
-        leavers = {tfconfig.general_name(self.name, api.WORKER, leaver.index) for leaver in self.membership.leaving}
         return (
             all(
                 isinstance(a, UpdatePodGroup)
-                or (
-                    isinstance(a, DeletePod | DeleteService) and a.name in leavers and a.reason == api.DELETE_SCALE_DOWN
-                )
+                or (isinstance(a, DeletePod | DeleteService) and a.reason == api.DELETE_SCALE_DOWN)
                 for a in self.actions
             )
             and all(e.reason in (api.EV_WORKER_SCALED_DOWN, api.EV_INVALID_POD_DELETION_COST) for e in self.events)

@@ -141,7 +141,6 @@ class Executor:
         namespace = job["metadata"]["namespace"]
         deletions: list[Write] = []
         creations: list[Write] = []
-        delete_job: DeleteJob | None = None
         for action in decision.actions:
             if isinstance(action, CreatePodGroup | UpdatePodGroup):
                 try:
@@ -178,33 +177,31 @@ class Executor:
                     )
                 )
             elif isinstance(action, DeleteJob):
-                delete_job = action
+                await slow_start(deletions, self.max_concurrent)  # decide never pairs them; stay exact anyway
+                if await self._delete_job(job, namespace, action.reason):
+                    self._emit(job, decision)
+                return None  # the job is gone: writing its status would only 404
             else:  # pragma: no cover - the Action union is closed
                 raise TypeError(f"unknown action {action!r}")
-        if delete_job is not None:
-            await slow_start(deletions, self.max_concurrent)  # decide never pairs them; stay exact anyway
-            if await self._delete_job(job, namespace, delete_job.reason):
-                self._emit(job, decision)
-            return None  # the job is gone: writing its status would only 404
         written = None
         if decision.status_first:  # after the PodGroup writes (a refused one writes the waiting status instead)
-            written = await self._write_status(job, namespace, decision)
-            self._emit(job, decision)
+            written = await self._record(job, namespace, decision)
         await slow_start(deletions, self.max_concurrent)
         await slow_start(creations, self.max_concurrent)
         if not decision.status_first:
-            written = await self._write_status(job, namespace, decision)
-            self._emit(job, decision)
+            written = await self._record(job, namespace, decision)
         return written
 
-    async def _write_status(self, job: dict[str, Any], namespace: str, decision: Decision) -> dict[str, Any] | None:
-        """Write the decision's status if it changed; the job as the server stored it, None if not written.
-        A Conflict propagates: the caller retries on a fresher job, which decides (and reports) again."""
-        if decision.status == (job.get("status") or {}):
-            return None
-        written: dict[str, Any] = await self.client.replace(
-            TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
-        )
+    async def _record(self, job: dict[str, Any], namespace: str, decision: Decision) -> dict[str, Any] | None:
+        """Write the decision's status if it changed, then emit its events and metrics; returns the job as the
+        server stored it, None if nothing was written. A Conflict propagates before anything is emitted: the
+        caller retries on a fresher job, which decides (and reports) again."""
+        written = None
+        if decision.status != (job.get("status") or {}):
+            written = await self.client.replace(
+                TFJOBS, {**job, "status": decision.status}, namespace=namespace, subresource="status"
+            )
+        self._emit(job, decision)
         return written
 
     def _emit(self, job: dict[str, Any], decision: Decision) -> None:

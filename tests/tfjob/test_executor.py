@@ -11,14 +11,14 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.runtime.errors import ServerError
+from controller.runtime.errors import Conflict, ServerError
 from controller.tfjob.actions import CreatePod, CreateService, Decision, DeletePod
 from controller.tfjob.decide import decide
 from controller.tfjob.executor import Executor, slow_start
 from controller.tfjob.expectations import Expectations
 from controller.tfjob.metrics import TFJobMetrics
 
-from .builders import NOW, make_job
+from .builders import NOW, at, make_job, running_cluster
 
 
 class Log:
@@ -228,7 +228,7 @@ async def test_the_pod_group_is_written_before_any_pod():
 
 
 async def test_a_pod_group_that_already_exists_is_done_and_a_conflict_retries():
-    from controller.runtime.errors import AlreadyExists, Conflict
+    from controller.runtime.errors import AlreadyExists
     from controller.tfjob.actions import CreatePodGroup, UpdatePodGroup
 
     job = make_job(worker=1)
@@ -343,16 +343,12 @@ class ConflictOnStatus(FakeClient):
     """A client whose status write loses a race with another writer (409)."""
 
     async def replace(self, resource: Any, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        from controller.runtime.errors import Conflict
-
         self.sent.append(("status", body["metadata"]["name"]))
         raise Conflict(409, "Conflict", "the object has been modified")
 
 
 def scale_down_to_one() -> tuple[dict[str, Any], Decision]:
     """A running dynamic job of 3 workers scaled to 1, worker 0 the cheapest to remove: workers 0 and 2 leave."""
-    from .builders import at, running_cluster
-
     cluster = running_cluster(workers=3)
     cluster.annotate("test-tfjob-worker-0", {"controller.kubernetes.io/pod-deletion-cost": "-5"})
     cluster.job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 1
@@ -369,8 +365,6 @@ async def test_a_scale_down_whose_status_write_conflicts_removes_nobody():
     # not know it had chosen it and remove a second running worker instead (worker 1, kept on purpose).
     job, decision = scale_down_to_one()
     client, recorder = ConflictOnStatus(), Recorded()
-    from controller.runtime.errors import Conflict
-
     with pytest.raises(Conflict):
         await executor(client, Expectations(lambda: 0.0), recorder).apply("default/test-tfjob", job, decision)
     assert client.sent == [("status", "test-tfjob")]
@@ -389,8 +383,6 @@ async def test_a_scale_down_records_the_members_before_removing_the_leavers():
 
 
 async def test_a_pass_that_removes_no_member_writes_its_status_last():
-    from .builders import at, running_cluster
-
     cluster = running_cluster(workers=3)
     cluster.remove_pod("test-tfjob-worker-1")  # a failover: replaced at its own index, the members unchanged
     decision = cluster.decide(at(10))
