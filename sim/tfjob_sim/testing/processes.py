@@ -2,7 +2,7 @@
 lines as they come, signal it, collect its exit code. And ``tfjob-controller sim`` as one (:func:`sim_process`).
 
 Lines are read by a background task into ``lines`` (stderr, decoded JSON where possible), so a test
-waits for a log event with :func:`tests.waiting.eventually` instead of blocking on a pipe.
+waits for a log event with :func:`tfjob_sim.testing.waiting.eventually` instead of blocking on a pipe.
 """
 
 from __future__ import annotations
@@ -19,28 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import yaml
 
 CLI = [sys.executable, "-m", "controller"]
-DEPLOYMENT = Path(__file__).resolve().parents[1] / "manifests" / "deployment" / "deployment.yaml"
-
-
-def manifest_run_args() -> list[str]:
-    """The Deployment's container args after ``run``, without the endpoint addresses (processes on one
-    machine cannot share ports; :class:`ControllerProcess` gives each free ones)."""
-    [container] = yaml.safe_load(DEPLOYMENT.read_text())["spec"]["template"]["spec"]["containers"]
-    subcommand, *args = container["args"]
-    assert subcommand == "run"
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("--metrics-addr", "--health-addr"):
-            skip = True
-        else:
-            kept.append(arg)
-    return kept
 
 
 def free_port() -> int:
