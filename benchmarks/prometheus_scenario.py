@@ -32,18 +32,29 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from controller.runtime.client import CUSTOM_RESOURCE_DEFINITIONS as CRDS
 from controller.runtime.client import NAMESPACES, PODS, ApiClient
+from controller.runtime.errors import NotFound
 from controller.tfjob.api import ANNOTATION_POD_DELETION_COST as DELETION_COST
 from controller.tfjob.executor import TFJOBS
-from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EVICT, EXIT_CODE, RUN_SECONDS
+from tfjob_sim.testing.objects import is_true, tfjob
+from tfjob_sim.testing.waiting import eventually as _eventually
 
 REPO = Path(__file__).resolve().parents[1]
+CRD_PATH = REPO / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 RULES = REPO / "grafana" / "alerts.yaml"
 SCRAPE_JOB = "tfjob-controller"
 FOREIGN_JOB = "kube-controller-manager"
 CONTROLLER_NAMESPACE = "tfjob-controller"
+
+
+async def eventually(check: Any, timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
+    """:func:`tfjob_sim.testing.waiting.eventually` where a failed assertion, a missing key or a 404 means "not yet"."""
+    return await _eventually(
+        check, timeout, interval=interval, what=what, tolerate=(AssertionError, LookupError, NotFound)
+    )
 
 
 def free_port() -> int:

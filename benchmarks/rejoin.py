@@ -400,6 +400,33 @@ PYTHON_START = CPU_USED
 TF_IMPORT = "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1'); import tensorflow; " + CPU_USED
 
 
+def example_job(
+    name: str, *, workers: int, dynamic: bool, steps: int, worker_command: list[str], namespace: str = "default"
+) -> dict[str, Any]:
+    """examples/dynamic-workers/tfjob.yaml with this checkout's program, run by this interpreter."""
+    import copy
+
+    import yaml
+
+    job = copy.deepcopy(yaml.safe_load((EXAMPLE / "tfjob.yaml").read_text()))
+    job["metadata"] = {"name": name, "namespace": namespace}
+    job["spec"]["enableDynamicWorker"] = dynamic
+    specs = job["spec"]["tfReplicaSpecs"]
+    specs["Worker"]["replicas"] = workers
+    for replica_type, spec in specs.items():
+        pod_spec = spec["template"]["spec"]
+        pod_spec.pop("volumes")
+        container = pod_spec["containers"][0]
+        container.pop("volumeMounts")
+        container["command"] = [sys.executable, *(worker_command if replica_type == "Worker" else [])]
+        container["command"].append(str(EXAMPLE / "train.py"))
+        env = {e["name"]: e for e in container.get("env", [])}
+        env["TRAIN_STEPS"] = {"name": "TRAIN_STEPS", "value": str(steps)}
+        env["POD_UID"] = {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+        container["env"] = list(env.values())
+    return job
+
+
 class BenchError(Exception):
     """The run cannot go on (a process did not start, a replacement never trained)."""
 
@@ -498,7 +525,7 @@ class Bench:
     async def start_processes(self) -> None:
         import asyncio
 
-        from tests.controller_process import free_port
+        from tfjob_sim.testing.processes import free_port
 
         kubeconfig = self.workdir / "kubeconfig"
         with (self.workdir / "sim.log").open("wb") as sim_log:
@@ -674,8 +701,6 @@ class Bench:
 
     # -- the job and its events -------------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
-        from tests.e2e.test_tensorflow import example_job
-
         job = example_job(
             JOB,
             workers=WORKERS,

@@ -30,9 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from controller.runtime.client import ApiClient  # noqa: E402
-from generators.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
-from tests.prometheus_harness import (  # noqa: E402
+from benchmarks.prometheus_scenario import (  # noqa: E402
     FOREIGN_JOB,
     SCRAPE_JOB,
     ControllerProcess,
@@ -43,6 +41,8 @@ from tests.prometheus_harness import (  # noqa: E402
     scrape_targets,
     substitute,
 )
+from controller.runtime.client import ApiClient  # noqa: E402
+from generators.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 
 OUT = REPO / "docs" / "images"

@@ -1,4 +1,4 @@
-"""The long chaos soak (a script, not a test): ``tests/soak/engine.py`` for as long as you like.
+"""The long chaos soak (a script, not a test): ``benchmarks/chaos/engine.py`` for as long as you like.
 
 Runs two leader-elected ``tfjob-controller run`` processes against a ``tfjob-controller sim`` process
 under faults drawn from ``--seed`` for ``--minutes`` in all (the last minute or so is convergence,
@@ -23,8 +23,8 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.soak.engine import SoakConfig, previous_rows, render_markdown, run_soak  # noqa: E402
-from tests.soak.invariants import Bounds  # noqa: E402
+from benchmarks.chaos.engine import SoakConfig, previous_rows, render_markdown, run_soak  # noqa: E402
+from benchmarks.chaos.invariants import Bounds  # noqa: E402
 
 # Time the soak needs after the fault phase: convergence (usually well under a minute), the quiet
 # window and the final deletion. The fault phase gets the rest of --minutes.

@@ -15,10 +15,10 @@ import yaml
 
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
-from tests.conftest import Kubectl, _kubectl_binary
-from tests.controller_process import CLI, ControllerProcess, clean_env, free_port, sim_process
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
+from tfjob_sim.testing.processes import CLI, ControllerProcess, clean_env, free_port, sim_process
 
 
 async def run_cli(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -255,7 +255,7 @@ async def test_demo_runs_the_story_to_the_end():
 async def test_sim_serves_kubectl_and_exits_cleanly_on_sigterm(tmp_path: Path):
     kubeconfig = tmp_path / "kc"
     async with sim_process(kubeconfig, "--nodes", "2"):
-        kubectl = Kubectl(_kubectl_binary(), str(kubeconfig), tmp_path / "cache")
+        kubectl = Kubectl(kubectl_binary(), str(kubeconfig), tmp_path / "cache")
         rc, out, err = await kubectl("get", "nodes", "-o", "name")
         assert rc == 0, err
         assert out.split() == ["node/sim-node-0", "node/sim-node-1"]

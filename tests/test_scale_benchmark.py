@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from benchmarks import scale
-from tests.waiting import eventually
+from tfjob_sim.testing.waiting import eventually
 
 
 def answer(t: float, latency: float, status: int = 200) -> dict[str, Any]:

@@ -11,7 +11,7 @@ jobs (shape after shape, in a seeded order); then, for ``fault_seconds``, a driv
 :func:`schedule` (faults, pod disruptions, scaling through the spec and ``/scale``, job deletion, a lost
 create) while the population is kept up and the leader is SIGKILLed at fixed fractions of the phase, and
 an observer LISTs jobs, pods and services every ``observe_interval`` and feeds
-:class:`~tests.soak.invariants.InvariantChecker`. Then every fault is lifted; the cluster must converge
+:class:`~benchmarks.chaos.invariants.InvariantChecker`. Then every fault is lifted; the cluster must converge
 within ``Bounds.converge_seconds``, stay write-free for ``Bounds.quiet_seconds``, and lose every child
 within ``Bounds.orphan_seconds`` once all jobs are deleted. Logs, exits and RSS samples are judged last.
 
@@ -62,7 +62,16 @@ import anyio
 import orjson
 import yaml
 
-from tests.soak.invariants import INVARIANTS, Bounds, InvariantChecker, Violation, finished, is_dynamic, live, slot
+from benchmarks.chaos.invariants import (
+    INVARIANTS,
+    Bounds,
+    InvariantChecker,
+    Violation,
+    finished,
+    is_dynamic,
+    live,
+    slot,
+)
 from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1048,7 +1057,7 @@ def render_markdown(result: SoakResult, command: str, bounds: Bounds, earlier_ro
         "",
         f"Written by `{command}` on {result.started} ({os.cpu_count()} CPUs). The soak runs two",
         "leader-elected `tfjob-controller run` processes against one `tfjob-controller sim` process, injects",
-        "faults drawn from the seed, checks the invariants of `tests/soak/invariants.py` throughout, then",
+        "faults drawn from the seed, checks the invariants of `benchmarks/chaos/invariants.py` throughout, then",
         "lifts the faults and checks convergence, silence, deletion and the controllers' logs and memory.",
         "",
         f"- seed: **{result.seed}**",

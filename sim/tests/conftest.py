@@ -1,22 +1,21 @@
-"""Fixtures of the simulator's store-level tests: a Store on a clock the test moves by hand.
+"""Fixtures of the simulator's tests.
 
+- ``sim_config``, ``sim_cluster``, ``kubectl``: a running simulated cluster and the real kubectl pointed at it
+  (:mod:`tfjob_sim.testing.fixtures`).
 - ``clock``: a :class:`FakeClock` at 2023-11-14T22:13:20Z; assign ``clock.now`` to move time.
 - ``store``: a :class:`~tfjob_sim.store.Store` reading that clock (no HTTP, no kubelet, no GC).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tfjob_sim.store import Store
+from tfjob_sim.testing.fixtures import FakeClock, kubectl, sim_cluster, sim_config, use_checkout_sources  # noqa: F401
 
-
-class FakeClock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+use_checkout_sources(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import yaml
 
 from controller.runtime.client import PODS, ApiClient, RetryPolicy
 from controller.runtime.errors import Forbidden, TransportError
-from tests.conftest import Kubectl
-from tests.waiting import eventually
 from tfjob_sim.auth import SecureMaterial
 from tfjob_sim.cluster import SimCluster, SimConfig, kubeconfig_document
 from tfjob_sim.rbac import Attributes, UserInfo, rule_allows
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.waiting import eventually
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.sim.crds import widget, widget_crd
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.objects import widget, widget_crd
 from tfjob_sim.watch import WatchConfig
 
 

@@ -9,8 +9,8 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.waiting import eventually
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import anyio
 import orjson
 import pytest
 
-from tests.sim.crds import pod
-from tests.sim.test_watch import open_watch
-from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.objects import pod
+from tfjob_sim.testing.waiting import eventually, never
+from tfjob_sim.testing.watchstream import open_watch
 from tfjob_sim.watch import WatchConfig
 
 CMS = "/api/v1/namespaces/default/configmaps"

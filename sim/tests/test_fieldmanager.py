@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.tfjob.crd import build_crd
-from tests.conftest import Kubectl
-from tests.sim.conftest import FakeClock
-from tests.sim.crds import widget_crd
 from tfjob_sim import fieldmanager
 from tfjob_sim.errors import ApiError
 from tfjob_sim.store import Store, WriteOptions
+from tfjob_sim.testing.fixtures import FakeClock
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.objects import widget_crd
 
 NS = "default"
 NOW = "2023-11-14T22:13:20Z"  # the FakeClock's instant

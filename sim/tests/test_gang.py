@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Kubectl
-from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.crds import crd_dir
 from tfjob_sim.kubelet import EXIT_CODE
 from tfjob_sim.store import Store
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.waiting import eventually, never
 from tfjob_sim.watch import WatchConfig
 
 VOLCANO_PG = "podgroups.scheduling.volcano.sh"

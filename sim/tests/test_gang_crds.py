@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from controller.cli import parse_args
-from tests.conftest import Kubectl, _kubectl_binary
-from tests.controller_process import sim_process
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.crds import crd_dir
+from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
+from tfjob_sim.testing.processes import sim_process
 from tfjob_sim.watch import WatchConfig
 
 
@@ -161,7 +161,7 @@ class TestServedOnRequest:
 async def test_sim_command_serves_the_crds_it_is_asked_for(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"
     async with sim_process(kubeconfig, "--nodes", "1", "--podgroup-crds", "scheduler-plugins"):
-        kubectl = Kubectl(_kubectl_binary(), str(kubeconfig), tmp_path / "cache")
+        kubectl = Kubectl(kubectl_binary(), str(kubeconfig), tmp_path / "cache")
         (tmp_path / "cache").mkdir()
         rc, out, err = await kubectl("get", "pgs")
         assert rc == 0 and err.strip() == "No resources found in default namespace."

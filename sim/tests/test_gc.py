@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.sim.recorder import Recorder
 from tfjob_sim.gc import GarbageCollector, GCConfig
 from tfjob_sim.kubelet import IGNORE_SIGTERM, Kubelet, KubeletConfig
 from tfjob_sim.store import Store
+from tfjob_sim.testing.recorder import Recorder
 
 SCALE = 0.01
 NS = "default"

@@ -10,9 +10,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.sim.crds import pod, widget, widget_crd
 from tfjob_sim import protobuf
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.objects import pod, widget, widget_crd
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 PODS = "/api/v1/namespaces/default/pods"

@@ -11,11 +11,11 @@ import anyio
 import pytest
 import yaml
 
-from tests.conftest import Kubectl
-from tests.sim.crds import widget_crd
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.objects import widget_crd
+from tfjob_sim.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 

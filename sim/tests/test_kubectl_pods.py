@@ -10,12 +10,12 @@ from functools import partial
 
 import yaml
 
-from tests.conftest import Kubectl
-from tests.sim.manifests import pod_manifest, pod_yaml
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EXIT_CODE, RUN_SECONDS, START_SECONDS, UNSCHEDULABLE
 from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.objects import pod_manifest, pod_yaml
+from tfjob_sim.testing.waiting import eventually
 
 
 def restarts(cluster: SimCluster, name: str) -> int:

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from tests.conftest import Kubectl
-from tests.sim.manifests import pod_yaml
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import IGNORE_SIGTERM
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.objects import pod_yaml
 
 
 @pytest.fixture

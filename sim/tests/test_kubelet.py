@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.sim.recorder import Recorder
 from tfjob_sim.errors import ApiError
 from tfjob_sim.kubelet import (
     EVICT,
@@ -36,6 +35,7 @@ from tfjob_sim.kubelet import (
 )
 from tfjob_sim.podstate import go_duration
 from tfjob_sim.store import Store
+from tfjob_sim.testing.recorder import Recorder
 
 SCALE = 0.01
 NS = "default"

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
 from tfjob_sim.kubelet import EXIT_CODE, START_SECONDS, UNSCHEDULABLE
 from tfjob_sim.logs import LOG, LOG_INTERVAL_SECONDS
+from tfjob_sim.testing.waiting import eventually
 
 PODS = "/api/v1/namespaces/default/pods"
 

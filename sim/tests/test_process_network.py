@@ -26,8 +26,6 @@ import anyio
 import pytest
 from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 
-from tests.sim.process_leftovers import host_network_snapshot, leftovers
-from tests.waiting import eventually
 from tfjob_sim.process import janitor
 from tfjob_sim.process.dns import ClusterDNS
 from tfjob_sim.process.network import (
@@ -40,6 +38,8 @@ from tfjob_sim.process.network import (
     resolv_conf,
 )
 from tfjob_sim.store import Store
+from tfjob_sim.testing.leftovers import host_network_snapshot, leftovers
+from tfjob_sim.testing.waiting import eventually
 
 # ---------------------------------------------------------------- helpers
 

@@ -23,12 +23,12 @@ import anyio
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.controller_process import CLI
-from tests.sim.process_leftovers import janitors, leftovers, prefixes_of, runtime_processes
-from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EVICT
 from tfjob_sim.process.runtime import Instance
+from tfjob_sim.testing.leftovers import janitors, leftovers, prefixes_of, runtime_processes
+from tfjob_sim.testing.processes import CLI
+from tfjob_sim.testing.waiting import eventually, never
 
 NS = "default"
 PY = sys.executable

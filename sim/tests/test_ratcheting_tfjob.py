@@ -12,11 +12,11 @@ import copy
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.e2e.conftest import CRD_PATH, tfjob
+from controller.tfjob.crd import build_crd
 from tfjob_sim.errors import ApiError
 from tfjob_sim.store import CRD_RESOURCE, Store
+from tfjob_sim.testing.objects import tfjob
 
 TFJOBS = "tfjobs.kubeflow.org"
 NS = "default"
@@ -33,7 +33,7 @@ def job_name(test: str, kind: str) -> str:
 
 def loose_crd() -> dict[str, Any]:
     """The TFJob CRD as an older release shipped it: no CEL rules, a spec that keeps anything."""
-    crd = yaml.safe_load(CRD_PATH.read_text())
+    crd = build_crd()
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema.pop("x-kubernetes-validations", None)
     schema["properties"]["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -61,7 +61,7 @@ def store() -> Store:
     for test in TESTS:
         for kind in KINDS:
             store.create(TFJOBS, NS, makers[kind](job_name(test, kind)))
-    tight = yaml.safe_load(CRD_PATH.read_text())
+    tight = build_crd()
     tight["metadata"]["resourceVersion"] = store.get(CRD_RESOURCE, None, tight["metadata"]["name"])["metadata"][
         "resourceVersion"
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.crds import pod
 from tfjob_sim.errors import ApiError
 from tfjob_sim.selectors import (
     POD_FIELDS,
@@ -18,6 +17,7 @@ from tfjob_sim.selectors import (
     pod_fields,
 )
 from tfjob_sim.store import Store
+from tfjob_sim.testing.objects import pod
 
 KEY_NAME_RULE = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "

@@ -7,7 +7,6 @@ from datetime import UTC
 
 import anyio
 
-from tests.waiting import eventually
 from tfjob_sim.events import (
     COMBINED_PREFIX,
     EventRecorder,
@@ -19,6 +18,7 @@ from tfjob_sim.events import (
     truncate_note,
 )
 from tfjob_sim.store import Store
+from tfjob_sim.testing.waiting import eventually
 
 NS = "default"
 

@@ -12,10 +12,10 @@ import uuid
 import orjson
 import pytest
 
-from tests.sim.conftest import FakeClock
-from tests.sim.crds import pod, widget, widget_crd
 from tfjob_sim.errors import ApiError
 from tfjob_sim.store import Store, StoreConfig, WriteOptions, uid_from_bytes
+from tfjob_sim.testing.fixtures import FakeClock
+from tfjob_sim.testing.objects import pod, widget, widget_crd
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import Kubectl
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.testing.kubectl import Kubectl
+from tfjob_sim.testing.waiting import eventually
 from tfjob_sim.workloads import pod_template_hash
 
 ROOT = Path(__file__).resolve().parents[2]

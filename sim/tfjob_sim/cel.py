@@ -482,7 +482,7 @@ def _literal(tree: lark.Tree) -> Any:
 
 _VARIABLES = frozenset({"self", "oldSelf"})
 # Tests set this to evaluate every rule both ways and fail on any difference, and to check every
-# remembered result against a fresh evaluation (tests/sim/conftest.py).
+# remembered result against a fresh evaluation (sim/tests/conftest.py).
 CROSS_CHECK = False
 
 

@@ -39,9 +39,10 @@ from controller.tfjob.controller import TFJobController
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.executor import TFJOBS
 from tests.scrape import series
-from tests.waiting import eventually as shared_eventually
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EXIT_CODE
+from tfjob_sim.testing.objects import condition, is_true, tfjob  # noqa: F401 (for tests)
+from tfjob_sim.testing.waiting import eventually as shared_eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
@@ -67,7 +68,7 @@ FAST_FAILOVER = DecideConfig(failover_backoff_base=1.0, failover_backoff_cap=4.0
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
-    """:func:`tests.waiting.eventually` with the e2e defaults: a failed assertion, a missing key or a
+    """:func:`tfjob_sim.testing.waiting.eventually` with the e2e defaults: a failed assertion, a missing key or a
     404 inside ``check`` means "not yet"."""
     return await shared_eventually(
         check, timeout, interval=interval, what=what, tolerate=(AssertionError, LookupError, NotFound)
@@ -257,61 +258,6 @@ async def admin(sim_cluster: SimCluster) -> AsyncIterator[ApiClient]:
         yield client
     finally:
         await client.close()
-
-
-def tfjob(
-    name: str,
-    *,
-    workers: int = 2,
-    ps: int = 0,
-    chief: int = 0,
-    dynamic: bool = True,
-    restart_policy: str = "OnFailure",
-    annotations: dict[str, str] | None = None,
-    run_policy: dict[str, Any] | None = None,
-    success_policy: str | None = None,
-    namespace: str = "default",
-) -> dict[str, Any]:
-    """A TFJob manifest whose pods are driven by simulator annotations."""
-
-    def replica(count: int) -> dict[str, Any]:
-        return {
-            "replicas": count,
-            "restartPolicy": restart_policy,
-            "template": {
-                "metadata": {"annotations": dict(annotations or {})},
-                "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
-            },
-        }
-
-    specs: dict[str, Any] = {"Worker": replica(workers)}
-    if ps:
-        specs["PS"] = replica(ps)
-    if chief:
-        specs["Chief"] = replica(chief)
-    spec: dict[str, Any] = {"tfReplicaSpecs": specs, "enableDynamicWorker": dynamic}
-    if run_policy:
-        spec["runPolicy"] = run_policy
-    if success_policy is not None:
-        spec["successPolicy"] = success_policy
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
-    for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") == cond_type:
-            return c
-    return None
-
-
-def is_true(job: dict[str, Any], cond_type: str) -> bool:
-    c = condition(job, cond_type)
-    return bool(c and c.get("status") == "True")
 
 
 async def until_true(

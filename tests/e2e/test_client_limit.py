@@ -24,9 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.runtime.client import PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
-from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.processes import ControllerProcess
 
 JOBS = 4
 WORKERS = 2

@@ -18,9 +18,10 @@ import yaml
 
 from controller.runtime.client import PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
-from tests.controller_process import ControllerProcess, manifest_run_args
+from tests.deployment import manifest_run_args
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods
 from tfjob_sim.kubelet import RUN_SECONDS
+from tfjob_sim.testing.processes import ControllerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 

@@ -28,9 +28,10 @@ import yaml
 from controller.runtime.client import LEASES, PODS, ApiClient
 from controller.runtime.leaderelection import LeaderElector
 from controller.tfjob.executor import TFJOBS
-from tests.controller_process import ControllerProcess, manifest_run_args
+from tests.deployment import manifest_run_args
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.processes import ControllerProcess
 
 LEASE_DURATION = 15.0  # LeaderElector's defaults, which `run` uses
 RETRY_PERIOD = 2.0

@@ -32,10 +32,10 @@ import yaml
 
 from controller.runtime.client import ApiClient, Resource
 from controller.runtime.errors import NotFound
-from tests.conftest import Kubectl, _kubectl_binary
 from tests.e2e import training_operator as to
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, start_operator, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "migration.md"
@@ -113,7 +113,7 @@ def test_the_kustomize_overlay_builds_what_the_live_commands_leave(tmp_path: Pat
     kustomization = {"namespace": to.NAMESPACE, "resources": sorted(objects)}
     (kubeflow / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     (ours / "kustomization.yaml").write_text(overlay)
-    built = subprocess.run([_kubectl_binary(), "kustomize", str(ours)], capture_output=True, text=True, timeout=60)
+    built = subprocess.run([kubectl_binary(), "kustomize", str(ours)], capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     result = {d["kind"]: d for d in yaml.safe_load_all(built.stdout)}
     assert set(result) == {"Deployment", "ValidatingWebhookConfiguration"}, "the CRD is left out"

@@ -25,10 +25,10 @@ import yaml
 from controller.runtime.client import PODS, SERVICES, ApiClient
 from controller.runtime.errors import NotFound
 from controller.tfjob.executor import TFJOBS
-from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import RUN_SECONDS
+from tfjob_sim.testing.processes import ControllerProcess
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
 Permission = tuple[str, str, str]  # (verb, API group, resource[/subresource])

@@ -21,7 +21,6 @@ import yaml
 
 from controller.runtime.client import ApiClient, Resource
 from controller.tfjob.executor import TFJOBS
-from tests.controller_process import ControllerProcess
 from tests.e2e.conftest import eventually, tfjob
 from tests.e2e.test_rbac import (
     GANG_MODES,
@@ -33,6 +32,7 @@ from tests.e2e.test_rbac import (
     representative_run,
 )
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.testing.processes import ControllerProcess
 
 CONTROLLER_NAMESPACE = SERVICE_ACCOUNT = "tfjob-controller"
 MANIFESTS = RBAC.parent

@@ -15,16 +15,15 @@ and training goes on; the job succeeds when the program finishes. Logs are read 
 from __future__ import annotations
 
 import asyncio
-import copy
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import tfjob_sim
+from benchmarks.rejoin import example_job
 from controller.runtime.client import PODS
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import Operator, eventually, is_true, live, running_pods, until_true, worker_record
@@ -49,27 +48,6 @@ def sim_config() -> SimConfig:
     # Real time: grace periods are the pods' own 30 s, as a SIGTERM-handling program expects. The shared
     # sim_cluster fixture checks that nothing of the process runtime (process, namespace, link, cgroup) is left.
     return SimConfig(nodes=3, time_scale=1.0, runtime="process")
-
-
-def example_job(name: str, *, workers: int, dynamic: bool, steps: int, worker_command: list[str]) -> dict[str, Any]:
-    """examples/dynamic-workers/tfjob.yaml with this checkout's program, run by this interpreter."""
-    job = copy.deepcopy(yaml.safe_load((EXAMPLE / "tfjob.yaml").read_text()))
-    job["metadata"] = {"name": name, "namespace": NS}
-    job["spec"]["enableDynamicWorker"] = dynamic
-    specs = job["spec"]["tfReplicaSpecs"]
-    specs["Worker"]["replicas"] = workers
-    for replica_type, spec in specs.items():
-        pod_spec = spec["template"]["spec"]
-        pod_spec.pop("volumes")
-        container = pod_spec["containers"][0]
-        container.pop("volumeMounts")
-        container["command"] = [sys.executable, *(worker_command if replica_type == "Worker" else [])]
-        container["command"].append(str(EXAMPLE / "train.py"))
-        env = {e["name"]: e for e in container.get("env", [])}
-        env["TRAIN_STEPS"] = {"name": "TRAIN_STEPS", "value": str(steps)}
-        env["POD_UID"] = {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
-        container["env"] = list(env.values())
-    return job
 
 
 async def log(operator: Operator, pod: str, *, follow: bool = False) -> str:

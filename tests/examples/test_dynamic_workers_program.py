@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from controller.tfjob.tfconfig import dense_tf_config, sparse_tf_config
-from tests.waiting import eventually
+from tfjob_sim.testing.waiting import eventually
 
 PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "dynamic-workers" / "train.py"
 STEP = re.compile(r"^step=(\d+) ", re.M)

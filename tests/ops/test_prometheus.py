@@ -24,12 +24,7 @@ from typing import Any
 
 import pytest
 
-from controller.runtime.client import ApiClient
-from generators.catalogue import BY_NAME, UNCHARTED
-from generators.monitoring import ALERTS, DASHBOARDS, Panel
-from tests.e2e import training_operator
-from tests.e2e.training_operator import TFJOBS
-from tests.prometheus_harness import (
+from benchmarks.prometheus_scenario import (
     FOREIGN_JOB,
     SCRAPE_JOB,
     ControllerProcess,
@@ -40,8 +35,13 @@ from tests.prometheus_harness import (
     scrape_targets,
     substitute,
 )
-from tests.waiting import eventually
+from controller.runtime.client import ApiClient
+from generators.catalogue import BY_NAME, UNCHARTED
+from generators.monitoring import ALERTS, DASHBOARDS, Panel
+from tests.e2e import training_operator
+from tests.e2e.training_operator import TFJOBS
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.testing.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
 

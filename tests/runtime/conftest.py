@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.clock import FakeClock
-from tests.waiting import eventually as shared_eventually
+from tfjob_sim.testing.waiting import eventually as shared_eventually
 
 Eventually = Callable[..., Awaitable[None]]
 

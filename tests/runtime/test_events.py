@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from controller.runtime.errors import NotFound, ServerError
 from controller.runtime.events import COMBINED_PREFIX, EventRecorder
 from tests.scrape import series
-from tests.waiting import eventually
+from tfjob_sim.testing.waiting import eventually
 
 
 class FakeEventsClient:

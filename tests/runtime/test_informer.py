@@ -20,8 +20,8 @@ from controller.runtime.cache import CONTROLLER_UID_INDEX, DeletedFinalStateUnkn
 from controller.runtime.client import CONFIGMAPS, NODES, ApiClient, Resource, RetryPolicy
 from controller.runtime.clock import FakeClock
 from controller.runtime.informer import Backoff, Informer, _BackoffState
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimConfig
+from tfjob_sim.testing.waiting import eventually
 from tfjob_sim.watch import WatchConfig
 
 NS = "default"

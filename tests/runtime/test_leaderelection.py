@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from controller.runtime.client import ApiClient, RetryPolicy
 from controller.runtime.errors import TransportError
 from controller.runtime.leaderelection import LeaderElector, LeadershipLost, micro_time
-from tests.waiting import eventually, never
 from tfjob_sim.cluster import SimConfig
+from tfjob_sim.testing.waiting import eventually, never
 
 NS = "default"
 LEASE = "tfjob-controller"

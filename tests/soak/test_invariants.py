@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.soak.invariants import INVARIANTS, Bounds, InvariantChecker
+from benchmarks.chaos.invariants import INVARIANTS, Bounds, InvariantChecker
 
 BOUNDS = Bounds(
     scale_down_seconds=10,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.soak.engine import SoakResult, previous_rows, render_markdown
-from tests.soak.invariants import Bounds, Violation
+from benchmarks.chaos.engine import SoakResult, previous_rows, render_markdown
+from benchmarks.chaos.invariants import Bounds, Violation
 
 MIB = 2**20
 

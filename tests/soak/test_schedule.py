@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.engine import ACTION_WEIGHTS, TIMED_KINDS, Soak, SoakConfig, SoakError, Step, schedule
+from benchmarks.chaos.engine import ACTION_WEIGHTS, TIMED_KINDS, Soak, SoakConfig, SoakError, Step, schedule
 from tests.soak.test_soak import CI_SEED, EVERY_KIND
 
 

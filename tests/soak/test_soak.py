@@ -1,4 +1,4 @@
-"""The chaos soak in CI: a fixed seed, about three minutes, every invariant of tests/soak/invariants.py.
+"""The chaos soak in CI: a fixed seed, about three minutes, every invariant of benchmarks/chaos/invariants.py.
 
 The long runs (other seeds, 30 minutes, flat memory) are benchmarks/soak.py; their latest result is
 docs/benchmarks/soak.md. On failure the message names the seed and the directory holding every
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.engine import ACTION_WEIGHTS, SoakConfig, run_soak, schedule
-from tests.soak.invariants import INVARIANTS, Bounds
+from benchmarks.chaos.engine import ACTION_WEIGHTS, SoakConfig, run_soak, schedule
+from benchmarks.chaos.invariants import INVARIANTS, Bounds
 
 CI_SEED = 20261203
 EVERY_KIND = {

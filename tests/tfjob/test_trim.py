@@ -19,9 +19,9 @@ from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import TFJOBS
 from controller.tfjob.trim import trim_pod, trim_service
 from tests.e2e.conftest import CRD_PATH, tfjob
-from tests.waiting import eventually
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EVICT, EXIT_CODE, REASON, RUN_SECONDS
+from tfjob_sim.testing.waiting import eventually
 
 from .builders import NOW, make_job, make_pod
 

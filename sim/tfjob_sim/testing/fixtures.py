@@ -15,6 +15,7 @@ A test suite's conftest.py imports the fixtures it offers (``from tfjob_sim.test
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +25,14 @@ from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
 from tfjob_sim.testing.leftovers import leftovers
 from tfjob_sim.watch import WatchConfig
+
+
+def use_checkout_sources(checkout: Path) -> None:
+    """Make every process a test starts (the controller, the simulator, benchmarks) import this checkout's
+    sources, not installed copies, as pytest's ``pythonpath`` setting does for the test process itself."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(checkout), str(checkout / "sim"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
 
 
 class FakeClock:
