@@ -56,7 +56,7 @@ REST_DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0,
 # sends. Success codes appear with the first request, at start-up, where missing one step does not matter.
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 FAILURE_CODES = ("429", "500", "502", "503", "504", "<error>")
-# The informer's restart and relist reasons (controller.runtime.informer), all known up front.
+# The informer's restart and relist reasons (controller.runtime.reflector), all known up front.
 WATCH_RESTART_REASONS = ("timeout", "closed", "short", "stalled", "throttled", "error")
 RELIST_REASONS = ("initial", "expired", "error")
 

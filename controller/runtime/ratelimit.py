@@ -15,7 +15,7 @@ Contract (client-go ``RateLimiter``):
 Limiters are not thread-safe; they are used from one event loop. Items must be hashable.
 
 :class:`TokenBucket` is the one token bucket of the runtime: the work queue's global limiter
-(:class:`BucketRateLimiter`) and the API client's request limit (``controller.runtime.client``) both use it.
+(:class:`BucketRateLimiter`) and the API client's request limit (``controller.runtime.rest``) both use it.
 """
 
 from __future__ import annotations
