@@ -48,6 +48,47 @@ EVALUATOR: Final = "Evaluator"
 REPLICA_TYPES: Final = (CHIEF, EVALUATOR, MASTER, PS, WORKER)
 CHIEF_TYPES: Final = (CHIEF, MASTER)
 
+# --- field names of the TFJob spec and status (every module reads them from here) --------------------
+SPEC_REPLICA_SPECS: Final = "tfReplicaSpecs"
+SPEC_RUN_POLICY: Final = "runPolicy"
+SPEC_SUCCESS_POLICY: Final = "successPolicy"
+SPEC_ENABLE_DYNAMIC_WORKER: Final = "enableDynamicWorker"
+# One entry of tfReplicaSpecs.
+REPLICA_REPLICAS: Final = "replicas"
+REPLICA_RESTART_POLICY: Final = "restartPolicy"
+REPLICA_TEMPLATE: Final = "template"
+# spec.runPolicy.
+RUN_CLEAN_POD_POLICY: Final = "cleanPodPolicy"
+RUN_TTL_SECONDS_AFTER_FINISHED: Final = "ttlSecondsAfterFinished"
+RUN_ACTIVE_DEADLINE_SECONDS: Final = "activeDeadlineSeconds"
+RUN_BACKOFF_LIMIT: Final = "backoffLimit"
+RUN_SUSPEND: Final = "suspend"
+RUN_MANAGED_BY: Final = "managedBy"
+RUN_SCHEDULING_POLICY: Final = "schedulingPolicy"
+# spec.runPolicy.schedulingPolicy (gang scheduling).
+SCHEDULING_MIN_AVAILABLE: Final = "minAvailable"
+SCHEDULING_QUEUE: Final = "queue"
+SCHEDULING_PRIORITY_CLASS: Final = "priorityClass"
+SCHEDULING_MIN_RESOURCES: Final = "minResources"
+SCHEDULING_SCHEDULE_TIMEOUT_SECONDS: Final = "scheduleTimeoutSeconds"
+# status.
+STATUS_CONDITIONS: Final = "conditions"
+STATUS_REPLICA_STATUSES: Final = "replicaStatuses"
+STATUS_START_TIME: Final = "startTime"
+STATUS_COMPLETION_TIME: Final = "completionTime"
+# One entry of status.replicaStatuses.
+REPLICA_STATUS_ACTIVE: Final = "active"
+REPLICA_STATUS_SUCCEEDED: Final = "succeeded"
+REPLICA_STATUS_FAILED: Final = "failed"
+REPLICA_STATUS_SELECTOR: Final = "selector"
+# One entry of status.conditions.
+CONDITION_TYPE: Final = "type"
+CONDITION_STATUS: Final = "status"
+CONDITION_REASON: Final = "reason"
+CONDITION_MESSAGE: Final = "message"
+CONDITION_LAST_UPDATE_TIME: Final = "lastUpdateTime"
+CONDITION_LAST_TRANSITION_TIME: Final = "lastTransitionTime"
+
 # --- replica restart policies ----------------------------------------------------------------------
 RESTART_ALWAYS: Final = "Always"
 RESTART_ON_FAILURE: Final = "OnFailure"
@@ -200,6 +241,16 @@ WORKER_STATE_REPLACED: Final = "Replaced"  # replacement created; history kept u
 WORKER_STATE_FAILED: Final = "Failed"  # failed by its own exit, restart policy forbids a retry
 STATUS_MEMBERS: Final = "members"  # the worker indices in the job, ascending: the record of holes
 STATUS_MEMBERS_SUMMARY: Final = "summary"  # the same as text for kubectl get ("0,2-4"); never read back
+STATUS_WORKERS: Final = "workers"  # worker index (decimal string) -> its record
+# One worker record of status.dynamicWorkers.workers.
+WORKER_STATE: Final = "state"
+WORKER_FAILOVERS: Final = "failovers"
+WORKER_FAILURES: Final = "failures"
+WORKER_LAST_FAILOVER_TIME: Final = "lastFailoverTime"
+WORKER_LAST_REASON: Final = "lastReason"
+WORKER_RETRY_AFTER: Final = "retryAfter"
+WORKER_POD_UID: Final = "podUID"
+WORKER_EXIT_CODE: Final = "exitCode"
 
 # --- choosing who leaves a dynamic job (targeted scale-down) ------------------------------------------
 SPEC_WORKERS_TO_DELETE: Final = "workersToDelete"  # worker indices that leave first and are not refilled

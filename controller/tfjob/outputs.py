@@ -1,13 +1,14 @@
 """What one replica type's part of a decision produces: its counts and its outputs.
 
-Shared by the pass of decide.py and the dynamic-worker state machine of dynamic.py, which fills
-them for the Worker type of a dynamic job."""
+Shared by the per-type features of the decision (controller/tfjob/decision/) and the dynamic-worker
+state machine of dynamic.py, which fills them for the Worker type of a dynamic job."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import api
 from .actions import Action, Event, MetricInc
 
 
@@ -21,14 +22,15 @@ class Counts:
     permanent_failed: int = 0  # counted failures that no restart will repair
 
     def to_status(self, selector: str) -> dict[str, Any]:
+        """The ``replicaStatuses`` entry: the non-zero counts and ``selector``."""
         out: dict[str, Any] = {}
         if self.active:
-            out["active"] = self.active
+            out[api.REPLICA_STATUS_ACTIVE] = self.active
         if self.succeeded:
-            out["succeeded"] = self.succeeded
+            out[api.REPLICA_STATUS_SUCCEEDED] = self.succeeded
         if self.failed:
-            out["failed"] = self.failed
-        out["selector"] = selector
+            out[api.REPLICA_STATUS_FAILED] = self.failed
+        out[api.REPLICA_STATUS_SELECTOR] = selector
         return out
 
 
@@ -43,3 +45,4 @@ class Outputs:
     events: list[Event] = field(default_factory=list)
     metrics: list[MetricInc] = field(default_factory=list)
     facts: list[Event] = field(default_factory=list)  # ExitedWithCode: kept even if the job finishes
+    timers: list[float] = field(default_factory=list)  # seconds until a wake-up (dropped if the job finishes)

@@ -1,0 +1,82 @@
+"""A finished job: its pods' cleanup (cleanPodPolicy), its TTL, and the job that fails validation.
+
+Why together: whatever finished the job (its replicas, a limit, an invalid spec), what remains to
+decide is the same -- which pods go, when the job itself goes, and that completionTime is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .. import api
+from .. import pods as podlib
+from ..actions import Action, Decision, DeleteJob, DeletePod, DeleteService, MetricInc
+from ..conditions import TRUE, is_finished, is_true
+from .effects import Effects, decision
+from .inputs import JobInput, JobState, PassInput, old_state, timer
+from .outcome import ensure_created, failed_effects
+from .podgroup import delete_pod_group
+from .status import base_status, full_status, move_active_to_succeeded, replica_statuses
+
+
+def cleanup(inp: JobInput, already_deleted: Collection[str] = ()) -> Effects:
+    """cleanPodPolicy after the job finished: None keeps all, Running deletes Running and Pending pods,
+    All deletes every pod; each deleted pod's same-named service goes with it. Terminating objects and
+    the pods ``already_deleted`` by this decision are not deleted again."""
+    policy = inp.run_policy.get(api.RUN_CLEAN_POD_POLICY, api.CLEAN_POD_NONE)
+    if policy == api.CLEAN_POD_NONE:
+        return Effects()
+    services_by_name = {podlib.name(s): s for s in inp.services}
+    actions: list[Action] = []
+    for pod in sorted(inp.pods, key=lambda p: podlib.name(p) or ""):
+        if policy == api.CLEAN_POD_RUNNING and podlib.phase(pod) not in (api.POD_RUNNING, api.POD_PENDING):
+            continue
+        pod_name = podlib.name(pod) or ""
+        if pod_name in already_deleted:
+            continue
+        if not podlib.is_terminating(pod):
+            actions.append(DeletePod(pod_name, podlib.uid(pod), api.DELETE_CLEANUP))
+        service = services_by_name.get(pod_name)
+        if service is not None and not podlib.is_terminating(service):
+            actions.append(DeleteService(pod_name, podlib.uid(service), api.DELETE_CLEANUP))
+    return Effects(actions=tuple(actions))
+
+
+def ttl(inp: JobInput, state: JobState, seconds: int | None, suspended: bool) -> tuple[JobState, Effects]:
+    """completionTime set (to now if missing), and the job's deletion once ``seconds`` after it have passed
+    (a wake-up until then). Nothing without a TTL, nor while the job is suspended (as upstream)."""
+    state, finished_ts = state.finished_at(inp)
+    if seconds is None or suspended:
+        return state, Effects()
+    expire = finished_ts + seconds
+    if inp.now_ts >= expire:
+        deleted = MetricInc(api.METRIC_JOBS_DELETED, inp.job_labels())
+        return state, Effects(actions=(DeleteJob(api.DELETE_TTL),), metrics=(deleted,))
+    return state, Effects(timers=timer(expire - inp.now_ts))
+
+
+def finished(inp: PassInput, state: JobState, so_far: Effects) -> Decision:
+    """A job finished before this pass: cleanup, its PodGroup goes, the replica counts carried over
+    (still-active ones booked as succeeded after success), completionTime and TTL."""
+    effects = so_far + cleanup(inp) + delete_pod_group(inp)
+    replicas = replica_statuses(inp)
+    if is_true(state.conditions, api.COND_SUCCEEDED):
+        move_active_to_succeeded(replicas)
+    state, expiry = ttl(inp, state, inp.ttl(), inp.suspended)
+    return decision(effects + expiry, full_status(inp, state, replicas, inp.records, inp.recorded_members))
+
+
+def invalid(inp: JobInput, reasons: str) -> Decision:
+    """A job that fails validation: ``Created`` and ``Failed`` (TFJobFailedValidation, one Warning event),
+    no children created; once finished its PodGroup goes and TTL applies when that field is usable, so an
+    invalid job does not linger forever."""
+    message = f"TFJob {inp.namespace}/{inp.name} failed validation because {reasons}"
+    state, effects = ensure_created(inp, old_state(inp.old_status))
+    state, changed = state.with_condition(inp, api.COND_FAILED, TRUE, api.REASON_FAILED_VALIDATION, message)
+    if changed:
+        effects = effects + failed_effects(inp, api.EVENT_WARNING, api.REASON_FAILED_VALIDATION, message)
+    if is_finished(state.conditions):
+        effects = effects + delete_pod_group(inp)
+        state, expiry = ttl(inp, state, inp.ttl(), inp.run_policy.get(api.RUN_SUSPEND) is True)
+        effects = effects + expiry
+    return decision(effects, base_status(inp, state))
