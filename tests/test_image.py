@@ -5,6 +5,8 @@
 - the Dockerfile's structure: multi-stage, base pinned by digest with its tag, dependencies from the lock
   in a layer before the source, nothing but the venv copied into the final stage, no pip there, a
   numeric non-root user, OCI labels;
+- docs/image.md's build command builds the platforms the release workflow builds, and its kustomize
+  ``images:`` block, rendered by ``kubectl kustomize`` beside a checkout, makes the Deployment run the user's image;
 - requirements.lock installs, alone (``--no-deps``), into a fresh venv; ``pip check`` finds it complete and
   consistent, it satisfies every dependency of pyproject.toml, and the installed ``tfjob-controller --help``
   runs with nothing else installed.
@@ -15,13 +17,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -214,3 +219,70 @@ def test_the_wheel_carries_the_controller_and_no_simulator(tmp_path: Path) -> No
     # Only extras (sim, and test/bench/docs which include it) bring the simulator; a plain install does not.
     assert any("extra == 'sim'" in line for line in sim_requirements), sim_requirements
     assert all("; extra ==" in line for line in sim_requirements), sim_requirements
+
+
+# --------------------------------------------------------------------------------------------
+# docs/image.md: building your own image and pointing an install at it.
+
+IMAGE_DOC = REPO / "docs" / "image.md"
+RELEASED = "ghcr.io/tfjob-controller/tfjob-controller"
+
+
+def doc_blocks(heading: str) -> list[tuple[str, str]]:
+    """(language, body) of the fenced blocks of docs/image.md under ``## heading``."""
+    section = IMAGE_DOC.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```(\w*)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+
+
+def test_the_documented_build_makes_the_platforms_the_release_makes() -> None:
+    [build] = [
+        line for language, body in doc_blocks("Your own image") for line in body.splitlines() if "buildx build" in line
+    ]
+    workflow = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    [platforms] = re.findall(r"^\s+platforms: (\S+)$", workflow, re.MULTILINE)
+    assert f"--platform {platforms} " in build and platforms == "linux/amd64,linux/arm64"
+    assert "-t REGISTRY/tfjob-controller:TAG --push ." in build
+    assert "--build-arg VERSION=TAG" in build, "the image's version label says what it is"
+
+
+def test_the_documented_overlay_makes_the_install_run_your_image(tmp_path: Path) -> None:
+    """The doc's `images:` block, written where it says (beside a checkout), rendered by `kubectl kustomize`: the
+    Deployment then runs the user's image and nothing else changes; `kustomize edit set image` with the doc's
+    argument writes that same block."""
+    [overlay] = [body for language, body in doc_blocks("Your own image") if language == "yaml"]
+    [edit] = [
+        line
+        for language, body in doc_blocks("Your own image")
+        for line in body.splitlines()
+        if line.startswith("kustomize edit set image ")
+    ]
+    kustomization = yaml.safe_load(overlay)
+    assert overlay.startswith("# my-install/kustomization.yaml\n")
+    [resource] = kustomization["resources"]
+    assert resource == "../tfjob-controller/manifests"
+    # `kustomize edit set image OLD=NEW:TAG` writes {name: OLD, newName: NEW, newTag: TAG}.
+    old, _, new = edit.removeprefix("kustomize edit set image ").partition("=")
+    new_name, _, new_tag = new.rpartition(":")
+    assert kustomization["images"] == [{"name": old, "newName": new_name, "newTag": new_tag}]
+    assert old == RELEASED
+
+    (tmp_path / "tfjob-controller").symlink_to(REPO, target_is_directory=True)
+    (tmp_path / "my-install").mkdir()
+    (tmp_path / "my-install" / "kustomization.yaml").write_text(overlay)
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is not on PATH: install it (the test suite needs the real kubectl)"
+
+    def render(directory: Path) -> list[dict[str, Any]]:
+        result = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+    mine, shipped = render(tmp_path / "my-install"), render(REPO / "manifests")
+    [deployment] = [doc for doc in mine if doc["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{new_name}:{new_tag}" == "my.registry/tfjob-controller:TAG"
+    # Only the image differs from the shipped install.
+    container["image"] = next(d for d in shipped if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["image"]
+    assert mine == shipped

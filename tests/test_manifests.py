@@ -13,6 +13,7 @@ import functools
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,20 @@ def test_deployment_is_highly_available() -> None:
 def _controller_container() -> dict[str, Any]:
     [container] = _one("Deployment", "tfjob-controller")["spec"]["template"]["spec"]["containers"]
     return container
+
+
+def test_deployment_runs_the_released_image_of_this_version() -> None:
+    """The image `kubectl apply -k manifests/` runs is the one the release workflow pushes for the package version:
+    a public registry path every node can pull, tagged with the version in pyproject.toml."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    released = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())["env"]["IMAGE"]
+    assert released == "ghcr.io/tfjob-controller/tfjob-controller"
+    assert _controller_container()["image"] == f"{released}:{version}"
+    # Also when deployment.yaml is applied alone, without kustomize.
+    [container] = yaml.safe_load((MANIFESTS / "deployment" / "deployment.yaml").read_text())["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert container["image"] == f"{released}:{version}"
 
 
 def _parse_args(args: list[str]) -> tuple[str, dict[str, list[str]]]:
