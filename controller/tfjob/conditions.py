@@ -62,14 +62,14 @@ def parse_time(value: Any) -> float | None:
 def find(conditions: list[dict[str, Any]], cond_type: str) -> dict[str, Any] | None:
     """The condition of ``cond_type``, or None."""
     for condition in conditions:
-        if condition.get("type") == cond_type:
+        if condition.get(api.CONDITION_TYPE) == cond_type:
             return condition
     return None
 
 
 def is_true(conditions: list[dict[str, Any]], cond_type: str) -> bool:
     condition = find(conditions, cond_type)
-    return condition is not None and condition.get("status") == TRUE
+    return condition is not None and condition.get(api.CONDITION_STATUS) == TRUE
 
 
 def is_finished(conditions: list[dict[str, Any]]) -> bool:
@@ -79,12 +79,12 @@ def is_finished(conditions: list[dict[str, Any]]) -> bool:
 
 def new_condition(cond_type: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
     return {
-        "type": cond_type,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastUpdateTime": now,
-        "lastTransitionTime": now,
+        api.CONDITION_TYPE: cond_type,
+        api.CONDITION_STATUS: status,
+        api.CONDITION_REASON: reason,
+        api.CONDITION_MESSAGE: message,
+        api.CONDITION_LAST_UPDATE_TIME: now,
+        api.CONDITION_LAST_TRANSITION_TIME: now,
     }
 
 
@@ -104,24 +104,36 @@ def set_condition(
     if is_finished(conditions):
         return conditions
     current = find(conditions, cond_type)
-    if current is not None and current.get("status") == status and current.get("reason") == reason:
+    if (
+        current is not None
+        and current.get(api.CONDITION_STATUS) == status
+        and current.get(api.CONDITION_REASON) == reason
+    ):
         return conditions
     condition = new_condition(cond_type, status, reason, message, now)
-    if current is not None and current.get("status") == status and "lastTransitionTime" in current:
-        condition["lastTransitionTime"] = current["lastTransitionTime"]
+    if (
+        current is not None
+        and current.get(api.CONDITION_STATUS) == status
+        and api.CONDITION_LAST_TRANSITION_TIME in current
+    ):
+        condition[api.CONDITION_LAST_TRANSITION_TIME] = current[api.CONDITION_LAST_TRANSITION_TIME]
     terminal = cond_type in (api.COND_SUCCEEDED, api.COND_FAILED)
     result: list[dict[str, Any]] = []
     for existing in conditions:
-        existing_type = existing.get("type")
+        existing_type = existing.get(api.CONDITION_TYPE)
         if existing_type == cond_type:
             continue
         if cond_type == api.COND_RESTARTING and existing_type == api.COND_RUNNING:
             continue
         if cond_type == api.COND_RUNNING and existing_type == api.COND_RESTARTING:
             continue
-        if terminal and existing_type in (api.COND_RUNNING, api.COND_RESTARTING) and existing.get("status") != FALSE:
+        if (
+            terminal
+            and existing_type in (api.COND_RUNNING, api.COND_RESTARTING)
+            and existing.get(api.CONDITION_STATUS) != FALSE
+        ):
             # Upstream flips only the status (timestamps untouched); we do it for Restarting too.
-            existing = {**existing, "status": FALSE}
+            existing = {**existing, api.CONDITION_STATUS: FALSE}
         result.append(existing)
     result.append(condition)
     return result
@@ -135,5 +147,9 @@ def sanitize(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         return []
     return [
-        c for c in raw if isinstance(c, dict) and isinstance(c.get("type"), str) and isinstance(c.get("status"), str)
+        c
+        for c in raw
+        if isinstance(c, dict)
+        and isinstance(c.get(api.CONDITION_TYPE), str)
+        and isinstance(c.get(api.CONDITION_STATUS), str)
     ]

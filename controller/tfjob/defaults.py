@@ -48,16 +48,16 @@ def set_defaults(job: dict[str, Any]) -> None:
     spec = job.get("spec")
     if not isinstance(spec, dict):
         return
-    run_policy = spec.get("runPolicy")
+    run_policy = spec.get(api.SPEC_RUN_POLICY)
     if run_policy is None:
-        run_policy = spec["runPolicy"] = {}
-    if isinstance(run_policy, dict) and run_policy.get("cleanPodPolicy") in (None, ""):
+        run_policy = spec[api.SPEC_RUN_POLICY] = {}
+    if isinstance(run_policy, dict) and run_policy.get(api.RUN_CLEAN_POD_POLICY) in (None, ""):
         # Upstream only defaults nil; we also treat "" (documented as "undefined") as unset so
         # that it means None rather than upstream's accidental "delete everything".
-        run_policy["cleanPodPolicy"] = api.DEFAULT_CLEAN_POD_POLICY
-    if spec.get("successPolicy") is None:
-        spec["successPolicy"] = api.SUCCESS_DEFAULT
-    replica_specs = spec.get("tfReplicaSpecs")
+        run_policy[api.RUN_CLEAN_POD_POLICY] = api.DEFAULT_CLEAN_POD_POLICY
+    if spec.get(api.SPEC_SUCCESS_POLICY) is None:
+        spec[api.SPEC_SUCCESS_POLICY] = api.SUCCESS_DEFAULT
+    replica_specs = spec.get(api.SPEC_REPLICA_SPECS)
     if not isinstance(replica_specs, dict):
         return
     _normalise_type_names(replica_specs)
@@ -80,11 +80,11 @@ def _normalise_type_names(replica_specs: dict[str, Any]) -> None:
 
 
 def _default_replica_spec(replica_spec: dict[str, Any]) -> None:
-    if replica_spec.get("replicas") is None:
-        replica_spec["replicas"] = api.DEFAULT_REPLICAS
-    if replica_spec.get("restartPolicy") in (None, ""):
-        replica_spec["restartPolicy"] = api.DEFAULT_RESTART_POLICY
-    template = replica_spec.get("template")
+    if replica_spec.get(api.REPLICA_REPLICAS) is None:
+        replica_spec[api.REPLICA_REPLICAS] = api.DEFAULT_REPLICAS
+    if replica_spec.get(api.REPLICA_RESTART_POLICY) in (None, ""):
+        replica_spec[api.REPLICA_RESTART_POLICY] = api.DEFAULT_RESTART_POLICY
+    template = replica_spec.get(api.REPLICA_TEMPLATE)
     if not isinstance(template, dict):
         return
     pod_spec = template.get("spec")

@@ -93,15 +93,15 @@ class WorkerRecord:
     exit_code: int | None = None
 
     def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state, "failovers": self.failovers}
+        out: dict[str, Any] = {api.WORKER_STATE: self.state, api.WORKER_FAILOVERS: self.failovers}
         if self.failures:
-            out["failures"] = self.failures
+            out[api.WORKER_FAILURES] = self.failures
         for key, value in (
-            ("lastFailoverTime", self.last_failover_time),
-            ("lastReason", self.last_reason),
-            ("retryAfter", self.retry_after),
-            ("podUID", self.pod_uid),
-            ("exitCode", self.exit_code),
+            (api.WORKER_LAST_FAILOVER_TIME, self.last_failover_time),
+            (api.WORKER_LAST_REASON, self.last_reason),
+            (api.WORKER_RETRY_AFTER, self.retry_after),
+            (api.WORKER_POD_UID, self.pod_uid),
+            (api.WORKER_EXIT_CODE, self.exit_code),
         ):
             if value is not None:
                 out[key] = value
@@ -109,7 +109,7 @@ class WorkerRecord:
 
     @staticmethod
     def from_status(raw: Any) -> WorkerRecord | None:
-        if not isinstance(raw, dict) or raw.get("state") not in WORKER_STATES:
+        if not isinstance(raw, dict) or raw.get(api.WORKER_STATE) not in WORKER_STATES:
             return None
 
         def text(key: str) -> str | None:
@@ -120,15 +120,15 @@ class WorkerRecord:
             value = raw.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
-        code = raw.get("exitCode")
+        code = raw.get(api.WORKER_EXIT_CODE)
         return WorkerRecord(
-            state=raw["state"],
-            failovers=count("failovers"),
-            failures=count("failures"),
-            last_failover_time=text("lastFailoverTime"),
-            last_reason=text("lastReason"),
-            retry_after=text("retryAfter"),
-            pod_uid=text("podUID"),
+            state=raw[api.WORKER_STATE],
+            failovers=count(api.WORKER_FAILOVERS),
+            failures=count(api.WORKER_FAILURES),
+            last_failover_time=text(api.WORKER_LAST_FAILOVER_TIME),
+            last_reason=text(api.WORKER_LAST_REASON),
+            retry_after=text(api.WORKER_RETRY_AFTER),
+            pod_uid=text(api.WORKER_POD_UID),
             exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
         )
 
@@ -136,7 +136,7 @@ class WorkerRecord:
 def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
     """The records of ``status.dynamicWorkers.workers``, malformed entries dropped."""
     dynamic = status.get(api.STATUS_DYNAMIC_WORKERS) if isinstance(status, dict) else None
-    workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
+    workers = dynamic.get(api.STATUS_WORKERS) if isinstance(dynamic, dict) else None
     records: dict[int, WorkerRecord] = {}
     if not isinstance(workers, dict):
         return records
@@ -155,7 +155,7 @@ def dynamic_status(records: dict[int, WorkerRecord], members: Sequence[int] | No
     if members is not None:
         out[api.STATUS_MEMBERS] = list(members)
         out[api.STATUS_MEMBERS_SUMMARY] = summary(members)
-    out["workers"] = {str(i): records[i].to_status() for i in sorted(records)}
+    out[api.STATUS_WORKERS] = {str(i): records[i].to_status() for i in sorted(records)}
     return out
 
 

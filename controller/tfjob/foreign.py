@@ -57,8 +57,8 @@ def _key(obj: Obj) -> str:
 
 def _managed_elsewhere(job: Obj) -> bool:
     spec = job.get("spec")
-    run_policy = spec.get("runPolicy") if isinstance(spec, dict) else None
-    return isinstance(run_policy, dict) and run_policy.get("managedBy") == api.MANAGED_BY_MULTIKUEUE
+    run_policy = spec.get(api.SPEC_RUN_POLICY) if isinstance(spec, dict) else None
+    return isinstance(run_policy, dict) and run_policy.get(api.RUN_MANAGED_BY) == api.MANAGED_BY_MULTIKUEUE
 
 
 def _job_ref(job: Obj) -> Obj:

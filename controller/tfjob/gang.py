@@ -60,7 +60,14 @@ VOLCANO_DEFAULT_QUEUE: Final = "default"
 VOLCANO_WAITING_PHASES: Final = ("", "Pending")
 
 # The spec fields the controller owns; anything else another party put there is left alone.
-OWNED_SPEC_FIELDS: Final = ("minMember", "minResources", "queue", "priorityClassName", "scheduleTimeoutSeconds")
+# PodGroup spec fields (both APIs spell them alike; Volcano alone has queue and priorityClassName,
+# scheduler-plugins alone scheduleTimeoutSeconds).
+MIN_MEMBER: Final = "minMember"
+MIN_RESOURCES: Final = "minResources"
+QUEUE: Final = "queue"
+PRIORITY_CLASS_NAME: Final = "priorityClassName"
+SCHEDULE_TIMEOUT_SECONDS: Final = "scheduleTimeoutSeconds"
+OWNED_SPEC_FIELDS: Final = (MIN_MEMBER, MIN_RESOURCES, QUEUE, PRIORITY_CLASS_NAME, SCHEDULE_TIMEOUT_SECONDS)
 
 # Order of replica types when choosing whose pods make up minResources (highest priority first, then
 # this order for equal priorities). Upstream sorts by PriorityClass value with random ties (its
@@ -117,16 +124,16 @@ def _int(value: Any) -> int | None:
 
 
 def scheduling_policy(job: dict[str, Any]) -> dict[str, Any]:
-    run_policy = job["spec"].get("runPolicy")
-    policy = run_policy.get("schedulingPolicy") if isinstance(run_policy, dict) else None
+    run_policy = job["spec"].get(api.SPEC_RUN_POLICY)
+    policy = run_policy.get(api.RUN_SCHEDULING_POLICY) if isinstance(run_policy, dict) else None
     return policy if isinstance(policy, dict) else {}
 
 
 def total_replicas(job: dict[str, Any]) -> int:
     return sum(
-        spec["replicas"]
-        for spec in job["spec"]["tfReplicaSpecs"].values()
-        if isinstance(spec, dict) and _int(spec.get("replicas")) is not None
+        spec[api.REPLICA_REPLICAS]
+        for spec in job["spec"][api.SPEC_REPLICA_SPECS].values()
+        if isinstance(spec, dict) and _int(spec.get(api.REPLICA_REPLICAS)) is not None
     )
 
 
@@ -137,7 +144,7 @@ def min_member(job: dict[str, Any], existing: dict[str, Any] | None, *, dynamic:
     gang never grows: workers added by a scale-up schedule as they fit instead of waiting as a gang,
     while a scale-down lowers ``minMember`` to the replicas that remain."""
     total = total_replicas(job)
-    min_available = _int(scheduling_policy(job).get("minAvailable"))
+    min_available = _int(scheduling_policy(job).get(api.SCHEDULING_MIN_AVAILABLE))
     if not dynamic:
         # A negative minAvailable means "no gang" to both schedulers, as 0 does; sent as is it would be
         # refused by scheduler-plugins' CRD since v0.29.7 (minimum 1), leaving the job waiting for ever.
@@ -147,7 +154,7 @@ def min_member(job: dict[str, Any], existing: dict[str, Any] | None, *, dynamic:
     if running and existing is not None:
         # minMember 0 is omitted when written (omitempty), so an absent one on our group is 0: a job
         # scaled to no workers and back must not turn its scale-up into a gang.
-        current = _int(_spec(existing).get("minMember", 0))
+        current = _int(_spec(existing).get(MIN_MEMBER, 0))
         if current is not None and current >= 0:
             return min(current, total)
     return total
@@ -245,7 +252,7 @@ def type_priority(job: dict[str, Any], replica_type: str, priority_classes: Mapp
     The controller passes no PriorityClasses today (upstream's lister is never started either, so all
     are 0 there too); the rule stays here, tested, so that honouring them (which upstream's gang does not do either) is an
     informer and RBAC away rather than a change to how the gang's minResources is chosen."""
-    template = job["spec"]["tfReplicaSpecs"][replica_type].get("template")
+    template = job["spec"][api.SPEC_REPLICA_SPECS][replica_type].get(api.REPLICA_TEMPLATE)
     spec = template.get("spec") if isinstance(template, dict) else None
     name = spec.get("priorityClassName") if isinstance(spec, dict) else None
     value = _int(priority_classes.get(name)) if isinstance(name, str) else None
@@ -255,7 +262,7 @@ def type_priority(job: dict[str, Any], replica_type: str, priority_classes: Mapp
 def min_resources(job: dict[str, Any], members: int, priority_classes: Mapping[str, int]) -> dict[str, str]:
     """The summed container requests (limits where a container has no requests; no init containers, no
     overhead) of the first ``members`` pods, taking replica types by PriorityClass value, highest first."""
-    specs = job["spec"]["tfReplicaSpecs"]
+    specs = job["spec"][api.SPEC_REPLICA_SPECS]
     present = [t for t in GANG_TYPE_ORDER if t in specs]
     order = sorted(present, key=lambda t: -type_priority(job, t, priority_classes))  # stable: ties keep GANG_TYPE_ORDER
     sums: dict[str, Decimal] = {}
@@ -264,10 +271,10 @@ def min_resources(job: dict[str, Any], members: int, priority_classes: Mapping[s
     for replica_type in order:
         if left <= 0:
             break
-        replicas = _int(specs[replica_type].get("replicas")) or 0
+        replicas = _int(specs[replica_type].get(api.REPLICA_REPLICAS)) or 0
         pods = min(replicas, left)
         left -= pods
-        template = specs[replica_type].get("template")
+        template = specs[replica_type].get(api.REPLICA_TEMPLATE)
         pod_spec = template.get("spec") if isinstance(template, dict) else None
         containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
         for container in containers if isinstance(containers, list) else ():
@@ -296,28 +303,28 @@ def desired_spec(
     members = min_member(job, existing, dynamic=dynamic, running=running)
     spec: dict[str, Any] = {}
     if members:
-        spec["minMember"] = members  # 0 is omitted (omitempty in both APIs)
-    given = policy.get("minResources")
+        spec[MIN_MEMBER] = members  # 0 is omitted (omitempty in both APIs)
+    given = policy.get(api.SCHEDULING_MIN_RESOURCES)
     if isinstance(given, dict):
         resources = copy.deepcopy(given)
     else:
         resources = min_resources(job, members, priority_classes)
     if gang.volcano:
-        spec["minResources"] = resources  # never nil in Volcano's: {} when nothing is requested
-        queue = _spec(existing).get("queue") if existing is not None else None
+        spec[MIN_RESOURCES] = resources  # never nil in Volcano's: {} when nothing is requested
+        queue = _spec(existing).get(QUEUE) if existing is not None else None
         if not (isinstance(queue, str) and queue):
-            wanted = policy.get("queue")
+            wanted = policy.get(api.SCHEDULING_QUEUE)
             queue = wanted if isinstance(wanted, str) and wanted else VOLCANO_DEFAULT_QUEUE
-        spec["queue"] = queue
-        priority_class = policy.get("priorityClass")
+        spec[QUEUE] = queue
+        priority_class = policy.get(api.SCHEDULING_PRIORITY_CLASS)
         if isinstance(priority_class, str) and priority_class:
-            spec["priorityClassName"] = priority_class
+            spec[PRIORITY_CLASS_NAME] = priority_class
     else:
         if resources:
-            spec["minResources"] = resources
-        timeout = _int(policy.get("scheduleTimeoutSeconds"))
+            spec[MIN_RESOURCES] = resources
+        timeout = _int(policy.get(api.SCHEDULING_SCHEDULE_TIMEOUT_SECONDS))
         if timeout is not None:
-            spec["scheduleTimeoutSeconds"] = timeout
+            spec[SCHEDULE_TIMEOUT_SECONDS] = timeout
     return spec
 
 
@@ -366,8 +373,8 @@ def blocks_pods(gang: Gang, pod_group: dict[str, Any] | None) -> bool:
 # --- pods ----------------------------------------------------------------------------------------------
 def custom_scheduler_set(job: dict[str, Any], gang: Gang) -> bool:
     """Whether any replica template names another scheduler (upstream's isCustomSchedulerSet)."""
-    for spec in job["spec"]["tfReplicaSpecs"].values():
-        template = spec.get("template") if isinstance(spec, dict) else None
+    for spec in job["spec"][api.SPEC_REPLICA_SPECS].values():
+        template = spec.get(api.REPLICA_TEMPLATE) if isinstance(spec, dict) else None
         pod_spec = template.get("spec") if isinstance(template, dict) else None
         name = pod_spec.get("schedulerName") if isinstance(pod_spec, dict) else None
         if isinstance(name, str) and name and name != gang.scheduler_name:

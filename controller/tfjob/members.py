@@ -84,14 +84,14 @@ def members_of(job: Any) -> tuple[int, ...] | None:
     """The worker indices a dynamic job wants now: its record, else 0..replicas-1 (None when the job is
     not dynamic or its Worker replicas are unreadable). For readers outside the decision (metrics)."""
     spec = job.get("spec") if isinstance(job, dict) else None
-    if not isinstance(spec, dict) or spec.get("enableDynamicWorker") is not True:
+    if not isinstance(spec, dict) or spec.get(api.SPEC_ENABLE_DYNAMIC_WORKER) is not True:
         return None
     members = recorded(job.get("status"))
     if members is not None:
         return members
-    specs = spec.get("tfReplicaSpecs")
+    specs = spec.get(api.SPEC_REPLICA_SPECS)
     worker = specs.get(api.WORKER) if isinstance(specs, dict) else None
-    replicas = worker.get("replicas", api.DEFAULT_REPLICAS) if isinstance(worker, dict) else None
+    replicas = worker.get(api.REPLICA_REPLICAS, api.DEFAULT_REPLICAS) if isinstance(worker, dict) else None
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
         return None
     return tuple(range(replicas))

@@ -72,7 +72,7 @@ _HELP = {
 
 def job_state(job: Obj) -> str:
     """The state a TFJob is in, from its conditions (one of :data:`JOB_STATES`)."""
-    conditions = sanitize(podlib.status_of(job).get("conditions"))
+    conditions = sanitize(podlib.status_of(job).get(api.STATUS_CONDITIONS))
     for state in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED, api.COND_RESTARTING, api.COND_RUNNING):
         if is_true(conditions, state):
             return state
@@ -82,12 +82,12 @@ def job_state(job: Obj) -> str:
 def _replicas(job: Obj) -> dict[str, int]:
     """Desired replicas by type label (lower case), defaulted as the controller does (missing -> 1)."""
     spec = job.get("spec")
-    specs = spec.get("tfReplicaSpecs") if isinstance(spec, dict) else None
+    specs = spec.get(api.SPEC_REPLICA_SPECS) if isinstance(spec, dict) else None
     out: dict[str, int] = {}
     if not isinstance(specs, dict):
         return out
     for replica_type, spec in specs.items():
-        count = spec.get("replicas", api.DEFAULT_REPLICAS) if isinstance(spec, dict) else None
+        count = spec.get(api.REPLICA_REPLICAS, api.DEFAULT_REPLICAS) if isinstance(spec, dict) else None
         if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
             out[replica_type.lower()] = count
     return out
@@ -175,7 +175,7 @@ class JobObserver(Collector):
     def _job_added(self, job: Obj) -> None:
         self._report_unreadable(job)
         self.metrics.namespace_seen(podlib.namespace(job))
-        conditions = sanitize(podlib.status_of(job).get("conditions"))
+        conditions = sanitize(podlib.status_of(job).get(api.STATUS_CONDITIONS))
         if find(conditions, api.COND_RUNNING) is None and job_state(job) in (STATE_PENDING, api.COND_CREATED):
             self._awaiting_running.add(podlib.uid(job))
 

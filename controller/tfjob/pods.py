@@ -149,13 +149,13 @@ def build_pod(
     """The pod for replica ``index`` of ``replica_type``: upstream's name, labels, owner reference and spec. Pass
     ``tf_configs`` (built for the same job and cluster domain) when building many pods."""
     job_meta = job["metadata"]
-    replica_spec = job["spec"]["tfReplicaSpecs"][replica_type]
-    template = replica_spec.get("template") or {}
+    replica_spec = job["spec"][api.SPEC_REPLICA_SPECS][replica_type]
+    template = replica_spec.get(api.REPLICA_TEMPLATE) or {}
     template_meta = template.get("metadata") or {}
 
     pod_labels = dict(template_meta.get("labels") or {})
     pod_labels.update(replica_labels(job_meta["name"], replica_type, index, controller_name))
-    if is_master_role(list(job["spec"]["tfReplicaSpecs"]), replica_type, index):
+    if is_master_role(list(job["spec"][api.SPEC_REPLICA_SPECS]), replica_type, index):
         pod_labels[api.LABEL_JOB_ROLE] = api.JOB_ROLE_MASTER
 
     pod_meta: dict[str, Any] = {
@@ -170,7 +170,7 @@ def build_pod(
         pod_meta["finalizers"] = list(template_meta["finalizers"])
 
     pod_spec = json_copy(template.get("spec") or {})
-    pod_spec["restartPolicy"] = pod_restart_policy(replica_spec["restartPolicy"])
+    pod_spec["restartPolicy"] = pod_restart_policy(replica_spec[api.REPLICA_RESTART_POLICY])
     if tf_configs is None:
         tf_configs = tfconfig.TFConfigs(job, cluster_domain)
     tf_config = tf_configs.for_task(replica_type, index)
@@ -186,14 +186,14 @@ def build_pod(
 
 def template_sets_restart_policy(job: dict[str, Any], replica_type: str) -> bool:
     """Whether the template has its own restartPolicy (overwritten, with a Warning event)."""
-    template = job["spec"]["tfReplicaSpecs"][replica_type].get("template") or {}
+    template = job["spec"][api.SPEC_REPLICA_SPECS][replica_type].get(api.REPLICA_TEMPLATE) or {}
     value = (template.get("spec") or {}).get("restartPolicy")
     return isinstance(value, str) and value != ""
 
 
 def service_ports(job: dict[str, Any], replica_type: str) -> list[dict[str, Any]]:
     """One port per named port of the ``tensorflow`` container, in declaration order."""
-    template = job["spec"]["tfReplicaSpecs"][replica_type].get("template") or {}
+    template = job["spec"][api.SPEC_REPLICA_SPECS][replica_type].get(api.REPLICA_TEMPLATE) or {}
     container = tfconfig.tensorflow_container(template.get("spec") or {})
     ports: list[dict[str, Any]] = []
     seen: set[Any] = set()

@@ -46,7 +46,7 @@ def _go_json(value: Any) -> str:
 
 
 def replica_specs(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    specs: dict[str, dict[str, Any]] = job["spec"]["tfReplicaSpecs"]  # a validated job's shape
+    specs: dict[str, dict[str, Any]] = job["spec"][api.SPEC_REPLICA_SPECS]  # a validated job's shape
     return specs
 
 
@@ -55,20 +55,20 @@ def replicas_of(job: dict[str, Any], replica_type: str) -> int:
     replica_spec = replica_specs(job).get(replica_type)
     if replica_spec is None:
         return 0
-    replicas: int = replica_spec.get("replicas", api.DEFAULT_REPLICAS)
+    replicas: int = replica_spec.get(api.REPLICA_REPLICAS, api.DEFAULT_REPLICAS)
     return replicas
 
 
 def is_distributed(job: dict[str, Any]) -> bool:
     """A dynamic-worker job always; any other job when it has more (or fewer) than exactly one replica
     in total over the known types (upstream's rule)."""
-    if job["spec"].get("enableDynamicWorker") is True:
+    if job["spec"].get(api.SPEC_ENABLE_DYNAMIC_WORKER) is True:
         return True
     specs = replica_specs(job)
     total = 0
     for replica_type in api.REPLICA_TYPES:
         if replica_type in specs:
-            replicas = specs[replica_type].get("replicas")
+            replicas = specs[replica_type].get(api.REPLICA_REPLICAS)
             total += 1 if replicas is None else replicas
     return total != 1
 
@@ -84,7 +84,7 @@ def tensorflow_container(pod_spec: dict[str, Any]) -> dict[str, Any] | None:
 
 def replica_port(job: dict[str, Any], replica_type: str) -> int:
     """The ``tfjob-port`` containerPort of the type's ``tensorflow`` container (default 2222)."""
-    template = replica_specs(job)[replica_type].get("template") or {}
+    template = replica_specs(job)[replica_type].get(api.REPLICA_TEMPLATE) or {}
     container = tensorflow_container(template.get("spec") or {})
     if container is not None:
         for port in container.get("ports") or []:
@@ -126,7 +126,7 @@ class TFConfigs:
         self.job = job
         self.cluster_domain = cluster_domain
         self.distributed = is_distributed(job)
-        self.sparse = job["spec"].get("enableDynamicWorker") is True
+        self.sparse = job["spec"].get(api.SPEC_ENABLE_DYNAMIC_WORKER) is True
         self._dense_cluster: str | None = None
         self._ps_list: str | None = None
 

@@ -117,19 +117,19 @@ def validate_pod_count(job: Any, max_pods: int) -> list[FieldError]:
     :func:`validate` accepted; never raises on any other input either.
     """
     spec = job.get("spec") if isinstance(job, dict) else None
-    specs = spec.get("tfReplicaSpecs") if isinstance(spec, dict) else None
+    specs = spec.get(api.SPEC_REPLICA_SPECS) if isinstance(spec, dict) else None
     if not isinstance(specs, dict):
         return []
     total = 0
     for replica_spec in specs.values():
-        replicas = replica_spec.get("replicas") if isinstance(replica_spec, dict) else None
+        replicas = replica_spec.get(api.REPLICA_REPLICAS) if isinstance(replica_spec, dict) else None
         total += replicas if _is_int(replicas) and replicas > 0 else (api.DEFAULT_REPLICAS if replicas is None else 0)
     if total <= max_pods:
         return []
     return [
         FieldError(
             FORBIDDEN,
-            "spec.tfReplicaSpecs",
+            f"spec.{api.SPEC_REPLICA_SPECS}",
             f"the job asks for {total} pods in total, more than this controller's limit of "
             f"{max_pods} pods per job (--max-pods-per-job)",
         )
@@ -146,16 +146,16 @@ def validate(job: Any) -> list[FieldError]:
     if not isinstance(spec, dict):
         errors.append(FieldError(REQUIRED, "spec", "must be an object"))
         return errors
-    _validate_replica_specs(spec.get("tfReplicaSpecs"), errors)
+    _validate_replica_specs(spec.get(api.SPEC_REPLICA_SPECS), errors)
     if not errors:
-        _validate_generated_names(job["metadata"]["name"], spec["tfReplicaSpecs"], errors)
-    _validate_run_policy(spec.get("runPolicy"), errors)
-    success_policy = spec.get("successPolicy")
+        _validate_generated_names(job["metadata"]["name"], spec[api.SPEC_REPLICA_SPECS], errors)
+    _validate_run_policy(spec.get(api.SPEC_RUN_POLICY), errors)
+    success_policy = spec.get(api.SPEC_SUCCESS_POLICY)
     if success_policy is not None and success_policy not in api.SUCCESS_POLICIES:
-        errors.append(_not_supported("spec.successPolicy", success_policy, api.SUCCESS_POLICIES))
-    dynamic = spec.get("enableDynamicWorker")
+        errors.append(_not_supported(f"spec.{api.SPEC_SUCCESS_POLICY}", success_policy, api.SUCCESS_POLICIES))
+    dynamic = spec.get(api.SPEC_ENABLE_DYNAMIC_WORKER)
     if dynamic is not None and not isinstance(dynamic, bool):
-        errors.append(FieldError(INVALID, "spec.enableDynamicWorker", "must be a boolean", dynamic))
+        errors.append(FieldError(INVALID, f"spec.{api.SPEC_ENABLE_DYNAMIC_WORKER}", "must be a boolean", dynamic))
     _validate_workers_to_delete(spec.get(api.SPEC_WORKERS_TO_DELETE), dynamic is True, errors)
     return errors
 
@@ -214,7 +214,7 @@ def _validate_generated_names(name: str, replica_specs: dict[str, Any], errors: 
     limit = api.MAX_GENERATED_NAME_LENGTH
     longest = ""
     for key, replica_spec in replica_specs.items():
-        replicas = replica_spec.get("replicas")
+        replicas = replica_spec.get(api.REPLICA_REPLICAS)
         count = api.DEFAULT_REPLICAS if replicas is None else replicas
         if count > 0:
             generated = general_name(name, key, count - 1)
@@ -235,7 +235,7 @@ def _validate_generated_names(name: str, replica_specs: dict[str, Any], errors: 
 
 
 def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> None:
-    field = "spec.tfReplicaSpecs"
+    field = f"spec.{api.SPEC_REPLICA_SPECS}"
     if replica_specs is None:
         errors.append(FieldError(REQUIRED, field, "must be required"))
         return
@@ -261,28 +261,35 @@ def _validate_replica_specs(replica_specs: Any, errors: list[FieldError]) -> Non
 
 
 def _validate_replica_spec(field: str, replica_spec: Any, errors: list[FieldError]) -> None:
-    containers_field = f"{field}.template.spec.containers"
+    containers_field = f"{field}.{api.REPLICA_TEMPLATE}.spec.containers"
     if not isinstance(replica_spec, dict):
         errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
         return
-    replicas = replica_spec.get("replicas")
+    replicas = replica_spec.get(api.REPLICA_REPLICAS)
     if replicas is not None:
         if not _is_int(replicas):
-            errors.append(FieldError(INVALID, f"{field}.replicas", "must be an integer", replicas))
+            errors.append(FieldError(INVALID, f"{field}.{api.REPLICA_REPLICAS}", "must be an integer", replicas))
         elif replicas < 0:
-            errors.append(FieldError(INVALID, f"{field}.replicas", "must be greater than or equal to 0", replicas))
+            errors.append(
+                FieldError(INVALID, f"{field}.{api.REPLICA_REPLICAS}", "must be greater than or equal to 0", replicas)
+            )
         elif replicas > api.MAX_REPLICAS:
             errors.append(
-                FieldError(INVALID, f"{field}.replicas", f"must be less than or equal to {api.MAX_REPLICAS}", replicas)
+                FieldError(
+                    INVALID,
+                    f"{field}.{api.REPLICA_REPLICAS}",
+                    f"must be less than or equal to {api.MAX_REPLICAS}",
+                    replicas,
+                )
             )
-    restart_policy = replica_spec.get("restartPolicy")
+    restart_policy = replica_spec.get(api.REPLICA_RESTART_POLICY)
     if restart_policy not in (None, "") and restart_policy not in api.RESTART_POLICIES:
-        errors.append(_not_supported(f"{field}.restartPolicy", restart_policy, api.RESTART_POLICIES))
-    template = replica_spec.get("template")
+        errors.append(_not_supported(f"{field}.{api.REPLICA_RESTART_POLICY}", restart_policy, api.RESTART_POLICIES))
+    template = replica_spec.get(api.REPLICA_TEMPLATE)
     if not isinstance(template, dict):
         errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
         return
-    _validate_template_metadata(f"{field}.template.metadata", template.get("metadata"), errors)
+    _validate_template_metadata(f"{field}.{api.REPLICA_TEMPLATE}.metadata", template.get("metadata"), errors)
     pod_spec = template.get("spec")
     if not isinstance(pod_spec, dict):
         errors.append(FieldError(REQUIRED, containers_field, "must be specified"))
@@ -363,16 +370,16 @@ def _validate_ports(field: str, ports: Any, errors: list[FieldError]) -> None:
 
 
 def _validate_run_policy(run_policy: Any, errors: list[FieldError]) -> None:
-    field = "spec.runPolicy"
+    field = f"spec.{api.SPEC_RUN_POLICY}"
     if run_policy is None:
         return
     if not isinstance(run_policy, dict):
         errors.append(FieldError(INVALID, field, "must be an object", run_policy))
         return
-    clean = run_policy.get("cleanPodPolicy")
+    clean = run_policy.get(api.RUN_CLEAN_POD_POLICY)
     if clean not in (None, "") and clean not in api.CLEAN_POD_POLICIES:
-        errors.append(_not_supported(f"{field}.cleanPodPolicy", clean, api.CLEAN_POD_POLICIES))
-    for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+        errors.append(_not_supported(f"{field}.{api.RUN_CLEAN_POD_POLICY}", clean, api.CLEAN_POD_POLICIES))
+    for key in (api.RUN_TTL_SECONDS_AFTER_FINISHED, api.RUN_ACTIVE_DEADLINE_SECONDS, api.RUN_BACKOFF_LIMIT):
         value = run_policy.get(key)
         if value is None:
             continue
@@ -380,19 +387,19 @@ def _validate_run_policy(run_policy: Any, errors: list[FieldError]) -> None:
             errors.append(FieldError(INVALID, f"{field}.{key}", "must be an integer", value))
         elif value < 0:
             errors.append(FieldError(INVALID, f"{field}.{key}", "must be greater than or equal to 0", value))
-    suspend = run_policy.get("suspend")
+    suspend = run_policy.get(api.RUN_SUSPEND)
     if suspend is not None and not isinstance(suspend, bool):
-        errors.append(FieldError(INVALID, f"{field}.suspend", "must be a boolean", suspend))
-    if "managedBy" in run_policy and run_policy["managedBy"] is not None:
-        managed_by = run_policy["managedBy"]
+        errors.append(FieldError(INVALID, f"{field}.{api.RUN_SUSPEND}", "must be a boolean", suspend))
+    if run_policy.get(api.RUN_MANAGED_BY) is not None:
+        managed_by = run_policy[api.RUN_MANAGED_BY]
         if managed_by not in api.MANAGED_BY_ALLOWED:
-            errors.append(_not_supported(f"{field}.managedBy", managed_by, api.MANAGED_BY_ALLOWED))
-    scheduling = run_policy.get("schedulingPolicy")
+            errors.append(_not_supported(f"{field}.{api.RUN_MANAGED_BY}", managed_by, api.MANAGED_BY_ALLOWED))
+    scheduling = run_policy.get(api.RUN_SCHEDULING_POLICY)
     if scheduling is not None and not isinstance(scheduling, dict):
-        errors.append(FieldError(INVALID, f"{field}.schedulingPolicy", "must be an object", scheduling))
+        errors.append(FieldError(INVALID, f"{field}.{api.RUN_SCHEDULING_POLICY}", "must be an object", scheduling))
 
 
-_STATUS_TIMES = ("startTime", "completionTime", api.STATUS_LAST_RECONCILE_TIME)
+_STATUS_TIMES = (api.STATUS_START_TIME, api.STATUS_COMPLETION_TIME, api.STATUS_LAST_RECONCILE_TIME)
 
 
 def validate_status(status: Any) -> list[FieldError]:
@@ -407,17 +414,19 @@ def validate_status(status: Any) -> list[FieldError]:
     if not isinstance(status, dict):
         return [FieldError(INVALID, "status", "must be an object", status)]
     errors: list[FieldError] = []
-    conditions = status.get("conditions")
+    conditions = status.get(api.STATUS_CONDITIONS)
     if conditions is not None and not isinstance(conditions, list):
-        errors.append(FieldError(INVALID, "status.conditions", "must be a list of objects", conditions))
+        errors.append(FieldError(INVALID, f"status.{api.STATUS_CONDITIONS}", "must be a list of objects", conditions))
     for i, condition in enumerate(conditions if isinstance(conditions, list) else ()):
         if not isinstance(condition, dict):
-            errors.append(FieldError(INVALID, f"status.conditions[{i}]", "must be an object", condition))
+            errors.append(FieldError(INVALID, f"status.{api.STATUS_CONDITIONS}[{i}]", "must be an object", condition))
             continue
-        for key in ("type", "status"):
+        for key in (api.CONDITION_TYPE, api.CONDITION_STATUS):
             if not isinstance(condition.get(key), str):
                 errors.append(
-                    FieldError(INVALID, f"status.conditions[{i}].{key}", "must be a string", condition.get(key))
+                    FieldError(
+                        INVALID, f"status.{api.STATUS_CONDITIONS}[{i}].{key}", "must be a string", condition.get(key)
+                    )
                 )
     for key in _STATUS_TIMES:
         value = status.get(key)
@@ -437,15 +446,24 @@ def validate_status(status: Any) -> list[FieldError]:
                 members,
             )
         )
-    workers = dynamic.get("workers") if isinstance(dynamic, dict) else None
+    workers = dynamic.get(api.STATUS_WORKERS) if isinstance(dynamic, dict) else None
     if workers is not None and not isinstance(workers, dict):
-        errors.append(FieldError(INVALID, f"{field}.workers", "must be a map of worker index to record", workers))
+        errors.append(
+            FieldError(INVALID, f"{field}.{api.STATUS_WORKERS}", "must be a map of worker index to record", workers)
+        )
     states = ", ".join(json.dumps(s) for s in WORKER_STATES)
     for key, record in workers.items() if isinstance(workers, dict) else ():
         if parse_index(key) is None:  # what parse_worker_records drops, it reports
-            errors.append(FieldError(INVALID, f"{field}.workers", "keys must be worker indices (decimal)", key))
+            errors.append(
+                FieldError(INVALID, f"{field}.{api.STATUS_WORKERS}", "keys must be worker indices (decimal)", key)
+            )
         elif WorkerRecord.from_status(record) is None:
             errors.append(
-                FieldError(INVALID, f"{field}.workers[{key}]", f"must be an object with a state of {states}", record)
+                FieldError(
+                    INVALID,
+                    f"{field}.{api.STATUS_WORKERS}[{key}]",
+                    f"must be an object with a state of {states}",
+                    record,
+                )
             )
     return errors
