@@ -1,5 +1,6 @@
-"""The ``tfjob-controller`` command line: ``run`` (the controller), ``sim`` (a simulated cluster),
-``demo`` (the controller on an embedded simulated cluster, narrated), ``crd`` (print the CRD).
+"""The ``tfjob-controller`` command line: ``run`` (the controller), ``crd`` (print the CRD), and the commands
+other installed distributions add through the ``tfjob_controller.commands`` entry-point group (the simulated
+cluster adds ``sim`` and ``demo``; the controller's wheel and image carry none).
 
 Bad arguments and expected failures (an unreadable kubeconfig, an unreachable cluster, a port in use)
 end with one line on stderr and a non-zero exit code, never a traceback: 2 for a bad flag or
@@ -15,14 +16,13 @@ true/false. Upstream's ``CUSTOM_CLUSTER_DOMAIN`` is honoured after ``TFJOB_CONTR
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, NoReturn
+from importlib import metadata
+from typing import Any, NoReturn, Protocol
 
 import anyio
 
@@ -36,6 +36,7 @@ from controller.app import (
 from controller.ops.http import parse_addr
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.gang import SCHEDULER_NAMES, VOLCANO
+from controller.version import version
 
 ENV_PREFIX = "TFJOB_CONTROLLER_"
 
@@ -54,7 +55,7 @@ def _addr(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -64,7 +65,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _port(text: str) -> int:
+def tcp_port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -85,7 +86,7 @@ def _object_name(text: str) -> str:
     return text
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -95,31 +96,80 @@ def _positive_float(text: str) -> float:
     return value
 
 
-_scale = _positive_float  # --time-scale of sim and demo
+class CommandUnavailable(RuntimeError):
+    """A command cannot run here: something it needs is not installed or not allowed. The message is the one
+    line the user sees, after ``tfjob-controller COMMAND[ CONTEXT]:``; ``exit_code`` is the process's."""
+
+    def __init__(self, message: str, *, exit_code: int = 1, context: str = "") -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.context = context
 
 
-class SimulatorMissing(RuntimeError):
-    """``sim`` and ``demo`` were asked for, but the simulated cluster is not installed (or its extras are not)."""
+class Command(Protocol):
+    """A command another distribution adds (an entry point of :data:`COMMANDS_GROUP` names an object like this)."""
+
+    @property
+    def name(self) -> str:
+        """The sub-command's name on the command line."""
+        ...
+
+    @property
+    def help(self) -> str:
+        """One line for ``tfjob-controller --help``."""
+        ...
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Declare the command's flags on its sub-parser."""
+
+    def main(self, args: argparse.Namespace) -> int:
+        """Run the command with the parsed arguments; return the exit code, or raise :class:`CommandUnavailable`."""
+        ...
 
 
-SIM_INSTALL_HINT = "install it from a checkout with: pip install -e '.[sim]'"
+COMMANDS_GROUP = "tfjob_controller.commands"
+BUILT_IN_COMMANDS = ("run", "crd")
+# Commands that come from another distribution, and what to tell a user who asks for one that is not installed:
+# the simulated cluster is its own distribution (sim/, the [sim] extra) so that neither the controller's wheel
+# nor its image carries it.
+OPTIONAL_COMMANDS = {
+    name: "the simulated cluster is not installed{why}; install it from a checkout with: pip install -e '.[sim]'"
+    for name in ("sim", "demo")
+}
 
 
-def _simulator(module: str = "tfjob_sim") -> ModuleType:
-    """The simulator package (or one of its modules), which ships apart from the controller: its own
-    distribution (``sim/``), installed by the ``[sim]`` extra, never in the controller's wheel or image."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise SimulatorMissing(f"the simulated cluster is not installed ({exc}); {SIM_INSTALL_HINT}") from None
+@dataclass(frozen=True)
+class Extensions:
+    """The commands installed distributions add, and those whose entry point could not be loaded (with why)."""
+
+    commands: dict[str, Command]
+    broken: dict[str, str]
 
 
-def _gang_schedulers(text: str) -> tuple[str, ...]:
-    try:
-        schedulers: tuple[str, ...] = _simulator("tfjob_sim.crds").parse_schedulers(text)
-        return schedulers
-    except (SimulatorMissing, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def load_extensions() -> Extensions:
+    """Load every entry point of :data:`COMMANDS_GROUP`; one that fails to import is recorded, never raised."""
+    commands: dict[str, Command] = {}
+    broken: dict[str, str] = {}
+    for entry in metadata.entry_points(group=COMMANDS_GROUP):
+        try:
+            command = entry.load()
+        except ImportError as exc:
+            broken[entry.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        commands[entry.name] = command
+    return Extensions(commands, broken)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` asks for (the first word that is neither a global option nor its value)."""
+    takes_value = {option.flag for option in GLOBAL_OPTIONS if option.takes_value}
+    words = iter(argv)
+    for word in words:
+        if word in takes_value:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def _requests_per_second(text: str) -> float:
@@ -147,7 +197,7 @@ def _auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 _qps = _auto_or(_requests_per_second)  # --kube-api-qps
-_burst = _auto_or(_positive_int)  # --kube-api-burst
+_burst = _auto_or(positive_int)  # --kube-api-burst
 
 
 def _dns_suffix(text: str) -> str:
@@ -212,6 +262,11 @@ class Option:
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.dest.upper()
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether the flag reads the next word of the command line as its value."""
+        return self.kind != "switch"
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         env = " or ".join((self.env, *self.fallback_env))
@@ -294,7 +349,7 @@ RUN_OPTIONS = (
         "concurrent reconciles (a reconcile mostly waits on the API server, and a failover must not "
         "queue behind other jobs' work; see docs/benchmarks/profiles)",
         16,
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
     ),
     Option("--metrics-addr", "serve /metrics here", ("0.0.0.0", 8080), type=_addr, metavar="HOST:PORT"),
@@ -341,7 +396,7 @@ RUN_OPTIONS = (
         "--max-pods-per-job",
         "a job asking for more pods (all replica types together) fails validation",
         DecideConfig.max_pods_per_job,
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
     ),
     Option(
@@ -350,7 +405,7 @@ RUN_OPTIONS = (
         "and every disruption, is replaced as soon as its pod is gone): BASE seconds before the second, "
         "doubling per failure up to CAP",
         (DecideConfig.failover_backoff_base, DecideConfig.failover_backoff_cap),
-        type=_positive_float,
+        type=positive_float,
         kind="pair",
         metavar=("BASE", "CAP"),
     ),
@@ -367,14 +422,16 @@ RUN_OPTIONS = (
         "--startup-timeout",
         "give up (exit 1) when the API server cannot be reached for this many seconds at start",
         30.0,
-        type=_positive_float,
+        type=positive_float,
         metavar="SECONDS",
     ),
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extensions: Extensions | None = None) -> argparse.ArgumentParser:
+    """The whole command line: the built-in commands, and those ``extensions`` add."""
     parser = OneLineParser(prog="tfjob-controller", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     for option in GLOBAL_OPTIONS:
         option.add_to(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -388,97 +445,21 @@ def build_parser() -> argparse.ArgumentParser:
     for option in RUN_OPTIONS:
         option.add_to(run)
 
-    sim = sub.add_parser("sim", help="serve a simulated Kubernetes cluster until SIGINT/SIGTERM")
-    sim.add_argument("--port", type=_port, default=0, help="port to listen on (0 picks a free one)")
-    sim.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for the cluster here")
-    sim.add_argument("--nodes", type=_positive_int, default=3, help="Ready nodes (default 3)")
-    sim.add_argument(
-        "--time-scale",
-        type=_scale,
-        default=1.0,
-        help="multiplier of simulated durations (pod start, grace periods); default 1",
-    )
-    sim.add_argument(
-        "--secure",
-        action="store_true",
-        help="HTTPS with a generated CA, authentication (the kubeconfig's user is a cluster admin; "
-        "ServiceAccount tokens via 'kubectl create token', used with 'kubectl --token') and "
-        "RBAC authorization",
-    )
-    sim.add_argument(
-        "--podgroup-crds",
-        type=_gang_schedulers,
-        default=(),
-        metavar="SCHEDULERS",
-        help="serve these gang schedulers' CRDs and schedule their pods: a comma-separated list of "
-        "volcano (PodGroup and Queue of scheduling.volcano.sh) and scheduler-plugins (PodGroup of "
-        "scheduling.x-k8s.io); default none, as on a cluster without a gang scheduler",
-    )
-    sim.add_argument(
-        "--priority-and-fairness",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="API Priority and Fairness as kube-apiserver applies it by default: the bootstrap FlowSchemas and "
-        "PriorityLevelConfigurations, requests classified, limited and queued by priority level (429 + "
-        "Retry-After beyond), the X-Kubernetes-PF-* response headers, apiserver_flowcontrol_* on /metrics; "
-        "--no-priority-and-fairness is a server with --enable-priority-and-fairness=false",
-    )
-    sim.add_argument(
-        "--max-requests-inflight",
-        type=_positive_int,
-        default=400,
-        metavar="N",
-        help="kube-apiserver's flag: with the next one, the concurrency that API Priority and Fairness shares "
-        "among priority levels (by nominalConcurrencyShares; requests beyond a level's share queue, then get "
-        "429 + Retry-After); without APF, the limit of read-only requests at once; default 400",
-    )
-    sim.add_argument(
-        "--max-mutating-requests-inflight",
-        type=_positive_int,
-        default=200,
-        metavar="N",
-        help="kube-apiserver's flag: added to --max-requests-inflight for APF; without APF, the limit of "
-        "mutating requests at once; default 200",
-    )
-    sim.add_argument(
-        "--request-timeout",
-        type=_positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="kube-apiserver's flag: a request waits in an APF queue at most a quarter of its timeout "
-        "(this, or its own shorter timeout parameter) before its 429; default 60",
-    )
-
-    sim.add_argument(
-        "--runtime",
-        choices=("annotations", "process"),
-        default="annotations",
-        help="the simulated kubelet's containers: 'annotations' (default; nothing runs, pod annotations "
-        "steer exits and timings) or 'process' (each container's command runs as a real process in its "
-        "pod's own network namespace, with cluster DNS; needs root)",
-    )
-
-    demo = sub.add_parser("demo", help="run the controller on an embedded simulated cluster and narrate a story")
-    demo.add_argument(
-        "--time-scale",
-        type=_scale,
-        default=None,
-        help="simulated time multiplier (default 0.05; 1 with --tensorflow, whose processes take real time)",
-    )
-    demo.add_argument(
-        "--tensorflow",
-        action="store_true",
-        help="the same story with real training: examples/dynamic-workers/ as real TensorFlow processes on the "
-        "simulator's process runtime (needs root and TensorFlow: pip install -e '.[tensorflow]')",
-    )
+    for command in (extensions.commands if extensions is not None else {}).values():
+        command.add_arguments(sub.add_parser(command.name, help=command.help))
 
     sub.add_parser("crd", help="print the TFJob CustomResourceDefinition as YAML")
     return parser
 
 
-def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
-    """Parse the command line, then fill every option not given there from the environment or its default."""
-    parser = build_parser()
+def parse_args(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    extensions: Extensions | None = None,
+) -> argparse.Namespace:
+    """Parse the command line, then fill every option not given there from the environment or its default.
+    A usage error exits 2 with one line (argparse's ``SystemExit``)."""
+    parser = build_parser(extensions)
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ
     options = GLOBAL_OPTIONS + (RUN_OPTIONS if args.command == "run" else ())
@@ -501,7 +482,18 @@ def run_options(args: argparse.Namespace) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    """Run the command line; the process's exit code. Expected failures end in one line on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wanted = _command_of(argv)
+    extensions = None
+    if wanted not in BUILT_IN_COMMANDS:  # an added command, or --help / --version / nothing
+        extensions = load_extensions()
+        if wanted in OPTIONAL_COMMANDS and wanted not in extensions.commands:
+            why = extensions.broken.get(wanted)
+            message = OPTIONAL_COMMANDS[wanted].format(why=f" ({why})" if why else "")
+            print(f"tfjob-controller {wanted}: {message}", file=sys.stderr)
+            return 1
+    args = parse_args(argv, extensions=extensions)
     from controller.ops.logging import configure_logging
 
     fmt = args.log_format or ("console" if sys.stderr.isatty() else "json")
@@ -513,66 +505,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             tune_collector()
             return anyio.run(run, run_options(args))
-        if args.command in ("sim", "demo"):
-            sim = _simulator()
-            try:
-                sim.require_extra(secure=getattr(args, "secure", False))
-            except sim.MissingExtra as exc:
-                raise SimulatorMissing(str(exc)) from None
-        if args.command == "sim":
-            from tfjob_sim.serve import serve_sim
-
-            if args.runtime == "process":
-                from tfjob_sim.process.runtime import RuntimeUnavailable, check_available
-
-                try:
-                    check_available()
-                except RuntimeUnavailable as exc:
-                    print(f"tfjob-controller sim: --runtime process: {exc}", file=sys.stderr)
-                    return 2
-
-            return anyio.run(
-                serve_sim,
-                args.port,
-                args.kubeconfig,
-                args.nodes,
-                args.time_scale,
-                args.secure,
-                args.podgroup_crds,
-                args.priority_and_fairness,
-                args.max_requests_inflight,
-                args.max_mutating_requests_inflight,
-                args.request_timeout,
-                args.runtime,
-            )
-        if args.command == "demo":
-            if args.tensorflow:
-                from tfjob_sim.demo_tensorflow import demo_tensorflow, preflight
-
-                refusal = preflight()
-                if refusal is not None:
-                    print(f"tfjob-controller demo --tensorflow: {refusal[1]}", file=sys.stderr)
-                    return refusal[0]
-                return anyio.run(demo_tensorflow, args.time_scale)
-            from tfjob_sim.demo import demo
-
-            return anyio.run(demo, args.time_scale)
         if args.command == "crd":
             from controller.tfjob.crd import build_crd, to_yaml
 
             sys.stdout.write(to_yaml(build_crd()))
             return 0
+        assert extensions is not None
+        return extensions.commands[args.command].main(args)
     except KeyboardInterrupt:
         return 130
-    except SimulatorMissing as exc:
-        print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
-        return 1
+    except CommandUnavailable as exc:
+        where = f"{args.command} {exc.context}" if exc.context else args.command
+        print(f"tfjob-controller {where}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except (OSError, ValueError) as exc:
         # Expected operational failures: a missing kubeconfig, a port in use, a bad configuration value,
         # an API server that cannot be reached (controller.app.StartupError).
         print(f"tfjob-controller {args.command}: {exc}", file=sys.stderr)
         return 1
-    raise AssertionError(f"unhandled command {args.command!r}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -367,8 +367,9 @@ async def test_sim_without_its_extra_fails_at_once_with_one_line(tmp_path: Path,
     [
         (["sim", "--kubeconfig", "KC"], 1),
         (["demo"], 1),
-        # A flag whose value only the simulator can check: a usage error (exit 2), with the same hint.
-        (["sim", "--kubeconfig", "KC", "--podgroup-crds", "volcano"], 2),
+        # The flags of a command that is not installed are not read: the missing command is the one error.
+        (["sim", "--kubeconfig", "KC", "--podgroup-crds", "volcano"], 1),
+        (["--log-level", "debug", "sim", "--kubeconfig", "KC"], 1),
     ],
 )
 async def test_sim_and_demo_without_the_simulator_installed_say_how_to_install_it(
@@ -552,3 +553,30 @@ async def test_sim_limits_shrink_the_priority_levels_and_refuse_nonsense(tmp_pat
     assert rc == 2 and "argument --max-requests-inflight: must be at least 1, got 0" in only_line(err)
     rc, _, err = await run_cli("sim", "--kubeconfig", str(tmp_path / "kc2"), "--request-timeout", "-1")
     assert rc == 2 and "argument --request-timeout: must be a finite number > 0" in only_line(err)
+
+
+async def test_version_prints_the_installed_distributions_version():
+    from importlib import metadata
+
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env()
+    )
+    with anyio.fail_after(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.decode() == f"tfjob-controller {metadata.version('tfjob-controller')}\n"
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'\nversion = "{metadata.version("tfjob-controller")}"\n' in pyproject
+
+
+def test_the_simulators_commands_come_from_its_entry_points_and_the_controller_names_none(capsys):
+    from controller.cli import build_parser, load_extensions
+
+    extensions = load_extensions()
+    assert extensions.broken == {}
+    assert set(extensions.commands) == {"sim", "demo"}
+    assert build_parser(extensions).parse_args(["demo", "--time-scale", "2"]).time_scale == 2.0
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["demo"])  # without the extensions the parser has no such command
+    assert exit_.value.code == 2
+    assert "invalid choice: 'demo'" in capsys.readouterr().err

@@ -268,3 +268,128 @@ def test_no_import_circle_between_modules() -> None:
     assert not new, f"import circles: {new}"
     gone = [sorted(circle) for circle in KNOWN_CIRCLES if circle not in circles]
     assert not gone, f"{gone} is no longer a circle (or changed): update KNOWN_CIRCLES"
+
+
+# -- one-way doors ----------------------------------------------------------------------------------------------
+
+# Who may import whom, by top-level package of the importing file: the product stands alone; the simulator (and
+# its own tests) builds on the product; benchmarks build on both; only the product's tests see everything.
+FORBIDDEN_IMPORTS = {
+    "controller": ("tfjob_sim", "tests", "benchmarks"),
+    "tfjob_sim": ("tests", "benchmarks"),
+    "sim/tests": ("tests", "benchmarks"),
+    "benchmarks": ("tests",),
+    "generators": ("tfjob_sim", "tests", "benchmarks"),
+}
+WHERE = {
+    "controller": ROOT / "controller",
+    "tfjob_sim": ROOT / "sim" / "tfjob_sim",
+    "sim/tests": ROOT / "sim" / "tests",
+    "benchmarks": ROOT / "benchmarks",
+    "generators": ROOT / "generators",
+}
+DYNAMIC_IMPORTS = {"import_module", "__import__", "find_spec"}
+
+
+def imported_names(path: Path) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, by statement or by a call of importlib with a literal name (line, name);
+    relative imports name their own package, which never crosses a door."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in DYNAMIC_IMPORTS and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_imports_go_one_way_only() -> None:
+    wrong = []
+    for origin, forbidden in FORBIDDEN_IMPORTS.items():
+        files = sorted(WHERE[origin].rglob("*.py"))
+        assert files, f"no Python files under {WHERE[origin]}"
+        for path in files:
+            for line, name in imported_names(path):
+                top = name.split(".")[0]
+                if top in forbidden:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: {origin} imports {name}")
+    assert not wrong, "imports through a one-way door:\n" + "\n".join(wrong)
+
+
+def test_the_door_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import tests.waiting\nfrom tfjob_sim import store\nfrom . import sibling\n"
+        "import importlib\nimportlib.import_module('tfjob_sim.demo')\n__import__('benchmarks.scale')\n"
+    )
+    assert [name for _, name in imported_names(probe)] == [
+        "tests.waiting",
+        "tfjob_sim",
+        "importlib",
+        "tfjob_sim.demo",
+        "benchmarks.scale",
+    ]
+
+
+# -- rooms a reader can hold in mind ---------------------------------------------------------------------------
+
+SIZE_LIMITS = (
+    # (where, the most lines of one module or None, the most lines of one class)
+    (ROOT / "controller", 600, 400),
+    (ROOT / "sim" / "tfjob_sim", None, 600),
+)
+
+
+def test_no_module_or_class_is_too_large_to_read() -> None:
+    too_large = []
+    for where, module_limit, class_limit in SIZE_LIMITS:
+        for path in sorted(where.rglob("*.py")):
+            text = path.read_text()
+            lines = text.count("\n")
+            if module_limit is not None and lines > module_limit:
+                too_large.append(f"{path.relative_to(ROOT)}: {lines} lines (at most {module_limit})")
+            for node in ast.walk(ast.parse(text, str(path))):
+                if isinstance(node, ast.ClassDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > class_limit:
+                        too_large.append(
+                            f"{path.relative_to(ROOT)}: class {node.name}, {length} lines (at most {class_limit})"
+                        )
+    assert not too_large, "split by feature:\n" + "\n".join(too_large)
+
+
+# -- contracts where callers read them ----------------------------------------------------------------------
+
+CONTRACTED = (ROOT / "controller" / "runtime", ROOT / "controller" / "tfjob")
+
+
+def public_callables(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Public functions of a module and public methods of its public classes (``__init__`` is the class's)."""
+    found: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                found.append((prefix + node.name, node))
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                visit(node.body, f"{prefix}{node.name}.")
+
+    visit(tree.body, "")
+    return found
+
+
+def test_every_public_function_and_method_of_runtime_and_tfjob_has_a_contract() -> None:
+    counted = 0
+    missing = []
+    for where in CONTRACTED:
+        for path in sorted(where.rglob("*.py")):
+            for name, node in public_callables(ast.parse(path.read_text(), str(path))):
+                counted += 1
+                if not ast.get_docstring(node):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert counted > 250, f"only {counted} public functions and methods found: has the layout changed?"
+    assert not missing, f"{len(missing)} of {counted} have no docstring:\n" + "\n".join(missing)
