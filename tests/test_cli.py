@@ -555,16 +555,13 @@ async def test_sim_limits_shrink_the_priority_levels_and_refuse_nonsense(tmp_pat
     assert rc == 2 and "argument --request-timeout: must be a finite number > 0" in only_line(err)
 
 
-async def test_version_prints_the_installed_distributions_version():
+def test_version_prints_the_installed_distributions_version():
+    import subprocess
     from importlib import metadata
 
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env()
-    )
-    with anyio.fail_after(60):
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, err
-    assert out.decode() == f"tfjob-controller {metadata.version('tfjob-controller')}\n"
+    done = subprocess.run([*CLI, "--version"], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"tfjob-controller {metadata.version('tfjob-controller')}\n"
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert f'\nversion = "{metadata.version("tfjob-controller")}"\n' in pyproject
 
