@@ -68,6 +68,7 @@ def find(conditions: list[dict[str, Any]], cond_type: str) -> dict[str, Any] | N
 
 
 def is_true(conditions: list[dict[str, Any]], cond_type: str) -> bool:
+    """Whether the condition of ``cond_type`` exists with status True."""
     condition = find(conditions, cond_type)
     return condition is not None and condition.get(api.CONDITION_STATUS) == TRUE
 
@@ -78,6 +79,7 @@ def is_finished(conditions: list[dict[str, Any]]) -> bool:
 
 
 def new_condition(cond_type: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    """A fresh condition of ``cond_type`` with both timestamps at ``now``."""
     return {
         api.CONDITION_TYPE: cond_type,
         api.CONDITION_STATUS: status,

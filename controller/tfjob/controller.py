@@ -79,6 +79,7 @@ class MissingPodGroupCRD(ValueError):
 
 
 def pod_group_resource(gang: ganglib.Gang) -> Resource:
+    """The API resource of the gang scheduler's PodGroups."""
     return Resource(gang.group, gang.version, ganglib.PLURAL)
 
 
@@ -192,6 +193,7 @@ class TFJobController:
 
     @property
     def informers(self) -> list[Informer]:
+        """The informers this controller runs: jobs, pods, services and, with gang scheduling, PodGroups."""
         return [self.jobs, self.pods, self.services, *([self.pod_groups] if self.pod_groups is not None else [])]
 
     # -- event handlers: map every change to the key of the job it concerns -------------------------
@@ -272,6 +274,12 @@ class TFJobController:
     # -- reconcile --------------------------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result | None:
+        """Decide and apply one pass for the job ``key``; the Result says when to come back (a due timer, a
+        conflict on a stale cache), None when only a watch event matters. Other API errors propagate.
+
+        Nothing is done for a job that is gone, being deleted, written by another controller or still
+        waiting for its own writes to reach the caches.
+        """
         job = self.jobs.get(key)
         if job is None:
             self.expectations.forget(key)
@@ -332,6 +340,9 @@ class TFJobController:
             self.waiting_for_crd = False
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Wait for the TFJob CRD, run the informers, the event recorder and the workers until cancelled;
+        ``task_status`` is told once everything is started.
+        """
         await self.wait_for_crd()
         async with anyio.create_task_group() as tg:
             for informer in self.informers:

@@ -131,6 +131,7 @@ def quantity_schema() -> dict[str, Any]:
 
 
 def int_or_string_schema() -> dict[str, Any]:
+    """The schema of a Kubernetes IntOrString (a quantity, a port by number or name)."""
     return {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
 
 

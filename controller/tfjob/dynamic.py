@@ -53,13 +53,16 @@ class FailoverTimings(Protocol):
     """The back-off settings (DecideConfig has them; tests may shrink them)."""
 
     @property
-    def failover_backoff_base(self) -> float: ...
+    def failover_backoff_base(self) -> float:
+        """Seconds the second consecutive own failure of an index waits (doubling after)."""
 
     @property
-    def failover_backoff_cap(self) -> float: ...
+    def failover_backoff_cap(self) -> float:
+        """The longest back-off, in seconds."""
 
     @property
-    def failover_reset_after(self) -> float: ...
+    def failover_reset_after(self) -> float:
+        """Seconds of running after which an index's failover history is forgotten."""
 
 
 # --- the state persisted in status.dynamicWorkers ------------------------------------------------------
@@ -93,6 +96,7 @@ class WorkerRecord:
     exit_code: int | None = None
 
     def to_status(self) -> dict[str, Any]:
+        """The record as ``status.dynamicWorkers.workers[i]`` stores it (unset fields left out)."""
         out: dict[str, Any] = {api.WORKER_STATE: self.state, api.WORKER_FAILOVERS: self.failovers}
         if self.failures:
             out[api.WORKER_FAILURES] = self.failures
@@ -109,6 +113,7 @@ class WorkerRecord:
 
     @staticmethod
     def from_status(raw: Any) -> WorkerRecord | None:
+        """The record read back from the status, or None when ``raw`` is not a record with a known state."""
         if not isinstance(raw, dict) or raw.get(api.WORKER_STATE) not in WORKER_STATES:
             return None
 

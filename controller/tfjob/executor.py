@@ -74,7 +74,8 @@ SERVICE_KIND = "Service"
 class Recorder(Protocol):
     """Records an Event about ``obj`` without blocking (see controller.runtime.events)."""
 
-    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record one Event of ``type_`` about ``obj``; never blocks, never raises."""
 
 
 DEFAULT_MAX_CONCURRENT_WRITES = 32

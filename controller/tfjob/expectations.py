@@ -66,10 +66,12 @@ class Expectations:
         self._jobs: dict[str, _Pending] = {}
 
     def expect_create(self, job_key: str, kind: str, name: str) -> None:
+        """Expect the creation of ``kind``/``name`` for ``job_key`` to show in the cache (until the timeout)."""
         entry = _Entry(kind, self._clock() + self._timeout)
         self._jobs.setdefault(job_key, _Pending()).creates[f"{kind}/{name}"] = entry
 
     def expect_delete(self, job_key: str, uid: str, kind: str) -> None:
+        """Expect the deletion of the object ``uid`` of ``kind`` for ``job_key`` to show in the cache."""
         entry = _Entry(kind, self._clock() + self._timeout)
         self._jobs.setdefault(job_key, _Pending()).deletes[uid] = entry
 

@@ -102,6 +102,8 @@ class ForeignWriters:
     # -- the transforms: the one place managedFields are seen -------------------------------------------------
 
     def job_transform(self, inner: Transform) -> Transform:
+        """``inner`` preceded by a look at the job's managedFields for another status writer."""
+
         def transform(obj: Obj) -> Obj:
             self._job_seen(obj)
             return inner(obj)
@@ -109,6 +111,8 @@ class ForeignWriters:
         return transform
 
     def pod_transform(self, inner: Transform) -> Transform:
+        """``inner`` preceded by a look at the pod's managedFields for another creator."""
+
         def transform(obj: Obj) -> Obj:
             self._pod_seen(obj)
             return inner(obj)

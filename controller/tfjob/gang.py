@@ -84,22 +84,27 @@ class Gang:
 
     @property
     def volcano(self) -> bool:
+        """Whether the gang scheduler is Volcano (else scheduler-plugins)."""
         return self.name == VOLCANO
 
     @property
     def group(self) -> str:
+        """The API group of this scheduler's PodGroups."""
         return VOLCANO_GROUP if self.volcano else SCHEDULER_PLUGINS_GROUP
 
     @property
     def version(self) -> str:
+        """The API version (without group) of this scheduler's PodGroups."""
         return VOLCANO_VERSION if self.volcano else SCHEDULER_PLUGINS_VERSION
 
     @property
     def api_version(self) -> str:
+        """``group/version`` of this scheduler's PodGroups."""
         return f"{self.group}/{self.version}"
 
     @property
     def crd_name(self) -> str:
+        """The name of this scheduler's PodGroup CRD."""
         return f"{PLURAL}.{self.group}"
 
     @property
@@ -124,12 +129,14 @@ def _int(value: Any) -> int | None:
 
 
 def scheduling_policy(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's ``runPolicy.schedulingPolicy``, or an empty one when it is absent or not an object."""
     run_policy = job["spec"].get(api.SPEC_RUN_POLICY)
     policy = run_policy.get(api.RUN_SCHEDULING_POLICY) if isinstance(run_policy, dict) else None
     return policy if isinstance(policy, dict) else {}
 
 
 def total_replicas(job: dict[str, Any]) -> int:
+    """The replicas of every type summed (types without an int count are skipped)."""
     return sum(
         spec[api.REPLICA_REPLICAS]
         for spec in job["spec"][api.SPEC_REPLICA_SPECS].values()
@@ -358,6 +365,7 @@ def updated_pod_group(existing: dict[str, Any], spec: dict[str, Any]) -> dict[st
 
 
 def phase(pod_group: dict[str, Any] | None) -> str:
+    """The PodGroup's ``status.phase``, "" when there is none (a group nobody admitted yet)."""
     status = pod_group.get("status") if isinstance(pod_group, dict) else None
     value = status.get("phase") if isinstance(status, dict) else None
     return value if isinstance(value, str) else ""

@@ -209,6 +209,7 @@ class TFJobMetrics:
     # -- recording ---------------------------------------------------------------------------------------
 
     def inc(self, metric: MetricInc) -> None:
+        """Count one ``metric``; KeyError for an unknown metric, ValueError for labels it does not take."""
         counter = self._counters.get(metric.name)
         if counter is None:
             raise KeyError(f"unknown TFJob metric {metric.name!r}")
@@ -223,12 +224,14 @@ class TFJobMetrics:
         self._record(labels["job_namespace"], counter.labels(**labels).inc)
 
     def observe_failover(self, namespace: str, reason: str, seconds: float) -> None:
+        """Observe one failover's duration (negative clamps to 0); ValueError for an unknown reason."""
         if reason not in FAILOVER_REASONS:
             raise ValueError(f"failover reason {reason!r} is not one of {FAILOVER_REASONS}")
         observe = self.failover_seconds.labels(namespace, reason).observe
         self._record(namespace, lambda: observe(max(0.0, seconds)))
 
     def observe_time_to_running(self, namespace: str, seconds: float) -> None:
+        """Observe how long a job took to run (negative clamps to 0)."""
         observe = self.time_to_running.labels(namespace).observe
         self._record(namespace, lambda: observe(max(0.0, seconds)))
 

@@ -280,6 +280,7 @@ class JobObserver(Collector):
     # -- the collector ----------------------------------------------------------------------------------------
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The gauge families this collector reports (empty of samples)."""
         yield from self._families()
 
     def _families(self) -> list[GaugeMetricFamily]:
@@ -292,6 +293,7 @@ class JobObserver(Collector):
         ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The jobs' gauges from the cache now; nothing before the cache has synced."""
         if not self.jobs.has_synced():
             return  # a standby (or a replica still listing) knows nothing about jobs: report nothing
         now, tick = self._wall(), self._monotonic()

@@ -30,24 +30,29 @@ def _list(value: Any) -> list[Any]:
 
 
 def metadata(obj: Any) -> dict[str, Any]:
+    """The object's ``metadata`` if it is an object, else an empty one."""
     return _dict(_dict(obj).get("metadata"))
 
 
 def labels(obj: Any) -> dict[str, Any]:
+    """The object's labels if they are an object, else an empty one."""
     return _dict(metadata(obj).get("labels"))
 
 
 def name(obj: Any) -> str | None:
+    """The object's name, or None when it has no usable one."""
     value = metadata(obj).get("name")
     return value if isinstance(value, str) and value else None
 
 
 def uid(obj: Any) -> str:
+    """The object's uid, "" when it has none."""
     value = metadata(obj).get("uid")
     return value if isinstance(value, str) else ""
 
 
 def namespace(obj: Any) -> str:
+    """The object's namespace, "" when it has none."""
     value = metadata(obj).get("namespace")
     return value if isinstance(value, str) else ""
 
@@ -59,6 +64,7 @@ def status_of(obj: Any) -> dict[str, Any]:
 
 # --- naming and labels ---------------------------------------------------------------------------
 def job_name_label_value(job_name: str) -> str:
+    """The job-name label value of a job (``/`` cannot appear in a label value)."""
     return job_name.replace("/", "-")
 
 
@@ -95,6 +101,7 @@ def is_master_role(replica_types: list[str] | tuple[str, ...], replica_type: str
 
 
 def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    """The controlling ownerReference that makes the job own a pod, service or PodGroup."""
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
@@ -115,6 +122,7 @@ def controller_uid(obj: Any) -> str | None:
 
 
 def replica_type_label(obj: Any) -> str | None:
+    """The replica-type label (lower case type) of a pod or service, or None."""
     value = labels(obj).get(api.LABEL_REPLICA_TYPE)
     return value if isinstance(value, str) else None
 
@@ -235,10 +243,12 @@ def build_service(
 
 # --- facts about an existing pod -----------------------------------------------------------------
 def is_terminating(obj: Any) -> bool:
+    """Whether the object has a deletionTimestamp (it is going)."""
     return metadata(obj).get("deletionTimestamp") is not None
 
 
 def phase(pod: Any) -> str:
+    """The pod's phase, "" when it has none."""
     value = status_of(pod).get("phase")
     return value if isinstance(value, str) else ""
 

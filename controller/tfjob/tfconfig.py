@@ -46,6 +46,7 @@ def _go_json(value: Any) -> str:
 
 
 def replica_specs(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``spec.tfReplicaSpecs`` of a validated job."""
     specs: dict[str, dict[str, Any]] = job["spec"][api.SPEC_REPLICA_SPECS]  # a validated job's shape
     return specs
 
@@ -100,6 +101,7 @@ def general_name(job_name: str, replica_type: str, index: int) -> str:
 
 
 def address(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str:
+    """``<name>.<namespace>.svc[.<cluster_domain>]:<port>`` of replica ``index`` of ``replica_type``."""
     metadata = job["metadata"]
     host = f"{general_name(metadata['name'], replica_type, index)}.{metadata['namespace']}.svc"
     if cluster_domain:

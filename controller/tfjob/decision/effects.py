@@ -74,11 +74,12 @@ def decision(
 
 
 def only_workers_leave(effects: Effects, membership: Membership | None) -> bool:
-    """Whether this pass, in which workers leave a dynamic job, does nothing but scale-down removals (and the
-    PodGroup's new size): then its status (the members that stay) is written before the removals
-    (Decision.status_first). A pass that also replaces, restarts, creates or finishes writes its status
-    last, as every other pass: written first, it would record (and report) those as done before they are
-    sent, and a failed send would count them twice."""
+    """Whether this pass, in which workers leave a dynamic job, does nothing but scale-down removals (and
+    the PodGroup's new size): then its status (the members that stay) is written first (Decision.status_first).
+
+    A pass that also replaces, restarts, creates or finishes writes its status last, as every other pass:
+    written first, it would record (and report) those as done before they are sent, and a failed send would
+    count them twice."""
     if membership is None or not membership.leaving:
         return False
     return (

@@ -30,10 +30,12 @@ class Limit:
 
 
 def backoff_exceeded(inp: PassInput) -> bool:
-    """Upstream's back-off rule (quirk Q5 kept): with ``backoffLimit: 0`` a new Failed pod while not all
-    replicas are active fails the job; otherwise the sum of container restartCounts of Running pods of
-    OnFailure/Always/ExitCode types must stay below the limit. A dynamic job's Worker pods are excluded:
-    workers have their own per-index back-off and never fail the job. False without a limit."""
+    """Whether the job went past its ``backoffLimit`` (False without one), by upstream's rule (quirk Q5 kept).
+
+    With ``backoffLimit: 0`` a new Failed pod while not all replicas are active fails the job; otherwise the
+    sum of container restartCounts of Running pods of OnFailure/Always/ExitCode types must stay below the
+    limit. A dynamic job's Worker pods are excluded: workers have their own per-index back-off and never
+    fail the job."""
     limit = int_or_none(inp.run_policy.get(api.RUN_BACKOFF_LIMIT))
     if limit is None:
         return False
