@@ -38,9 +38,9 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         # Calls below the level return at once: with stdlib's BoundLogger every call ran the whole
-        # processor chain (timestamp, level, context) before the stdlib logger dropped it, ~9 us each --
-        # a create's "created pod" info line and a dropped event's debug line in every burst
-        # (docs/benchmarks/profiles/README.md).
+        # processor chain (timestamp, level, context) before the stdlib logger dropped it -- a create's
+        # "created pod" info line and a dropped event's debug line in every burst (the cost per call is in
+        # docs/benchmarks/profiles/README.md).
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         cache_logger_on_first_use=True,
     )

@@ -2,25 +2,8 @@
 
 Why: reconciles read the world from here, never from the apiserver, so lookups must be O(1) by key and
 cheap by index ("all pods of this namespace", "all pods whose controller is owner UID X"), and the memory
-per cached object must stay small — a controller may cache tens of thousands of pods.
-
-Contract:
-
-- Keys are ``namespace/name`` (cluster-scoped objects: ``name``), see :func:`object_key`.
-- Objects are **shared, not copied**: ``get``/``list``/``by_index`` hand out the cached dicts themselves.
-  Callers must never mutate them (``copy.deepcopy`` first if you need to edit one). Mutating a cached
-  object corrupts the cache and its indices silently.
-- Indices are updated together with the store on every ``put``/``delete``/``replace``; index functions
-  must be pure functions of the object (the old object's values are recomputed on removal).
-- The built-in ``"namespace"`` index is always present; :func:`controller_owner_uid_index` and custom
-  index functions are added by name. An index function returns the values an object is indexed under
-  (possibly none).
-- Single-threaded: the indexer is used from the event loop only (no locks).
-
-Also here: :class:`DeletedFinalStateUnknown` (the tombstone of a deletion the informer did not see) and
-the transforms: :func:`default_transform` (= :func:`strip_managed_fields`: drops the fields no controller
-reads), :func:`intern_transform` and :func:`compact_transform` (also share repeated strings, for
-memory-bound deployments).
+per cached object must stay small — a controller may cache tens of thousands of pods. Also here: the
+tombstone of a deletion the informer did not see, and the transforms that keep cached objects small.
 """
 
 from __future__ import annotations
@@ -131,7 +114,14 @@ def controller_owner_uid_index(obj: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 class Indexer:
-    """Key → object store with secondary indices. See the module docstring for the contract."""
+    """Key → object store with secondary indices, used from the event loop only (no locks).
+
+    Keys are ``namespace/name`` (cluster-scoped: ``name``; :func:`object_key`). Objects are **shared, not
+    copied**: reads hand out the cached dicts themselves, and a caller that mutates one corrupts the cache
+    and its indices silently (``copy.deepcopy`` first). Indices change with the store on every write; an
+    index function must be a pure function of the object returning the values it is indexed under (maybe
+    none). The built-in ``"namespace"`` index is always present; others are added by name.
+    """
 
     __slots__ = ("_items", "_index_funcs", "_indices")
 
@@ -147,6 +137,7 @@ class Indexer:
     # -- reads ------------------------------------------------------------------------------------------
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The object stored at ``key`` (shared: do not mutate), else None."""
         return self._items.get(key)
 
     def __contains__(self, key: object) -> bool:
@@ -159,12 +150,15 @@ class Indexer:
         return iter(self._items)
 
     def keys(self) -> list[str]:
+        """Every key, in a new list."""
         return list(self._items)
 
     def list(self) -> list[dict[str, Any]]:
+        """Every object, in a new list of the shared objects (do not mutate them)."""
         return list(self._items.values())
 
     def index_names(self) -> builtins.list[str]:
+        """The names of the indices, ``"namespace"`` first."""
         return list(self._index_funcs)
 
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
@@ -260,8 +254,7 @@ def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """The informer's default transform: drop ``metadata.managedFields`` and the
     ``kubectl.kubernetes.io/last-applied-configuration`` annotation, in place (idempotent).
 
-    These are the largest fields of a typical object (~25 % of a pod's cached bytes) and no controller
-    logic reads them.
+    These are the largest fields of a typical object and no controller logic reads them.
     """
     meta = obj.get("metadata")
     if isinstance(meta, dict):
@@ -287,9 +280,8 @@ def intern_transform(obj: dict[str, Any]) -> dict[str, Any]:
     """:func:`strip_managed_fields`, then intern the metadata strings many objects share (namespace,
     generateName, label and annotation values, ownerReference fields), in place (idempotent).
 
-    The trade-off, measured by benchmarks/informer_bench.py on TFJob worker pods: ~5 % fewer cached
-    bytes per pod for ~3 µs more per event (about 15 % of the informer's per-event cost) — worth it when
-    memory, not event throughput, is the constraint.
+    The trade-off: fewer cached bytes per pod for more CPU per event (both measured in
+    docs/benchmarks/informer.md) — worth it when memory, not event throughput, is the constraint.
     """
     strip_managed_fields(obj)
     meta = obj.get("metadata")
@@ -331,8 +323,8 @@ _SHARED_CONTAINER_FIELDS = ("name", "image", "imagePullPolicy", "terminationMess
 
 def compact_transform(obj: dict[str, Any]) -> dict[str, Any]:
     """:func:`intern_transform` plus interning of the shared scalar fields of ``spec`` and of each
-    container (nodeName, image, policies, ...): the smallest cache, for memory-bound deployments
-    (another ~7 % fewer bytes per pod, another ~3 µs per event)."""
+    container (nodeName, image, policies, ...): the smallest cache and the slowest transform, for
+    memory-bound deployments (docs/benchmarks/informer.md)."""
     intern_transform(obj)
     spec = obj.get("spec")
     if type(spec) is dict:

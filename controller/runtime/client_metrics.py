@@ -1,36 +1,12 @@
 """Prometheus metrics of the API client, the informers and leader election.
 
-Why a module of its own: the names, labels and buckets are a contract with dashboards and alerts (the
-names client-go and controller-runtime export, e.g. ``rest_client_requests_total``,
-``leader_election_master_status``), so they are defined once, here, and the code
-that records them only calls small methods.
-
-Contract:
-
-- Every metric family is registered at most once per ``CollectorRegistry`` (a per-registry cache), so any
-  number of clients/informers/electors can share one registry and differ by labels only.
-- ``registry=None`` means "no metrics": the ``for_registry`` constructors then return a null recorder with
-  the same methods that does nothing, so hot paths never test for ``None``.
-- Families (all exposed with the ``_total`` suffix where counters):
-
-  ========================================  =========  =====================  ================================
-  name                                      type       labels                 meaning
-  ========================================  =========  =====================  ================================
-  rest_client_requests_total                counter    code, method, host     one per HTTP attempt; code
-                                                                              ``"<error>"`` without a response
-  rest_client_request_duration_seconds      histogram  verb, host             attempt latency up to headers
-  rest_client_request_retries_total         counter    code, verb, host       attempts that were retried
-  rest_client_rate_limiter_duration_seconds histogram  verb, host             wait on the client-side limit,
-                                                                              per request while one applies
-  informer_watch_restarts_total             counter    resource, reason       watch re-established (no relist)
-  informer_relists_total                    counter    resource, reason       full lists (``initial`` first)
-  informer_events_total                     counter    resource, type         watch events incl. BOOKMARK
-  informer_last_event_timestamp_seconds     gauge      resource               wall time of the last event or
-                                                                              bookmark; "seconds since" in
-                                                                              Grafana is ``time() - value``
-  informer_cache_objects                    gauge      resource               objects in the cache
-  leader_election_master_status             gauge      name                   1 while leading, else 0
-  ========================================  =========  =====================  ================================
+Why a module of its own: the names, labels and buckets are a contract with dashboards and alerts (the names
+client-go and controller-runtime export, e.g. ``rest_client_requests_total``,
+``leader_election_master_status``; the full list with meanings is docs/metrics.md), so they are defined once,
+here, and the code that records them only calls small methods. Each family is registered at most once per
+``CollectorRegistry``, so any number of clients, informers and electors share one registry and differ by
+labels only. ``registry=None`` means no metrics: ``for_registry`` then returns a null recorder with the same
+methods, so hot paths never test for ``None``.
 """
 
 from __future__ import annotations
@@ -129,14 +105,17 @@ class RestClientMetrics:
                 self._retries.labels(code=code, verb=method, host=host)
 
         # Label children by (method, code): ``labels()`` costs a lock and a tuple build per call, on
-        # every request (measured: ~1 % of the controller's CPU during a burst).
+        # every request.
         self._observe_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None, host: str) -> RestClientMetrics:
+        """The recorder of the client of ``host`` in ``registry``; a recorder that records nothing when None."""
         return cls(registry, host) if registry is not None else _NullRestClientMetrics()  # type: ignore[return-value]
 
     def observe(self, method: str, code: str, seconds: float) -> None:
+        """Count one HTTP attempt by ``code`` (``"<error>"`` without a response) and record its latency
+        up to the response headers (the body too for non-watch requests)."""
         children = self._observe_children.get((method, code))
         if children is None:
             children = (
@@ -148,9 +127,11 @@ class RestClientMetrics:
         children[1].observe(seconds)
 
     def retried(self, method: str, code: str) -> None:
+        """Count one attempt that failed with ``code`` and is being retried."""
         self._retries.labels(code=code, verb=method, host=self.host).inc()
 
     def throttled(self, method: str, seconds: float) -> None:
+        """Record one wait on the client-side limit (made only while a bucket applies)."""
         self._throttle.labels(verb=method, host=self.host).observe(seconds)
 
 
@@ -238,24 +219,30 @@ class InformerMetrics:
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None, resource: str) -> InformerMetrics:
+        """The recorder of the informer of ``resource``; a recorder that records nothing when None."""
         return cls(registry, resource) if registry is not None else _NullInformerMetrics()  # type: ignore[return-value]
 
     def watch_restart(self, reason: str) -> None:
+        """Count a watch re-established without a relist (a reason of ``WATCH_RESTART_REASONS``)."""
         self._restarts.labels(resource=self.resource, reason=reason).inc()
 
     def relist(self, reason: str) -> None:
+        """Count a full list begun (a reason of ``RELIST_REASONS``; ``initial`` first)."""
         self._relists.labels(resource=self.resource, reason=reason).inc()
 
     def events(self, event_type: str, count: int) -> None:
+        """Count ``count`` watch events of ``event_type`` (bookmarks included; any type is accepted)."""
         child = self._events.get(event_type)
         if child is None:
             child = self._events_family.labels(resource=self.resource, type=event_type)
         child.inc(count)
 
     def last_event(self, unix_time: float) -> None:
+        """Set the wall time of the last event, bookmark or list (Grafana's "seconds since" is ``time() - value``)."""
         self._last.set(unix_time)
 
     def cache_objects(self, count: int) -> None:
+        """Set the number of objects in the informer's cache."""
         self._objects.set(count)
 
 
@@ -298,9 +285,11 @@ class LeaderElectionMetrics:
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None, name: str) -> LeaderElectionMetrics:
+        """The recorder of lease ``name`` (its gauge starts at 0); a recorder that records nothing when None."""
         return cls(registry, name) if registry is not None else _NullLeaderElectionMetrics()  # type: ignore[return-value]
 
     def leading(self, is_leading: bool) -> None:
+        """Set the gauge: 1 while this process leads, else 0."""
         self._status.set(1 if is_leading else 0)
 
 

@@ -1,18 +1,8 @@
-"""Time source for the work queue, the rate limiters and the runner.
+"""Time source for the work queue, the rate limiters, the back-off and the runner.
 
-Why this exists: every time-dependent decision in the controller machinery (backoff delays, token-bucket
-refills, delayed adds, queue/work durations in metrics) reads time through a :class:`Clock`, so tests can
-replace real time with a :class:`FakeClock` and pin the arithmetic exactly instead of sleeping.
-
-Contract:
-
-- ``now()`` returns monotonic seconds (an arbitrary origin; only differences are meaningful).
-- ``await sleep_until(deadline)`` returns once ``now() >= deadline``; it returns immediately (after one
-  scheduling checkpoint) when the deadline has already passed, and it is cancellable.
-
-:class:`MonotonicClock` is real time (``time.monotonic``, which is also the asyncio loop's clock).
-:class:`FakeClock` only moves when a test calls :meth:`FakeClock.advance`; advancing wakes every sleeper
-whose deadline has been reached. It must be used from the event-loop thread.
+Why: every time-dependent decision in the controller machinery (back-off delays, token-bucket refills,
+delayed adds, queue/work durations in metrics) reads time through a :class:`Clock`, so tests can replace real
+time with a :class:`FakeClock` and pin the arithmetic exactly instead of sleeping.
 """
 
 from __future__ import annotations
@@ -29,11 +19,11 @@ class Clock(Protocol):
     """Monotonic time plus the ability to sleep until a point in that time."""
 
     def now(self) -> float:
-        """Monotonic seconds."""
+        """Monotonic seconds from an arbitrary origin (only differences are meaningful)."""
         ...
 
     async def sleep_until(self, deadline: float) -> None:
-        """Return once ``now() >= deadline``; cancellable."""
+        """Return once ``now() >= deadline`` (after one scheduling checkpoint if it already is); cancellable."""
         ...
 
 
@@ -41,9 +31,11 @@ class MonotonicClock:
     """Real time: ``time.monotonic`` and anyio sleeps."""
 
     def now(self) -> float:
+        """``time.monotonic()``, the asyncio loop's own clock."""
         return time.monotonic()
 
     async def sleep_until(self, deadline: float) -> None:
+        """Sleep until ``deadline`` on ``time.monotonic``; a past deadline still yields once. Cancellable."""
         # anyio.sleep(0) is still a checkpoint, so a past deadline yields once like FakeClock does.
         await anyio.sleep(max(0.0, deadline - time.monotonic()))
 
@@ -65,6 +57,7 @@ class FakeClock:
         self._sleepers: list[tuple[float, anyio.Event]] = []
 
     def now(self) -> float:
+        """The fake time: ``start`` plus every :meth:`advance` so far."""
         return self._now
 
     def advance(self, seconds: float) -> None:
@@ -78,6 +71,8 @@ class FakeClock:
             event.set()
 
     async def sleep_until(self, deadline: float) -> None:
+        """Wait until an :meth:`advance` reaches ``deadline`` (one checkpoint if it already has); cancellable.
+        Use from the event-loop thread only."""
         if deadline <= self._now:
             await anyio.lowlevel.checkpoint()
             return

@@ -4,18 +4,9 @@ Why: a controller's decisions hinge on *which* error came back (404 → already 
 our earlier create landed, 409 Conflict → re-read and retry, 410 → relist, 429 → back off for
 ``Retry-After``). Code that catches ``ApiError`` and compares ``status`` integers everywhere gets those
 distinctions wrong, so this module maps every response onto one small class hierarchy, in one place, the
-way apimachinery's ``errors.IsNotFound`` & co. classify a ``Status``.
-
-Contract:
-
-- :func:`error_from_response` turns any non-2xx response (JSON ``Status`` body, plain-text body such as
-  ``404 page not found`` or the API Priority and Fairness ``429``, or garbage) into exactly one
-  :class:`ApiError` subclass. It never raises while doing so.
-- :func:`error_from_status` does the same for the ``Status`` object of a watch ``ERROR`` event.
-- ``retry_after`` is the server's ``Retry-After`` header (seconds) or ``details.retryAfterSeconds``;
-  ``None`` when the server gave neither.
-- Failures below HTTP (connection refused/reset, TLS, a stalled stream) are :class:`TransportError`,
-  never an ``ApiError``: there is no status to classify.
+way apimachinery's ``errors.IsNotFound`` & co. classify a ``Status``. Failures below HTTP (connection
+refused/reset, TLS, a stalled stream) are :class:`TransportError`, never an ``ApiError``: there is no status
+to classify.
 """
 
 from __future__ import annotations
@@ -63,8 +54,8 @@ class ApiError(KubeClientError):
     """The apiserver answered with a non-2xx status (or a watch ``ERROR`` event).
 
     Attributes mirror ``metav1.Status``: ``status`` (HTTP code), ``reason`` (e.g. ``"NotFound"``; ``""``
-    when the server sent none), ``message``, ``details`` (dict, possibly empty), ``retry_after``
-    (seconds or ``None``) and ``body`` (the decoded Status dict, ``None`` for a plain-text body).
+    when the server sent none), ``message``, ``details`` (dict, possibly empty), ``retry_after`` (the
+    ``Retry-After`` header or ``details.retryAfterSeconds``, in seconds; ``None`` without either) and ``body`` (the decoded Status dict, ``None`` for a plain-text body).
     """
 
     def __init__(
@@ -251,7 +242,8 @@ def _parse_retry_after(value: str | None) -> float | None:
 
 
 def error_from_status(status_obj: Mapping[str, Any], retry_after_header: str | None = None) -> ApiError:
-    """Classify a decoded ``Status`` object (an error response body or a watch ``ERROR`` event's object)."""
+    """Classify a decoded ``Status`` object (an error response body or a watch ``ERROR`` event's object)
+    into exactly one :class:`ApiError` subclass; never raises."""
     code = status_obj.get("code")
     status = code if isinstance(code, int) else 500
     reason = status_obj.get("reason") or ""
@@ -272,7 +264,8 @@ def error_from_status(status_obj: Mapping[str, Any], retry_after_header: str | N
 
 
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> ApiError:
-    """Classify a non-2xx HTTP response from its code, raw body and headers.
+    """Classify a non-2xx HTTP response from its code, raw body and headers into exactly one
+    :class:`ApiError` subclass; never raises, whatever the body.
 
     A JSON ``Status`` body is authoritative for reason/message/details (its ``code`` is overridden by the
     HTTP status, which is what actually happened on the wire). Anything else — plain text such as

@@ -1,38 +1,12 @@
 """Kubernetes Events for the objects a controller manages (client-go's ``record`` package, small).
 
-Events are how users learn *why* something happened (``kubectl describe``), so every recorded
-event is written as a core/v1 Event whose involvedObject is the object. But an event is never
-worth delaying the work it describes: a reconcile that creates a job's pods must not wait for the
-Events that say so, and a failover must not queue behind a thousand of them. So, as client-go's
-recorder does, recording and writing are apart:
-
-Contract:
-
-- :meth:`EventRecorder.record` never blocks, never raises and does no I/O. It correlates the
-  event as client-go's ``EventCorrelator`` does and queues at most one write per Event object:
-
-  * an exact repeat (same object, type, reason, message) becomes a ``count`` increment of the
-    Event already written (one PATCH), and repeats of a write still queued are merged into it;
-  * when more than ``aggregate_max_events`` distinct messages of the same (object, type, reason)
-    occur within ``aggregate_interval`` seconds, later ones are combined into one Event whose
-    message is ``(combined from similar events): <latest message>`` and whose count grows;
-  * a spam filter per (object, type) -- a token bucket of ``spam_burst`` events refilled one per
-    ``spam_refill_seconds`` -- drops the excess;
-  * at most ``max_queued`` writes wait (10,000: a 1,000-job burst's creation events, ~1 KiB each while
-    they wait); when the queue is full the event is dropped (client-go's ``DropIfChannelFull``). An
-    Event waiting to be written is never evicted from the correlation cache.
-
-  Dropped events are counted in ``events_dropped_total{reason}`` (``QueueFull``, ``SpamFilter``,
-  ``Shutdown``, or the API error's class) and logged at debug level with their content; the
-  first drop of a burst is also logged as a warning.
-- :meth:`EventRecorder.run` writes: ``writers`` concurrent writes (8), oldest first, one at a time per
-  Event object, as fast as the API client and the server allow -- like client-go's recorder, it has no
-  pacing of its own by default (the client's limit and the server's API Priority and Fairness share the
-  server; a 429 is retried after its Retry-After); ``qps`` > 0 adds a token bucket (``qps``/``burst``).
-  It runs in the controller's task group; cancelling it flushes what is queued, without pacing, for at
-  most ``flush_timeout`` seconds (shielded), and counts the rest as dropped (``Shutdown``).
-- Events are best effort by Kubernetes convention: a failed write is logged with the event's
-  content and counted, never retried, and never reaches a reconcile.
+Why: Events are how users learn *why* something happened (``kubectl describe``), so every recorded event is
+written as a core/v1 Event whose involvedObject is the object. But an event is never worth delaying the
+work it describes: a reconcile that creates a job's pods must not wait for the Events that say so, and a
+failover must not queue behind a thousand of them. So, as client-go's recorder does, recording
+(:meth:`EventRecorder.record`, synchronous) and writing (:meth:`EventRecorder.run`) are apart. Events are
+best effort by Kubernetes convention: a failed write is logged with the event's content and counted, never
+retried, and never reaches a reconcile.
 """
 
 from __future__ import annotations
@@ -111,7 +85,12 @@ class _CallableClock:
 
 
 class EventRecorder:
-    """Records Events attributed to ``component`` (e.g. ``tfjob-controller``); see the module docstring."""
+    """Records Events attributed to ``component`` (e.g. ``tfjob-controller``) and writes them.
+
+    Dropped events are counted in ``events_dropped_total{reason}`` (``QueueFull``, ``SpamFilter``,
+    ``Shutdown``, or the API error's class) and logged at debug level with their content; the first drop
+    of a burst is also logged as a warning.
+    """
 
     def __init__(
         self,
@@ -180,6 +159,14 @@ class EventRecorder:
     # -- recording (synchronous, no I/O) ----------------------------------------------------------
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Queue an Event about ``obj``; never blocks, never raises, does no I/O. Correlated as client-go's
+        ``EventCorrelator``: an exact repeat becomes a ``count`` increment (one PATCH; merged into a write
+        still queued); more than ``aggregate_max_events`` distinct messages of one (object, type, reason)
+        within ``aggregate_interval`` s are combined into one ``(combined from similar events): ...`` Event; a
+        spam filter per (object, type) — ``spam_burst`` events refilled one per ``spam_refill_seconds`` —
+        drops the excess; beyond ``max_queued`` waiting writes (a 1,000-job burst's creation events) the
+        event is dropped (client-go's ``DropIfChannelFull``). A queued Event is never evicted from the cache.
+        """
         meta = obj.get("metadata") or {}
         uid = meta.get("uid", "")
         namespace = meta.get("namespace") or "default"
@@ -289,7 +276,10 @@ class EventRecorder:
     # -- writing (the background task) ------------------------------------------------------------
 
     async def run(self) -> None:
-        """Write queued events until cancelled; then flush within ``flush_timeout`` (see the module docstring)."""
+        """Write queued events until cancelled: ``writers`` concurrent writes, oldest first, one at a time per
+        Event, unpaced like client-go's (the client's limit and the server's API Priority and Fairness apply;
+        ``qps`` > 0 adds a bucket). On cancellation, flush what is queued for at most ``flush_timeout``
+        seconds (shielded) and count the rest as dropped (``Shutdown``)."""
         try:
             async with anyio.create_task_group() as tg:
                 for i in range(self.writers):

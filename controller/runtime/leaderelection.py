@@ -5,28 +5,6 @@ Why: two replicas of the controller must never reconcile at the same time (they 
 and a crashed leader must be replaced within seconds. kubernetes-asyncio's own module has no renew fast
 path, no ``leaseTransitions``, local-time timestamps, no per-request timeout and no release on shutdown,
 so the small algorithm is implemented here.
-
-Contract:
-
-- ``run(on_started_leading)``: acquire the lease (retrying every ``retry_period`` × [1, 2.2)), then run
-  the callback while renewing every ``retry_period``. While waiting, a candidate also watches the Lease
-  (``watch_release``, on by default): a release by the holder wakes it at once, so a leader stopped
-  with SIGTERM is replaced in well under a retry period instead of after up to 2.2 of them. The watch
-  only shortens the wait; if it fails the candidate still polls, and every decision is still made by
-  tryAcquireOrRenew on a fresh GET. Returns when the callback returns (the lease is
-  released). If no renewal succeeds within ``renew_deadline`` of the *start* of the last successful one,
-  the callback is cancelled — all of its tasks have stopped when ``run`` raises :class:`LeadershipLost`.
-  Because ``renew_deadline < lease_duration``, the old leader has stopped before any follower can consider
-  the lease expired (followers judge expiry as *their* observation time + ``leaseDurationSeconds``, on
-  their own monotonic clock, never by comparing timestamps across machines).
-- On cancellation (shutdown), on callback return and on callback failure, a lease we still hold is
-  released: ``holderIdentity=""``, ``leaseDurationSeconds=1`` — so a follower takes over at its next
-  retry instead of waiting out the lease. Release is shielded from cancellation and bounded by the
-  request timeout.
-- Every API call (with the client's retries) is bounded by ``request_timeout`` (default
-  ``max(renew_deadline / 2, 1)``) so one hung request cannot outlive the renew deadline.
-- ``leader_election_master_status{name}`` is 1 exactly while leading.
-- Validation (client-go): ``lease_duration > renew_deadline > 1.2 * retry_period``, all > 0.
 """
 
 from __future__ import annotations
@@ -77,7 +55,13 @@ class _Signal:
 
 
 class LeaderElector:
-    """One candidate for the lease ``namespace/name``. See the module docstring."""
+    """One candidate for the lease ``namespace/name``.
+
+    Needs ``lease_duration > renew_deadline > 1.2 * retry_period``, all > 0 (client-go's validation;
+    ValueError otherwise). Every API call (with the client's retries) is bounded by ``request_timeout``
+    (default ``max(renew_deadline / 2, 1)``) so one hung request cannot outlive the renew deadline.
+    ``leader_election_master_status{name}`` is 1 exactly while leading.
+    """
 
     def __init__(
         self,
@@ -123,6 +107,7 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
+        """True while this candidate holds the lease and runs the callback of :meth:`run`."""
         return self._leading
 
     @property
@@ -133,6 +118,19 @@ class LeaderElector:
     # -- main loop ------------------------------------------------------------------------------------
 
     async def run(self, on_started_leading: Callable[[], Awaitable[None]]) -> None:
+        """Acquire the lease, run ``on_started_leading`` while renewing it, and release it when the callback
+        returns, fails or is cancelled (shutdown). Raises :class:`LeadershipLost` once the callback and all its
+        tasks were cancelled because no renewal succeeded within ``renew_deadline``.
+
+        Acquiring retries every ``retry_period`` × [1, 2.2); with ``watch_release`` the candidate also watches
+        the Lease, so a holder's release wakes it at once (only a shortcut: every decision is made by
+        tryAcquireOrRenew on a fresh GET). ``renew_deadline`` runs from the *start* of the last successful
+        renewal, and because it is below ``lease_duration`` the old leader has stopped before any follower
+        considers the lease expired (followers judge expiry by *their* observation time on their own
+        monotonic clock, never by comparing timestamps across machines). The release (``holderIdentity=""``,
+        ``leaseDurationSeconds=1``) lets a follower take over at its next retry; it is shielded from
+        cancellation and bounded by the request timeout.
+        """
         try:
             await self._acquire()
             lost = False

@@ -1,30 +1,12 @@
 """Prometheus metrics for work queues and reconciles, with controller-runtime's names, labels and buckets.
 
-Why this exists: operators already have dashboards and alerts for controller-runtime controllers. Exporting the
-same series (``workqueue_*``, ``controller_runtime_reconcile_*``) with the same labels and histogram buckets lets
-those work unchanged against this controller.
-
-Contract:
-
-- Nothing registers into the global default registry: every constructor takes the ``CollectorRegistry`` to use
-  (the program serves one registry on ``/metrics``; tests use a fresh one each).
-- Metric *families* are registered once per registry (a per-registry cache) and shared by every queue or
-  controller writing to it; each queue/controller owns the label children for its own name. Creating a second
-  :class:`QueueMetrics`/:class:`ReconcileMetrics` for a name that already exists in the registry reuses that
-  name's series (so a controller restarted after regaining leadership keeps counting) and resets its gauges,
-  because the new queue starts empty. At most one *live* queue per name per registry is supported.
-- Work-queue label values: ``name`` and ``controller`` both carry the queue's name, as controller-runtime does;
-  ``workqueue_depth`` also has the ``priority`` label, always ``""`` (we run the classic queue, not c-r's
-  priority queue).
-- ``controller_runtime_reconcile_errors_by_reason_total{controller, reason}`` is ours, not controller-runtime's
-  (which has no such split): the reconciles counted in ``controller_runtime_reconcile_errors_total``, by kind of
-  failure. ``reason`` is one of ``controller.runtime.errors.ERROR_REASONS`` (throttled, server_error, transport,
-  conflict, not_found, forbidden, invalid, api_error, unexpected), every series exported from 0. The first five
-  are routine under load and concurrent writers; an alert belongs on the others, ``unexpected`` above all.
-- ``controller_runtime_reconcile_panics_total`` and ``controller_runtime_terminal_reconcile_errors_total`` are
-  deliberately not exported: Python has no panics (every exception is counted as an error, which is where c-r
-  also counts a recovered panic) and the runner has no terminal-error concept, so both series could only ever
-  be 0 and would suggest a check that does not exist.
+Why: operators already have dashboards and alerts for controller-runtime controllers. Exporting the same series
+(``workqueue_*``, ``controller_runtime_reconcile_*``) with the same labels and histogram buckets lets those work
+unchanged against this controller. Nothing registers into the global default registry (the program serves one
+registry on ``/metrics``; tests use a fresh one each); families are registered once per registry and shared.
+``controller_runtime_reconcile_panics_total`` and ``controller_runtime_terminal_reconcile_errors_total`` are
+deliberately not exported: Python has no panics (every exception counts as an error, where c-r also counts a
+recovered panic) and the runner has no terminal errors, so both could only ever be 0.
 """
 
 from __future__ import annotations
@@ -196,6 +178,11 @@ def _reconcile_families_for(registry: CollectorRegistry) -> _ReconcileFamilies:
 class QueueMetrics:
     """The ``workqueue_*`` series of one named queue; the queue calls the hooks with its clock's time.
 
+    ``name`` and ``controller`` labels both carry the queue's name, as controller-runtime does;
+    ``workqueue_depth`` also has ``priority``, always ``""`` (the classic queue, not c-r's priority queue). A
+    second recorder for a name already in the registry reuses its series (a controller restarted after
+    regaining leadership keeps counting) and resets its gauges; at most one live queue per name is supported.
+
     Hooks mirror client-go's queue metrics: :meth:`add` when an item becomes pending, :meth:`get` when it is
     handed to a worker, :meth:`done` when the worker finishes, :meth:`retry` on every delayed re-add, and
     :meth:`update_unfinished_work` periodically (the queue's ``run`` loop does it every 500 ms).
@@ -222,12 +209,14 @@ class QueueMetrics:
         self._processing_since: dict[Hashable, float] = {}
 
     def add(self, item: Hashable, now: float) -> None:
+        """``item`` became pending at ``now``: one add, depth +1; its queue time runs from the first such add."""
         self._adds.inc()
         self._depth.inc()
         # Queue duration runs from the *first* add that made the item pending.
         self._first_added_at.setdefault(item, now)
 
     def get(self, item: Hashable, now: float) -> None:
+        """``item`` was handed to a worker at ``now``: depth -1, its queue duration observed."""
         self._depth.dec()
         self._processing_since[item] = now
         added_at = self._first_added_at.pop(item, None)
@@ -235,14 +224,17 @@ class QueueMetrics:
             self._queue_duration.observe(max(0.0, now - added_at))
 
     def done(self, item: Hashable, now: float) -> None:
+        """The worker finished ``item`` at ``now``: its work duration observed (nothing if it was not got)."""
         started_at = self._processing_since.pop(item, None)
         if started_at is not None:
             self._work_duration.observe(max(0.0, now - started_at))
 
     def retry(self) -> None:
+        """Count one delayed re-add (``workqueue_retries_total``)."""
         self._retries.inc()
 
     def update_unfinished_work(self, now: float) -> None:
+        """Set the unfinished-work and longest-running gauges from the items processing at ``now``."""
         ages = [max(0.0, now - started_at) for started_at in self._processing_since.values()]
         self._unfinished_work.set(sum(ages))
         self._longest_running.set(max(ages, default=0.0))
@@ -252,7 +244,13 @@ class QueueMetrics:
 
 
 class ReconcileMetrics:
-    """The ``controller_runtime_*`` series of one controller."""
+    """The ``controller_runtime_*`` series of one controller.
+
+    ``controller_runtime_reconcile_errors_by_reason_total{controller, reason}`` is ours, not c-r's: the errors
+    of ``controller_runtime_reconcile_errors_total`` by kind, ``reason`` one of
+    ``controller.runtime.errors.ERROR_REASONS``, every series exported from 0. throttled, server_error,
+    transport, conflict and not_found are routine under load; an alert belongs on the others.
+    """
 
     def __init__(self, controller: str, registry: CollectorRegistry) -> None:
         if not controller:
@@ -274,6 +272,7 @@ class ReconcileMetrics:
         self._active_workers.set(0)
 
     def set_max_concurrent_reconciles(self, workers: int) -> None:
+        """Set the configured number of workers (``--workers``)."""
         self._max_concurrent.set(workers)
 
     @contextlib.contextmanager

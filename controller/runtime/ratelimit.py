@@ -1,21 +1,11 @@
 """Rate limiters for the work queue: how long to wait before retrying an item.
 
-Why this exists: a reconcile that fails must be retried, but neither in a tight loop for one broken object
-(per-item exponential backoff) nor as a retry storm across all objects when the apiserver is in trouble (one
-global token bucket). The arithmetic is client-go's ``util/workqueue`` rate limiters, reproduced exactly so
-behaviour under failure matches what Kubernetes operators expect.
-
-Contract (client-go ``RateLimiter``):
-
-- ``when(item)`` returns the delay in seconds before ``item`` may be retried **and records a failure** for it;
-  call it once per retry (the work queue's ``add_rate_limited`` does).
-- ``forget(item)`` clears the item's failure history (call it after a success); it does not touch any queue.
-- ``num_requeues(item)`` is the number of failures currently recorded for the item.
-
-Limiters are not thread-safe; they are used from one event loop. Items must be hashable.
-
-:class:`TokenBucket` is the one token bucket of the runtime: the work queue's global limiter
-(:class:`BucketRateLimiter`) and the API client's request limit (``controller.runtime.rest``) both use it.
+Why: a reconcile that fails must be retried, but neither in a tight loop for one broken object (per-item
+exponential back-off) nor as a retry storm across all objects when the apiserver is in trouble (one global
+token bucket). The arithmetic is client-go's ``util/workqueue`` rate limiters, reproduced exactly so that
+behaviour under failure matches what Kubernetes operators expect. Limiters are used from one event loop
+(not thread-safe); items must be hashable. :class:`TokenBucket` is the one token bucket of the runtime: the
+work queue's global limiter and the API client's request limit (``controller.runtime.rest``) both use it.
 """
 
 from __future__ import annotations
@@ -40,12 +30,15 @@ __all__ = [
 
 @runtime_checkable
 class RateLimiter(Protocol):
+    """client-go's ``RateLimiter``: a per-item failure history and the delay it asks for."""
+
     def when(self, item: Hashable) -> float:
-        """Delay in seconds before ``item`` may be retried; records one failure."""
+        """Delay in seconds before ``item`` may be retried; records one failure. Call it once per retry (the
+        work queue's ``add_rate_limited`` does)."""
         ...
 
     def forget(self, item: Hashable) -> None:
-        """Clear the failure history of ``item``."""
+        """Clear the failure history of ``item`` (after a success); it does not touch any queue."""
         ...
 
     def num_requeues(self, item: Hashable) -> int:
@@ -73,6 +66,7 @@ class ItemExponentialFailureRateLimiter:
         self._failures: dict[Hashable, int] = {}
 
     def when(self, item: Hashable) -> float:
+        """``base_delay * 2**failures`` (failures before this call), at most ``max_delay``; records one."""
         exponent = self._failures.get(item, 0)
         self._failures[item] = exponent + 1
         try:
@@ -83,9 +77,11 @@ class ItemExponentialFailureRateLimiter:
         return min(backoff, self.max_delay)
 
     def forget(self, item: Hashable) -> None:
+        """Forget ``item``'s failures: its next delay is ``base_delay`` again."""
         self._failures.pop(item, None)
 
     def num_requeues(self, item: Hashable) -> int:
+        """Failures recorded for ``item`` since it was last forgotten."""
         return self._failures.get(item, 0)
 
     def __repr__(self) -> str:
@@ -151,12 +147,15 @@ class BucketRateLimiter:
         self.bucket = TokenBucket(qps, burst, clock)
 
     def when(self, item: Hashable) -> float:
+        """Reserve a token of the shared bucket: the seconds until it is due, whatever ``item`` is."""
         return self.bucket.reserve()
 
     def forget(self, item: Hashable) -> None:
+        """A no-op: the bucket keeps no per-item history."""
         return None
 
     def num_requeues(self, item: Hashable) -> int:
+        """Always 0: the bucket keeps no per-item history."""
         return 0
 
     def __repr__(self) -> str:
@@ -172,14 +171,17 @@ class MaxOfRateLimiter:
         self.limiters: tuple[RateLimiter, ...] = limiters
 
     def when(self, item: Hashable) -> float:
+        """The largest delay of the limiters; every one of them records the failure."""
         # Call every limiter (no short-circuit): each must record the failure / reserve its token.
         return max([limiter.when(item) for limiter in self.limiters])
 
     def forget(self, item: Hashable) -> None:
+        """Forget ``item`` in every limiter."""
         for limiter in self.limiters:
             limiter.forget(item)
 
     def num_requeues(self, item: Hashable) -> int:
+        """The largest failure count any limiter has recorded for ``item``."""
         return max(limiter.num_requeues(item) for limiter in self.limiters)
 
     def __repr__(self) -> str:
@@ -198,14 +200,17 @@ class ItemFastSlowRateLimiter:
         self._failures: dict[Hashable, int] = {}
 
     def when(self, item: Hashable) -> float:
+        """Record one failure; ``fast_delay`` up to the ``max_fast_attempts``-th, ``slow_delay`` after."""
         failures = self._failures.get(item, 0) + 1
         self._failures[item] = failures
         return self.fast_delay if failures <= self.max_fast_attempts else self.slow_delay
 
     def forget(self, item: Hashable) -> None:
+        """Forget ``item``'s failures: it gets ``fast_delay`` again."""
         self._failures.pop(item, None)
 
     def num_requeues(self, item: Hashable) -> int:
+        """Failures recorded for ``item`` since it was last forgotten."""
         return self._failures.get(item, 0)
 
     def __repr__(self) -> str:
@@ -223,12 +228,15 @@ class WithMaxWaitRateLimiter:
         self.max_delay = _require_non_negative("max_delay", max_delay)
 
     def when(self, item: Hashable) -> float:
+        """The wrapped limiter's delay (which records the failure), at most ``max_delay``."""
         return min(self.limiter.when(item), self.max_delay)
 
     def forget(self, item: Hashable) -> None:
+        """Forget ``item`` in the wrapped limiter."""
         self.limiter.forget(item)
 
     def num_requeues(self, item: Hashable) -> int:
+        """The wrapped limiter's failure count for ``item``."""
         return self.limiter.num_requeues(item)
 
     def __repr__(self) -> str:

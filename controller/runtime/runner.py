@@ -1,44 +1,11 @@
 """Reconcile runner: N workers pulling keys from a rate-limited work queue (controller-runtime's contract).
 
-Why this exists: every controller needs the same loop around its reconcile function — wait for the caches,
-take a key, reconcile, decide whether and when to retry, never let one bad object kill a worker, and stop
-cleanly. Getting it subtly wrong (retrying in a hot loop, losing a key on cancellation, starting before the
-cache is complete and acting on a partial view) is how controllers misbehave, so it lives here once.
-
-Contract:
-
-- A reconciler is ``async def reconcile(key: str) -> Result | None``. It must be idempotent and read the state
-  it needs afresh (from informer caches) each time; the key is all it gets.
-- :meth:`Controller.run` first waits until every source ``has_synced`` (up to ``cache_sync_timeout`` seconds;
-  on timeout it raises :class:`CacheSyncTimeoutError` naming the sources that did not sync, and starts nothing),
-  then runs the queue's timer loop and ``workers`` worker tasks in one anyio task group. Keys may be added to
-  the queue before ``run`` (informer handlers do so during the initial list); they are processed once workers
-  start.
-- Per key, exactly one outcome (controller-runtime's ``reconcileHandler``):
-
-  ============================================  ================================================  =============
-  reconcile                                     queue action                                      result label
-  ============================================  ================================================  =============
-  raises an ``Exception``                       ``add_rate_limited`` (per-item backoff); logged    ``error``
-  returns ``Result(requeue_after=d)``, ``d>0``  ``forget`` + ``add_after(key, d)``                 ``requeue_after``
-  returns ``Result(requeue=True)``              ``add_rate_limited``                               ``requeue``
-  returns ``None`` or ``Result()``              ``forget``                                         ``success``
-  ============================================  ================================================  =============
-
-  ``requeue_after`` takes precedence over ``requeue``. A return value that is neither ``None`` nor a
-  :class:`Result` is a programming error and is handled (and logged) as an error. ``done(key)`` always follows,
-  in a ``finally``. An exception never ends a worker; cancellation is never swallowed.
-- Errors are logged by kind (``controller.runtime.errors.error_reason``), with ``controller``, ``key``,
-  ``reason``, ``error`` and ``retry_in`` (seconds) on the line: the routine API failures (429, 5xx, transport,
-  409, 404 of an object deleted meanwhile) as one warning line; other API errors (401/403, 400/422, ...) as one
-  error line (the server's message says what is wrong; a stack would not); anything else, a bug, as an error
-  with its traceback. A 429's ``Retry-After`` lengthens the backoff delay when it is longer. ``controller`` and
-  ``key`` are also bound into structlog's contextvars for the duration of the reconcile, so every line the reconciler logs
-  through a structlog configuration with ``merge_contextvars`` (structlog's default) carries them too.
-- Stopping: cancel the task running :meth:`Controller.run` (in-flight reconciles are cancelled; their keys are
-  still marked done) or shut the queue down (workers finish the queued keys, then ``run`` returns). Either way
-  the queue is shut down when ``run`` exits and no task is left behind. A controller runs once; build a new one
-  (with a new queue) to start again.
+Why: every controller needs the same loop around its reconcile function — wait for the caches, take a key,
+reconcile, decide whether and when to retry, never let one bad object kill a worker, and stop cleanly.
+Getting it subtly wrong (retrying in a hot loop, losing a key on cancellation, starting before the cache is
+complete and acting on a partial view) is how controllers misbehave, so it lives here once. A reconciler is
+``async def reconcile(key: str) -> Result | None``: idempotent, reading what it needs afresh (from informer
+caches) each time; the key is all it gets.
 """
 
 from __future__ import annotations
@@ -82,9 +49,13 @@ Reconciler = Callable[[str], Awaitable[Result | None]]
 class Syncable(Protocol):
     """Something whose initial state must be complete before workers start (an informer)."""
 
-    def has_synced(self) -> bool: ...
+    def has_synced(self) -> bool:
+        """True once the initial state is complete; it stays true."""
+        ...
 
-    async def wait_for_sync(self) -> None: ...
+    async def wait_for_sync(self) -> None:
+        """Return once :meth:`has_synced` is true."""
+        ...
 
 
 class CacheSyncTimeoutError(TimeoutError):
@@ -100,7 +71,23 @@ class CacheSyncTimeoutError(TimeoutError):
 
 
 class Controller:
-    """Runs ``reconcile`` for the keys in :attr:`queue` with ``workers`` concurrent workers."""
+    """Runs ``reconcile`` for the keys in :attr:`queue` with ``workers`` concurrent workers.
+
+    Per key, exactly one outcome (controller-runtime's ``reconcileHandler``); ``done(key)`` always follows:
+
+    ============================================  ================================================  =============
+    reconcile                                     queue action                                      result label
+    ============================================  ================================================  =============
+    raises an ``Exception``                       ``add_rate_limited`` (per-item backoff); logged    ``error``
+    returns ``Result(requeue_after=d)``, ``d>0``  ``forget`` + ``add_after(key, d)``                 ``requeue_after``
+    returns ``Result(requeue=True)``              ``add_rate_limited``                               ``requeue``
+    returns ``None`` or ``Result()``              ``forget``                                         ``success``
+    ============================================  ================================================  =============
+
+    ``requeue_after`` takes precedence over ``requeue``; a return value that is neither ``None`` nor a
+    :class:`Result` is handled (and logged) as an error; a 429's ``Retry-After`` lengthens the back-off when
+    longer. An exception never ends a worker; cancellation is never swallowed.
+    """
 
     queue: RateLimitingQueue[str]
 
@@ -140,6 +127,11 @@ class Controller:
         self._started = False
 
     async def run(self) -> None:
+        """Wait until every source has synced, then run the queue's timer and the workers until cancelled (in-
+        flight reconciles are cancelled, their keys still marked done) or the queue is shut down (the queued
+        keys are finished first). Raises :class:`CacheSyncTimeoutError` (starting nothing) when the sources do
+        not sync within ``cache_sync_timeout``, RuntimeError on a second run. The queue is shut down on exit.
+        Keys added before ``run`` are processed once the workers start."""
         if self._started:
             raise RuntimeError(f"controller {self.name!r} has already been run; build a new one to run again")
         self._started = True
@@ -225,6 +217,11 @@ class Controller:
             self.metrics.observe(outcome, queue.clock.now() - started, reason)
 
     def _log_failure(self, key: str, exc: Exception, reason: str, delay: float, requeues: int) -> None:
+        # By kind (controller.runtime.errors.error_reason): the routine API failures (429, 5xx, transport, 409,
+        # 404 of an object deleted meanwhile) as a warning; other API errors (401/403, 400/422, ...) as an error
+        # line (the server's message says what is wrong; a stack would not); anything else, a bug, with its
+        # traceback. ``controller`` and ``key`` are also bound into structlog's contextvars for the reconcile,
+        # so the reconciler's own lines carry them too (with ``merge_contextvars``, structlog's default).
         fields = {
             "controller": self.name,
             "key": key,

@@ -4,16 +4,6 @@ Why: a controller started before its CustomResourceDefinition is installed would
 the apiserver does not know and log ``404 page not found`` every few seconds, which tells the operator
 nothing. Asking discovery first lets the caller say once what is missing and how to fix it, then start
 as soon as the resource appears (controller-runtime reports "no matches for kind" the same way).
-
-Contract:
-
-- :func:`resource_served` answers from the group-version discovery document (``/api/v1``,
-  ``/apis/GROUP/VERSION``): True when ``resource.plural`` is listed. A 404 means not served. Discovery
-  is readable by every authenticated user (the ``system:discovery`` ClusterRole), so it needs no RBAC of
-  the caller's own.
-- :func:`wait_until_served` polls every ``poll`` seconds until it is; ``on_missing`` is called once,
-  at the first negative answer, ``on_found`` once when it appears after having been missing. Other
-  failures (transport errors, 5xx) are logged and retried at the same period; cancellation stops it.
 """
 
 from __future__ import annotations
@@ -30,10 +20,13 @@ log = structlog.get_logger(__name__)
 
 
 def discovery_path(resource: Resource) -> str:
+    """The group-version discovery document that lists ``resource``: ``/api/v1`` or ``/apis/GROUP/VERSION``."""
     return f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
 
 
 async def resource_served(client: ApiClient, resource: Resource) -> bool:
+    """True when discovery lists ``resource.plural``; False on a 404 (the group-version is not served).
+    Needs no RBAC of the caller's own (``system:discovery``); other API and transport errors propagate."""
     try:
         document = await client.get(discovery_path(resource))
     except NotFound:
@@ -49,6 +42,9 @@ async def wait_until_served(
     on_missing: Callable[[], None] | None = None,
     on_found: Callable[[], None] | None = None,
 ) -> None:
+    """Return once ``resource`` is served, asking every ``poll`` seconds; ``on_missing`` is called once at
+    the first negative answer, ``on_found`` once when it appears after that. Failed discovery requests are
+    logged and retried at the same period; cancellation stops it."""
     missing = False
     while True:
         try:

@@ -1,18 +1,10 @@
 """Decoding a watch event line without building ``object.metadata.managedFields``.
 
 Why: every object a real apiserver sends carries ``metadata.managedFields`` (one entry per field manager,
-each a nested map of every field it owns). On TFJob worker pods it is ~30 % of the bytes of an event and
-about half of orjson's decoding time (nested dicts, one string per field path), and an informer whose
-transform drops it builds all of that only to free it again. This decoder leaves it out instead.
-
-How, exactly and not by pattern-matching: msgspec decodes the line against a schema that names only
-``object.metadata.managedFields`` (as :class:`msgspec.Raw`: the value's exact JSON text, validated but not
-built; every other field is skipped without allocating anything). That text, found right after a
-``"managedFields":`` key in the line, is replaced by ``null`` and orjson decodes the rest as usual. The
-result is checked: ``object.metadata.managedFields`` must be ``None`` (the value replaced was that one, not
-an identical one elsewhere in the object). Anything else — no managedFields, a line that is not a JSON
-event, managedFields written with whitespace after the colon, a failed check — falls back to decoding the
-whole line with orjson, so the result is always ``orjson.loads(line)`` with at most that one value ``None``.
+each a nested map of every field it owns): a large share of the bytes of an event and of orjson's decoding
+work (nested dicts, one string per field path; docs/benchmarks/informer.md times the same stream with and
+without it), and an informer whose transform drops it builds all of that only to free it again. This decoder
+leaves it out instead.
 """
 
 from __future__ import annotations
@@ -44,7 +36,15 @@ _span_decoder = msgspec.json.Decoder(_Event)
 
 def loads_without_managed_fields(line: bytes) -> Any:
     """``orjson.loads(line)`` for a watch event line, with ``object.metadata.managedFields`` (if any) decoded
-    as ``None`` instead of its value. Invalid JSON raises :class:`orjson.JSONDecodeError`, as orjson does."""
+    as ``None`` instead of its value. Invalid JSON raises :class:`orjson.JSONDecodeError`, as orjson does.
+
+    How, exactly and not by pattern-matching: msgspec decodes the line against a schema that names only
+    ``object.metadata.managedFields`` (as :class:`msgspec.Raw`: the value's exact JSON text, validated but
+    not built). That text, found right after a ``"managedFields":`` key, is replaced by ``null`` and orjson
+    decodes the rest; the result must have ``object.metadata.managedFields`` ``None`` (the value replaced was
+    that one). Anything else — no managedFields, not a JSON event, whitespace after the colon, a failed
+    check — falls back to decoding the whole line with orjson.
+    """
     loads = orjson.loads
     start = line.find(_KEY)
     if start < 0:

@@ -1,60 +1,10 @@
 """A rate-limited, delaying work queue with client-go semantics, for asyncio (via anyio).
 
-Why this exists: controllers must not miss an event, must not reconcile one object in two workers at once, and
-must not hammer the apiserver when reconciles fail. client-go's ``util/workqueue`` is the design every
-Kubernetes controller relies on for that; this is the same contract in async Python. The queue carries keys
-(immutable, hashable; for controllers ``"namespace/name"`` strings), never objects.
-
-Contract (one :class:`RateLimitingQueue`, used from one event loop; all methods but ``get``,
-``shut_down_with_drain`` and ``run`` are synchronous and never block):
-
-Core (client-go ``Type``): an item is *pending* (in the dirty set), *processing* (handed to a worker, not yet
-``done``), both, or neither.
-
-- ``add(x)``: ignored after shutdown. If ``x`` is pending: no-op (dedupe, however many adds). Else ``x`` becomes
-  pending; if it is processing it is *not* queued now but re-queued by ``done(x)``, so an item re-added while
-  being processed is processed exactly once more, after ``done``, and never by two workers at once.
-- ``await get()`` returns ``(item, False)`` for the oldest queued item (FIFO), moving it from pending to
-  processing; it waits while the queue is empty; it returns ``(None, True)`` once the queue is shut down **and**
-  no queued item is left (shutdown is reported by this flag, never by an exception). ``get`` is
-  cancellation-safe: a cancelled ``get`` takes no item, and a wake-up it received is passed on to another
-  waiter, so no item is lost or stranded. ``get`` is always a scheduling checkpoint.
-- ``done(x)``: must follow every successful ``get`` (in a ``finally``). Ends processing; if ``x`` became pending
-  meanwhile it is queued again (at the back). ``done`` of an item that is not processing is a no-op.
-- ``len(q)``: the number of queued items only (not processing, not delayed).
-- ``shut_down()``: stop accepting adds (``add``, ``add_after``, ``add_rate_limited`` become no-ops) and drop
-  pending delayed adds; ``get`` keeps handing out already-queued items (and items re-queued by ``done``) until
-  the queue is empty, then reports shutdown. Idempotent; aborts a ``shut_down_with_drain`` wait.
-- ``await shut_down_with_drain()``: as ``shut_down``, then waits until no item is processing (every handed-out
-  item got ``done``). Like client-go it watches only the processing set: items still queued while nothing is
-  processing are not waited for. A later ``shut_down()`` ends the wait early.
-
-Delays (client-go ``DelayingInterface``, with one deliberate difference):
-
-- ``add_after(x, d)``: ``d <= 0`` is ``add(x)``. Otherwise ``x`` becomes pending when ``d`` seconds have passed
-  (on the queue's clock). One delayed entry per item: if ``x`` is already waiting, the **earliest** ready time
-  wins (a later, longer ``add_after`` never postpones it).
-- **Difference from client-go, on purpose (controller-runtime's priority-queue behaviour):** an item has at most
-  one pending entry, either "ready now" or "ready at T". ``add(x)`` while ``x`` waits for a delayed add
-  *supersedes* the delayed add, and ``add_after(x, d > 0)`` while ``x`` is already pending is absorbed (ready now
-  is earlier than ready later). client-go instead keeps both, so ``add_after(x, 10)`` then ``add(x)`` reconciles
-  ``x`` now *and again* 10 s later — the double-run trap. Here it runs once. A consequence: a failure's backoff
-  (``add_rate_limited``) of an item that was re-added while it was being processed is absorbed too; the item
-  runs again right after ``done`` and that reconcile decides afresh.
-- Delayed entries are moved into the queue by :meth:`run`, which the owner must run (in a task group) for
-  ``add_after`` to work; ``run`` also refreshes the unfinished-work metrics every 500 ms. It returns when the
-  queue is shut down and stops when cancelled. Entries that became due while ``run`` was not running are
-  queued as soon as it runs.
-
-Rate limiting (client-go ``RateLimitingInterface``): ``add_rate_limited(x)`` is ``add_after(x,
-rate_limiter.when(x))`` (``when`` records a failure); ``forget(x)`` clears ``x``'s failure history (it does not
-remove ``x`` from the queue, and ``done`` is still required); ``num_requeues(x)`` is the recorded failure count.
-The default limiter is client-go's: max(per-item 5 ms * 2**n up to 1000 s, global token bucket 10 qps burst 100).
-
-Metrics (optional :class:`~controller.runtime.metrics.QueueMetrics`): client-go semantics: ``workqueue_depth``
-+1 whenever an item becomes pending (including while it is processing), -1 on ``get``; ``adds_total`` counts the
-adds that made an item pending; ``retries_total`` counts every ``add_after``/``add_rate_limited`` call accepted
-before shutdown (including zero delays, as client-go); durations are measured on the queue's clock.
+Why: controllers must not miss an event, must not reconcile one object in two workers at once, and must not
+hammer the apiserver when reconciles fail. client-go's ``util/workqueue`` is the design every Kubernetes
+controller relies on for that; this is the same contract in async Python, one method at a time, with one
+deliberate difference (see :meth:`RateLimitingQueue.add_after`). The queue carries keys (immutable,
+hashable; for controllers ``"namespace/name"`` strings), never objects.
 """
 
 from __future__ import annotations
@@ -87,7 +37,14 @@ _HEAP_COMPACTION_SLACK = 64
 
 
 class RateLimitingQueue(Generic[T]):
-    """See the module docstring for the full contract."""
+    """client-go's ``RateLimitingInterface`` (queue, delays, rate limiting) for one event loop.
+
+    An item is *pending* (in the dirty set), *processing* (handed to a worker, not yet ``done``), both, or
+    neither. All methods but :meth:`get`, :meth:`shut_down_with_drain` and :meth:`run` are synchronous and
+    never block. The default rate limiter is client-go's: max(per-item 5 ms * 2**n up to 1000 s, a global
+    token bucket of 10 qps, burst 100). Metrics (optional :class:`~controller.runtime.metrics.QueueMetrics`)
+    follow client-go: depth +1 whenever an item becomes pending, -1 on ``get``; durations on the queue's clock.
+    """
 
     def __init__(
         self,
@@ -129,6 +86,9 @@ class RateLimitingQueue(Generic[T]):
     # ----------------------------------------------------------------------------------------------- core
 
     def add(self, item: T) -> None:
+        """Make ``item`` pending: a no-op if it already is (dedupe) or after shutdown. An item being processed
+        is not queued now but by its :meth:`done`, so it never runs in two workers at once. Supersedes a
+        delayed add of the same item."""
         if self._shutting_down:
             return
         # An immediate add supersedes a pending delayed add of the same item (no double run).
@@ -144,6 +104,9 @@ class RateLimitingQueue(Generic[T]):
         self._wake_one_getter()
 
     async def get(self) -> tuple[T, Literal[False]] | tuple[None, Literal[True]]:
+        """Wait for the oldest queued item (FIFO) and return ``(item, False)``, moving it to processing; after
+        shutdown, once nothing is queued, ``(None, True)``. Cancellation-safe: a cancelled ``get`` takes no
+        item and passes its wake-up on. Always a scheduling checkpoint. Every item got needs :meth:`done`."""
         await anyio.lowlevel.checkpoint()
         while True:
             if self._queue:
@@ -170,6 +133,8 @@ class RateLimitingQueue(Generic[T]):
                 raise
 
     def done(self, item: T) -> None:
+        """End the processing of ``item`` (call it in a ``finally`` after every :meth:`get`); if it was added
+        meanwhile it is queued again, at the back. A no-op for an item that is not processing."""
         if item not in self._processing:
             return
         if self.metrics is not None:
@@ -182,6 +147,7 @@ class RateLimitingQueue(Generic[T]):
             self._notify_drain_waiters()
 
     def __len__(self) -> int:
+        """Queued items only (not processing, not delayed)."""
         return len(self._queue)
 
     @property
@@ -198,14 +164,20 @@ class RateLimitingQueue(Generic[T]):
 
     @property
     def shutting_down(self) -> bool:
+        """True once :meth:`shut_down` or :meth:`shut_down_with_drain` was called; it stays true."""
         return self._shutting_down
 
     def shut_down(self) -> None:
+        """Stop accepting adds (every add becomes a no-op) and drop waiting delayed adds; :meth:`get` still
+        hands out what is queued, then reports shutdown. Idempotent; ends a :meth:`shut_down_with_drain` wait."""
         self._drain = False
         self._begin_shutdown()
         self._notify_drain_waiters()
 
     async def shut_down_with_drain(self) -> None:
+        """As :meth:`shut_down`, then wait until no item is processing (every handed-out item got
+        :meth:`done`). Like client-go only the processing set is waited for, not items still queued; a
+        later :meth:`shut_down` ends the wait early."""
         self._drain = True
         self._begin_shutdown()
         await anyio.lowlevel.checkpoint()
@@ -235,6 +207,14 @@ class RateLimitingQueue(Generic[T]):
     # ---------------------------------------------------------------------------------------------- delays
 
     def add_after(self, item: T, delay: float) -> None:
+        """Make ``item`` pending ``delay`` seconds from now on the queue's clock (``delay <= 0``: :meth:`add`);
+        needs :meth:`run` running; ValueError for NaN. One entry per item, the earliest ready time wins.
+
+        Unlike client-go, on purpose (controller-runtime's priority queue): an item is ready now *or* at T,
+        never both, so ``add_after(x, 10)`` then ``add(x)`` runs ``x`` once, not now and again 10 s later; a
+        delayed add of an item already pending is absorbed (ready now is earlier). Each accepted call counts
+        as a retry in the metrics, zero delays included (as client-go).
+        """
         if math.isnan(delay):
             raise ValueError(f"add_after delay must be a number of seconds, got {delay!r}")
         if self._shutting_down:
@@ -281,11 +261,9 @@ class RateLimitingQueue(Generic[T]):
         return None
 
     async def run(self) -> None:
-        """Move due delayed adds into the queue and refresh unfinished-work metrics, until shut down.
-
-        Run it exactly once per queue, as a task owned by the queue's owner; cancel it (or shut the queue down)
-        to stop it.
-        """
+        """Move due delayed adds into the queue and refresh the unfinished-work metrics (every 500 ms) until the
+        queue is shut down or the task cancelled. Run it once per queue, in the owner's task group (a second
+        concurrent run is a RuntimeError); entries that fell due meanwhile are queued as soon as it runs."""
         if self._running:
             raise RuntimeError(f"RateLimitingQueue({self.name!r}).run() is already running")
         self._running = True
@@ -333,9 +311,12 @@ class RateLimitingQueue(Generic[T]):
         return delay
 
     def forget(self, item: T) -> None:
+        """Clear ``item``'s failure history (after a success). It stays queued if it is, and :meth:`done` is
+        still required."""
         self.rate_limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
+        """Failures the rate limiter has recorded for ``item`` since it was last forgotten."""
         return self.rate_limiter.num_requeues(item)
 
     # ------------------------------------------------------------------------------------------- helpers
