@@ -2,7 +2,7 @@
 
 ``x.get(k) if isinstance(x.get(k), dict) else {}`` reads the field twice and leaves its type unknown to a type
 checker; these read it once and return the type the caller relies on, or the empty value of that type.
-(The simulator, a separate distribution, has the same two functions in ``tfjob_sim.jsonfields``.)
+(The simulator, which builds on this package, reads request bodies and CRDs with them too.)
 """
 
 from __future__ import annotations

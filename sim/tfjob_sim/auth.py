@@ -45,9 +45,9 @@ from typing import Any
 
 import orjson
 
+from controller.runtime.jsonfields import field_dict, field_str
 from tfjob_sim import errors
 from tfjob_sim.errors import ApiError
-from tfjob_sim.jsonfields import field_dict, field_str
 from tfjob_sim.rbac import AUTHENTICATED, Attributes, RBACAuthorizer, UserInfo, forbidden
 from tfjob_sim.store import rfc3339
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import re2
 
+from controller.runtime.jsonfields import field_dict, field_str
 from tfjob_sim.cel import MISSING, CelCompileError, CelEvalError, CelRule, from_cel
 from tfjob_sim.gotext import go_float, go_json, go_quote
-from tfjob_sim.jsonfields import field_dict, field_str
 from tfjob_sim.resources import OBJECT_META_FIELDS
 
 __all__ = [
