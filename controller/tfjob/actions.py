@@ -3,27 +3,7 @@
 Why a separate module: :func:`controller.tfjob.decide.decide` is pure and the executor is thin;
 these frozen dataclasses are the whole contract between them.
 
-Executor contract (what applying a :class:`Decision` means):
-
-* ``actions`` come in order: deletions before creations (scale-down deletions highest index
-  first). The executor completes every deletion before it sends a creation; within each group it
-  may send concurrently (in slow-start batches that begin with the first action alone). Each
-  carries the object or name/uid it needs; a DeletePod/DeleteService should use the uid as a
-  precondition, and 404 means "already done". Outcome events
-  (``SuccessfulCreatePod``, ``FailedDeletePod``, ``SuccessfulDeleteJob``, ...) are the
-  executor's, because only it knows the API's answer.
-* ``CreatePodGroup`` / ``UpdatePodGroup`` (gang scheduling) come first and are sent before anything
-  else: a gang scheduler must know the group before it sees the group's pods. AlreadyExists on create
-  means done; a 409 on update means the cached PodGroup is stale (retry on a fresher one).
-* ``status`` is the complete new ``.status``; write it (a full update of the status subresource,
-  never a merge patch: keys can disappear) iff it differs from the stored one.
-* ``events`` and ``metrics`` describe transitions this decision makes (a condition flipping, a
-  worker failing over). Emit them once the decision's status write (if any) succeeded: if the
-  write fails the job is reconciled again and the same transition is decided again.
-* ``requeue_after``: seconds until the next *timed* transition (deadline, TTL, failover back-off
-  end, failover-history reset); None when only a watch event can change anything.
-* The caller must only decide on caches that contain every object the previous decisions created
-  or deleted (expectations): the decision reads "the pod of index 3 is missing" as a fact.
+What applying a :class:`Decision` means is on the class.
 """
 
 from __future__ import annotations
@@ -110,6 +90,31 @@ Action = (
 
 @dataclass(frozen=True)
 class Decision:
+    """One pass's outcome for the executor: its actions, events, metric increments and complete status.
+
+    Executor contract (what applying a :class:`Decision` means):
+
+    * ``actions`` come in order: deletions before creations (scale-down deletions highest index
+      first). The executor completes every deletion before it sends a creation; within each group it
+      may send concurrently (in slow-start batches that begin with the first action alone). Each
+      carries the object or name/uid it needs; a DeletePod/DeleteService should use the uid as a
+      precondition, and 404 means "already done". Outcome events
+      (``SuccessfulCreatePod``, ``FailedDeletePod``, ``SuccessfulDeleteJob``, ...) are the
+      executor's, because only it knows the API's answer.
+    * ``CreatePodGroup`` / ``UpdatePodGroup`` (gang scheduling) come first and are sent before anything
+      else: a gang scheduler must know the group before it sees the group's pods. AlreadyExists on create
+      means done; a 409 on update means the cached PodGroup is stale (retry on a fresher one).
+    * ``status`` is the complete new ``.status``; write it (a full update of the status subresource,
+      never a merge patch: keys can disappear) iff it differs from the stored one.
+    * ``events`` and ``metrics`` describe transitions this decision makes (a condition flipping, a
+      worker failing over). Emit them once the decision's status write (if any) succeeded: if the
+      write fails the job is reconciled again and the same transition is decided again.
+    * ``requeue_after``: seconds until the next *timed* transition (deadline, TTL, failover back-off
+      end, failover-history reset); None when only a watch event can change anything.
+    * The caller must only decide on caches that contain every object the previous decisions created
+      or deleted (expectations): the decision reads "the pod of index 3 is missing" as a fact.
+    """
+
     actions: tuple[Action, ...]
     events: tuple[Event, ...]
     metrics: tuple[MetricInc, ...]

@@ -2,18 +2,7 @@
 
 Why this module: the condition list is the part of the status that tools read (the printer column
 ``State`` is the type of the *last* condition; the Kubeflow SDK looks for ``Succeeded``/``Failed``
-with status True), so the list must evolve exactly like upstream's ``UpdateJobConditions``:
-
-1. if the job is already finished (``Failed=True`` or, our fix for quirk Q1, ``Succeeded=True``),
-   nothing changes -- terminal conditions are final and never both True;
-2. a condition of the same type with the same status *and* reason means no change at all
-   (timestamps untouched, message ignored) -- this is what makes reconciles idempotent;
-3. the new condition gets lastUpdateTime = lastTransitionTime = now, except that the old
-   lastTransitionTime is kept when only the reason changed;
-4. the new list drops the old condition of that type (an updated condition moves to the end);
-   ``Running`` and ``Restarting`` exclude each other; adding ``Succeeded``/``Failed`` keeps
-   ``Running`` but forces its status to False (and, our addition, does the same to a True
-   ``Restarting``, which would otherwise contradict a terminal state).
+with status True), so the list must evolve exactly like upstream's ``UpdateJobConditions`` (:func:`set_condition`).
 
 All functions are pure: they return new lists and never mutate their arguments.
 Timestamps are RFC 3339 with second precision in UTC (``2024-05-01T12:34:56Z``), as metav1.Time.
@@ -101,7 +90,18 @@ def set_condition(
     """The condition list after setting (type, status, reason, message) at ``now``.
 
     Returns the *same* list object when nothing changes, so callers can detect a transition with
-    ``result is not conditions``.
+    ``result is not conditions``. Upstream's rules:
+
+    1. if the job is already finished (``Failed=True`` or, our fix for quirk Q1, ``Succeeded=True``),
+       nothing changes -- terminal conditions are final and never both True;
+    2. a condition of the same type with the same status *and* reason means no change at all
+       (timestamps untouched, message ignored) -- this is what makes reconciles idempotent;
+    3. the new condition gets lastUpdateTime = lastTransitionTime = now, except that the old
+       lastTransitionTime is kept when only the reason changed;
+    4. the new list drops the old condition of that type (an updated condition moves to the end);
+       ``Running`` and ``Restarting`` exclude each other; adding ``Succeeded``/``Failed`` keeps
+       ``Running`` but forces its status to False (and, our addition, does the same to a True
+       ``Restarting``, which would otherwise contradict a terminal state).
     """
     if is_finished(conditions):
         return conditions

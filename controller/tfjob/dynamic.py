@@ -6,32 +6,8 @@ or fails retryably. What must survive a controller restart (which index is being
 often it failed over, until when it backs off) is kept in ``status.dynamicWorkers.workers`` as one
 :class:`WorkerRecord` per index that has something to remember; the rest is read from the pods.
 
-One index, one pass (:meth:`DynamicWorkers.step`), by what the cache shows for its slot:
-
-=============================================  ==================  ==========================================
-pod of the index                               record              decision
-=============================================  ==================  ==========================================
-none, no service, no record                    --                  create its first pod
-none, service left or a record                 not Replacing       failover ``Deleted`` -> Replacing
-none                                           Replacing           create once the back-off is over -> Replaced
-terminating, no service, no record             --                  nothing: removed by us (scale-down, suspend)
-terminating                                    Replacing this pod  wait for it to go (our own deletion)
-terminating, otherwise                         any                 failover (its disruption, else ``Deleted``)
-Succeeded                                      any                 counted succeeded; record dropped
-live                                           Replacing this pod  delete it again (deletion not seen yet)
-Failed, not disrupted                          Failed this pod     counted failed for good, left alone
-disrupted (``DisruptionTarget``)               any                 delete + failover (its disruption)
-Failed, the restart policy retries             any                 delete + failover (``Error``/``OOMKilled``)
-Failed, the restart policy does not retry      any                 Failed record, ``WorkerFailed`` event
-Pending / Running                              any                 Replaced; forgotten after running long
-=============================================  ==================  ==========================================
-
-Two indices with a pod each are never in one slot; a slot with duplicates is neither counted nor
-touched (as upstream), its record kept. The back-off between failovers of one index is a separate
-policy (:func:`next_streak`, :func:`failover_delay`): the state machine asks it how long a failover
-waits and records the answer in ``retryAfter``. Only the worker's own failures (OOM-killed, an error
-exit) back off; a disruption (deleted, evicted, preempted, lost with its node: :data:`OWN_FAILURES`
-says which is which) is replaced as soon as its old pod is gone, however often it happens.
+The transitions of one index are a table on :class:`DynamicWorkers`; the back-off between failovers of
+one index is a separate policy (:func:`next_streak`, :func:`failover_delay`).
 """
 
 from __future__ import annotations
@@ -222,7 +198,35 @@ class DynamicWorkers:
     this pass writes (an index without one has nothing to remember). The decision it is part of
     provides ``create`` (create the pod, and its service if missing, of an index; False when this
     pass's creation budget is spent), ``timer`` (wake the job again in that many seconds) and
-    ``exited_fact`` (the ``ExitedWithCode`` event of a pod that ended)."""
+    ``exited_fact`` (the ``ExitedWithCode`` event of a pod that ended).
+
+    One index, one pass (:meth:`step`), by what the cache shows for its slot:
+
+    =============================================  ==================  ==========================================
+    pod of the index                               record              decision
+    =============================================  ==================  ==========================================
+    none, no service, no record                    --                  create its first pod
+    none, service left or a record                 not Replacing       failover ``Deleted`` -> Replacing
+    none                                           Replacing           create once the back-off is over -> Replaced
+    terminating, no service, no record             --                  nothing: removed by us (scale-down, suspend)
+    terminating                                    Replacing this pod  wait for it to go (our own deletion)
+    terminating, otherwise                         any                 failover (its disruption, else ``Deleted``)
+    Succeeded                                      any                 counted succeeded; record dropped
+    live                                           Replacing this pod  delete it again (deletion not seen yet)
+    Failed, not disrupted                          Failed this pod     counted failed for good, left alone
+    disrupted (``DisruptionTarget``)               any                 delete + failover (its disruption)
+    Failed, the restart policy retries             any                 delete + failover (``Error``/``OOMKilled``)
+    Failed, the restart policy does not retry      any                 Failed record, ``WorkerFailed`` event
+    Pending / Running                              any                 Replaced; forgotten after running long
+    =============================================  ==================  ==========================================
+
+    Two indices with a pod each are never in one slot; a slot with duplicates is neither counted nor
+    touched (as upstream), its record kept. The back-off between failovers of one index is a separate
+    policy (:func:`next_streak`, :func:`failover_delay`): the state machine asks it how long a failover
+    waits and records the answer in ``retryAfter``. Only the worker's own failures (OOM-killed, an error
+    exit) back off; a disruption (deleted, evicted, preempted, lost with its node: :data:`OWN_FAILURES`
+    says which is which) is replaced as soon as its old pod is gone, however often it happens.
+    """
 
     job_name: str
     namespace: str

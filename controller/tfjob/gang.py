@@ -3,26 +3,11 @@
 Why a module of its own: with ``--gang-scheduler-name`` upstream's training-operator keeps one PodGroup
 per job (Volcano's ``scheduling.volcano.sh/v1beta1`` or scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1``)
 and holds the job's pods back while Volcano has not admitted it (its phase is still empty or ``Pending``).
-All of that is
-decided here, purely, so :mod:`controller.tfjob.decide` stays readable and every rule is a table test.
+What the group
+says is decided here, purely, so every rule is a table test; when the pass writes it is
+controller/tfjob/decision/podgroup.py.
 
-Contract (the caller passes the *defaulted* job):
-
-* :func:`desired_spec` is the PodGroup ``spec`` for the job given the PodGroup that exists (or None):
-  ``minMember``, ``minResources`` (the policy's, else computed as upstream computes it), Volcano's
-  ``queue`` and ``priorityClassName``, scheduler-plugins' ``scheduleTimeoutSeconds``.
-* :func:`new_pod_group` is the object to create; :func:`updated_pod_group` the existing object with our
-  fields of the spec replaced, or None when they already say what we want (a converged job writes
-  nothing: upstream Updates every pass, a no-op on the server).
-* :func:`blocks_pods`: Volcano only — no pods while the group is absent or its phase is ``""``/``Pending``.
-* :func:`prepare_pod` adds the scheduler name (only where the template has none) and the group's
-  annotations (Volcano) or label (scheduler-plugins) to a pod about to be created.
-
-Dynamic-aware gangs (``enableDynamicWorker``, beyond upstream, docs/tfjob-compatibility.md): a gang is
-what training cannot start without. Until the job runs, ``minMember`` is upstream's (``minAvailable``,
-else every replica); once it runs, scaling Workers up never raises it, scaling down lowers it to the
-replicas that remain, and the group's phase never holds pods back (a failed-over worker's replacement
-is scheduled on its own, like any pod beyond ``minMember`` of an admitted gang).
+Every function takes the *defaulted* job; a dynamic job's gang is described on :func:`min_member`.
 """
 
 from __future__ import annotations
@@ -149,7 +134,14 @@ def min_member(job: dict[str, Any], existing: dict[str, Any] | None, *, dynamic:
 
     A dynamic job's gang never asks for more pods than the job has, and once the job runs its default
     gang never grows: workers added by a scale-up schedule as they fit instead of waiting as a gang,
-    while a scale-down lowers ``minMember`` to the replicas that remain."""
+    while a scale-down lowers ``minMember`` to the replicas that remain.
+
+    Dynamic-aware gangs (``enableDynamicWorker``, beyond upstream, docs/tfjob-compatibility.md): a gang is
+    what training cannot start without. Until the job runs, ``minMember`` is upstream's (``minAvailable``,
+    else every replica); once it runs, scaling Workers up never raises it, scaling down lowers it to the
+    replicas that remain, and the group's phase never holds pods back (a failed-over worker's replacement
+    is scheduled on its own, like any pod beyond ``minMember`` of an admitted gang).
+    """
     total = total_replicas(job)
     min_available = _int(scheduling_policy(job).get(api.SCHEDULING_MIN_AVAILABLE))
     if not dynamic:

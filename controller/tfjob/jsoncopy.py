@@ -2,8 +2,8 @@
 
 Why not ``copy.deepcopy``: what the domain copies comes from the API (the job to default, its old status,
 a replica's pod template), plain dicts, lists and scalars decoded from JSON. deepcopy's memo and
-per-node dispatch made it ~56 us for a TFJob; this walk is a fraction of that, and the job is copied
-on every reconcile and a template once per pod created (docs/benchmarks/profiles/README.md). Anything
+per-node dispatch cost far more than this walk, and the job is copied on every reconcile and a template
+once per pod created (the figures are in docs/benchmarks/profiles/README.md). Anything
 that is not plain JSON is still handed to deepcopy, so the copy is exact whatever the input.
 """
 

@@ -11,24 +11,7 @@ written with the decision that changes them, so a controller restart, a relist o
 sees the same job. A job with no readable record (new, just turned dynamic, or a record someone broke)
 has the members 0..replicas-1, which is also what upstream's rule gives.
 
-The rules of one pass (:func:`plan`), with k the difference between the members and ``replicas``:
-
-* **Scale-down** (k members too many): the k members ranked first leave, ranked by
-  1. a member whose pod we already removed (it terminates without its service, and no failover record):
-     the executor records the members before it removes anyone, but should the record still be lost
-     (another writer puts back an older status), the retry chooses the same worker again, not a second
-     one; ranked among themselves as below;
-  2. a member listed in ``spec.workersToDelete``, in the list's order (the explicit form, free of any
-     race with annotations);
-  3. the lowest ``controller.kubernetes.io/pod-deletion-cost`` of its pod (the annotation a ReplicaSet
-     honours: an int32 as a decimal string; absent = 0; unparsable = 0, reported), ties broken by the
-     highest index -- so a job without annotations loses its highest indices, as upstream.
-* **Scale-up** (k members missing): the k lowest free indices join (holes first, then appended), except
-  indices listed in ``spec.workersToDelete``: a listed index is never refilled while it is listed.
-* A failover replaces a member at its own index (dynamic.py); it never changes the members.
-
-A leaving worker is reported by how it was chosen (``chosen_by``): listed in ``workersToDelete``; its
-deletion cost lower than that of a worker that stays; otherwise the highest index among equals.
+The rules of a pass are on :func:`plan`.
 """
 
 from __future__ import annotations
@@ -143,9 +126,29 @@ def plan(
     service_slots: Mapping[int, list[dict[str, Any]]],
     records: Collection[int],
 ) -> Membership:
-    """The members after this pass (see the module docstring). ``current``: the recorded members (None:
+    """The members after this pass (rules below). ``current``: the recorded members (None:
     no record); ``to_delete``: ``spec.workersToDelete``; the slots: the Worker pods and services by
-    index; ``records``: the indices with a failover record."""
+    index; ``records``: the indices with a failover record.
+
+    With k the difference between the members and ``replicas``:
+
+    * **Scale-down** (k members too many): the k members ranked first leave, ranked by
+      1. a member whose pod we already removed (it terminates without its service, and no failover record):
+         the executor records the members before it removes anyone, but should the record still be lost
+         (another writer puts back an older status), the retry chooses the same worker again, not a second
+         one; ranked among themselves as below;
+      2. a member listed in ``spec.workersToDelete``, in the list's order (the explicit form, free of any
+         race with annotations);
+      3. the lowest ``controller.kubernetes.io/pod-deletion-cost`` of its pod (the annotation a ReplicaSet
+         honours: an int32 as a decimal string; absent = 0; unparsable = 0, reported), ties broken by the
+         highest index -- so a job without annotations loses its highest indices, as upstream.
+    * **Scale-up** (k members missing): the k lowest free indices join (holes first, then appended), except
+      indices listed in ``spec.workersToDelete``: a listed index is never refilled while it is listed.
+    * A failover replaces a member at its own index (dynamic.py); it never changes the members.
+
+    A leaving worker is reported by how it was chosen (``chosen_by``): listed in ``workersToDelete``; its
+    deletion cost lower than that of a worker that stays; otherwise the highest index among equals.
+    """
     members = tuple(range(replicas)) if current is None else tuple(current)
     excess = len(members) - replicas
     if excess > 0:

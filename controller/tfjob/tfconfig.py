@@ -5,26 +5,7 @@ training code. Dense TF_CONFIG (the default) must be byte-for-byte what training
 generates -- same key order, no whitespace, same addresses -- so that nothing changes for existing
 jobs. Sparse TF_CONFIG (``enableDynamicWorker: true``) fixes upstream quirk Q8.
 
-Contract (all functions take a *defaulted, validated* job and never mutate it):
-
-* Only distributed jobs get TF_CONFIG (:func:`tf_config` returns None otherwise). A job with
-  ``enableDynamicWorker: true`` is always distributed, whatever its replica counts (0 workers
-  included): it can be scaled at any moment, so a pod created while it has one replica in total
-  (a PS re-created while Worker replicas are 0, a single worker before a scale-up) must already
-  know the cluster the later pods will join. Any other job follows upstream: it is distributed
-  when the sum of ``replicas`` over the five known types is not 1.
-* The address of replica i of type T is ``<job>-<t>-<i>.<namespace>.svc[.<cluster_domain>]:<port>``
-  with ``t`` lower case and ``port`` the ``tfjob-port`` of T's ``tensorflow`` container (2222
-  by default; a port under another name is not used).
-* Dense: ``{"cluster":{<every type in the spec, keys sorted>:[addresses]},"task":{"type":t,"index":i},
-  "environment":"cloud"}``.
-* Sparse (our definition, documented in docs/tfjob-compatibility.md): every task gets its own
-  address under its own type, as a one-entry map from the decimal index, plus the full PS list
-  (``[]`` when there is no PS, never null). Key order: ``worker`` (always present, possibly
-  ``{}``), ``ps``, then the task's own type when it is not worker/ps. PS tasks get the full PS
-  list (which contains their own address at their own index).
-  e.g. ``{"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"],"chief":{"0":"j-chief-0.ns.svc:2222"}},
-  "task":{"type":"chief","index":0}}``.
+What a task's TF_CONFIG holds is on :func:`tf_config`.
 """
 
 from __future__ import annotations
@@ -176,5 +157,27 @@ def sparse_tf_config(job: dict[str, Any], replica_type: str, index: int, cluster
 
 
 def tf_config(job: dict[str, Any], replica_type: str, index: int, cluster_domain: str = "") -> str | None:
-    """The TF_CONFIG value for replica ``index`` of ``replica_type``, or None if not distributed."""
+    """The TF_CONFIG value for replica ``index`` of ``replica_type``, or None if not distributed.
+
+    All functions take a *defaulted, validated* job and never mutate it.
+
+    * Only distributed jobs get TF_CONFIG (:func:`tf_config` returns None otherwise). A job with
+      ``enableDynamicWorker: true`` is always distributed, whatever its replica counts (0 workers
+      included): it can be scaled at any moment, so a pod created while it has one replica in total
+      (a PS re-created while Worker replicas are 0, a single worker before a scale-up) must already
+      know the cluster the later pods will join. Any other job follows upstream: it is distributed
+      when the sum of ``replicas`` over the five known types is not 1.
+    * The address of replica i of type T is ``<job>-<t>-<i>.<namespace>.svc[.<cluster_domain>]:<port>``
+      with ``t`` lower case and ``port`` the ``tfjob-port`` of T's ``tensorflow`` container (2222
+      by default; a port under another name is not used).
+    * Dense: ``{"cluster":{<every type in the spec, keys sorted>:[addresses]},"task":{"type":t,"index":i},
+      "environment":"cloud"}``.
+    * Sparse (our definition, documented in docs/tfjob-compatibility.md): every task gets its own
+      address under its own type, as a one-entry map from the decimal index, plus the full PS list
+      (``[]`` when there is no PS, never null). Key order: ``worker`` (always present, possibly
+      ``{}``), ``ps``, then the task's own type when it is not worker/ps. PS tasks get the full PS
+      list (which contains their own address at their own index).
+      e.g. ``{"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"],"chief":{"0":"j-chief-0.ns.svc:2222"}},
+      "task":{"type":"chief","index":0}}``.
+    """
     return TFConfigs(job, cluster_domain).for_task(replica_type, index)
