@@ -37,24 +37,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def job(workers: int) -> dict[str, Any]:
+def job(workers: int, ps: int = 1) -> dict[str, Any]:
     def spec(replicas: int) -> dict[str, Any]:
         return {"replicas": replicas, "template": {"spec": {"containers": [{"name": "tensorflow"}]}}}
 
     return {
         "metadata": {"name": "j", "namespace": "ns"},
-        "spec": {"tfReplicaSpecs": {"PS": spec(1), "Worker": spec(workers)}},
+        "spec": {"tfReplicaSpecs": {"PS": spec(ps), "Worker": spec(workers)}},
     }
 
 
 class Tasks:
     """The tasks of one job, each a process whose output goes to a file."""
 
-    def __init__(self, tmp: Path, workers: int, dense: bool) -> None:
+    def __init__(self, tmp: Path, workers: int, dense: bool, ps: int = 1) -> None:
         self.tmp = tmp
-        self.job = job(workers)
+        self.job = job(workers, ps)
         self.dense = dense
-        self.ports = {("ps", 0): free_port(), **{("worker", i): free_port() for i in range(workers)}}
+        self.ports = {
+            **{("ps", i): free_port() for i in range(ps)},
+            **{("worker", i): free_port() for i in range(workers)},
+        }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
 
@@ -66,12 +69,13 @@ class Tasks:
         assert ".svc" not in config, config
         return config
 
-    def start(self, name: str, task: str, index: int, **env: str) -> None:
+    def start(self, name: str, task: str, index: int, *, wrapper: tuple[str, ...] = (), **env: str) -> None:
+        """Start a task; ``wrapper`` is a command that ends by exec'ing its arguments (the program's command)."""
         log = self.tmp / f"{name}-{len(self.logs)}.log"
         environment = {**os.environ, "TF_CONFIG": self.tf_config(task, index), "TRAIN_STEP_DELAY": "0.02", **env}
         with log.open("wb") as out:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, str(PROGRAM)], stdout=out, stderr=subprocess.STDOUT, env=environment
+                [*wrapper, sys.executable, str(PROGRAM)], stdout=out, stderr=subprocess.STDOUT, env=environment
             )
         self.logs[name] = log
 
@@ -162,6 +166,11 @@ async def test_worker_0_finishes_under_dense_tf_config_without_the_other_listed_
         ('{"cluster":{"worker":{"0":"a:1"}},"task":{"type":"worker","index":0}}', {}, "lists no PS task"),
         ('{"cluster":{"ps":["a:1"]},"task":{"type":"worker","index":3}}', {}, "gives it no address"),
         ('{"cluster":{"ps":["a:1"]},"task":{"type":"ps","index":0}}', {"TRAIN_STEPS": "x"}, "is not an integer"),
+        (
+            '{"cluster":{"ps":["a:1"],"worker":["b:2"]},"task":{"type":"worker","index":0}}',
+            {"CHECKPOINT_DIR": "/nonexistent/checkpoints"},
+            "train.py: CHECKPOINT_DIR='/nonexistent/checkpoints' is not a directory; mount a volume there",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_error(tf_config: str | None, env: dict[str, str], message: str) -> None:
