@@ -63,6 +63,9 @@ class SimConfig:
     gc: bool = True
     # The deployment and replicaset controllers (sim/tfjob_sim/workloads.py).
     workloads: bool = True
+    # The storage controllers (sim/tfjob_sim/persistentvolumes.py): the default StorageClass and its local
+    # provisioner, binding, claim/volume protection and reclaiming.
+    storage: bool = True
     kubeconfig_path: str | None = None
     store: StoreConfig = field(default_factory=StoreConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
@@ -162,6 +165,11 @@ class SimCluster:
             from tfjob_sim.workloads import WorkloadConfig, WorkloadControllers
 
             self.workloads = WorkloadControllers(self.store, WorkloadConfig(time_scale=self.config.time_scale))
+        self.storage: Any = None
+        if self.config.storage:
+            from tfjob_sim.persistentvolumes import StorageConfig, StorageControllers
+
+            self.storage = StorageControllers(self.store, StorageConfig(time_scale=self.config.time_scale))
         self.event_ttl = EventTTL(self.store, self.config.event_ttl_seconds, self.config.time_scale)
         self.secure: Any = None  # tfjob_sim.auth.SecureMaterial in secure mode
         self._cert_dir: str | None = None
@@ -281,6 +289,8 @@ class SimCluster:
                     tg.start_soon(self.gc.run, name="sim-gc")
                 if self.workloads is not None:
                     tg.start_soon(self.workloads.run, name="sim-workload-controllers")
+                if self.storage is not None:
+                    tg.start_soon(self.storage.run, name="sim-storage-controllers")
                 tg.start_soon(self.event_ttl.run, name="sim-event-ttl")
                 tg.start_soon(self.aggregator.run, name="sim-clusterrole-aggregation")
                 self._started.set()
@@ -303,7 +313,11 @@ class SimCluster:
                 self._cert_dir = None
             if self._owner is not None:
                 owner, self._owner = self._owner, None
-                await owner
+                try:
+                    await owner
+                finally:
+                    if self.storage is not None:
+                        self.storage.stop_and_clean()
 
     async def __aenter__(self) -> SimCluster:
         return await self.start()

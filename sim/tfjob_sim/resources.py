@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfjob_sim import selectors
+from tfjob_sim import selectors, storagetypes
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -187,6 +187,7 @@ def _workload_selector(obj: dict) -> str | None:
 # The built-in table.
 
 _CORE_TOP = frozenset({"spec", "status"})
+_STORAGE_KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume", "StorageClass"})
 
 
 def builtin_types() -> list[ResourceType]:
@@ -453,6 +454,40 @@ def builtin_types() -> list[ResourceType]:
             False,
             categories=("api-extensions",),
             top_level_fields=frozenset({"webhooks"}),
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            "PersistentVolumeClaim",
+            True,
+            ("pvc",),
+            subresources=("status",),
+            status_subresource=True,
+            top_level_fields=storagetypes.PVC_TOP,
+        ),
+        ResourceType(
+            "",
+            "v1",
+            "persistentvolumes",
+            "persistentvolume",
+            "PersistentVolume",
+            False,
+            ("pv",),
+            subresources=("status",),
+            status_subresource=True,
+            top_level_fields=storagetypes.PV_TOP,
+        ),
+        ResourceType(
+            "storage.k8s.io",
+            "v1",
+            "storageclasses",
+            "storageclass",
+            "StorageClass",
+            False,
+            ("sc",),
+            top_level_fields=storagetypes.STORAGE_CLASS_TOP,
         ),
         ResourceType(
             "apiextensions.k8s.io",
@@ -770,7 +805,12 @@ _SERVICE_IP_BASE = (10, 96)
 def apply_defaults(rt: ResourceType, obj: dict) -> None:
     """The scheme's SetDefaults for built-ins: run on every main-resource write (the apiserver defaults
     whatever it decodes), so a port added by an update gets its protocol like one sent on create."""
-    if rt.custom or not isinstance(obj.get("spec"), dict):
+    if rt.custom:
+        return
+    if rt.kind in _STORAGE_KINDS:
+        storagetypes.default(rt.kind, obj)
+        return
+    if not isinstance(obj.get("spec"), dict):
         return
     spec = obj["spec"]
     if rt.kind == "Pod":
@@ -860,6 +900,10 @@ def prepare_for_create(rt: ResourceType, obj: dict, allocate_ip: Callable[[], st
     if rt.custom:
         return
     kind = rt.kind
+    if kind in _STORAGE_KINDS:
+        apply_defaults(rt, obj)
+        storagetypes.prepare_for_create(kind, obj)
+        return
     if kind in ("Pod", "Service", "Deployment", "ReplicaSet"):
         if obj.get("spec") is None:
             obj["spec"] = {}
@@ -974,6 +1018,8 @@ def _pod_spec_comparable(spec: dict) -> dict:
 def validate_update(rt: ResourceType, new: dict, old: dict) -> list[dict[str, str]]:
     """Type-specific update rules: pod spec immutability (nodeName may be set once, like a binding)."""
     causes: list[dict[str, str]] = []
+    if rt.kind in _STORAGE_KINDS:
+        return storagetypes.validate_update(rt.kind, new, old)
     if rt.kind == "Pod" and not rt.group:
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
         if not old_spec.get("nodeName") and new_spec.get("nodeName"):
@@ -1012,6 +1058,8 @@ def validate(rt: ResourceType, obj: dict) -> list[dict[str, str]]:
     kind = rt.kind
     if rt.custom:
         return causes
+    if kind in _STORAGE_KINDS:
+        return storagetypes.validate(kind, obj)
     if kind == "Pod":
         spec = obj.get("spec")
         if not isinstance(spec, dict):

@@ -22,6 +22,7 @@ from typing import Any
 from tfjob_sim import errors
 from tfjob_sim.resources import ResourceType
 from tfjob_sim.selectors import label_selector_from_dict
+from tfjob_sim.storagetypes import DEFAULT_CLASS_ANNOTATION, access_modes_text, pv_row_values
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,96 @@ def _priority_level_row(pl: dict, now: float) -> list:
     return [pl["metadata"]["name"], spec.get("type", ""), shares, queues, hand, length, _age(pl, now)]
 
 
+def _pvc_row(pvc: dict, now: float) -> list:
+    spec, status = pvc.get("spec") or {}, pvc.get("status") or {}
+    bound = status.get("phase") == "Bound"
+    return [
+        pvc["metadata"]["name"],
+        status.get("phase", ""),
+        spec.get("volumeName", ""),
+        str((status.get("capacity") or {}).get("storage", "")) if bound else "",
+        access_modes_text(status.get("accessModes")) if bound else "",
+        spec.get("storageClassName") or "",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        _age(pvc, now),
+        spec.get("volumeMode", ""),
+    ]
+
+
+def _pv_row(pv: dict, now: float) -> list:
+    cells = pv_row_values(pv)
+    spec = pv.get("spec") or {}
+    return [
+        pv["metadata"]["name"],
+        cells["capacity"],
+        cells["access"],
+        cells["reclaim"],
+        cells["status"],
+        cells["claim"],
+        cells["class"],
+        spec.get("volumeAttributesClassName") or "<unset>",
+        cells["reason"],
+        _age(pv, now),
+        spec.get("volumeMode", ""),
+    ]
+
+
+def _storage_class_row(sc: dict, now: float) -> list:
+    name = sc["metadata"]["name"]
+    if ((sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION)) == "true":
+        name += " (default)"
+    return [
+        name,
+        sc.get("provisioner", ""),
+        sc.get("reclaimPolicy", ""),
+        sc.get("volumeBindingMode", ""),
+        bool(sc.get("allowVolumeExpansion", False)),
+        _age(sc, now),
+    ]
+
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict], Callable[[dict, float], list]]] = {
+    ("", "PersistentVolumeClaim"): (
+        [
+            _NAME_COL,
+            _col("Status"),
+            _col("Volume"),
+            _col("Capacity"),
+            _col("Access Modes"),
+            _col("StorageClass"),
+            _col("VolumeAttributesClass"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            _col("VolumeMode", priority=1),
+        ],
+        _pvc_row,
+    ),
+    ("", "PersistentVolume"): (
+        [
+            _NAME_COL,
+            _col("Capacity"),
+            _col("Access Modes"),
+            _col("Reclaim Policy"),
+            _col("Status"),
+            _col("Claim"),
+            _col("StorageClass"),
+            _col("VolumeAttributesClass"),
+            _col("Reason"),
+            _col("Age", description=_AGE_DESCRIPTION),
+            _col("VolumeMode", priority=1),
+        ],
+        _pv_row,
+    ),
+    ("storage.k8s.io", "StorageClass"): (
+        [
+            _NAME_COL,
+            _col("Provisioner"),
+            _col("ReclaimPolicy"),
+            _col("VolumeBindingMode"),
+            _col("AllowVolumeExpansion", "boolean"),
+            _col("Age", description=_AGE_DESCRIPTION),
+        ],
+        _storage_class_row,
+    ),
     ("rbac.authorization.k8s.io", "RoleBinding"): (_BINDING_COLUMNS, _binding_row),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (_BINDING_COLUMNS, _binding_row),
     ("apps", "Deployment"): (
