@@ -1,5 +1,5 @@
 """Removes what a simulator's process runtime left behind: network namespaces, /etc/netns dirs, cgroups
-(killing their processes first) and its state directory.
+(killing their processes first), its state directory and the mount points it created for volumes.
 
 Why a separate, standard-library-only module: the same code runs in the simulator and in a janitor
 child. ``PodNetwork.stop()`` calls :func:`cleanup` last, so a half-built sandbox cannot survive it;
@@ -9,10 +9,19 @@ is this file run as a script (``python -I -S janitor.py PREFIX [--cgroup DIR] [-
 package import, so it starts fast and needs no PYTHONPATH), one per simulator, started by
 ``PodNetwork.start()`` in a session of its own: when its stdin, a pipe from the simulator, reaches end
 of file (the simulator exited, even by SIGKILL, which runs no code of its own) it kills and removes
-the ``--cgroup`` trees, removes the ``--dir`` directories and calls :func:`cleanup`. A named network
+the ``--cgroup`` trees, removes the ``--dir`` directories (:func:`remove_state_dir`: first the mount
+points the runtime recorded there, see below) and calls :func:`cleanup`. A named network
 namespace is a bind mount under /run/netns; it keeps the namespace, its veth pairs and its addresses
 alive after every process in it is gone, so someone must unmount it; a cgroup and a directory outlive
 every process too.
+
+Volumes: every mount of a pod's volumes lives in the pod's own mount namespaces, which the kernel
+dismantles when their last process exits, so nothing mounted stays behind in this machine's tree. What
+the runtime does change there is the directories (or empty files) it creates for a ``mountPath`` that
+did not exist: it records them in ``mountpoints.json`` in its state directory before creating them, and
+:func:`remove_state_dir` removes those that are still what was created (an empty directory, an empty
+regular file; never through a symlink) before the state directory itself, after detaching (lazily) any
+mount that is found below the state directory.
 
 Names: every namespace and /etc/netns dir of one PodNetwork starts with its prefix
 ``tfsim<pid>-<n>-`` (pid of the simulator, n counts PodNetworks in that process), which is how the
@@ -21,11 +30,14 @@ sweep knows whose they are and whether their owner still lives.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import json
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -35,6 +47,9 @@ NETNS_DIR = "/run/netns"  # where `ip netns add` puts its bind mounts
 ETC_NETNS_DIR = "/etc/netns"  # per-namespace files `ip netns exec` mounts over /etc (resolv.conf, hosts)
 PREFIX_RE = re.compile(r"^tfsim(\d+)-\d+$")
 _OWNED_RE = re.compile(r"^(tfsim\d+-\d+)-")
+# The process runtime's record of the mount points it created (in its state directory).
+MOUNT_POINTS_FILE = "mountpoints.json"
+MNT_DETACH = 2
 # How many rounds of SIGKILL a cgroup gets before it is reported busy (a fork bomb racing the kill).
 KILL_ROUNDS = 50
 
@@ -200,6 +215,118 @@ def remove_cgroup_tree(path: str, wait: float, on_error: Callable[[str, OSError]
             time.sleep(0.005)
 
 
+def _unescape(field: str) -> str:
+    """A path as /proc/self/mountinfo writes it (space, tab, newline and backslash as octal escapes)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts() -> list[tuple[str, str]]:
+    """(root within its filesystem, mount point) of every mount of this process's mount namespace."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 5:
+            found.append((_unescape(fields[3]), _unescape(fields[4])))
+    return found
+
+
+def mounts_under(directory: str) -> list[str]:
+    """Mount points at or below ``directory`` in this mount namespace, deepest first."""
+    base = directory.rstrip("/")
+    found = {point for _, point in mounts() if point == base or point.startswith(base + "/")}
+    return sorted(found, key=lambda p: (-p.count("/"), p))
+
+
+def unmount_lazily(path: str) -> str | None:
+    """umount2(path, MNT_DETACH); an error message, or None when it is unmounted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(path.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.EINVAL, errno.ENOENT):  # not a mount point (any more)
+            return None
+        return f"umount {path}: {os.strerror(err)}"
+    return None
+
+
+def remove_created(path: str, kind: str) -> str | None:
+    """Remove ``path`` if it is still what the runtime created (kind "dir": an empty directory, "file": an
+    empty regular file), never following a symlink; an error message when it stays for another reason."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    try:
+        if kind == "dir" and stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)
+        elif kind == "file" and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+            os.unlink(path)
+        else:
+            return f"{path} was created as a mount point but is now something else: left in place"
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ENOTEMPTY:
+            return f"{path} was created as a mount point but is not empty now: left in place"
+        return f"{path}: {exc.strerror}"
+    return None
+
+
+def read_mount_points(state_dir: str) -> list[tuple[str, str]]:
+    """The (path, kind) records of ``mountpoints.json`` in ``state_dir``, in the order they were created."""
+    try:
+        with open(os.path.join(state_dir, MOUNT_POINTS_FILE)) as f:
+            records = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        return []  # a torn file cannot be: it is replaced by rename; unreadable: nothing to go by
+    return [
+        (r["path"], r["kind"])
+        for r in records
+        if isinstance(r, dict) and isinstance(r.get("path"), str) and r.get("kind") in ("dir", "file")
+    ]
+
+
+def remove_tree(path: str) -> list[str]:
+    """Remove a directory the runtime made: any mount below it detached (lazily) first, never descending
+    into a filesystem still mounted there, never following a symlink (shutil.rmtree works on descriptors
+    on Linux); the errors (empty: all gone)."""
+    errors = []
+    for point in mounts_under(path):
+        error = unmount_lazily(point)
+        if error:
+            errors.append(error)
+    if mounts_under(path):
+        return [*errors, f"{path} still has mounts below it: not removed"]
+
+    def failed(_function: object, where: str, exc_info: tuple) -> None:
+        if os.path.lexists(where):
+            errors.append(f"rm -r {where}: {exc_info[1]}")
+
+    shutil.rmtree(path, onerror=failed)
+    return errors
+
+
+def remove_state_dir(path: str) -> list[str]:
+    """Remove a runtime's state directory: the mount points it recorded (children before parents), then
+    the directory itself (:func:`remove_tree`). The errors (empty: all gone)."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return []
+    errors = []
+    for created, kind in reversed(read_mount_points(path)):
+        error = remove_created(created, kind)
+        if error:
+            errors.append(error)
+    return errors + remove_tree(path)
+
+
 def main(argv: list[str]) -> int:
     """Janitor: wait for end of file on stdin (the simulator is gone or stopped), then clean up."""
     usage = f"usage: {argv[0]} tfsim<pid>-<n> [--cgroup DIR] [--dir DIR]"
@@ -218,7 +345,7 @@ def main(argv: list[str]) -> int:
         if kind == "--cgroup" and not remove_cgroup_tree(path, 5.0):
             errors.append(f"cannot remove cgroup {path}")
         elif kind == "--dir":
-            shutil.rmtree(path, ignore_errors=True)
+            errors += remove_state_dir(path)
     errors += cleanup(argv[1])
     for error in errors:
         try:

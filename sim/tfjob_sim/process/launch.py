@@ -15,15 +15,22 @@ SPEC is one JSON object (argv[1]):
                 saying what failed, and the helper exits with code 128
 ``parent``      the runtime's pid: if it is gone when the death signal is set, exit at once
 ``netns``       path of a network namespace to enter (setns), or null: stay in the current one
+``mntns_fd``    an inherited descriptor of the pod's mount namespace (tfjob_sim.process.mountns) to
+                enter (setns) before the container's own mount namespace is made, as a copy of it;
+                closed before exec (null: the copy is made of the current namespace)
+``mounts``      the container's volume mounts, parents first: ``{"source", "target", "read_only",
+                "is_file"}``, each a recursive bind mount of ``source`` on ``target`` in the container's
+                mount namespace (remounted read-only if asked); a missing ``target`` is created (only
+                inside a volume mounted above it: the runtime created the others in this machine's tree)
 ``etc_dir``     directory whose ``resolv.conf`` and ``hosts`` are bind-mounted over ``/etc`` in a
-                private mount namespace (null: no private mounts)
+                private mount namespace (null, with no ``mntns_fd`` and no ``mounts``: no private mounts)
 ``hostname``    the pod's hostname, set in a private UTS namespace (null: keep the host's)
 ``cgroups``     ``cgroup.procs`` files this process writes its pid to (the container's cgroups)
 ``uid``, ``gid``, ``groups``  credentials to take (null: keep root's)
 ``cwd``         working directory (null: stay where the runtime started the helper)
 
-Order (each step needs the privileges the next one drops): setns -> unshare(mount, UTS) ->
-mounts, hostname -> cgroups -> credentials -> PR_SET_PDEATHSIG(SIGKILL) (credential changes clear
+Order (each step needs the privileges the next one drops): setns(network) -> setns(pod's mounts) ->
+unshare(mount, UTS) -> volume mounts, /etc mounts, hostname -> cgroups -> credentials -> PR_SET_PDEATHSIG(SIGKILL) (credential changes clear
 it, so it comes after them) -> setsid -> chdir -> exec. Only the standard library is used: this
 runs before every container start and must start fast.
 """
@@ -41,9 +48,16 @@ import warnings  # noqa: F401  os.execvpe imports it lazily, perhaps after crede
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+# Flags of the source mount that a read-only remount of a bind mount keeps: nosuid, nodev, noexec,
+# noatime, nodiratime (statvfs's ST_* of these have the MS_* values), and relatime (ST_RELATIME).
+KEPT_FLAGS = 2 | 4 | 8 | 1024 | 2048
+ST_RELATIME = 4096
 PR_SET_PDEATHSIG = 1
 # What the kubelet reports for a container whose process could not be started (containerd: StartError).
 START_ERROR_EXIT_CODE = 128
@@ -65,6 +79,36 @@ def _setns(path: str) -> None:
         os.close(fd)
 
 
+def _enter_mounts(fd: int) -> None:
+    try:
+        _check(_libc.setns(fd, CLONE_NEWNS), "setns(the pod's mount namespace)")
+    finally:
+        os.close(fd)
+
+
+def _mount_volume(mount: dict) -> None:
+    source, target = mount["source"], mount["target"]
+    try:
+        if not os.path.lexists(target):
+            if mount.get("is_file"):
+                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            else:
+                os.makedirs(target, mode=0o755)
+        _check(
+            _libc.mount(source.encode(), target.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None),
+            "mount",
+        )
+        if mount.get("read_only"):
+            current = os.statvfs(target).f_flag
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | (current & KEPT_FLAGS)
+            flags |= MS_RELATIME if current & ST_RELATIME else 0
+            _check(_libc.mount(None, target.encode(), None, ctypes.c_ulong(flags), None), "remount read-only")
+    except OSError as exc:
+        # runc's words for a failed mount.
+        raise OSError(exc.errno, f'error mounting "{source}" to rootfs at "{target}": {exc.strerror or exc}') from None
+
+
 def _bind(source: str, target: str) -> None:
     _check(
         _libc.mount(source.encode(), target.encode(), None, ctypes.c_ulong(MS_BIND), None),
@@ -76,15 +120,21 @@ def prepare(spec: dict) -> None:
     """Every step before exec; raises OSError (with what failed) on the first failure."""
     if spec.get("netns"):
         _setns(spec["netns"])
-    flags = (CLONE_NEWNS if spec.get("etc_dir") else 0) | (CLONE_NEWUTS if spec.get("hostname") else 0)
+    if spec.get("mntns_fd") is not None:
+        _enter_mounts(spec["mntns_fd"])
+    private = bool(spec.get("etc_dir") or spec.get("mounts") or spec.get("mntns_fd") is not None)
+    flags = (CLONE_NEWNS if private else 0) | (CLONE_NEWUTS if spec.get("hostname") else 0)
     if flags:
         _check(_libc.unshare(flags), "unshare")
-    if spec.get("etc_dir"):
-        # Stop mount propagation to the host before mounting anything.
+    if private:
+        # Stop mount propagation to the host (or the pod) before mounting anything.
         _check(
             _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None),
             "make / private",
         )
+    for mount in spec.get("mounts") or ():
+        _mount_volume(mount)
+    if spec.get("etc_dir"):
         for name in ("resolv.conf", "hosts"):
             source = os.path.join(spec["etc_dir"], name)
             if os.path.exists(source):

@@ -14,7 +14,15 @@ of the kubelet is :class:`KubeletPart`, its pod state and rules come from :mod:`
 - :meth:`ProcessPods.render_containers` gives the phase, readiness and container statuses that
   ``Kubelet._render`` writes.
 - :meth:`ProcessPods.forget` when the pod object is gone: its processes are killed, its sandbox,
-  cgroups and logs removed.
+  volumes, cgroups and logs removed.
+
+Volumes (tfjob_sim.process.volumes) are set up once the sandbox (with the pod's mount namespace) is
+ready and before any container starts: a volume that cannot be (a missing ConfigMap, a failed hostPath
+type check, an unbound claim) keeps the pod in ContainerCreating with kubelet's ``FailedMount`` event,
+tried again with kubelet's back-off (0.5 s doubling to 2 min 2 s, simulated). While the pod runs, the
+ConfigMap, Secret and downward API volumes are rewritten when their sources change: looked at on every
+sync and at least once per kubelet sync period (60 simulated seconds). Claims are resolved by a
+:class:`~tfjob_sim.process.volumes.ClaimResolver` (by default from the store).
 
 Time: the kubelet's own timers (restart back-off, config-error retries) are simulated seconds,
 multiplied by ``time_scale``; what a real process experiences is real: the grace period between
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tfjob_sim.events import object_reference
@@ -61,11 +70,13 @@ from tfjob_sim.podstate import (
 )
 from tfjob_sim.process import env as env_mod
 from tfjob_sim.process.runtime import Instance, LaunchSpec, ProcessRuntime
+from tfjob_sim.process.volumes import ClaimResolver, StoreClaims
 from tfjob_sim.store import rfc3339
 
 if TYPE_CHECKING:
     from tfjob_sim.events import EventRecorder
     from tfjob_sim.process.env import StoreReader
+    from tfjob_sim.process.volumes import PodVolumes
 
 
 class KubeletPart(Protocol):
@@ -98,6 +109,11 @@ class KubeletPart(Protocol):
 # How often a container whose configuration could not be resolved (a missing ConfigMap, ...) is
 # tried again (simulated seconds; the kubelet retries on its pod sync period).
 CONFIG_RETRY_SECONDS = 10.0
+# kubelet's volume operation back-off (initial, doubling to the maximum) and its pod sync period, when
+# API-data volumes are rewritten at the latest (simulated seconds).
+MOUNT_RETRY_INITIAL_SECONDS = 0.5
+MOUNT_RETRY_MAX_SECONDS = 122.0
+VOLUME_RESYNC_SECONDS = 60.0
 NO_COMMAND = (
     'failed to generate container "{name}" spec: failed to generate spec: no command specified '
     "(the simulator's process runtime ignores images, so a container needs a command)"
@@ -135,6 +151,9 @@ class _PodProcesses:
     init_index: int = 0  # the init container running (or restarting) now; len(inits) when all succeeded
     init_failed: bool = False  # one failed under restartPolicy Never: the pod failed
     sandbox_error: str | None = None
+    mount_backoff: float | None = None  # the FailedMount retry delay (simulated seconds), doubling
+    volumes_due: float | None = None  # when the API-data volumes are looked at again at the latest
+    volumes_meta: Any = None  # the labels and annotations they were last written from
     stop_started: float | None = None
     sigterm_due: float | None = None
     sigterm_sent: bool = False
@@ -176,9 +195,10 @@ def _specs(pod: dict) -> dict[tuple[bool, str], dict]:
 
 
 class ProcessPods:
-    def __init__(self, kubelet: KubeletPart, runtime: ProcessRuntime) -> None:
+    def __init__(self, kubelet: KubeletPart, runtime: ProcessRuntime, claims: ClaimResolver | None = None) -> None:
         self.kubelet = kubelet
         self.runtime = runtime
+        self.claims: ClaimResolver = claims if claims is not None else StoreClaims(kubelet._store)
         self._scale = kubelet.config.time_scale
 
     # ---------------------------------------------------------------- the pod worker
@@ -215,6 +235,9 @@ class ProcessPods:
             due = self._create_sandbox(pod, rec, p, now)
         if rec.life == RUNNING:
             due = self._step(pod, rec, p, now)
+            if rec.life == RUNNING:
+                refresh = self._refresh_volumes(pod, rec, p, now)
+                due = refresh if due is None else (due if refresh is None else min(due, refresh))
         else:
             self._finish_exited(p)
         kubelet._write_status(pod, kubelet._render(pod, rec, node))
@@ -237,10 +260,60 @@ class ProcessPods:
                 )
             self.runtime.retry_sandbox(rec.uid)
             return now + RETRY_AFTER_ERROR_SECONDS
+        volumes = self.runtime.volumes(rec.uid)
+        if volumes is not None:
+            failures = volumes.set_up(self.kubelet._store, pod, self.claims, self._allocatable(rec))
+            if failures:
+                self._failed_mount(pod, rec, failures)
+                p.mount_backoff = min((p.mount_backoff or MOUNT_RETRY_INITIAL_SECONDS / 2) * 2, MOUNT_RETRY_MAX_SECONDS)
+                return now + p.mount_backoff * self._scale
+            self._volumes_written(pod, p, now)
         rec.pod_ip = state.sandbox.ip
         rec.life = RUNNING
         self._start_active(pod, rec, p, now)
         return None
+
+    # ---------------------------------------------------------------- volumes
+
+    def _allocatable(self, rec: _PodRecord) -> dict[str, Decimal]:
+        """The node's allocatable CPU (cores) and memory: a downward API limit the container lacks."""
+        node = self.kubelet._nodes.get(rec.node or "")
+        if node is None:
+            return {}
+        return {"cpu": Decimal(node.cpu_m) / 1000, "memory": Decimal(node.memory)}
+
+    def _failed_mount(self, pod: dict, rec: _PodRecord, failures: list[str]) -> None:
+        for message in failures:
+            self.kubelet.events.record(
+                object_reference(pod), "Warning", "FailedMount", message, component=KUBELET, host=rec.node or ""
+            )
+
+    def _volumes_written(self, pod: dict, p: _PodProcesses, now: float) -> None:
+        meta = pod.get("metadata") or {}
+        p.volumes_meta = (meta.get("labels"), meta.get("annotations"))
+        p.volumes_due = now + VOLUME_RESYNC_SECONDS * self._scale
+
+    def _refresh_volumes(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> float | None:
+        """Rewrite the API-data volumes whose sources changed (the pod's labels and annotations at
+        once, the rest at least every sync period); when to look again."""
+        volumes: PodVolumes | None = self.runtime.volumes(rec.uid)
+        if volumes is None or not volumes.updatable:
+            return None
+        meta = pod.get("metadata") or {}
+        if (
+            p.volumes_due is not None
+            and now < p.volumes_due
+            and p.volumes_meta
+            == (
+                meta.get("labels"),
+                meta.get("annotations"),
+            )
+        ):
+            return p.volumes_due
+        failures = volumes.set_up(self.kubelet._store, pod, self.claims, self._allocatable(rec))
+        self._failed_mount(pod, rec, failures)
+        self._volumes_written(pod, p, now)
+        return p.volumes_due
 
     def _start_active(self, pod: dict, rec: _PodRecord, p: _PodProcesses, now: float) -> None:
         """First start of the current init container, or of every container once the inits are done."""
@@ -293,6 +366,8 @@ class ProcessPods:
             argv = env_mod.command_line(spec, env)
             uid, gid, groups = env_mod.credentials(pod, spec)
             limit = env_mod.memory_limit(spec)
+            volumes = self.runtime.volumes(rec.uid)
+            mounts = tuple(volumes.container_mounts(spec, env)) if volumes is not None else ()
         except env_mod.ConfigError as exc:
             c.waiting = ("CreateContainerConfigError", str(exc))
             c.restart_due = now + CONFIG_RETRY_SECONDS * self._scale
@@ -321,6 +396,7 @@ class ProcessPods:
             groups=groups,
             hostname=env_mod.pod_hostname(pod),
             memory_limit=limit,
+            mounts=mounts,
         )
         try:
             c.instance = self.runtime.spawn(rec.uid, c.name, container_id, launch, state.sandbox)

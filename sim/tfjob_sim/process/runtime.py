@@ -15,16 +15,23 @@ Contract:
   after (kills every process, removes every sandbox, cgroup and file; idempotent). Everything is
   named with :attr:`ProcessRuntime.prefix` (``tfsim<pid>-<n>``).
 - Sandboxes: :meth:`~ProcessRuntime.sandbox` starts creating a pod's sandbox and returns its state
-  (pending / ready / failed); :meth:`~ProcessRuntime.release_sandbox` removes it. The runtime calls
+  (pending / ready / failed): its volumes' directories and mount namespace
+  (tfjob_sim.process.volumes), then its network; :meth:`~ProcessRuntime.release_sandbox` removes it
+  (the volumes once the pod's processes are gone). :meth:`~ProcessRuntime.volumes` gives the pod's
+  :class:`~tfjob_sim.process.volumes.PodVolumes` for the kubelet to set up and to compute mounts. The runtime calls
   ``notify(uid)`` whenever something about a pod changed (sandbox ready or failed, a process
   confirmed its exec or exited): the kubelet then syncs that pod.
 - Processes: :meth:`~ProcessRuntime.spawn` starts one container instance through the exec helper
   (tfjob_sim.process.launch) and returns an :class:`Instance`; its ``started``/``start_error``/
-  ``exit_status`` fill in as the helper reports. :meth:`Instance.signal` signals the process group;
+  ``exit_status`` fill in as the helper reports. A container's volume mounts come in its
+  :class:`LaunchSpec`; a ``mountPath`` missing in this machine's tree is created (and removed with the
+  last pod that uses it: :class:`~tfjob_sim.process.volumes.MountPoints`). :meth:`Instance.signal`
+  signals the process group;
   :meth:`~ProcessRuntime.finish` (after the exit) kills what is left in the instance's cgroup and
   removes it; :meth:`~ProcessRuntime.forget` kills and releases everything of a pod.
-- Leaks: container processes die with the simulator (PR_SET_PDEATHSIG, set by the helper); what a
-  process cannot take with it (cgroups, the state directory) is removed by the pod network's janitor
+- Leaks: container processes and mount namespace holders die with the simulator (PR_SET_PDEATHSIG);
+  the kernel then dismantles the pods' mount namespaces and every mount in them. What a process
+  cannot take with it (cgroups, the state directory, created mount points) is removed by the pod network's janitor
   process (tfjob_sim.process.janitor: one per simulator, for the network and the runtime) when its
   pipe from the simulator closes, and by the sweeps at the next start.
 """
@@ -36,7 +43,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,9 +56,10 @@ from typing import Any
 import structlog
 
 from tfjob_sim.process import cgroup as cgroups_mod
-from tfjob_sim.process.janitor import pid_alive
+from tfjob_sim.process.janitor import pid_alive, remove_state_dir
 from tfjob_sim.process.logfile import ProcessLog
 from tfjob_sim.process.network import PodNetwork
+from tfjob_sim.process.volumes import Mount, MountPoints, PodVolumes
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +71,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # its processes were SIGKILLed before the runtime gives up removing it (the stop sweeps it again).
 DRAIN_READS = 16
 CGROUP_REMOVE_SECONDS = 10.0
+# How long a pod's killed processes may take to exit before its volumes are removed anyway.
+REAP_SECONDS = 10.0
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -81,14 +90,16 @@ def check_available() -> None:
 
 
 def sweep_state_dirs(parent: str) -> list[str]:
-    """Remove state directories of simulators (``tfsim<pid>-<n>``) whose pid is dead."""
+    """Remove state directories of simulators (``tfsim<pid>-<n>``) whose pid is dead, and the mount
+    points they recorded there."""
     removed = []
     pattern = re.compile(PREFIX_STEM + r"(\d+)-\d+$")
     with contextlib.suppress(OSError):
         for entry in os.scandir(parent):
             match = pattern.match(entry.name)
             if match and entry.is_dir(follow_symlinks=False) and not pid_alive(int(match.group(1))):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                for error in remove_state_dir(entry.path):
+                    log.warning("could not remove all a dead simulator left", error=error)
                 removed.append(entry.path)
     return removed
 
@@ -102,6 +113,7 @@ class SandboxState:
     uid: str
     sandbox: Any = None  # tfjob_sim.process.network.Sandbox once created
     error: str | None = None
+    volumes: PodVolumes | None = None  # the pod's volumes, their mount namespace created with the sandbox
 
     @property
     def ready(self) -> bool:
@@ -128,6 +140,7 @@ class LaunchSpec:
     groups: tuple[int, ...] = ()
     hostname: str | None = None
     memory_limit: int | None = None
+    mounts: tuple[Mount, ...] = ()  # volume mounts, parents first
 
 
 @dataclass(eq=False)
@@ -208,6 +221,7 @@ class ProcessRuntime:
         self.state_dir = os.path.join(self._state_parent, self.prefix)
         self._python = python
         self.cgroups = cgroups_mod.Cgroups.detect(self.prefix)
+        self.mount_points = MountPoints(self.state_dir)
         self._sandboxes: dict[str, SandboxState] = {}
         self._instances: dict[str, list[Instance]] = {}  # pod uid -> its live or unfinished instances
         self._tasks: set[asyncio.Task] = set()
@@ -252,13 +266,19 @@ class ProcessRuntime:
                 for result in await asyncio.gather(*list(self._tasks), return_exceptions=True):
                     if isinstance(result, BaseException):
                         log.error("a process runtime task failed", error=repr(result))
+            states = list(self._sandboxes.values())
             self._sandboxes.clear()
             for uid in list(self._instances):
                 await self._reap_pod(uid)
+            for state in states:
+                if state.volumes is not None:
+                    await state.volumes.remove()
         finally:
             try:
                 self.cgroups.stop()
-                shutil.rmtree(self.state_dir, ignore_errors=True)
+                errors = self.mount_points.release_all() + remove_state_dir(self.state_dir)
+                for error in errors:
+                    log.warning("the process runtime could not remove everything", error=error)
             finally:
                 await self.network.stop()  # removes every sandbox, and ends the janitor
 
@@ -277,6 +297,7 @@ class ProcessRuntime:
         self._spawn_task(
             self._create_sandbox(
                 state,
+                PodVolumes(pod, os.path.join(self.state_dir, "pods", uid)),
                 meta.get("namespace") or "",
                 meta.get("name", ""),
                 spec.get("hostname") or None,
@@ -286,18 +307,31 @@ class ProcessRuntime:
         return state
 
     async def _create_sandbox(
-        self, state: SandboxState, namespace: str, name: str, hostname: str | None, subdomain: str | None
+        self,
+        state: SandboxState,
+        volumes: PodVolumes,
+        namespace: str,
+        name: str,
+        hostname: str | None,
+        subdomain: str | None,
     ) -> None:
+        created = False
         try:
+            await volumes.create(python=self._python, prefix=self.prefix)
+            created = True
             sandbox = await self.network.create_sandbox(namespace, name, state.uid, hostname, subdomain)
         except Exception as exc:
             log.warning("pod sandbox creation failed", pod=f"{namespace}/{name}", error=str(exc))
             state.error = str(exc) or type(exc).__name__
+            if created:
+                await volumes.remove()
         else:
             if self._sandboxes.get(state.uid) is state:
+                state.volumes = volumes
                 state.sandbox = sandbox
             else:  # the pod went away meanwhile
                 await self._remove_sandbox(sandbox)
+                await volumes.remove()
         self._notify(state.uid)
 
     def retry_sandbox(self, uid: str) -> None:
@@ -315,6 +349,27 @@ class ProcessRuntime:
         # finishes, finds the pod gone and removes what it made.
         if state.sandbox is not None:
             self._spawn_task(self._remove_sandbox(state.sandbox))
+        if state.volumes is not None:
+            self._spawn_task(self._remove_volumes(uid, state.volumes))
+
+    async def _remove_volumes(self, uid: str, volumes: PodVolumes) -> None:
+        """Once the pod's processes are gone: end its mount namespace, remove its volumes' directories
+        and the mount points only it used."""
+        deadline = time.monotonic() + REAP_SECONDS
+        while time.monotonic() < deadline:
+            if all(i.exit_status is not None for i in self._instances.get(uid, ())):
+                break
+            await asyncio.sleep(0.005)  # the exits arrive through the event loop (pidfd readers)
+        try:
+            await volumes.remove()
+        finally:
+            for error in self.mount_points.release(uid):
+                log.warning("a mount point of a removed pod stays", pod_uid=uid, error=error)
+
+    def volumes(self, uid: str) -> PodVolumes | None:
+        """The pod's volumes, once its sandbox is ready."""
+        state = self._sandboxes.get(uid)
+        return state.volumes if state is not None else None
 
     async def _remove_sandbox(self, sandbox: Any) -> None:
         try:
@@ -338,6 +393,13 @@ class ProcessRuntime:
         loop = self._loop
         assert loop is not None
         number = container_id.rsplit("/", 1)[-1][:12]
+        state = self._sandboxes.get(uid)
+        mount_ns = state.volumes.mount_ns if state is not None and state.volumes is not None else None
+        targets = [m.target for m in spec.mounts]
+        for mount in spec.mounts:
+            # A mountPath inside another mount of the container is made by the helper, in that volume.
+            if not any(mount.target.startswith(t.rstrip("/") + "/") for t in targets if t != mount.target):
+                self.mount_points.acquire(uid, mount.target, mount.is_file)
         cgroup = self.cgroups.create(f"{uid}_{container}_{number}", spec.memory_limit)
         log_path = os.path.join(self.state_dir, f"{uid}_{container}_{number}.log")
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -346,6 +408,8 @@ class ProcessRuntime:
             "status_fd": status_w,
             "parent": os.getpid(),
             "netns": getattr(sandbox, "netns", None),
+            "mntns_fd": mount_ns.fd if mount_ns is not None else None,
+            "mounts": [m.to_json() for m in spec.mounts],
             "etc_dir": getattr(sandbox, "etc_dir", None),
             "hostname": spec.hostname,
             "cgroups": cgroup.procs_files() if cgroup is not None else [],
@@ -361,7 +425,7 @@ class ProcessRuntime:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(status_w,),
+                pass_fds=(status_w,) if mount_ns is None else (status_w, mount_ns.fd),
                 cwd="/",
             )
         except BaseException:

@@ -3,7 +3,10 @@
 ``leftovers(prefix)`` lists, one line each: named network namespaces and /etc/netns dirs whose name
 starts with ``<prefix>-``, links of the host's network namespace whose name contains the prefix, and
 live processes that are inside one of the prefix's namespaces or carry the prefix in their command
-line (the janitor child, anything started with the prefix as an argument). Empty means clean.
+line (the janitor child, the pods' mount namespace holders, anything started with the prefix as an
+argument), and mounts of this process's mount namespace (/proc/self/mountinfo) whose mount point or
+root names the prefix (a pod's volume that escaped its mount namespace; the named network namespaces'
+own mounts are the netns lines). Empty means clean.
 
 The process runtime's part: processes in the prefix's cgroups (the containers' processes and
 whatever they forked, even in another session), the prefix's cgroup directories (under this
@@ -80,6 +83,21 @@ def _processes(prefix: str) -> list[str]:
     return found
 
 
+def _mounts(prefix: str) -> list[str]:
+    """Mounts of this mount namespace whose mount point or root names the prefix (not /run/netns's)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        root, point = (re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f) for f in fields[3:5])
+        if point.startswith(NETNS_DIR + "/"):
+            continue
+        if _mentions(point, prefix) or _mentions(root, prefix):
+            found.append(f"mount {point} (root {root})")
+    return found
+
+
 def leftovers(prefix: str) -> list[str]:
     """Everything still present that the simulator with ``prefix`` created (see the module docstring)."""
     if not prefix.startswith("tfsim"):
@@ -88,6 +106,7 @@ def leftovers(prefix: str) -> list[str]:
     found += [f"{ETC_NETNS_DIR}/{name}" for name in _listdir(ETC_NETNS_DIR) if _owned(name, prefix)]
     found += [f"host link {name}" for name in _listdir("/sys/class/net") if _mentions(name, prefix)]
     found += _processes(prefix)
+    found += _mounts(prefix)
     found += [f"process {pid} in a cgroup of {prefix}" for pid in runtime_processes(prefix)]
     found += [f"cgroup {base / prefix}" for base in _own_cgroup_dirs() if (base / prefix).exists()]
     state = Path(tempfile.gettempdir()) / prefix
