@@ -1,5 +1,5 @@
 # The controller image: the package and its locked runtime dependencies, nothing else (no simulator
-# extras, no pip, no build tools, no tests). Build: docker build -t tfjob-controller:0.1.0 .
+# extras, no pip, no build tools, no tests). Build and push: see docs/image.md (docker buildx, both platforms).
 #
 # Base: python:3.11-slim, pinned by the digest of its multi-platform index. The digest could not be read
 # from a registry where this file was written (none reachable); it is the one public projects pin

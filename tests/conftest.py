@@ -6,5 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfjob_sim.testing.fixtures import kubectl, sim_cluster, sim_config, use_checkout_sources  # noqa: F401 (fixtures)
+from tfjob_sim.testing.prerequisites import pytest_runtest_setup  # noqa: F401 (the `needs` marker)
 
 use_checkout_sources(Path(__file__).resolve().parents[1])

@@ -14,6 +14,7 @@ import pytest
 
 from tfjob_sim.store import Store
 from tfjob_sim.testing.fixtures import FakeClock, kubectl, sim_cluster, sim_config, use_checkout_sources  # noqa: F401
+from tfjob_sim.testing.prerequisites import pytest_runtest_setup  # noqa: F401 (the `needs` marker)
 
 use_checkout_sources(Path(__file__).resolve().parents[2])
 

@@ -24,6 +24,7 @@ import pytest
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
 from tfjob_sim.testing.leftovers import leftovers
+from tfjob_sim.testing.prerequisites import PROCESS_RUNTIME, require
 from tfjob_sim.watch import WatchConfig
 
 
@@ -54,6 +55,8 @@ def sim_config() -> SimConfig:
 
 @pytest.fixture
 async def sim_cluster(sim_config: SimConfig, tmp_path: Path) -> AsyncIterator[SimCluster]:
+    if sim_config.runtime == "process":
+        require(*PROCESS_RUNTIME)
     if sim_config.kubeconfig_path is None:
         sim_config.kubeconfig_path = str(tmp_path / "kubeconfig")
     cluster = SimCluster(sim_config)
