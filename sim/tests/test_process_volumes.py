@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import signal
+import socket
 import stat
 import sys
 import time
@@ -338,6 +339,345 @@ async def test_a_missing_key_named_in_items_fails_the_mount(sim_cluster: SimClus
     assert events(sim_cluster, "p", "FailedMount")[0]["message"] == (
         'MountVolume.SetUp failed for volume "v" : configmap references non-existent config key: zz'
     )
+
+
+# ------------------------------------------------------------------------------------------------ secret, downward API, projected
+
+
+async def test_a_secret_volume_is_kept_in_memory(sim_cluster: SimCluster, tmp_path: Path):
+    sim_cluster.store.create("secrets", NS, secret("creds", user="admin", password="s3cr3t"))
+    at = tmp_path / "creds"
+    volume = {"name": "creds", "secret": {"secretName": "creds", "items": [{"key": "password", "path": "pw"}]}}
+    pod = make_pod(
+        "p", [volume], {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "creds", "mountPath": str(at)}]}
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await started(sim_cluster, "p")
+    pid = pid_of(sim_cluster, "p")
+    assert (seen_by(pid, at / "pw")).read_text() == "s3cr3t"
+    assert not seen_by(pid, at / "user").exists()  # items name what is written
+    assert stat.S_IMODE(seen_by(pid, at / "pw").stat().st_mode) == 0o644
+    fields = mount_line(pid, at)
+    assert fields[fields.index("-") + 1] == "tmpfs" and "ro" in fields[5].split(",")
+    uid = pod_of(sim_cluster, "p")["metadata"]["uid"]
+    on_disk = pod_dir(sim_cluster, uid) / "volumes" / "kubernetes.io~secret" / "creds"
+    assert list(on_disk.iterdir()) == []  # never written to the disk
+
+    missing = make_pod(
+        "q",
+        [{"name": "v", "secret": {"secretName": "nope"}}],
+        {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "v", "mountPath": str(tmp_path / "q")}]},
+    )
+    sim_cluster.store.create("pods", NS, missing)
+    await eventually(lambda: events(sim_cluster, "q", "FailedMount"), what="a FailedMount event")
+    assert events(sim_cluster, "q", "FailedMount")[0]["message"] == (
+        'MountVolume.SetUp failed for volume "v" : secret "nope" not found'
+    )
+
+
+async def test_a_downward_api_volume_follows_the_pods_labels(sim_cluster: SimCluster, tmp_path: Path):
+    at = tmp_path / "info"
+    items = [
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+        {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}},
+        {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}},
+        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        {"path": "app", "fieldRef": {"fieldPath": "metadata.labels['app']"}, "mode": 0o600},
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+        {
+            "path": "mem_mi",
+            "resourceFieldRef": {"containerName": "main", "resource": "limits.memory", "divisor": "1Mi"},
+        },
+        {"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "limits.cpu"}},
+    ]
+    pod = make_pod(
+        "p",
+        [{"name": "info", "downwardAPI": {"items": items}}],
+        {
+            "name": "main",
+            "command": SLEEP,
+            "volumeMounts": [{"name": "info", "mountPath": str(at)}],
+            "resources": {"limits": {"memory": "300Mi"}},
+        },
+    )
+    pod["metadata"]["annotations"] = {"note": 'say "hi"'}
+    sim_cluster.store.create("pods", NS, pod)
+    await started(sim_cluster, "p")
+    view = seen_by(pid_of(sim_cluster, "p"), at)
+    uid = pod_of(sim_cluster, "p")["metadata"]["uid"]
+    files = {p.name: p.read_text() for p in view.iterdir() if not p.name.startswith("..")}
+    node = sim_cluster.store.get("nodes", None, pod_of(sim_cluster, "p")["spec"]["nodeName"])
+    assert node is not None
+    node_cpu = node["status"]["allocatable"]["cpu"]
+    assert files == {
+        "name": "p",
+        "namespace": NS,
+        "uid": uid,
+        "labels": 'app="t"',
+        "app": "t",
+        "annotations": 'note="say \\"hi\\""',
+        "mem_mi": "300",
+        "cpu": str(node_cpu),  # no limit: the node's allocatable
+    }
+    assert stat.S_IMODE((view / "app").stat().st_mode) == 0o600
+    sim_cluster.store.patch("pods", NS, "p", "merge", {"metadata": {"labels": {"app": "u", "tier": "x"}}})
+    await eventually(lambda: (view / "labels").read_text() == 'app="u"\ntier="x"', what="the new labels")
+    assert (view / "app").read_text() == "u"
+
+
+async def test_a_projected_volume_combines_its_sources(sim_cluster: SimCluster, tmp_path: Path):
+    sim_cluster.store.create("configmaps", NS, config_map("cfg", setting="on"))
+    sim_cluster.store.create("secrets", NS, secret("sec", token="abc"))
+    at = tmp_path / "all"
+    projected = {
+        "defaultMode": 0o440,
+        "sources": [
+            {"configMap": {"name": "cfg"}},
+            {"secret": {"name": "sec", "items": [{"key": "token", "path": "auth/token", "mode": 0o400}]}},
+            {"downwardAPI": {"items": [{"path": "pod", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+        ],
+    }
+    pod = make_pod(
+        "p",
+        [{"name": "all", "projected": projected}],
+        {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "all", "mountPath": str(at)}]},
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await started(sim_cluster, "p")
+    view = seen_by(pid_of(sim_cluster, "p"), at)
+    assert (view / "setting").read_text() == "on" and (view / "pod").read_text() == "p"
+    assert (view / "auth" / "token").read_text() == "abc"
+    assert stat.S_IMODE((view / "setting").stat().st_mode) == 0o440
+    assert stat.S_IMODE((view / "auth" / "token").stat().st_mode) == 0o400
+    fields = mount_line(pid_of(sim_cluster, "p"), at)
+    assert fields[fields.index("-") + 1] == "tmpfs"
+    cm = sim_cluster.store.get("configmaps", NS, "cfg")
+    assert cm is not None
+    sim_cluster.store.update("configmaps", NS, "cfg", {**cm, "data": {"setting": "off"}})
+    await eventually(lambda: (view / "setting").read_text() == "off", what="the configMap's update")
+
+
+# ------------------------------------------------------------------------------------------------ hostPath
+
+
+@pytest.mark.parametrize(
+    ("type_", "make", "what"),
+    [
+        ("Directory", None, "is not a directory"),
+        ("Directory", "file", "is not a directory"),
+        ("File", "dir", "is not a file"),
+        ("Socket", "file", "is not a socket file"),
+        ("CharDevice", "file", "is not a character device"),
+        ("BlockDevice", "dir", "is not a block device"),
+    ],
+)
+async def test_a_failed_host_path_type_check_fails_the_mount(
+    sim_cluster: SimCluster, tmp_path: Path, type_: str, make: str | None, what: str
+):
+    path = tmp_path / "host"
+    if make == "file":
+        path.write_text("")
+    elif make == "dir":
+        path.mkdir()
+    volume = {"name": "h", "hostPath": {"path": str(path), "type": type_}}
+    pod = make_pod(
+        "p",
+        [volume],
+        {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "h", "mountPath": str(tmp_path / "in")}]},
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: events(sim_cluster, "p", "FailedMount"), what="a FailedMount event")
+    assert events(sim_cluster, "p", "FailedMount")[0]["message"] == (
+        f'MountVolume.SetUp failed for volume "h" : hostPath type check failed: {path} {what}'
+    )
+    assert waiting(sim_cluster, "p") == {"reason": "ContainerCreating"}
+
+
+async def test_host_paths_of_each_type_are_mounted_once_their_check_passes(sim_cluster: SimCluster, tmp_path: Path):
+    later, made_dir, made_file = tmp_path / "later", tmp_path / "made" / "dir", tmp_path / "made-file"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        volumes = [
+            {"name": "later", "hostPath": {"path": str(later), "type": "Directory"}},
+            {"name": "dir", "hostPath": {"path": str(made_dir), "type": "DirectoryOrCreate"}},
+            {"name": "file", "hostPath": {"path": str(made_file), "type": "FileOrCreate"}},
+            {"name": "sock", "hostPath": {"path": str(tmp_path / "sock"), "type": "Socket"}},
+            {"name": "null", "hostPath": {"path": "/dev/null", "type": "CharDevice"}},
+        ]
+        mounts = [{"name": v["name"], "mountPath": str(tmp_path / "in" / v["name"])} for v in volumes]
+        pod = make_pod("p", volumes, {"name": "main", "command": SLEEP, "volumeMounts": mounts})
+        sim_cluster.store.create("pods", NS, pod)
+        await eventually(lambda: events(sim_cluster, "p", "FailedMount"), what="a FailedMount event")
+        assert made_dir.is_dir() and made_file.is_file()  # the ...OrCreate types made theirs
+        later.mkdir()
+        (later / "from-host").write_text("host data")
+        await started(sim_cluster, "p")
+        pid = pid_of(sim_cluster, "p")
+        inside = seen_by(pid, tmp_path / "in")
+        assert (inside / "later" / "from-host").read_text() == "host data"
+        (inside / "dir" / "from-pod").write_text("pod data")
+        assert (made_dir / "from-pod").read_text() == "pod data"  # a hostPath is this machine's directory
+        assert stat.S_ISSOCK((inside / "sock").stat().st_mode) and (inside / "file").is_file()
+        assert stat.S_ISCHR((inside / "null").stat().st_mode)
+        await deleted(sim_cluster, "p")
+        runtime = sim_cluster.kubelet.runtime
+        await eventually(lambda: not (tmp_path / "in").exists(), what="the created mount points removed")
+        assert janitor.read_mount_points(runtime.state_dir) == []
+        assert (made_dir / "from-pod").exists()  # what the pod wrote to the host stays, as on a node
+    finally:
+        sock.close()
+
+
+# ------------------------------------------------------------------------------------------------ subPath
+
+
+async def test_sub_paths_and_sub_path_expressions(sim_cluster: SimCluster, tmp_path: Path):
+    sim_cluster.store.create("configmaps", NS, config_map("cfg", key="v1"))
+    whole, part, named, key_file, key_dir = (tmp_path / n for n in ("whole", "part", "named", "key.txt", "keys"))
+    env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    mounts = [
+        {"name": "scratch", "mountPath": str(whole)},
+        {"name": "scratch", "mountPath": str(part), "subPath": "a/b"},
+        {"name": "scratch", "mountPath": str(named), "subPathExpr": "pods/$(POD_NAME)"},
+        {"name": "cfg", "mountPath": str(key_file), "subPath": "key"},
+        {"name": "cfg", "mountPath": str(key_dir)},
+    ]
+    pod = make_pod(
+        "p",
+        [{"name": "scratch", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "cfg"}}],
+        {"name": "main", "command": SLEEP, "volumeMounts": mounts, "env": env},
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await started(sim_cluster, "p")
+    pid = pid_of(sim_cluster, "p")
+    (seen_by(pid, part) / "f").write_text("in a/b")
+    (seen_by(pid, named) / "g").write_text("in pods/p")
+    assert (seen_by(pid, whole) / "a" / "b" / "f").read_text() == "in a/b"
+    assert (seen_by(pid, whole) / "pods" / "p" / "g").read_text() == "in pods/p"
+    assert stat.S_IMODE((seen_by(pid, whole) / "a").stat().st_mode) == 0o777  # the volume's own mode
+    assert seen_by(pid, key_file).read_text() == "v1"
+    assert key_file.is_file() and key_file.stat().st_size == 0  # its mount point: an empty file
+
+    cm = sim_cluster.store.get("configmaps", NS, "cfg")
+    assert cm is not None
+    sim_cluster.store.update("configmaps", NS, "cfg", {**cm, "data": {"key": "v2"}})
+    await eventually(lambda: (seen_by(pid, key_dir) / "key").read_text() == "v2", what="the update")
+    assert seen_by(pid, key_file).read_text() == "v1"  # a subPath mount does not get updates (kubelet's)
+
+
+@pytest.mark.parametrize(
+    ("mount", "message"),
+    [
+        ({"subPathExpr": "$(NOPE)/x"}, "missing value for NOPE"),
+        ({"subPath": "escape/passwd"}, 'failed to prepare subPath for volumeMount "h" of container "main"'),
+    ],
+)
+async def test_a_sub_path_that_cannot_be_prepared_is_a_config_error(
+    sim_cluster: SimCluster, tmp_path: Path, mount: dict, message: str
+):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "escape").symlink_to("/etc")
+    volume = {"name": "h", "hostPath": {"path": str(host)}}
+    spec = {"name": "h", "mountPath": str(tmp_path / "in"), **mount}
+    sim_cluster.store.create(
+        "pods", NS, make_pod("p", [volume], {"name": "main", "command": SLEEP, "volumeMounts": [spec]})
+    )
+    await eventually(lambda: waiting(sim_cluster, "p").get("reason") == "CreateContainerConfigError", what="the error")
+    assert waiting(sim_cluster, "p")["message"] == message
+    assert not (tmp_path / "in").exists()
+
+
+async def test_a_mount_inside_another_mount_is_made_in_that_volume(sim_cluster: SimCluster, tmp_path: Path):
+    sim_cluster.store.create("configmaps", NS, config_map("cfg", k="v"))
+    outer = tmp_path / "outer"
+    mounts = [{"name": "cfg", "mountPath": str(outer / "deep" / "cfg")}, {"name": "scratch", "mountPath": str(outer)}]
+    pod = make_pod(
+        "p",
+        [{"name": "scratch", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "cfg"}}],
+        {"name": "main", "command": SLEEP, "volumeMounts": mounts},
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await started(sim_cluster, "p")
+    pid = pid_of(sim_cluster, "p")
+    assert (seen_by(pid, outer) / "deep" / "cfg" / "k").read_text() == "v"
+    assert list(outer.iterdir()) == []  # the inner mount point was made in the emptyDir, not here
+    uid = pod_of(sim_cluster, "p")["metadata"]["uid"]
+    assert (pod_dir(sim_cluster, uid) / "volumes" / "kubernetes.io~empty-dir" / "scratch" / "deep" / "cfg").is_dir()
+
+
+# ------------------------------------------------------------------------------------------------ claims
+
+
+async def test_a_claim_provisioned_by_the_cluster_outlives_its_pods(sim_cluster: SimCluster, tmp_path: Path):
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ckpt"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    sim_cluster.store.create("persistentvolumeclaims", NS, claim)
+    at = tmp_path / "ckpt"
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}}]
+    writer = make_pod(
+        "writer",
+        volumes,
+        {
+            "name": "main",
+            "command": ["sh", "-c", f"echo step-42 > {at}/latest"],
+            "volumeMounts": [{"name": "data", "mountPath": str(at)}],
+        },
+    )
+    sim_cluster.store.create("pods", NS, writer)
+    await eventually(lambda: pod_of(sim_cluster, "writer")["status"].get("phase") == "Succeeded", what="written")
+    pvc = sim_cluster.store.get("persistentvolumeclaims", NS, "ckpt")
+    assert pvc is not None
+    pv = sim_cluster.store.get("persistentvolumes", None, pvc["spec"]["volumeName"])
+    assert pv is not None
+    assert (Path(pv["spec"]["hostPath"]["path"]) / "latest").read_text() == "step-42\n"
+    await deleted(sim_cluster, "writer")
+    reader = make_pod(
+        "reader",
+        [{"name": "data", "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": True}}],
+        {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "data", "mountPath": str(at)}]},
+    )
+    sim_cluster.store.create("pods", NS, reader)
+    await started(sim_cluster, "reader")
+    pid = pid_of(sim_cluster, "reader")
+    assert seen_by(pid, at / "latest").read_text() == "step-42\n"
+    with pytest.raises(OSError) as caught:
+        seen_by(pid, at / "other").write_text("no")
+    assert caught.value.errno == errno.EROFS
+
+
+async def test_a_claim_that_is_not_ready_fails_the_mount_until_it_is(sim_cluster: SimCluster, tmp_path: Path):
+    backing = tmp_path / "backing"
+    ready: list[str] = []
+
+    def resolver(namespace: str, claim: str) -> ClaimPath:
+        assert (namespace, claim) == (NS, "later")
+        return ClaimPath(path=str(backing)) if ready else ClaimPath(reason="PVC is not bound")
+
+    sim_cluster.kubelet.runtime.claims = resolver
+    at = tmp_path / "in"
+    pod = make_pod(
+        "p",
+        [{"name": "data", "persistentVolumeClaim": {"claimName": "later"}}],
+        {"name": "main", "command": SLEEP, "volumeMounts": [{"name": "data", "mountPath": str(at)}]},
+    )
+    sim_cluster.store.create("pods", NS, pod)
+    await eventually(lambda: events(sim_cluster, "p", "FailedMount"), what="a FailedMount event")
+    assert events(sim_cluster, "p", "FailedMount")[0]["message"] == (
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data], "
+        "failed to process volumes=[data]: error processing PVC default/later: PVC is not bound"
+    )
+    assert waiting(sim_cluster, "p") == {"reason": "ContainerCreating"}
+    backing.mkdir()
+    (backing / "x").write_text("claimed")
+    ready.append("bound")
+    await started(sim_cluster, "p")
+    assert seen_by(pid_of(sim_cluster, "p"), at / "x").read_text() == "claimed"
 
 
 # ------------------------------------------------------------------------------------------------ leaks

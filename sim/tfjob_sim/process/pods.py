@@ -21,8 +21,8 @@ ready and before any container starts: a volume that cannot be (a missing Config
 type check, an unbound claim) keeps the pod in ContainerCreating with kubelet's ``FailedMount`` event,
 tried again with kubelet's back-off (0.5 s doubling to 2 min 2 s, simulated). While the pod runs, the
 ConfigMap, Secret and downward API volumes are rewritten when their sources change: looked at on every
-sync and at least once per kubelet sync period (60 simulated seconds). Claims are resolved by a
-:class:`~tfjob_sim.process.volumes.ClaimResolver` (by default from the store).
+sync and at least once per kubelet sync period (60 simulated seconds). Claims are resolved by the runtime's
+:class:`~tfjob_sim.process.volumes.ClaimResolver` (``ProcessRuntime.claims``), by default from the store.
 
 Time: the kubelet's own timers (restart back-off, config-error retries) are simulated seconds,
 multiplied by ``time_scale``; what a real process experiences is real: the grace period between
@@ -195,11 +195,16 @@ def _specs(pod: dict) -> dict[tuple[bool, str], dict]:
 
 
 class ProcessPods:
-    def __init__(self, kubelet: KubeletPart, runtime: ProcessRuntime, claims: ClaimResolver | None = None) -> None:
+    def __init__(self, kubelet: KubeletPart, runtime: ProcessRuntime) -> None:
         self.kubelet = kubelet
         self.runtime = runtime
-        self.claims: ClaimResolver = claims if claims is not None else StoreClaims(kubelet._store)
+        self._store_claims = StoreClaims(kubelet._store)
         self._scale = kubelet.config.time_scale
+
+    @property
+    def claims(self) -> ClaimResolver:
+        """The runtime's claim resolver if one was given, else the store's."""
+        return self.runtime.claims if self.runtime.claims is not None else self._store_claims
 
     # ---------------------------------------------------------------- the pod worker
 

@@ -59,7 +59,7 @@ from tfjob_sim.process import cgroup as cgroups_mod
 from tfjob_sim.process.janitor import pid_alive, remove_state_dir
 from tfjob_sim.process.logfile import ProcessLog
 from tfjob_sim.process.network import PodNetwork
-from tfjob_sim.process.volumes import Mount, MountPoints, PodVolumes
+from tfjob_sim.process.volumes import ClaimResolver, Mount, MountPoints, PodVolumes
 
 log = structlog.get_logger(__name__)
 
@@ -222,6 +222,9 @@ class ProcessRuntime:
         self._python = python
         self.cgroups = cgroups_mod.Cgroups.detect(self.prefix)
         self.mount_points = MountPoints(self.state_dir)
+        # Where a persistentVolumeClaim's data lives: None resolves claims from the store (PVC -> bound
+        # PV -> its hostPath or local directory, tfjob_sim.process.volumes.StoreClaims).
+        self.claims: ClaimResolver | None = None
         self._sandboxes: dict[str, SandboxState] = {}
         self._instances: dict[str, list[Instance]] = {}  # pod uid -> its live or unfinished instances
         self._tasks: set[asyncio.Task] = set()

@@ -785,11 +785,15 @@ class PodVolumes:
             raise ConfigError(prepare)
         full = os.path.join(view_root, resolved) if resolved else view_root
         if not os.path.lexists(full):
-            # kubelet creates a missing subPath as a directory with the volume's own mode.
+            # kubelet creates a missing subPath as directories with the volume's own mode.
             try:
                 mode = stat.S_IMODE(os.stat(view_root).st_mode)
-                os.makedirs(full, mode=mode)
-                os.chmod(full, mode)
+                here = view_root
+                for part in resolved.split("/"):
+                    here = os.path.join(here, part)
+                    if not os.path.lexists(here):
+                        os.mkdir(here, mode)
+                        os.chmod(here, mode)  # not the umask's
             except OSError:
                 raise ConfigError(
                     f'failed to create subPath directory for volumeMount "{mount_name}" of container "{container}"'
