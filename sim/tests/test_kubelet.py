@@ -1,22 +1,20 @@
-"""Behaviour of the simulated scheduler, kubelet, node lifecycle controller and pod GC.
+"""Behaviour of the simulated kubelet (tfjob_sim.kubelet.NodeAgent with the annotation runtime,
+tfjob_sim.annotationpods) and of the worker that drives the node components (tfjob_sim.kubelet.Kubelet).
 
-Every test runs the real Store with a Kubelet at time_scale 0.01 (1 simulated second = 10 ms) and
-synchronises on store changes with a deadline; timing assertions use lower bounds (a timer never
-fires early) and generous upper bounds. "Nothing happens" is shown with a sentinel: a later timer of
-the same kubelet that fired proves every earlier one was processed.
+Every test runs the real Store with a Kubelet at time_scale 0.01 (tfjob_sim.testing.nodes); timing
+assertions use lower bounds (a timer never fires early) and generous upper bounds. "Nothing happens" is
+shown with a sentinel: a later timer of the same kubelet that fired proves every earlier one was processed.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from tfjob_sim.errors import ApiError
+from tfjob_sim.annotationpods import default_reason, parse_exit_code, parse_seconds
 from tfjob_sim.kubelet import (
     EVICT,
     EXIT_CODE,
@@ -26,146 +24,32 @@ from tfjob_sim.kubelet import (
     SIGTERM_EXIT_CODE,
     SIGTERM_SECONDS,
     START_SECONDS,
-    UNSCHEDULABLE,
     Kubelet,
     KubeletConfig,
-    fit_error,
-    image_size,
-    parse_quantity,
+    _IPAllocator,
 )
-from tfjob_sim.podstate import go_duration
+from tfjob_sim.podstate import EXITED, _Node, _PodRecord, _Termination, image_size
+from tfjob_sim.podstatus import container_id, eviction_message, render_status, terminated
 from tfjob_sim.store import Store
+from tfjob_sim.testing.nodes import (
+    LONG_GRACE,
+    NS,
+    SCALE,
+    annotate,
+    cluster,
+    condition,
+    container,
+    get_pod,
+    make_pod,
+    phase,
+    pod_events,
+    restart_count,
+    running,
+    sentinel,
+)
 from tfjob_sim.testing.recorder import Recorder
 
-SCALE = 0.01
-NS = "default"
-# A grace period (simulated seconds) that "exited early" is told from by 30 real seconds: a loaded machine
-# cannot blur that, and waiting it out would fail the recorder's deadline anyway.
-LONG_GRACE = 3000
-
-
-@asynccontextmanager
-async def cluster(**config: Any) -> AsyncIterator[tuple[Store, Kubelet, Recorder]]:
-    config.setdefault("time_scale", SCALE)
-    store = Store()
-    recorder = Recorder(store)
-    kubelet = Kubelet(store, KubeletConfig(**config))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(kubelet.run)
-        expected = kubelet.config.nodes
-        await recorder.until(lambda: len(store.list("nodes")[0]) == expected or expected == 0)
-        await anyio.wait_all_tasks_blocked()
-        yield store, kubelet, recorder
-        tg.cancel_scope.cancel()
-
-
-def make_pod(
-    name: str,
-    annotations: dict[str, str] | None = None,
-    restart: str = "Always",
-    containers: tuple[str, ...] = ("main",),
-    **spec: Any,
-) -> dict:
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": dict(annotations or {})},
-        "spec": {
-            "restartPolicy": restart,
-            "containers": [{"name": c, "image": "busybox:1.36"} for c in containers],
-            **spec,
-        },
-    }
-    return body
-
-
-def get_pod(store: Store, name: str) -> dict | None:
-    return store.get("pods", NS, name)
-
-
-def phase(store: Store, name: str) -> str | None:
-    pod = get_pod(store, name)
-    return (pod.get("status") or {}).get("phase") if pod else None
-
-
-def condition(pod: dict, ctype: str) -> dict | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
-
-
-def container(pod: dict, name: str = "main") -> dict:
-    return next(s for s in pod["status"]["containerStatuses"] if s["name"] == name)
-
-
-def annotate(store: Store, name: str, **values: str | None) -> None:
-    store.patch("pods", NS, name, "merge", {"metadata": {"annotations": values}})
-
-
-def running(store: Store, name: str) -> bool:
-    pod = get_pod(store, name)
-    return bool(
-        pod
-        and pod["status"].get("phase") == "Running"
-        and all(s.get("state", {}).get("running") for s in pod["status"].get("containerStatuses", []))
-    )
-
-
-def restart_count(store: Store, name: str) -> int:
-    pod = get_pod(store, name)
-    return container(pod)["restartCount"] if pod and pod["status"].get("containerStatuses") else -1
-
-
-async def sentinel(store: Store, recorder: Recorder, seconds: float, name: str = "sentinel") -> None:
-    """Run a pod for ``seconds`` simulated seconds to completion: once it has finished, every timer
-    of the kubelet due earlier has fired (one worker, timers in due order)."""
-    store.create("pods", NS, make_pod(name, {RUN_SECONDS: str(seconds), START_SECONDS: "0"}, restart="Never"))
-    await recorder.until(lambda: phase(store, name) == "Succeeded")
-
-
-# ------------------------------------------------------------------------------------------- nodes
-
-
-async def test_nodes_are_created_ready_with_capacity() -> None:
-    async with cluster(nodes=3, node_cpu="8", node_memory="16Gi", node_pods=20) as (store, _k, _r):
-        nodes, _ = store.list("nodes")
-        assert [n["metadata"]["name"] for n in nodes] == ["sim-node-0", "sim-node-1", "sim-node-2"]
-        for node in nodes:
-            status = node["status"]
-            assert status["capacity"] == {"cpu": "8", "ephemeral-storage": "100Gi", "memory": "16Gi", "pods": "20"}
-            assert status["allocatable"] == status["capacity"]
-            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-            assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
-            assert {c["type"] for c in status["conditions"]} == {
-                "Ready",
-                "MemoryPressure",
-                "DiskPressure",
-                "PIDPressure",
-            }
-            assert node["metadata"]["labels"]["kubernetes.io/hostname"] == node["metadata"]["name"]
-        ips = {next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP") for n in nodes}
-        assert len(ips) == 3
-
-
-def test_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="time_scale"):
-        KubeletConfig(time_scale=0)
-    with pytest.raises(ValueError, match="node_memory"):
-        KubeletConfig(node_memory="lots")
-    with pytest.raises(ValueError, match="nodes"):
-        KubeletConfig(nodes=-1)
-
-
-def test_quantities_and_durations() -> None:
-    assert parse_quantity("500m") * 1000 == 500
-    assert parse_quantity("1Gi") == 2**30
-    assert parse_quantity("1e3") == 1000
-    assert parse_quantity("2k") == 2000
-    assert parse_quantity(3) == 3
-    with pytest.raises(ValueError):
-        parse_quantity("1.2.3")
-    assert [go_duration(s) for s in (10, 20, 80, 160, 300)] == ["10s", "20s", "1m20s", "2m40s", "5m0s"]
-
-
-# ------------------------------------------------------------------------------------------- scheduling + start
+# ------------------------------------------------------------------------------------------- start
 
 
 async def test_pod_is_scheduled_then_created_then_running() -> None:
@@ -214,87 +98,6 @@ async def test_pod_is_scheduled_then_created_then_running() -> None:
         # start-seconds=5 at scale 0.01: at least 50 ms between binding and Running.
         times = [t for t, _e, _o in rec.pod_states("web")]
         assert times[first_running] - times[bound] >= 5 * SCALE
-
-
-async def test_pods_spread_over_nodes_and_get_unique_ips() -> None:
-    async with cluster(nodes=3) as (store, _k, rec):
-        for i in range(9):
-            store.create("pods", NS, make_pod(f"p{i}"))
-        await rec.until(lambda: all(running(store, f"p{i}") for i in range(9)))
-        pods = [get_pod(store, f"p{i}") for i in range(9)]
-        per_node: dict[str, int] = {}
-        for pod in pods:
-            per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
-        assert per_node == {"sim-node-0": 3, "sim-node-1": 3, "sim-node-2": 3}
-        assert len({p["status"]["podIP"] for p in pods}) == 9
-
-
-async def test_unschedulable_annotation_keeps_pod_pending_until_removed() -> None:
-    async with cluster(nodes=3) as (store, _k, rec):
-        store.create("pods", NS, make_pod("stuck", {UNSCHEDULABLE: "true"}))
-        cond = await rec.until(lambda: condition(get_pod(store, "stuck"), "PodScheduled"))
-        assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
-        assert cond["message"] == (
-            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
-            "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
-        )
-        pod = get_pod(store, "stuck")
-        assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
-        annotate(store, "stuck", **{UNSCHEDULABLE: None})
-        await rec.until(lambda: running(store, "stuck"))
-        assert condition(get_pod(store, "stuck"), "PodScheduled")["status"] == "True"
-
-
-async def test_insufficient_resources_and_retry_when_capacity_frees() -> None:
-    async with cluster(nodes=2, node_cpu="4", node_pods=1) as (store, _k, rec):
-        big = make_pod("big")
-        big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
-        store.create("pods", NS, big)
-        cond = await rec.until(lambda: condition(get_pod(store, "big"), "PodScheduled"))
-        assert cond["message"] == (
-            "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
-            "available: 2 No preemption victims found for incoming pod."
-        )
-        store.create("pods", NS, make_pod("a"))
-        store.create("pods", NS, make_pod("b"))
-        await rec.until(lambda: running(store, "a") and running(store, "b"))
-        store.create("pods", NS, make_pod("c"))
-        cond = await rec.until(lambda: condition(get_pod(store, "c"), "PodScheduled"))
-        assert cond["message"].startswith("0/2 nodes are available: 2 Too many pods.")
-        # A pod that goes away frees its slot: the waiting pod is scheduled without a change of its own.
-        node_b = get_pod(store, "b")["spec"]["nodeName"]
-        store.delete("pods", NS, "b", {"gracePeriodSeconds": 0})
-        await rec.until(lambda: running(store, "c"))
-        assert get_pod(store, "c")["spec"]["nodeName"] == node_b
-        assert not get_pod(store, "big")["spec"].get("nodeName")
-
-
-async def test_no_nodes_and_other_schedulers() -> None:
-    async with cluster(nodes=0) as (store, _k, rec):
-        store.create("pods", NS, make_pod("lonely"))
-        cond = await rec.until(lambda: condition(get_pod(store, "lonely"), "PodScheduled"))
-        assert (cond["reason"], cond["message"]) == ("Unschedulable", "no nodes available to schedule pods")
-    async with cluster(nodes=1) as (store, _k, rec):
-        store.create("pods", NS, make_pod("volcano-pod", schedulerName="volcano"))
-        await sentinel(store, rec, 1)
-        pod = get_pod(store, "volcano-pod")
-        assert not pod["spec"].get("nodeName") and "conditions" not in pod["status"]
-
-
-async def test_node_selector_and_cordon() -> None:
-    async with cluster(nodes=2) as (store, _k, rec):
-        store.patch("nodes", None, "sim-node-1", "merge", {"metadata": {"labels": {"gpu": "yes"}}})
-        store.create("pods", NS, make_pod("gpu", nodeSelector={"gpu": "yes"}))
-        await rec.until(lambda: running(store, "gpu"))
-        assert get_pod(store, "gpu")["spec"]["nodeName"] == "sim-node-1"
-        for name in ("sim-node-0", "sim-node-1"):
-            store.patch("nodes", None, name, "merge", {"spec": {"unschedulable": True}})
-        store.create("pods", NS, make_pod("cordoned"))
-        cond = await rec.until(lambda: condition(get_pod(store, "cordoned"), "PodScheduled"))
-        assert cond["message"].startswith("0/2 nodes are available: 2 node(s) were unschedulable.")
-        store.patch("nodes", None, "sim-node-0", "merge", {"spec": {"unschedulable": None}})
-        await rec.until(lambda: running(store, "cordoned"))
-        assert get_pod(store, "cordoned")["spec"]["nodeName"] == "sim-node-0"
 
 
 # ------------------------------------------------------------------------------------------- exits
@@ -604,6 +407,9 @@ async def test_deletion_confirmation_respects_finalizers() -> None:
         assert get_pod(store, "held") is None
 
 
+# ------------------------------------------------------------------------------------------- the worker
+
+
 async def test_pause_and_resume() -> None:
     async with cluster() as (store, kubelet, rec):
         store.create("pods", NS, make_pod("old", terminationGracePeriodSeconds=1))
@@ -620,130 +426,6 @@ async def test_pause_and_resume() -> None:
         assert not get_pod(store, "new")["spec"].get("nodeName")
         kubelet.resume()
         await rec.until(lambda: get_pod(store, "old") is None and running(store, "new"))
-
-
-async def test_deleted_pending_pod_is_never_resurrected() -> None:
-    async with cluster() as (store, _k, rec):
-        store.create("pods", NS, make_pod("ghost", {UNSCHEDULABLE: "true"}))
-        await rec.until(lambda: condition(get_pod(store, "ghost"), "PodScheduled"))
-        store.delete("pods", NS, "ghost")
-        assert get_pod(store, "ghost") is None  # unscheduled: gone at once
-        await sentinel(store, rec, 2)
-        assert get_pod(store, "ghost") is None
-        assert [e for _t, e, _o in rec.pod_states("ghost")][-1] == "DELETED"
-
-
-# ------------------------------------------------------------------------------------------- nodes failing
-
-
-async def test_not_ready_node_evicts_pods_which_stay_terminating_until_node_returns() -> None:
-    async with cluster(nodes=2, node_eviction_seconds=20) as (store, kubelet, rec):
-        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": True}})
-        store.create("pods", NS, make_pod("w", terminationGracePeriodSeconds=5))
-        tolerant = make_pod(
-            "tolerant",
-            tolerations=[{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}],
-        )
-        store.create("pods", NS, tolerant)
-        await rec.until(lambda: running(store, "w") and running(store, "tolerant"))
-        assert get_pod(store, "w")["spec"]["nodeName"] == "sim-node-0"
-        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": None}})
-
-        went_down = anyio.current_time()
-        kubelet.set_node_ready("sim-node-0", False)
-        node = store.get("nodes", None, "sim-node-0")
-        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
-        assert (ready["status"], ready["reason"], ready["message"]) == (
-            "Unknown",
-            "NodeStatusUnknown",
-            "Kubelet stopped posting node status.",
-        )
-        assert {(t["key"], t["effect"]) for t in node["spec"]["taints"]} == {
-            ("node.kubernetes.io/unreachable", "NoSchedule"),
-            ("node.kubernetes.io/unreachable", "NoExecute"),
-        }
-        # Node lifecycle controller: pods not ready at once; taint manager: deletion after 20 s.
-        await rec.until(lambda: condition(get_pod(store, "w"), "Ready")["status"] == "False")
-        await rec.until(lambda: get_pod(store, "w")["metadata"].get("deletionTimestamp"))
-        evicted_at = anyio.current_time()
-        assert evicted_at - went_down >= 20 * SCALE
-        target = condition(get_pod(store, "w"), "DisruptionTarget")
-        assert (target["reason"], target["message"]) == (
-            "DeletionByTaintManager",
-            "Taint manager: deleting due to NoExecute taint",
-        )
-        # New pods avoid the tainted node.
-        store.create("pods", NS, make_pod("fresh"))
-        await rec.until(lambda: running(store, "fresh"))
-        assert get_pod(store, "fresh")["spec"]["nodeName"] == "sim-node-1"
-        # No kubelet can confirm the deletion: it outlives its grace period many times over.
-        await sentinel(store, rec, 50)
-        assert get_pod(store, "w")["metadata"]["deletionTimestamp"]
-        assert get_pod(store, "tolerant") is not None
-        assert "deletionTimestamp" not in get_pod(store, "tolerant")["metadata"]  # tolerates forever
-
-        kubelet.set_node_ready("sim-node-0", True)
-        node = store.get("nodes", None, "sim-node-0")
-        assert "taints" not in node["spec"]
-        await rec.until(lambda: get_pod(store, "w") is None)
-        await rec.until(lambda: condition(get_pod(store, "tolerant"), "Ready")["status"] == "True")
-
-
-async def test_unreachable_nodes_are_reported_by_the_scheduler() -> None:
-    async with cluster(nodes=2) as (store, kubelet, rec):
-        kubelet.set_node_ready("sim-node-0", False)
-        kubelet.set_node_ready("sim-node-1", False)
-        store.create("pods", NS, make_pod("nowhere"))
-        cond = await rec.until(lambda: condition(get_pod(store, "nowhere"), "PodScheduled"))
-        assert cond["message"].startswith(
-            "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }."
-        )
-        kubelet.set_node_ready("sim-node-1", True)
-        await rec.until(lambda: running(store, "nowhere"))
-        with pytest.raises(ApiError) as info:
-            kubelet.set_node_ready("no-such-node", False)
-        assert info.value.code == 404 and info.value.message == 'nodes "no-such-node" not found'
-
-
-async def test_deleted_node_pods_are_failed_and_force_deleted_by_pod_gc() -> None:
-    async with cluster(nodes=2, pod_gc_orphan_seconds=10) as (store, _k, rec):
-        store.patch("nodes", None, "sim-node-1", "merge", {"spec": {"unschedulable": True}})
-        store.create("pods", NS, make_pod("orphan", terminationGracePeriodSeconds=LONG_GRACE))
-        await rec.until(lambda: running(store, "orphan"))
-        gone = anyio.current_time()
-        store.delete("nodes", None, "sim-node-0")
-        await rec.until(lambda: rec.deleted_at("orphan"))
-        assert rec.deleted_at("orphan") - gone >= 10 * SCALE  # quarantine
-        assert rec.deleted_at("orphan") - gone < LONG_GRACE * SCALE  # force-deleted, no grace period
-        last = [o for _t, e, o in rec.pod_states("orphan") if e == "MODIFIED"][-1]
-        assert last["status"]["phase"] == "Failed"
-        target = condition(last, "DisruptionTarget")
-        assert (target["reason"], target["message"]) == ("DeletionByPodGC", "PodGC: node no longer exists")
-
-
-async def test_scheduling_is_one_write_with_pod_scheduled() -> None:
-    """The binding sets spec.nodeName and PodScheduled=True together: no watcher sees one without the other."""
-    store = Store()
-    rec = Recorder(store)
-    kubelet = Kubelet(store, KubeletConfig(nodes=1, time_scale=SCALE))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(kubelet.run)
-        store.create(
-            "pods",
-            NS,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "one"},
-                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
-            },
-        )
-        await rec.until(lambda: (get_pod(store, "one") or {}).get("status", {}).get("phase") == "Running")
-        tg.cancel_scope.cancel()
-    states = [o for _t, _e, o in rec.pod_states("one")]
-    first_bound = next(o for o in states if o["spec"].get("nodeName"))
-    assert (condition(first_bound, "PodScheduled") or {}).get("status") == "True"
-    assert [bool(o["spec"].get("nodeName")) for o in states].count(False) == 1  # only the created pod is unbound
 
 
 async def test_own_status_writes_do_not_trigger_another_sync() -> None:
@@ -786,23 +468,6 @@ def test_qos_class_is_one_rule_for_the_api_server_and_the_kubelet() -> None:
 
 
 # ------------------------------------------------------------------------------------------- events
-
-
-def pod_events(store: Store, name: str) -> list[tuple[str, str, str, str, str, int]]:
-    """(type, reason, source component, fieldPath, message, count) of the events of pod ``name``."""
-    items, _ = store.list("events", NS, field_selector=f"involvedObject.name={name}")
-    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
-    return [
-        (
-            e["type"],
-            e["reason"],
-            e["source"].get("component") or e["reportingComponent"],
-            e["involvedObject"].get("fieldPath", ""),
-            e["message"],
-            e.get("count", 1),
-        )
-        for e in items
-    ]
 
 
 async def test_events_of_init_and_regular_containers_in_order() -> None:
@@ -851,11 +516,10 @@ async def test_events_of_init_and_regular_containers_in_order() -> None:
         assert ("Normal", "Pulled", "kubelet", main, present, 1) in pod_events(store, "again")
 
 
-async def test_eviction_and_unreachable_node_events() -> None:
-    async with cluster(nodes=1) as (store, kubelet, rec):
+async def test_eviction_events() -> None:
+    async with cluster(nodes=1) as (store, _k, rec):
         store.create("pods", NS, make_pod("victim"))
-        store.create("pods", NS, make_pod("stranded"))
-        await rec.until(lambda: running(store, "victim") and running(store, "stranded"))
+        await rec.until(lambda: running(store, "victim"))
         annotate(store, "victim", **{EVICT: "true"})
         await rec.until(lambda: phase(store, "victim") == "Failed")
         message = get_pod(store, "victim")["status"]["message"]
@@ -864,213 +528,115 @@ async def test_eviction_and_unreachable_node_events() -> None:
             ("Normal", "Killing", "kubelet", "spec.containers{main}", "Stopping container main", 1),
         ]
 
-        kubelet.set_node_ready("sim-node-0", False)
-        await rec.until(lambda: condition(get_pod(store, "stranded"), "Ready")["status"] == "False")
-        assert pod_events(store, "stranded")[-1] == (
-            "Warning",
-            "NodeNotReady",
-            "node-controller",
-            "",
-            "Node is not ready",
-            1,
-        )
-        kubelet.set_node_ready("sim-node-0", False)  # no change, no event
-        kubelet.set_node_ready("sim-node-0", True)
-        assert [(e[0], e[1], e[2], e[4]) for e in pod_events(store, "sim-node-0")] == [
-            ("Normal", "NodeNotReady", "node-controller", "Node sim-node-0 status is now: NodeNotReady"),
-            ("Normal", "NodeReady", "node-controller", "Node sim-node-0 status is now: NodeReady"),
-        ]
+
+# ------------------------------------------------------------------------------------------- units
 
 
-# ------------------------------------------------------------------------------------------------
-# The scheduler's fast path (per-shape static filter cache) against the brute-force filter.
+def test_ip_allocator_hands_out_unique_addresses_and_reuses_released_ones() -> None:
+    ips = _IPAllocator()
+    first = [ips.allocate() for _ in range(300)]
+    assert first[0] == "10.244.0.2" and len(set(first)) == 300
+    assert all(not ip.endswith((".0", ".255")) for ip in first)  # network and broadcast of each /24 skipped
+    ips.release(first[5])
+    assert ips.allocate() == first[5]
+    assert ips.allocate() not in first
 
 
-def brute_force_find_node(
-    kubelet: Kubelet, pod: dict, requests: tuple[int, int], extra: dict[str, tuple[int, int, int]] | None = None
-) -> tuple[str | None, str]:
-    """What find_node answered before its cache: every filter on every node, then the best score."""
-    spec = pod.get("spec") or {}
-    forced = ((pod.get("metadata") or {}).get("annotations") or {}).get(UNSCHEDULABLE) == "true"
-    total = len(kubelet._nodes)
-    reasons: dict[str, int] = {}
-    resource_failures = 0
-    candidates = []
-    extra = extra or {}
-    for node in kubelet._nodes.values():
-        failed = kubelet._filter(
-            node, spec, spec.get("tolerations") or [], forced, requests[0], requests[1], extra.get(node.name)
-        )
-        if failed:
-            if failed[0] in ("Too many pods", "Insufficient cpu", "Insufficient memory"):
-                resource_failures += 1
-            for reason in failed:
-                reasons[reason] = reasons.get(reason, 0) + 1
-        else:
-            candidates.append(node)
-    if not candidates:
-        return None, fit_error(total, reasons, resource_failures)
-    best = min(candidates, key=lambda n: kubelet.score(n, requests[0], requests[1], extra.get(n.name)))
-    return best.name, ""
+def test_node_agent_owns_pod_ips_it_allocated_and_releases_them_when_the_pod_goes() -> None:
+    kubelet = Kubelet(Store(), KubeletConfig(nodes=0))
+    agent = kubelet.agent
+    rec = _PodRecord(uid="u1", namespace=NS, name="p")
+    agent.allocate_ip(rec)
+    assert rec.pod_ip == "10.244.0.2" and rec.ip_owned
+    agent.allocate_ip(rec)  # keeps the one it has
+    assert rec.pod_ip == "10.244.0.2"
+    adopted = _PodRecord(uid="u2", namespace=NS, name="q", pod_ip="10.244.9.9")
+    agent.allocate_ip(adopted)
+    assert (adopted.pod_ip, adopted.ip_owned) == ("10.244.9.9", False)
+
+    async def forget() -> None:
+        agent.forget(rec)
+        agent.forget(adopted)  # not owned: not given to another pod
+
+    anyio.run(forget)
+    other = _PodRecord(uid="u3", namespace=NS, name="r")
+    agent.allocate_ip(other)
+    assert other.pod_ip == "10.244.0.2"
+    assert agent.log_source("u1", "containerd://x") is None  # no record: nothing kept
 
 
-_TAINTS = [
-    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
-    {"key": "dedicated", "value": "cpu", "effect": "NoExecute"},
-    {"key": "spot", "effect": "PreferNoSchedule"},
-    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
-]
-_TOLERATIONS = [
-    {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
-    {"key": "dedicated", "operator": "Exists"},
-    {"operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-]
-_EXPRESSIONS = [
-    {"key": "zone", "operator": "In", "values": ["a"]},
-    {"key": "zone", "operator": "NotIn", "values": ["b"]},
-    {"key": "gpu", "operator": "Exists"},
-    {"key": "gpu", "operator": "DoesNotExist"},
-    {"key": "rank", "operator": "Gt", "values": ["2"]},
-    {"key": "rank", "operator": "Lt", "values": ["4"]},
-]
+def test_annotation_values_are_parsed_strictly() -> None:
+    assert parse_seconds(None, RUN_SECONDS) is None
+    assert parse_seconds("2.5", RUN_SECONDS) == 2.5
+    for bad in ("soon", "-1", "inf", "nan"):
+        with pytest.raises(ValueError, match=RUN_SECONDS):
+            parse_seconds(bad, RUN_SECONDS)
+    assert parse_exit_code(" 3 ") == 3 and parse_exit_code(None) is None
+    for bad in ("banana", "256", "-1"):
+        with pytest.raises(ValueError, match=EXIT_CODE):
+            parse_exit_code(bad)
+    assert [default_reason(c) for c in (0, 1, 137, 143)] == ["Completed", "Error", "OOMKilled", "Error"]
 
 
-def _node_object(
-    index: int, labels: dict, taints: list, unschedulable: bool, ready: bool, pods: int, cpu: int, memory: int
-) -> dict:
-    name = f"n{index}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
-        "spec": {"unschedulable": unschedulable, "taints": taints},
-        "status": {
-            "allocatable": {"cpu": f"{cpu}m", "memory": str(memory), "pods": str(pods)},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "addresses": [{"type": "InternalIP", "address": f"10.0.0.{index + 1}"}],
-        },
+def test_pod_status_is_rendered_from_the_record_and_the_runtime_view() -> None:
+    """podstatus.render_status: the pod-level keys come from the record and the node, the phase, readiness
+    and container statuses from the runtime's view, whatever runtime gave it."""
+
+    class View:
+        phase = "Succeeded"
+        ready = False
+        initialized = True
+        statuses = [{"name": "main"}]
+        init_statuses: list[dict] = []
+
+    rec = _PodRecord(uid="u", namespace=NS, name="p", life=EXITED, admitted_at="2024-01-01T00:00:00Z")
+    rec.pod_ip = "10.244.0.7"
+    node = _Node("n", True, False, [], {}, 1000, 2**30, 10, "172.18.0.2")
+    pod = make_pod("p")
+    pod["status"] = {"conditions": [{"type": "PodScheduled", "status": "True"}]}
+    status = render_status(pod, rec, node, View())
+    assert (status["phase"], status["podIP"], status["hostIP"]) == ("Succeeded", "10.244.0.7", "172.18.0.2")
+    assert status["startTime"] == "2024-01-01T00:00:00Z" and status["qosClass"] == "BestEffort"
+    assert status["containerStatuses"] == [{"name": "main"}] and status["initContainerStatuses"] is None
+    assert [(c["type"], c["status"], c.get("reason")) for c in status["conditions"]] == [
+        ("PodReadyToStartContainers", "False", None),
+        ("Initialized", "True", None),
+        ("Ready", "False", "PodCompleted"),
+        ("ContainersReady", "False", "PodCompleted"),
+        ("PodScheduled", "True", None),  # not the kubelet's: kept
+    ]
+    assert status["reason"] is None and status["message"] is None
+
+    term = _Termination(1, "Error", "2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z", instance=2)
+    assert terminated(rec, "main", term) == {
+        "exitCode": 1,
+        "reason": "Error",
+        "containerID": container_id(rec, "main", 2),
+        "startedAt": "2024-01-01T00:00:00Z",
+        "finishedAt": "2024-01-01T00:00:01Z",
     }
+    assert container_id(rec, "main", 2) != container_id(rec, "main", 1)
+    message = eviction_message([{"name": "main", "resources": {"requests": {"memory": "1Gi"}}}])
+    assert "Container main was using 1572864Ki, request is 1Gi" in message
 
 
-def _scheduler_strategies() -> tuple[Any, Any]:
-    from hypothesis import strategies as st
+async def test_pods_of_a_node_deleted_before_the_pod_event_are_not_kubelet_synced() -> None:
+    """The worker hands a bound pod to its node's kubelet only while that node exists and is Ready."""
+    async with cluster(nodes=1) as (store, kubelet, rec):
+        synced: list[str] = []
+        original = kubelet.agent.sync
 
-    labels = st.fixed_dictionaries(
-        {},
-        optional={
-            "zone": st.sampled_from(["a", "b"]),
-            "gpu": st.just("yes"),
-            "rank": st.sampled_from(["1", "3", "5", "x"]),
-        },
-    )
-    node = st.tuples(
-        labels,
-        st.lists(st.sampled_from(_TAINTS), max_size=2, unique_by=lambda t: orjson_key(t)),
-        st.booleans(),
-        st.booleans(),
-        st.integers(1, 3),
-        st.sampled_from([500, 1000, 4000]),
-        st.sampled_from([2**30, 2**32]),
-    )
-    term = st.fixed_dictionaries(
-        {},
-        optional={
-            "matchExpressions": st.lists(st.sampled_from(_EXPRESSIONS), max_size=2),
-            "matchFields": st.lists(
-                st.builds(
-                    lambda op, n: {"key": "metadata.name", "operator": op, "values": [f"n{n}"]},
-                    st.sampled_from(["In", "NotIn"]),
-                    st.integers(0, 5),
-                ),
-                max_size=1,
-            ),
-        },
-    )
-    spec = st.fixed_dictionaries(
-        {},
-        optional={
-            "tolerations": st.lists(st.sampled_from(_TOLERATIONS), max_size=3),
-            "nodeSelector": st.dictionaries(
-                st.sampled_from(["zone", "gpu"]), st.sampled_from(["a", "b", "yes"]), max_size=2
-            ),
-            "affinity": st.builds(
-                lambda terms: {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
-                },
-                st.lists(term, min_size=1, max_size=2),
-            ),
-        },
-    )
-    pod = st.tuples(spec, st.booleans(), st.sampled_from([0, 100, 600]), st.sampled_from([0, 2**29, 2**31]))
-    return node, pod
+        def counting(pod: dict, pod_record: Any, node: Any) -> Any:
+            synced.append(pod_record.name)
+            return original(pod, pod_record, node)
 
-
-def orjson_key(obj: Any) -> bytes:
-    import orjson
-
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-
-def test_find_node_equals_brute_force_filter_as_nodes_and_usage_change() -> None:
-    """A table drawn by hypothesis: nodes with labels, taints, cordons, readiness, capacity and usage; pods
-    with tolerations, selectors, required affinity (expressions and fields), the unschedulable annotation,
-    requests and a gang's tentative placements. After every node change or binding the cached scheduler
-    chooses the node (or writes the FitError message) the brute-force filter does."""
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-
-    node_st, pod_st = _scheduler_strategies()
-    step_st = st.one_of(
-        st.tuples(st.just("schedule"), pod_st, st.booleans()),
-        st.tuples(st.just("node"), st.integers(0, 5), node_st),
-        st.tuples(st.just("delete"), st.integers(0, 5)),
-        st.tuples(st.just("bind"), pod_st),
-    )
-
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.lists(node_st, min_size=1, max_size=6), st.lists(step_st, min_size=1, max_size=25))
-    def check(initial: list, steps: list) -> None:
-        async def run() -> None:
-            kubelet = Kubelet(Store(), KubeletConfig(nodes=0))
-            nodes: dict[int, dict] = {}
-            for i, args in enumerate(initial):
-                nodes[i] = _node_object(i, *args)
-                kubelet._on_node_event("ADDED", None, nodes[i])
-            for serial, step in enumerate(steps):
-                if step[0] == "node":
-                    _kind, i, args = step
-                    new = _node_object(i, *args)
-                    kubelet._on_node_event("MODIFIED" if i in nodes else "ADDED", nodes.get(i), new)
-                    nodes[i] = new
-                    continue
-                if step[0] == "delete":
-                    if step[1] in nodes:
-                        kubelet._on_node_event("DELETED", nodes.pop(step[1]), None)
-                    continue
-                (spec, forced, cpu, mem) = step[1]
-                pod = {
-                    "metadata": {
-                        "name": f"p{serial}",
-                        "uid": f"u{serial}",
-                        "annotations": {UNSCHEDULABLE: "true"} if forced else {},
-                    },
-                    "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec},
-                }
-                extra = {"n0": (100, 2**28, 1), "n2": (0, 0, 2)} if step[0] == "schedule" and step[2] else None
-                if not kubelet._nodes:
-                    continue
-                chosen = kubelet.find_node(pod, (cpu, mem), extra)
-                assert chosen == brute_force_find_node(kubelet, pod, (cpu, mem), extra)
-                if step[0] == "bind" and chosen[0] is not None:
-                    # Accounted like a bound pod's ADDED event: usage changes, the static cache stays.
-                    kubelet._on_pod_event(
-                        "ADDED",
-                        None,
-                        dict(pod, spec=dict(pod["spec"], nodeName=chosen[0]), status={"phase": "Pending"}),
-                    )
-
-        anyio.run(run)
-
-    check()
+        kubelet.agent.sync = counting  # type: ignore[method-assign]
+        kubelet.set_node_ready("sim-node-0", False)
+        body = make_pod("late")
+        body["spec"]["nodeName"] = "sim-node-0"
+        store.create("pods", NS, body)
+        await anyio.wait_all_tasks_blocked()
+        assert synced == [] and phase(store, "late") in (None, "Pending")
+        kubelet.set_node_ready("sim-node-0", True)
+        await rec.until(lambda: running(store, "late"))
+        assert "late" in synced
