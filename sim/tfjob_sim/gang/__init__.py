@@ -23,7 +23,7 @@ Contract:
   a node, or a Volcano group not yet enqueued) when capacity is freed or nodes change (the moments
   the kubelet retries unschedulable pods). The store listener only
   marks groups dirty; :meth:`GangScheduler.process`, called from the kubelet's worker, writes.
-- Placement goes through :class:`~tfjob_sim.gang.common.Placement`, which the kubelet implements (its node
+- Placement goes through :class:`~tfjob_sim.gang.common.Placement`, which tfjob_sim.scheduler implements (node
   accounting, kube-scheduler's filters and score, the binding and unschedulable writes); pods placed
   tentatively count on their node until the group is committed (all bound) or discarded (none). One module
   per scheduler: :mod:`tfjob_sim.gang.volcano`, :mod:`tfjob_sim.gang.coscheduling`.
@@ -96,8 +96,8 @@ def _discard(index: dict[GroupKey, set[str]], key: GroupKey, member: str) -> Non
 
 
 class GangScheduler:
-    """The gang schedulers of one simulated cluster; owned and driven by the kubelet, which is its
-    :class:`~tfjob_sim.gang.common.Placement`."""
+    """The gang schedulers of one simulated cluster; owned by the simulated scheduler (tfjob_sim.scheduler),
+    which is its :class:`~tfjob_sim.gang.common.Placement`, and driven by the kubelet's worker."""
 
     def __init__(self, placement: Placement, names: dict[str, str] | None = None) -> None:
         self._placement = placement

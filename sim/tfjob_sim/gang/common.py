@@ -1,7 +1,7 @@
 """What the gang schedulers share: names, a group's pods as a scheduler sees them, quantities, and the
-interface through which they place pods, which the kubelet implements (:class:`Placement`).
+interface through which they place pods, which tfjob_sim.scheduler.Scheduler implements (:class:`Placement`).
 
-The schedulers never touch the kubelet's internals: they read nodes and a pod's requests, ask for a node
+The schedulers never touch the simulated scheduler's internals: they read nodes and a pod's requests, ask for a node
 (kube-scheduler's filters and score), and write what kube-scheduler writes (a binding, an unschedulable
 condition with its event, a pod condition) through :class:`Placement`; PodGroups and queues they read and
 write in the store themselves.
@@ -37,7 +37,7 @@ OVERCOMMIT_FACTOR = 1.2
 # The Helm chart's permitWaitingTimeSeconds (the plugin default is 60); scheduleTimeoutSeconds wins.
 PERMIT_WAITING_SECONDS = 10
 VOLCANO_COMPONENT = "volcano"
-# What the simulated nodes account (tfjob_sim.kubelet.pod_requests: cpu and memory, plus pods).
+# What the simulated nodes account (tfjob_sim.nodestate.pod_requests: cpu and memory, plus pods).
 MODELLED_RESOURCES = frozenset({"cpu", "memory", "pods"})
 SP_CONTROLLER = "scheduler-plugins-controller"
 
@@ -94,7 +94,7 @@ class GangStore(StoreReads, Protocol):
 
 
 class Placement(Protocol):
-    """The kubelet's scheduler, as the gang schedulers use it."""
+    """The simulated kube-scheduler (tfjob_sim.scheduler.Scheduler), as the gang schedulers use it."""
 
     @property
     def store(self) -> GangStore: ...
