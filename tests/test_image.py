@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -29,6 +28,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tfjob_sim.testing.kubectl import kubectl_binary
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -269,8 +270,7 @@ def test_the_documented_overlay_makes_the_install_run_your_image(tmp_path: Path)
     (tmp_path / "tfjob-controller").symlink_to(REPO, target_is_directory=True)
     (tmp_path / "my-install").mkdir()
     (tmp_path / "my-install" / "kustomization.yaml").write_text(overlay)
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is not on PATH: install it (the test suite needs the real kubectl)"
+    kubectl = kubectl_binary()
 
     def render(directory: Path) -> list[dict[str, Any]]:
         result = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)

@@ -10,7 +10,6 @@ manifests/monitoring/) are tested in tests/ops/test_monitoring.py, the image in 
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from tests.test_image import instructions
+from tfjob_sim.testing.kubectl import kubectl_binary
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
@@ -40,9 +40,7 @@ KUBERNETES_VERSION = "1.32.0"
 
 
 def _kubectl() -> str:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is not on PATH: install it (the test suite needs the real kubectl)"
-    return kubectl
+    return kubectl_binary()
 
 
 @functools.cache
