@@ -28,19 +28,16 @@ Not simulated: volume expansion, snapshots, CSI, access-mode enforcement across 
 
 from __future__ import annotations
 
-import heapq
-import math
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import structlog
 
+from tfjob_sim.dirtykeys import DirtyKeys
 from tfjob_sim.errors import ApiError
 from tfjob_sim.events import EventRecorder
 from tfjob_sim.quantity import parse_quantity
@@ -107,9 +104,7 @@ class StorageControllers:
         self._root: Path | None = Path(self.config.root) if self.config.root else None
         self._made_root = False
         self.events = EventRecorder(store, self.config.time_scale)
-        self._dirty: dict[tuple[str, str, str], None] = {}
-        self._retry: list[tuple[float, tuple[str, str, str]]] = []
-        self._wake: anyio.Event | None = None
+        self._keys: DirtyKeys[tuple[str, str, str]] | None = None  # made by run() on its event loop
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -134,7 +129,7 @@ class StorageControllers:
         if self._started:
             raise RuntimeError("StorageControllers.run() may only be called once")
         self._started = True
-        self._wake = anyio.Event()
+        self._keys = DirtyKeys[tuple[str, str, str]]()
         unsubscribe = self._store.add_listener(self._on_event)
         try:
             if self.config.default_class:
@@ -142,7 +137,7 @@ class StorageControllers:
             for resource in (PVCS, PVS):
                 for obj in self._store.list(resource)[0]:
                     self._mark(resource, obj)
-            await self._loop()
+            await self._keys.serve(self._sync, batch=1)
         finally:
             unsubscribe()
 
@@ -167,9 +162,11 @@ class StorageControllers:
 
     def _mark(self, resource: str, obj: dict) -> None:
         meta = obj["metadata"]
-        self._dirty[(resource, meta.get("namespace", ""), meta["name"])] = None
-        if self._wake is not None:
-            self._wake.set()
+        self._mark_key((resource, meta.get("namespace", ""), meta["name"]))
+
+    def _mark_key(self, key: tuple[str, str, str]) -> None:
+        if self._keys is not None:
+            self._keys.mark(key)
 
     def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
         obj = new if new is not None else old
@@ -181,39 +178,20 @@ class StorageControllers:
                 if resource == PVS:
                     ref = (obj.get("spec") or {}).get("claimRef") or {}
                     if ref.get("name"):
-                        self._dirty[(PVCS, ref.get("namespace", ""), ref["name"])] = None
+                        self._mark_key((PVCS, ref.get("namespace", ""), ref["name"]))
                 elif (obj.get("spec") or {}).get("volumeName"):  # a claim's change can release its volume
-                    self._dirty[(PVS, "", obj["spec"]["volumeName"])] = None
+                    self._mark_key((PVS, "", obj["spec"]["volumeName"]))
             elif resource == PODS:
                 namespace = obj["metadata"].get("namespace", "")
                 for candidate in (old, new):
                     for claim in claim_names(candidate or {}):
-                        self._dirty[(PVCS, namespace, claim)] = None
-                if self._wake is not None:
-                    self._wake.set()
+                        self._mark_key((PVCS, namespace, claim))
             elif resource == STORAGE_CLASSES:
                 for pvc in self._store.list(PVCS)[0]:
                     if (pvc.get("status") or {}).get("phase") == "Pending":
                         self._mark(PVCS, pvc)
         except Exception:  # a listener must never break the store's write path
             log.exception("storage controllers listener failed", event_type=event_type, resource=resource)
-
-    async def _loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            now = time.monotonic()
-            while self._retry and self._retry[0][0] <= now:
-                _, key = heapq.heappop(self._retry)
-                self._dirty[key] = None
-            while self._dirty:
-                key = next(iter(self._dirty))
-                del self._dirty[key]
-                self._sync(key)
-                await anyio.sleep(0)
-            self._wake = anyio.Event()
-            timeout = self._retry[0][0] - time.monotonic() if self._retry else math.inf
-            with anyio.move_on_after(max(timeout, 0)):
-                await self._wake.wait()
 
     def _sync(self, key: tuple[str, str, str]) -> None:
         resource, namespace, name = key
@@ -224,7 +202,8 @@ class StorageControllers:
                 self._sync_volume(name)
         except (ApiError, OSError) as err:
             log.info("storage sync failed; retrying", resource=resource, namespace=namespace, name=name, error=str(err))
-            heapq.heappush(self._retry, (time.monotonic() + self.config.retry_seconds * self.config.time_scale, key))
+            assert self._keys is not None
+            self._keys.retry_later(key, self.config.retry_seconds * self.config.time_scale)
 
     # ------------------------------------------------------------------ claims
 

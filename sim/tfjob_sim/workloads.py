@@ -29,16 +29,14 @@ Contract (the subset of the real controllers that users and kubectl observe):
 
 from __future__ import annotations
 
-import heapq
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import orjson
 import structlog
 
+from tfjob_sim.dirtykeys import DirtyKeys
 from tfjob_sim.errors import ApiError
 from tfjob_sim.selectors import label_selector_from_dict
 from tfjob_sim.store import Store, WriteOptions, deep_copy, rfc3339
@@ -132,22 +130,22 @@ class WorkloadControllers:
     def __init__(self, store: Store, config: WorkloadConfig | None = None) -> None:
         self._store = store
         self.config = config or WorkloadConfig()
-        self._dirty: dict[tuple[str, str, str], None] = {}  # insertion-ordered set of (resource, ns, name)
-        self._retry: list[tuple[float, tuple[str, str, str]]] = []
-        self._wake: anyio.Event | None = None
+        self._keys: DirtyKeys[tuple[str, str, str]] | None = (
+            None  # of (resource, namespace, name), made by run() on its event loop
+        )
         self._started = False
 
     async def run(self) -> None:
         if self._started:
             raise RuntimeError("WorkloadControllers.run() may only be called once")
         self._started = True
-        self._wake = anyio.Event()
+        self._keys = DirtyKeys[tuple[str, str, str]]()
         unsubscribe = self._store.add_listener(self._on_event)
         try:
             for resource in (DEPLOYMENTS, REPLICASETS):
                 for obj in self._store.list(resource)[0]:
                     self._mark(resource, obj)
-            await self._loop()
+            await self._keys.serve(self._sync)
         finally:
             unsubscribe()
 
@@ -155,9 +153,8 @@ class WorkloadControllers:
 
     def _mark(self, resource: str, obj: dict) -> None:
         meta = obj["metadata"]
-        self._dirty[(resource, meta.get("namespace", ""), meta["name"])] = None
-        if self._wake is not None:
-            self._wake.set()
+        if self._keys is not None:
+            self._keys.mark((resource, meta.get("namespace", ""), meta["name"]))
 
     def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
         obj = new if new is not None else old
@@ -183,33 +180,10 @@ class WorkloadControllers:
                 (ref.get("kind") or "", resource)
             )
             if owner_resource is not None and ref.get("apiVersion") == "apps/v1" and ref.get("name"):
-                self._dirty[(owner_resource, obj["metadata"].get("namespace", ""), ref["name"])] = None
-                if self._wake is not None:
-                    self._wake.set()
+                if self._keys is not None:
+                    self._keys.mark((owner_resource, obj["metadata"].get("namespace", ""), ref["name"]))
 
     # ---------------------------------------------------------------- the worker
-
-    async def _loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            now = time.monotonic()
-            while self._retry and self._retry[0][0] <= now:
-                _, key = heapq.heappop(self._retry)
-                self._dirty[key] = None
-            processed = 0
-            while self._dirty:
-                key = next(iter(self._dirty))
-                del self._dirty[key]
-                self._sync(key)
-                processed += 1
-                if processed % 64 == 0:
-                    await anyio.sleep(0)  # let the server answer requests between batches
-            if self._dirty:
-                continue
-            self._wake = anyio.Event()
-            timeout = self._retry[0][0] - time.monotonic() if self._retry else math.inf
-            with anyio.move_on_after(max(timeout, 0)):
-                await self._wake.wait()
 
     def _sync(self, key: tuple[str, str, str]) -> None:
         resource, namespace, name = key
@@ -232,8 +206,8 @@ class WorkloadControllers:
             self._retry_later(key)
 
     def _retry_later(self, key: tuple[str, str, str]) -> None:
-        delay = self.config.retry_seconds * self.config.time_scale
-        heapq.heappush(self._retry, (time.monotonic() + delay, key))
+        assert self._keys is not None
+        self._keys.retry_later(key, self.config.retry_seconds * self.config.time_scale)
 
     # ---------------------------------------------------------------- replicaset controller
 
