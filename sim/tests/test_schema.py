@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from tfjob_sim import schema as schema_module
+from tfjob_sim import schema_values
 from tfjob_sim.errors import invalid
 from tfjob_sim.gotext import go_json, go_quote
 from tfjob_sim.schema import StructuralSchema, validate_crd
@@ -468,8 +468,8 @@ def test_the_shortcuts_for_plain_leaves_and_objects_answer_as_the_full_check(
         ]
 
     fast = results()
-    monkeypatch.setattr(schema_module, "_plainly_valid", lambda value, schema: False)
-    monkeypatch.setattr(schema_module, "_NON_OBJECT_KEYWORDS", frozenset({"type"}))
+    monkeypatch.setattr(schema_values, "_plainly_valid", lambda value, schema: False)
+    monkeypatch.setattr(schema_values, "_NON_OBJECT_KEYWORDS", frozenset({"type"}))
     assert results() == fast
     assert sum(1 for r in fast if r) > len(fast) // 2  # the matrix exercises errors, not only passes
 
