@@ -31,6 +31,7 @@ from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.process import janitor
 from tfjob_sim.process.volumes import (
     ClaimPath,
+    PodVolumes,
     StoreClaims,
     VolumeError,
     payload_of,
@@ -802,6 +803,18 @@ def test_claims_resolve_through_the_bound_persistent_volume():
         claims(NS, "lost").reason == 'failed to fetch PV pv-gone from API server: persistentvolumes "pv-gone" not found'
     )
     assert "neither hostPath nor local" in (claims(NS, "nfs").reason or "")
+
+
+def test_an_unsupported_volume_type_fails_its_mount(tmp_path: Path):
+    pod = {
+        "metadata": {"uid": "u1", "namespace": NS},
+        "spec": {"volumes": [{"name": "share", "nfs": {"server": "nas", "path": "/x"}}]},
+    }
+    volumes = PodVolumes(pod, str(tmp_path / "pod"))
+    assert volumes.set_up(FakeStore(), pod, StoreClaims(FakeStore()), {}) == [
+        'MountVolume.SetUp failed for volume "share" : nfs volumes are not supported by the simulator\'s process runtime'
+    ]
+    assert not volumes.ready
 
 
 def test_payloads_of_secrets_and_projections():

@@ -668,7 +668,10 @@ class PodVolumes:
         return self.mount_ns.view(path)
 
     async def create(self, *, python: str, prefix: str) -> None:
-        """The volumes' directories and the pod's mount namespace (with its tmpfs mounts)."""
+        """The volumes' directories and the pod's mount namespace (with its tmpfs mounts). A pod without
+        volumes has nothing to share: its containers' mount namespaces are copies of this machine's."""
+        if not self.volumes:
+            return
         tmpfs = []
         try:
             for volume in self.volumes.values():

@@ -35,7 +35,7 @@ class Stream:
         return orjson.loads(line)
 
     async def collect(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        events = []
+        events: list[dict[str, Any]] = []
         for _ in range(count):
             event = await self.next(timeout)
             assert event is not None, f"EOF after {len(events)} of {count} events: {events}"
@@ -44,7 +44,7 @@ class Stream:
 
     async def expect_eof(self, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Read until EOF; returns what came before it."""
-        seen = []
+        seen: list[dict[str, Any]] = []
         while True:
             event = await self.next(timeout)
             if event is None:
