@@ -312,6 +312,7 @@ class Expected:
 
     jobs_by_state: dict[tuple[str, str], int] = field(default_factory=dict)  # (job_namespace, state) -> jobs
     failovers: dict[str, int] = field(default_factory=dict)  # reason -> failovers (namespace default)
+    ps_failovers: dict[str, int] = field(default_factory=dict)  # reason -> PS failovers (namespace default)
     scaled_down: dict[str, int] = field(default_factory=dict)  # chosen_by -> workers removed (namespace default)
     created: int = 0
     succeeded: int = 0
@@ -380,7 +381,9 @@ async def play_scenario(cluster: SimCluster, client: ApiClient) -> Expected:
         ),
         namespace="team-b",
     )
-    expected.created = 3
+    # A dynamic job whose parameter server is deleted: re-created at its address, the job stays Running.
+    await client.create(TFJOBS, tfjob("sharded", workers=1, ps=1, restart_policy="Never"), namespace="default")
+    expected.created = 4
 
     await eventually(lambda: _running_workers(client, "elastic"), timeout=90, what="elastic's workers running")
 
@@ -402,6 +405,15 @@ async def play_scenario(cluster: SimCluster, client: ApiClient) -> Expected:
     await client.patch(PODS, "elastic-worker-2", {"metadata": {"annotations": {EXIT_CODE: "137"}}}, namespace="default")
     await _replaced(client, "elastic", "elastic-worker-2", running["elastic-worker-2"], 3)
     expected.failovers = {"Deleted": 1, "Evicted": 1, "OOMKilled": 1}
+
+    async def sharded_running() -> dict[str, str] | None:
+        running = await _running_workers(client, "sharded")
+        return running if len(running) == 2 else None
+
+    ps_uid = (await eventually(sharded_running, timeout=90, what="sharded's PS and worker running"))["sharded-ps-0"]
+    await client.delete(PODS, "sharded-ps-0", namespace="default")
+    await _replaced(client, "sharded", "sharded-ps-0", ps_uid, 2)
+    expected.ps_failovers = {"Deleted": 1}
 
     scale = {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 5}}}}
     await client.patch(TFJOBS, "elastic", scale, namespace="default")
@@ -435,6 +447,6 @@ async def play_scenario(cluster: SimCluster, client: ApiClient) -> Expected:
     await eventually(lambda: finished("doomed", "Failed"), timeout=90, what="doomed Failed")
     await eventually(lambda: finished("finisher", "Succeeded"), timeout=90, what="finisher Succeeded")
     expected.succeeded, expected.failed = 1, 1
-    expected.jobs_by_state = {("default", "Running"): 1, ("team-b", "Failed"): 1, ("team-b", "Succeeded"): 1}
+    expected.jobs_by_state = {("default", "Running"): 2, ("team-b", "Failed"): 1, ("team-b", "Succeeded"): 1}
     expected.ended = time.time()
     return expected

@@ -110,6 +110,15 @@ CATALOGUE: tuple[Metric, ...] = (
         _TFJOB,
     ),
     Metric(
+        "tfjob_replica_failovers_total",
+        "counter",
+        ("job_namespace", "replica_type", "reason"),
+        "Parameter servers of dynamic TFJobs re-created at their name and address after a disruption, by replica "
+        "type (PS) and cause: Deleted, Evicted, Preempted, NodeLost, Disrupted. Each is also a PSFailover Warning "
+        "event on the job; the workers keep running.",
+        _TFJOB,
+    ),
+    Metric(
         "tfjob_worker_scaled_down_total",
         "counter",
         ("job_namespace", "chosen_by"),

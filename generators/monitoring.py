@@ -471,6 +471,19 @@ TRAINING_JOBS = Dashboard(
                     kind="bargauge",
                 ),
                 Panel(
+                    "Parameter servers failed over in range",
+                    "Parameter servers of dynamic jobs re-created at their name and address after a disruption, in "
+                    "the selected range, by cause: Deleted, Evicted, Preempted, NodeLost, Disrupted. The workers "
+                    "kept running; each is also a PSFailover event on its job.",
+                    (
+                        _q(
+                            f"sum by (reason) (increase(tfjob_replica_failovers_total{{{JOBS}}}[$__range]))",
+                            "{{reason}}",
+                        ),
+                    ),
+                    kind="bargauge",
+                ),
+                Panel(
                     "Workers removed by scale-down in range, by how chosen",
                     "Workers removed because a job's Worker replicas were lowered (kubectl scale), in the selected "
                     "range, by how they were chosen: workersToDelete (listed in the job's spec), deletionCost "

@@ -161,6 +161,8 @@ EV_SET_POD_TEMPLATE_RESTART_POLICY: Final = "SetPodTemplateRestartPolicy"
 EV_WORKER_FAILOVER: Final = "WorkerFailover"
 EV_WORKER_FAILED: Final = "WorkerFailed"
 EV_WORKER_SCALED_DOWN: Final = "WorkerScaledDown"
+# A dynamic job's disrupted parameter server, re-created at its name and address (decision/psfailover.py).
+EV_PS_FAILOVER: Final = "PSFailover"
 EV_INVALID_POD_DELETION_COST: Final = "InvalidPodDeletionCost"
 # Gang scheduling: upstream's event reasons for the pod template's scheduler name and the PodGroup's deletion.
 EV_SET_POD_TEMPLATE_SCHEDULER_NAME: Final = "SetPodTemplateSchedulerName"
@@ -195,6 +197,8 @@ METRIC_JOBS_SUCCESSFUL: Final = "training_operator_jobs_successful_total"
 METRIC_JOBS_FAILED: Final = "training_operator_jobs_failed_total"
 METRIC_JOBS_RESTARTED: Final = "training_operator_jobs_restarted_total"
 METRIC_WORKER_FAILOVERS: Final = "tfjob_worker_failovers_total"
+# Replicas other than dynamic workers re-created after a disruption (today: the PS of a dynamic job).
+METRIC_REPLICA_FAILOVERS: Final = "tfjob_replica_failovers_total"
 METRIC_WORKER_SCALED_DOWN: Final = "tfjob_worker_scaled_down_total"
 METRIC_FOREIGN_WRITES: Final = "tfjob_foreign_writes_total"
 FOREIGN_WRITE_STATUS: Final = "status"  # the `write` label: what another controller wrote
@@ -242,6 +246,8 @@ WORKER_STATE_FAILED: Final = "Failed"  # failed by its own exit, restart policy 
 STATUS_MEMBERS: Final = "members"  # the worker indices in the job, ascending: the record of holes
 STATUS_MEMBERS_SUMMARY: Final = "summary"  # the same as text for kubectl get ("0,2-4"); never read back
 STATUS_WORKERS: Final = "workers"  # worker index (decimal string) -> its record
+# PS index (decimal string) -> its record, the same shape as a worker's (only indices that failed over).
+STATUS_PARAMETER_SERVERS: Final = "parameterServers"
 # One worker record of status.dynamicWorkers.workers.
 WORKER_STATE: Final = "state"
 WORKER_FAILOVERS: Final = "failovers"

@@ -16,7 +16,7 @@ from typing import Any
 from . import api
 from .actions import Decision, DeletePod
 from .conditions import is_finished, is_true
-from .decision import finish, limits, podgroup, suspend
+from .decision import finish, limits, podgroup, psfailover, suspend
 from .decision.config import DecideConfig
 from .decision.effects import Effects, decision
 from .decision.inputs import JobState, PassInput, job_input, old_state, pass_input, timer
@@ -125,6 +125,7 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
     counts: dict[str, Counts] = {}
     outputs: list[Outputs] = []
     new_records: dict[int, WorkerRecord] = {}
+    ps_records: dict[int, WorkerRecord] | None = None  # None: no PS failover this pass, the old records stay
     failure: str | None = None
     spent = 0
     for replica_type in inp.types:
@@ -142,7 +143,11 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
                 out,
             )
         else:
-            result = reconcile_replicas(inp, replica_type, out, limit)
+            handled: frozenset[str] = frozenset()
+            if psfailover.applies(inp, replica_type):
+                ps = psfailover.fail_over_parameter_servers(inp, out)
+                handled, ps_records = ps.handled, ps.records
+            result = reconcile_replicas(inp, replica_type, out, limit, handled)
             counts[replica_type] = result.counts
             failure = failure if failure is not None else result.failure
         reconcile_services(inp, replica_type, indices, new_records, out, limit)
@@ -175,7 +180,7 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
         metrics=outcome.metrics + tuple(m for out in outputs for m in out.metrics),
         timers=tuple(t for out in outputs for t in out.timers),
     )
-    status = full_status(inp, state, replicas, new_records, members)
+    status = full_status(inp, state, replicas, new_records, members, ps_records)
     return decision(
         so_far + planned + replica_effects, status, gang_failed_status=gang_failed_status, membership=membership
     )

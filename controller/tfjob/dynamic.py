@@ -114,10 +114,11 @@ class WorkerRecord:
         )
 
 
-def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
-    """The records of ``status.dynamicWorkers.workers``, malformed entries dropped."""
+def parse_worker_records(status: Any, key: str = api.STATUS_WORKERS) -> dict[int, WorkerRecord]:
+    """The records of ``status.dynamicWorkers.workers`` (``key``: ``parameterServers`` for the PS records),
+    malformed entries dropped."""
     dynamic = status.get(api.STATUS_DYNAMIC_WORKERS) if isinstance(status, dict) else None
-    workers = dynamic.get(api.STATUS_WORKERS) if isinstance(dynamic, dict) else None
+    workers = dynamic.get(key) if isinstance(dynamic, dict) else None
     records: dict[int, WorkerRecord] = {}
     if not isinstance(workers, dict):
         return records
@@ -129,14 +130,20 @@ def parse_worker_records(status: Any) -> dict[int, WorkerRecord]:
     return records
 
 
-def dynamic_status(records: dict[int, WorkerRecord], members: Sequence[int] | None = None) -> dict[str, Any]:
+def dynamic_status(
+    records: dict[int, WorkerRecord],
+    members: Sequence[int] | None = None,
+    ps_records: dict[int, WorkerRecord] | None = None,
+) -> dict[str, Any]:
     """``status.dynamicWorkers``: the members (members.py; with their summary for kubectl) when known,
-    and the records."""
+    the workers' records, and the parameter servers' records when there are any."""
     out: dict[str, Any] = {}
     if members is not None:
         out[api.STATUS_MEMBERS] = list(members)
         out[api.STATUS_MEMBERS_SUMMARY] = summary(members)
     out[api.STATUS_WORKERS] = {str(i): records[i].to_status() for i in sorted(records)}
+    if ps_records:
+        out[api.STATUS_PARAMETER_SERVERS] = {str(i): ps_records[i].to_status() for i in sorted(ps_records)}
     return out
 
 

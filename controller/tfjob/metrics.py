@@ -3,7 +3,8 @@ histograms fed by :mod:`controller.tfjob.observe`.
 
 The counter names and label sets are upstream's (``training_operator_jobs_*_total{job_namespace,framework}``,
 so existing dashboards keep working) plus ours that answer "why did my job change":
-``tfjob_worker_failovers_total{job_namespace,reason}`` and ``tfjob_worker_scaled_down_total{job_namespace,chosen_by}``.
+``tfjob_worker_failovers_total{job_namespace,reason}``, ``tfjob_replica_failovers_total{job_namespace,replica_type,reason}``
+and ``tfjob_worker_scaled_down_total{job_namespace,chosen_by}``.
 The decision names the counter; this module owns the registry side and refuses unknown names, so
 a typo in the domain fails a test instead of silently creating a new series.
 
@@ -45,6 +46,9 @@ FAILOVER_REASONS: tuple[str, ...] = (
     api.FAILOVER_ERROR,
 )
 
+# The causes a PS is failed over for: disruptions only (its own failures follow upstream's rules).
+DISRUPTION_REASONS = FAILOVER_REASONS[: FAILOVER_REASONS.index(api.FAILOVER_OOM_KILLED)]
+
 METRIC_FAILOVER_SECONDS = "tfjob_worker_failover_seconds"
 METRIC_TIME_TO_RUNNING = "tfjob_job_time_to_running_seconds"
 
@@ -65,6 +69,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
     api.METRIC_JOBS_FAILED: _JOB_LABELS,
     api.METRIC_JOBS_RESTARTED: _JOB_LABELS,
     api.METRIC_WORKER_FAILOVERS: ("job_namespace", "reason"),
+    api.METRIC_REPLICA_FAILOVERS: ("job_namespace", "replica_type", "reason"),
     api.METRIC_WORKER_SCALED_DOWN: ("job_namespace", "chosen_by"),
     api.METRIC_FOREIGN_WRITES: ("job_namespace", "write"),
 }
@@ -76,6 +81,8 @@ _HELP: dict[str, str] = {
     api.METRIC_JOBS_FAILED: "Counts number of jobs failed",
     api.METRIC_JOBS_RESTARTED: "Counts number of jobs restarted",
     api.METRIC_WORKER_FAILOVERS: "Worker pods of dynamic TFJobs replaced after a failure or disruption, by cause",
+    api.METRIC_REPLICA_FAILOVERS: "Parameter-server pods of dynamic TFJobs re-created at their address after a "
+    "disruption, by replica type and cause",
     api.METRIC_WORKER_SCALED_DOWN: "Workers removed from dynamic TFJobs because Worker replicas were lowered, by how "
     "they were chosen (workersToDelete, deletionCost, highestIndex)",
     api.METRIC_FOREIGN_WRITES: "Writes by another controller to TFJobs this one manages: their status, or pods created",
@@ -87,6 +94,8 @@ def _label_sets(name: str, namespace: str) -> list[tuple[str, ...]]:
     labels = _LABELS[name]
     if labels == _JOB_LABELS:
         return [(namespace, api.FRAMEWORK)]
+    if "replica_type" in labels:
+        return [(namespace, api.PS, reason) for reason in DISRUPTION_REASONS]
     if "reason" in labels:
         return [(namespace, reason) for reason in FAILOVER_REASONS]
     if "write" in labels:

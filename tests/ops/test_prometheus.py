@@ -47,6 +47,7 @@ pytestmark = pytest.mark.timeout(300)
 
 PANELS: dict[str, Panel] = {panel.title: panel for dashboard in DASHBOARDS for panel in dashboard.panels()}
 ALL_REASONS = ("Deleted", "Evicted", "Preempted", "NodeLost", "Disrupted", "OOMKilled", "Error")
+DISRUPTION_REASONS = ALL_REASONS[:5]  # what a PS is failed over for
 ALL_STATES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -168,6 +169,10 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             assert set(failovers) == set(ALL_REASONS)
             for reason in ALL_REASONS:
                 assert close(failovers[reason], expected.failovers.get(reason, 0)), (reason, failovers)
+            ps_failovers = values(panel("Parameter servers failed over in range"), "reason")
+            assert set(ps_failovers) == set(DISRUPTION_REASONS), ps_failovers
+            for reason in DISRUPTION_REASONS:
+                assert close(ps_failovers[reason], expected.ps_failovers.get(reason, 0)), (reason, ps_failovers)
             scaled = values(panel("Workers removed by scale-down in range, by how chosen"), "chosen_by")
             assert set(scaled) == {"workersToDelete", "deletionCost", "highestIndex"}, scaled
             for chosen_by, count in scaled.items():
@@ -197,7 +202,7 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             observed = await prom.query(
                 f'sum by (job_namespace) (tfjob_job_time_to_running_seconds_count{{job="{SCRAPE_JOB}"}})', at
             )
-            assert values(observed, "job_namespace") == {"default": 1.0, "team-b": 2.0}
+            assert values(observed, "job_namespace") == {"default": 2.0, "team-b": 2.0}
             latencies = await prom.query(
                 f'sum by (reason) (tfjob_worker_failover_seconds_count{{job="{SCRAPE_JOB}"}})', at
             )

@@ -277,10 +277,11 @@ def test_failed_ps_fails_a_dynamic_job():
     )
 
 
-def test_deleted_ps_fails_a_dynamic_job_under_never():
+def test_deleted_ps_of_a_dynamic_job_is_failed_over_under_never():
+    # A disruption of a dynamic job's PS is no failure (test_decide_ps_failover.py holds the whole table).
     cluster = running_cluster()
     cluster.terminate_pod("test-tfjob-ps-0")
-    assert condition_types(cluster.step(at(10)).status)[-1] == ("Failed", "True")
+    assert_still_running(cluster.step(at(10)).status)
 
 
 def test_failed_evaluator_and_chief_fail_a_dynamic_job():
@@ -292,10 +293,19 @@ def test_failed_evaluator_and_chief_fail_a_dynamic_job():
 
 def test_ps_restart_in_a_dynamic_job_uses_restarting_as_upstream():
     cluster = running_cluster(restart_policy="OnFailure")
-    cluster.set_phase("test-tfjob-ps-0", "Failed", reason="Evicted")
+    cluster.set_phase("test-tfjob-ps-0", "Failed", exit_code=1)
     decision = cluster.step(at(10))
     assert condition_types(decision.status)[-1] == ("Restarting", "True")
     assert deleted_pod_names(decision) == ["test-tfjob-ps-0"]
+
+
+def test_an_evicted_ps_of_a_dynamic_job_is_failed_over_not_restarted():
+    cluster = running_cluster(restart_policy="OnFailure")
+    cluster.set_phase("test-tfjob-ps-0", "Failed", reason="Evicted")
+    decision = cluster.step(at(10))
+    assert_still_running(decision.status)
+    assert deleted_pod_names(decision) == ["test-tfjob-ps-0"]
+    assert "PSFailover" in event_reasons(decision)
 
 
 # --- persisted state ------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class PassInput(JobInput):
     first_pass: bool
     old_replica_statuses: dict[str, Any]
     records: dict[int, WorkerRecord]
+    ps_records: dict[int, WorkerRecord]
     recorded_members: tuple[int, ...] | None
     pod_slots: dict[str, Slots]
     service_slots: dict[str, Slots]
@@ -204,6 +205,7 @@ def pass_input(
         first_pass=find(sanitize(old_status.get(api.STATUS_CONDITIONS)), api.COND_CREATED) is None,
         old_replica_statuses=field_dict(old_status, api.STATUS_REPLICA_STATUSES),
         records=parse_worker_records(old_status) if dynamic else {},
+        ps_records=parse_worker_records(old_status, api.STATUS_PARAMETER_SERVERS) if dynamic else {},
         recorded_members=memberlib.recorded(old_status) if dynamic else None,
         pod_slots=_slots(common["pods"], types),
         service_slots=_slots(common["services"], types),

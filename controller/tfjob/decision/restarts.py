@@ -48,10 +48,13 @@ def restartable(inp: PassInput, replica_type: str, pod: dict[str, Any]) -> bool:
     return False
 
 
-def reconcile_replicas(inp: PassInput, replica_type: str, out: Outputs, limit: int) -> ReplicaResult:
+def reconcile_replicas(
+    inp: PassInput, replica_type: str, out: Outputs, limit: int, handled: frozenset[str] = frozenset()
+) -> ReplicaResult:
     """One type's pods, upstream's way, appending to ``out`` (creations up to ``limit`` in ``out``):
     create missing indices, restart failed pods as the restart policy allows, fail the job on a
-    non-retryable exit code, count the rest."""
+    non-retryable exit code, count the rest. Pods whose uid is in ``handled`` were failed over elsewhere
+    (psfailover.py): neither restarted nor counted here."""
     replicas = inp.replicas(replica_type)
     policy = inp.restart_policy(replica_type)
     slots = inp.pod_slots[replica_type]
@@ -65,6 +68,8 @@ def reconcile_replicas(inp: PassInput, replica_type: str, out: Outputs, limit: i
         if len(slots[index]) != 1:
             continue  # upstream: "too many pods" for one index -> neither counted nor touched
         pod = slots[index][0]
+        if podlib.uid(pod) in handled:
+            continue
         in_range = index < replicas
         current_phase = podlib.phase(pod)
         terminating = podlib.is_terminating(pod)

@@ -50,13 +50,16 @@ def full_status(
     replicas: dict[str, Any],
     records: Mapping[int, WorkerRecord],
     members: Sequence[int] | None,
+    ps_records: Mapping[int, WorkerRecord] | None = None,
 ) -> dict[str, Any]:
     """The complete status: :func:`base_status`, ``replicas`` as ``replicaStatuses``, and for a dynamic
-    job ``dynamicWorkers`` from ``records`` and ``members`` (removed from any other job's status)."""
+    job ``dynamicWorkers`` from ``records``, ``members`` and ``ps_records`` (the old PS records when None;
+    removed from any other job's status)."""
     status = base_status(inp, state)
     status[api.STATUS_REPLICA_STATUSES] = replicas
     if inp.dynamic:
-        status[api.STATUS_DYNAMIC_WORKERS] = dynamic_status(dict(records), members)
+        kept = inp.ps_records if ps_records is None else ps_records
+        status[api.STATUS_DYNAMIC_WORKERS] = dynamic_status(dict(records), members, dict(kept))
     else:
         status.pop(api.STATUS_DYNAMIC_WORKERS, None)
     return status
