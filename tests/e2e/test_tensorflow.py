@@ -3,7 +3,7 @@ process (its own network namespace, cluster DNS, memory cgroup), so the TFJob's 
 that find each other by the addresses in their TF_CONFIG.
 
 The dynamic job runs examples/dynamic-workers/tfjob.yaml as shipped, except for the command (the runtime
-ignores images and volumes: this interpreter and the checkout's train.py) and the training length. One job
+pulls no image: this interpreter and the checkout's train.py) and the training length. One job
 lives through every scenario in turn, because each TensorFlow task costs seconds of CPU to start: a deleted, an
 OOM-killed (its memory limit) and an evicted worker each get a replacement whose first logged global step is not
 below the shared step before the failure, while the other pods keep their uid and restart count and the job
