@@ -31,6 +31,7 @@ import base64
 import datetime as _dt
 import functools
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -527,6 +528,21 @@ def _token_pos(node: Any) -> tuple[int, int]:
     return 0, 0
 
 
+_OPTIONAL_METHODS = {"hasValue": 0, "value": 0, "orValue": 1}  # a CEL optional's methods and their arity
+
+
+def _is_old_self(node: Any) -> bool:
+    while isinstance(node, lark.Tree) and node.data in ("member", "primary") and len(node.children) == 1:
+        node = node.children[0]
+    return isinstance(node, lark.Tree) and node.data == "ident" and str(node.children[0]) == "oldSelf"
+
+
+def _self_type_name() -> str:
+    """The name kube-apiserver gives a rule's object type: ``selfType`` and the nanoseconds of the clock when the
+    CRD is compiled, so it differs from one compilation to the next."""
+    return f"selfType{time.time_ns() % 1_000_000_000}"
+
+
 class _Checker:
     """Static checks cel-python skips: unknown functions; fields the schema does not declare.
 
@@ -534,10 +550,11 @@ class _Checker:
     element schema of the list (or ``{"type": "string"}`` for map keys).
     """
 
-    def __init__(self, text: str, schema: dict | None, is_root: bool) -> None:
+    def __init__(self, text: str, schema: dict | None, is_root: bool, plain_old_self: bool = False) -> None:
         self.text = text
         self.root = self._root_schema(schema, is_root) if isinstance(schema, dict) else None
         self.uses_old_self = False
+        self.plain_old_self = plain_old_self
 
     @staticmethod
     def _root_schema(schema: dict, is_root: bool) -> dict:
@@ -554,6 +571,23 @@ class _Checker:
 
     def check(self, tree: lark.Tree) -> None:
         self._type(tree, {})
+
+    def _not_optional(self, method: Any, name: str, args: Any) -> None:
+        """cel-go's error for an optional's method called on a plain ``oldSelf``, at the call's open parenthesis."""
+        line, column0 = _token_pos(method)
+        lines = self.text.split("\n")
+        src = lines[line - 1] if 0 < line <= len(lines) else ""
+        column0 += len(name)
+        while column0 < len(src) and src[column0] != "(":
+            column0 += 1
+        target = _self_type_name()
+        argument_types = ", ".join([target] * _OPTIONAL_METHODS[name])
+        raise _compile_error(
+            self.text,
+            line,
+            column0,
+            f"found no matching overload for '{name}' applied to '{target}.({argument_types})'",
+        )
 
     # Returns the schema (type) of the expression, or None when unknown/dynamic.
     def _type(self, node: Any, scope: dict[str, dict | None]) -> dict | None:
@@ -590,6 +624,8 @@ class _Checker:
             operand, method = node.children[0], node.children[1]
             args = node.children[2] if len(node.children) > 2 else None
             name = str(method)
+            if self.plain_old_self and name in _OPTIONAL_METHODS and _is_old_self(operand):
+                self._not_optional(method, name, args)
             base = self._type(operand, scope)
             arg_nodes = list(args.children) if isinstance(args, lark.Tree) else []
             if name in ("all", "exists", "exists_one", "map", "filter") and arg_nodes:
@@ -704,7 +740,12 @@ class CelRule:
 
     __slots__ = ("rule", "schema", "is_root", "references_old_self", "_program", "_fast", "_observed", "_memo")
 
-    def __init__(self, rule: str, schema: dict | None = None, *, is_root: bool = False) -> None:
+    def __init__(
+        self, rule: str, schema: dict | None = None, *, is_root: bool = False, optional_old_self: bool | None = None
+    ) -> None:
+        """Compile ``rule``; CelCompileError with cel-go's message when it does not compile. ``optional_old_self``
+        False: ``oldSelf`` is a plain value, and its optional's methods do not compile (the CRD checks say which;
+        None: not checked)."""
         if not isinstance(rule, str):
             raise CelCompileError(f"rule must be a string, not {type(rule).__name__}")
         self.rule = rule
@@ -714,7 +755,7 @@ class CelRule:
             tree = _parse(rule)
         except celpy.CELParseError as exc:
             raise _syntax_error(rule, exc) from None
-        checker = _Checker(rule, self.schema, is_root)
+        checker = _Checker(rule, self.schema, is_root, plain_old_self=optional_old_self is False)
         checker.check(tree)
         self.references_old_self = checker.uses_old_self
         self._program = _ENV.program(tree, functions=EXTRA_FUNCTIONS)

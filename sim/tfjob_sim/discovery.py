@@ -35,6 +35,18 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 
+
+def server_version(minor: int) -> dict[str, str]:
+    """``/version`` of a kube-apiserver 1.``minor``.0 (the build fields are those of the 1.33.0 release)."""
+    return {
+        **SERVER_VERSION,
+        "minor": str(minor),
+        "emulationMinor": str(minor),
+        "minCompatibilityMinor": str(minor - 1),
+        "gitVersion": f"v1.{minor}.0",
+    }
+
+
 # Preferred order of built-in groups in /apis, like a real server (custom groups follow).
 _GROUP_ORDER = [
     "apps",
@@ -95,12 +107,12 @@ def api_resources(rt: ResourceType, version: str) -> list[dict]:
 class Discovery:
     """Caches discovery documents as bytes, keyed by the registry version."""
 
-    def __init__(self, registry: Registry, server_address: str = "127.0.0.1:6443") -> None:
+    def __init__(self, registry: Registry, server_address: str = "127.0.0.1:6443", minor: int = 33) -> None:
         self.registry = registry
         self.server_address = server_address
         self._built_for = -1
         self._docs: dict[str, bytes] = {}
-        self.version_doc = orjson.dumps(SERVER_VERSION)
+        self.version_doc = orjson.dumps(server_version(minor))
 
     def _groups(self) -> list[tuple[str, list[str]]]:
         gvs = self.registry.group_versions()

@@ -36,6 +36,7 @@ from tfjob_sim.schema_errors import (
 )
 from tfjob_sim.schema_structural import META_FIELDS, StructuralSchema, normalize_field_path
 from tfjob_sim.schema_values import OpenAPIValidator
+from tfjob_sim.versions import keeps_optional_old_self
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + r")*"
@@ -766,8 +767,9 @@ class _CRDSchemaChecker:
         errors: list[FieldError] = []
         for i, spec in enumerate(rules):
             rpath = index_path(vpath, i)
+            optional = spec.get("optionalOldSelf") is True and keeps_optional_old_self(self.minor)
             try:
-                compiled = CelRule(spec.get("rule", ""), s, is_root=is_root)
+                compiled = CelRule(spec.get("rule", ""), s, is_root=is_root, optional_old_self=optional)
             except CelCompileError as exc:
                 errors.append(
                     _StructError("FieldValueInvalid", child_path(rpath, "rule"), _ordered_rule_json(spec), str(exc))

@@ -68,7 +68,7 @@ class SimServer:
         self.faults = faults
         self._kubelet = kubelet
         self._schedule_restart = schedule_restart
-        self.discovery = Discovery(store.registry)
+        self.discovery = Discovery(store.registry, minor=store.config.kubernetes_minor)
         self.openapi = OpenAPI(store.registry)
         self.host = "127.0.0.1"
         self.port = 0

@@ -166,7 +166,7 @@ class Admission(Reads):
         if rt.qualified == CRD_RESOURCE:
             from tfjob_sim import schema
 
-            causes += schema.validate_crd(obj)
+            causes += schema.validate_crd(obj, server_minor=self.config.kubernetes_minor)
         if causes:
             raise errors.invalid(rt.kind, meta.get("name", ""), causes, rt.group)
 

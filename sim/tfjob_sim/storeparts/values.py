@@ -38,6 +38,9 @@ class StoreConfig:
     history_max_age: float = 300.0
     # generateName retries before giving up with AlreadyExists (the real registry tries 8 times).
     generate_name_attempts: int = 8
+    # The Kubernetes minor version (1.N) the API server behaves as: /version, and which CRD validation features it
+    # accepts (tfjob_sim.versions).
+    kubernetes_minor: int = 33
 
 
 @dataclass
