@@ -15,9 +15,7 @@ User-Agent, so an apiserver's audit log tells the replicas apart.
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
-import platform
 import signal
 import socket
 import uuid
@@ -30,13 +28,13 @@ import yaml
 from kubernetes_asyncio.config.config_exception import ConfigException
 from prometheus_client import (
     CollectorRegistry,
-    Gauge,
     GCCollector,
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
 )
 
+from controller.ops.build_info import register_build_info
 from controller.ops.http import HealthChecks, serve_health, serve_metrics
 from controller.runtime.client import USER_AGENT, ApiClient, RetryPolicy
 from controller.runtime.errors import ApiError, ResponseDecodeError, TransportError, Unauthorized
@@ -44,6 +42,7 @@ from controller.runtime.leaderelection import LeaderElector, LeadershipLost
 from controller.tfjob.controller import MissingPodGroupCRD, TFJobController, check_pod_group_crd
 from controller.tfjob.decide import DecideConfig
 from controller.tfjob.gang import gang_of
+from controller.version import version
 
 LEASE_NAME = "tfjob-controller"
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
@@ -126,29 +125,14 @@ def _in_cluster_namespace() -> str | None:
         return None
 
 
-BUILD_INFO = "tfjob_controller_build_info"
-
-
-def package_version() -> str:
-    try:
-        return importlib.metadata.version("tfjob-controller")
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
-
-
 def new_registry() -> CollectorRegistry:
     """The process's registry: process, platform and GC collectors plus the build-info gauge (always 1; its
-    labels say which version runs, so a dashboard can show a rollout and a query can join on it)."""
+    labels say which versions run, so a dashboard can show a rollout and a query can join on it)."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    Gauge(
-        BUILD_INFO,
-        "A metric with a constant '1' value labelled by the version of tfjob-controller and of Python.",
-        ("version", "python_version"),
-        registry=registry,
-    ).labels(package_version(), platform.python_version()).set(1)
+    register_build_info(registry)
     return registry
 
 
@@ -262,6 +246,7 @@ async def run(options: RunOptions, registry: CollectorRegistry | None = None) ->
             tg.start_soon(stop_on_signal, name="signal handler")
             log.info(
                 "starting",
+                version=version(),
                 namespaces=options.namespaces or "all",
                 workers=options.workers,
                 leader_election=options.leader_elect,
