@@ -42,7 +42,7 @@ from benchmarks.prometheus_scenario import (  # noqa: E402
     substitute,
 )
 from controller.runtime.client import ApiClient  # noqa: E402
-from generators.monitoring import DASHBOARDS, Dashboard, Panel  # noqa: E402
+from generators.dashboards import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from tfjob_sim.cluster import SimCluster, SimConfig  # noqa: E402
 
 OUT = REPO / "docs" / "images"
@@ -91,6 +91,20 @@ async def _draw_panel(ax: plt.Axes, prom: Prometheus, panel: Panel, start: float
             ax.legend(fontsize=6, loc="upper left", ncol=2 if lines > 4 else 1)
         else:
             ax.text(0.5, 0.5, "No data", ha="center", va="center", transform=ax.transAxes)
+    elif panel.kind == "table":
+        # One row per series, the panel's columns being series labels (what Grafana's table shows).
+        cells = [
+            [series["metric"].get(column, "") for column in panel.columns]
+            for query in panel.queries
+            for series in await prom.query(substitute(query.expr, RATE_WINDOW, range_window), at=end)
+        ]
+        ax.axis("off")
+        if cells:
+            shown = ax.table(cellText=sorted(cells), colLabels=list(panel.columns), loc="upper left", cellLoc="left")
+            shown.auto_set_font_size(False)
+            shown.set_fontsize(7)
+        else:
+            ax.text(0.5, 0.5, "No data", ha="center", va="center", transform=ax.transAxes)
     else:
         bars: list[tuple[str, float]] = []
         for query in panel.queries:
@@ -109,7 +123,7 @@ async def _draw_panel(ax: plt.Axes, prom: Prometheus, panel: Panel, start: float
     ax.tick_params(axis="both", labelsize=7)
     ax.text(
         0.0,
-        -0.32 if panel.kind == "timeseries" else -0.2,
+        {"timeseries": -0.32, "table": 0.0}.get(panel.kind, -0.2),
         "\n".join(textwrap.wrap(panel.description, 75)),
         transform=ax.transAxes,
         fontsize=6,

@@ -32,7 +32,7 @@ _EVENTS = "controller/runtime/events.py"
 _TFJOB = "controller/tfjob/metrics.py"
 _OBSERVE = "controller/tfjob/observe.py"
 _FOREIGN = "controller/tfjob/foreign.py"
-_APP = "controller/app.py"
+_BUILD_INFO = "controller/ops/build_info.py"
 _PROCESS = "prometheus_client ProcessCollector"
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -305,9 +305,10 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(
         "tfjob_controller_build_info",
         "gauge",
-        ("version", "python_version"),
-        "Always 1; the labels say which version runs.",
-        _APP,
+        ("version", "python_version", "kubernetes_asyncio_version"),
+        "Always 1; the labels say which versions run: tfjob-controller's (also in the start-up log line), "
+        "Python's and kubernetes-asyncio's. Join on it to split any series by version.",
+        _BUILD_INFO,
     ),
     Metric("process_cpu_seconds_total", "counter", (), "CPU time of the controller process.", _PROCESS),
     Metric("process_resident_memory_bytes", "gauge", (), "Resident memory of the controller process.", _PROCESS),

@@ -1,7 +1,8 @@
 """The monitoring artefacts hang together: catalogue, dashboards, alerting rules, runbook, kube-prometheus
 manifests. (That they tell the truth against a real Prometheus is tests/ops/test_prometheus.py.)
 
-- the committed files are exactly what ``python -m generators.monitoring`` generates;
+- the committed files are exactly what ``python -m generators.monitoring`` generates, and the dashboards are
+  Grafana's typed schema as the Grafana Foundation SDK reads it, with every panel where Grafana shows it;
 - every catalogued metric is used by a panel or an alert, and every metric a panel or alert uses is catalogued
   (the live test checks the catalogue against what the controller really exports);
 - every query is scoped to this controller (job, namespace; rules: job="tfjob-controller"), so a foreign
@@ -16,14 +17,20 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
-from generators import monitoring
+from generators import grafana, monitoring
+from generators.alerts import ALERTS, RUNBOOK_URL
 from generators.catalogue import BY_NAME, CATALOGUE, SYNTHETIC
-from generators.monitoring import ALERTS, DASHBOARDS, TRAINING_JOBS, metric_names
+from generators.dashboards import CONTROLLER_HEALTH, DASHBOARDS, TRAINING_JOBS, Dashboard, Panel, Query, Row
+from generators.promql import SCRAPE_JOB, metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "grafana"
@@ -65,6 +72,87 @@ def test_generated_files_are_up_to_date() -> None:
         str(path) for path, content in monitoring.generated_files().items() if (REPO / path).read_text() != content
     ]
     assert not stale, f"run `python -m generators.monitoring`: {stale}"
+
+
+def test_the_check_command_passes_on_this_checkout_and_names_what_is_stale(tmp_path: Path) -> None:
+    # What CI runs: `python -m generators.monitoring --check` (exit 1 naming each stale file; nothing written).
+    command = [sys.executable, "-m", "generators.monitoring", "--check"]
+    assert _run(*command).returncode == 0
+    (tmp_path / "grafana").mkdir()
+    (tmp_path / "grafana" / "training-jobs.json").write_text("{}\n")
+    stale = _run(*command, "--root", str(tmp_path))
+    assert stale.returncode == 1 and "grafana/training-jobs.json" in stale.stderr, stale.stderr
+    assert (tmp_path / "grafana" / "training-jobs.json").read_text() == "{}\n"
+    assert _run(sys.executable, "-m", "generators.monitoring", "--root", str(tmp_path)).returncode == 0
+    assert _run(*command, "--root", str(tmp_path)).returncode == 0
+
+
+def test_the_dashboards_are_grafanas_typed_schema() -> None:
+    # Decoded into the SDK's typed models (every panel and query by its plugin) and encoded again, each committed
+    # dashboard comes back unchanged: no field outside the schema, none of the wrong type.
+    register_default_plugins()
+    for dashboard in DASHBOARDS:
+        document = json.loads((GRAFANA / dashboard.file).read_text())
+        typed = DashboardModel.from_json(document)
+        assert json.loads(JSONEncoder().encode(typed)) == document, dashboard.file
+        assert {
+            type(panel.targets[0]).__module__ for panel in typed.panels or [] if getattr(panel, "targets", None)
+        } == {"grafana_foundation_sdk.models.prometheus"}
+
+
+def test_every_panel_is_shown_where_its_row_is_with_its_query_unit_and_thresholds() -> None:
+    for dashboard in DASHBOARDS:
+        document = json.loads((GRAFANA / dashboard.file).read_text())
+        # An open row holds no panels (Grafana would not show them): each row's panels follow it, in order.
+        shown: list[tuple[str, str]] = []
+        row = ""
+        for panel in document["panels"]:
+            if panel["type"] == "row":
+                assert panel["collapsed"] is False and panel["panels"] == [], panel["title"]
+                row = panel["title"]
+                continue
+            shown.append((row, panel["title"]))
+            data = next(p for p in dashboard.panels() if p.title == panel["title"])
+            assert panel["type"] == data.kind and panel["gridPos"]["w"] == data.width, panel["title"]
+            assert panel["fieldConfig"]["defaults"]["unit"] == data.unit, panel["title"]
+            assert [t["expr"] for t in panel["targets"]] == [q.expr for q in data.queries], panel["title"]
+            assert all(t["instant"] is data.instant for t in panel["targets"]), panel["title"]
+            # Explicit everywhere: Grafana's implicit default would colour any value from 80 red (an uptime!).
+            steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            assert steps[0]["value"] is None and all(step["value"] != 80 for step in steps), panel["title"]
+        assert shown == [(r.title, p.title) for r in dashboard.rows for p in r.panels]
+    up = next(
+        p for p in json.loads((GRAFANA / CONTROLLER_HEALTH.file).read_text())["panels"] if p["title"] == "Targets up"
+    )
+    assert up["fieldConfig"]["defaults"]["thresholds"]["steps"] == [
+        {"value": None, "color": "red"},
+        {"value": 1, "color": "green"},
+    ]
+
+
+def test_the_version_table_shows_the_build_info_labels_per_instance() -> None:
+    document = json.loads((GRAFANA / CONTROLLER_HEALTH.file).read_text())
+    [panel] = [p for p in document["panels"] if p["title"] == "Version"]
+    [target] = panel["targets"]
+    assert target["format"] == "table" and target["instant"] is True
+    assert metric_names(target["expr"]) == {"tfjob_controller_build_info"}
+    kept = next(t for t in panel["transformations"] if t["id"] == "filterFieldsByName")
+    assert kept["options"]["include"]["names"] == ["instance", *BY_NAME["tfjob_controller_build_info"].labels]
+
+
+def test_a_row_whose_widths_overflow_the_grid_is_refused() -> None:
+    # The SDK wraps a line only once it is full: a panel that does not fit would stick out of the grid unnoticed.
+    query = (Query('up{job="$job", namespace=~"$namespace"}'),)
+    crooked = Dashboard(
+        uid="crooked",
+        title="crooked",
+        description="",
+        file="crooked.json",
+        variables=("job", "namespace"),
+        rows=(Row("r", (Panel("a", "", query, width=10), Panel("b", "", query, width=10), Panel("c", "", query))),),
+    )
+    with pytest.raises(ValueError, match="'c' sticks out of the grid"):
+        grafana.dashboard_json(crooked)
 
 
 def test_metric_names_and_selectors_checkers_can_fail() -> None:
@@ -137,7 +225,7 @@ def test_alert_rules_are_scoped_documented_and_linked_to_the_runbook() -> None:
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"], rule["alert"]
         url = annotations["runbook_url"]
-        assert url.startswith(monitoring.RUNBOOK_URL + "#"), url
+        assert url.startswith(RUNBOOK_URL + "#"), url
         assert url.rsplit("#", 1)[1] in headings, f"docs/runbook.md has no section for {rule['alert']}"
         assert rule["labels"]["severity"] in {"warning", "critical"}
     assert len(headings) == len(rules), "a runbook section without an alert"
@@ -220,6 +308,6 @@ def test_kube_prometheus_manifests_render_and_match_the_sources() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
     # The job label the rules select is the value of the Service label named by jobLabel.
-    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == monitoring.SCRAPE_JOB
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == SCRAPE_JOB
     base = yaml.safe_load((REPO / "manifests/kustomization.yaml").read_text())
     assert not any("monitoring" in resource for resource in base["resources"])

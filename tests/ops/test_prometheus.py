@@ -16,6 +16,7 @@ starts at 0), so they are compared exactly.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import shutil
 import time
@@ -35,9 +36,12 @@ from benchmarks.prometheus_scenario import (
     scrape_targets,
     substitute,
 )
+from controller.ops.build_info import build_info
 from controller.runtime.client import ApiClient
+from controller.version import version
+from generators.alerts import ALERTS
 from generators.catalogue import BY_NAME, UNCHARTED
-from generators.monitoring import ALERTS, DASHBOARDS, Panel
+from generators.dashboards import DASHBOARDS, Panel
 from tests.e2e import training_operator
 from tests.e2e.training_operator import TFJOBS
 from tfjob_sim.cluster import SimCluster
@@ -210,6 +214,12 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
 
             # Controller health: one leader, a small queue, the two throttled writes and their retries.
             assert values(panel("Leader"), "instance") == {f"127.0.0.1:{controller.metrics_port}": 1.0}
+            # The version table: one row, this replica, with the versions the controller process runs.
+            [running] = panel("Version")
+            assert float(running["value"][1]) == 1.0
+            shown = {column: running["metric"].get(column) for column in PANELS["Version"].columns}
+            assert shown == {"instance": f"127.0.0.1:{controller.metrics_port}", **build_info()}, running
+            assert shown["version"] == version() != "0+unknown"
             assert all(v < 100 for v in values(panel("Queue depth"), "instance").values())
             seconds = float(window.rstrip("s"))
             throttled = {
@@ -285,6 +295,10 @@ async def test_dashboards_and_alerts_tell_the_truth_in_a_real_prometheus(
             # --- the controller goes away; the foreign component (still "leading") must not hide it -----------
             rc, stderr = await controller.stop()
             assert rc == 0, stderr[-3000:]
+            # The start-up log line says which version started.
+            records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+            [starting] = [r for r in records if r.get("event") == "starting"]
+            assert starting["version"] == version(), starting
             for name in ("TFJobControllerDown", "TFJobControllerNoLeader"):
                 [alert] = [a for a in ALERTS if a.name == name]
                 await until(alert.expr, bool, f"{name} condition true once the controller is gone")
