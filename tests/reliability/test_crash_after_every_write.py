@@ -1,0 +1,88 @@
+"""Every write crashed: the controller is SIGKILLed right after each single write it makes (committed by the API
+server, its answer never seen), a new process takes over, and the run must end exactly as the unperturbed run
+ended (benchmarks/chaos/systematic.py: same pods by name and index, the same pods kept, members and holes,
+conditions, failover records and events), with no invariant broken on the way (one live pod per index, the job
+never Failed) and nothing written that the unperturbed run never wrote.
+
+The three stories of the acceptance: a targeted scale-down that removes two chosen workers (one listed in
+``spec.workersToDelete``, one by pod-deletion cost), a worker failover (an OOM kill) and the loss of a parameter
+server. The full sweep over every scenario and perturbation is ``benchmarks/sweep.py``; its result is
+docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.chaos.scenarios import SCENARIOS
+from benchmarks.chaos.systematic import Perturbation, Verdict, baseline_run, crash_sweep, describe_writes, perturbed
+
+# A crash that loses what the controller knew, pinned by its own strict xfail below: it is left out of the sweep
+# here, and only it. Keyed by (scenario, the write after which the process was killed).
+KNOWN_BUGS = {("worker-failover-oom", "DELETE pods fail-oom-worker-1")}
+
+# What each story's unperturbed run writes once its action is taken, in the order the server answered: the
+# sweep below crashes after each of them, so a change here changes what is covered.
+EXPECTED_WRITES = {
+    # Status first: the record of who leaves is stored before any worker is removed.
+    "targeted-scale-down": [
+        "PUT tfjobs.kubeflow.org/status sd",
+        "DELETE pods sd-worker-3",
+        "DELETE services sd-worker-3",
+        "DELETE pods sd-worker-1",
+        "DELETE services sd-worker-1",
+    ],
+    "worker-failover-oom": [
+        "DELETE pods fail-oom-worker-1",
+        "PUT tfjobs.kubeflow.org/status fail-oom",
+        "POST pods fail-oom-worker-1",
+        "PUT tfjobs.kubeflow.org/status fail-oom",
+        "PUT tfjobs.kubeflow.org/status fail-oom",
+    ],
+    "ps-loss-delete": [
+        "PUT tfjobs.kubeflow.org/status ps-delete",
+        "POST pods ps-delete-ps-0",
+        "PUT tfjobs.kubeflow.org/status ps-delete",
+        "PUT tfjobs.kubeflow.org/status ps-delete",
+    ],
+}
+
+
+def known(verdict: Verdict) -> bool:
+    crash = verdict.run.crash_after
+    where = f"{crash.method} {crash.target} {crash.name or crash.created}" if crash else ""
+    return (verdict.run.scenario, where) in KNOWN_BUGS
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("name", sorted(EXPECTED_WRITES))
+async def test_a_crash_after_any_single_write_ends_as_the_unperturbed_run(name: str, tmp_path: Path) -> None:
+    baseline, verdicts = await crash_sweep(SCENARIOS[name], tmp_path, progress=print)
+    # The deletions of a scale-down go out in concurrent batches: their order among themselves may vary.
+    assert sorted(describe_writes(baseline.writes)) == sorted(EXPECTED_WRITES[name])
+    assert describe_writes(baseline.writes)[0] == EXPECTED_WRITES[name][0]
+    crashed = [v for v in verdicts if v.run.crashed]
+    assert len(crashed) >= len(verdicts) - 1, [str(v) for v in verdicts]  # a run may make one write fewer
+    failed = [str(v) for v in verdicts if not v.passed and not known(v)]
+    assert not failed, "\n".join(failed)
+    # What the crashes cost: never more writes than the unperturbed run made.
+    assert all(v.extra_writes <= 0 for v in crashed), [(str(v.run.perturbation), v.extra_writes) for v in crashed]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crash between deleting an OOM-killed worker's pod and writing the failover record loses the cause: "
+    "the next process finds the pod gone with its service standing and records a 'Deleted' disruption (no "
+    "failures count, no exit code, a 'was deleted' WorkerFailover event), so the failure streak that sets the "
+    "back-off restarts; the failover pass writes its status after its deletions",
+)
+async def test_a_crash_right_after_deleting_an_oom_killed_worker_keeps_the_cause(tmp_path: Path) -> None:
+    scenario = SCENARIOS["worker-failover-oom"]
+    baseline = await baseline_run(scenario, tmp_path / "unperturbed")
+    k = describe_writes(baseline.writes).index("DELETE pods fail-oom-worker-1") + 1
+    verdict = await perturbed(scenario, baseline, Perturbation("crash", k=k), tmp_path / f"crash-{k}")
+    assert verdict.run.crashed
+    assert verdict.passed, str(verdict)
