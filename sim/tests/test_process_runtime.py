@@ -32,11 +32,13 @@ from tfjob_sim.testing.waiting import eventually, never
 
 NS = "default"
 PY = sys.executable
+# The images the pods name, as local environments: this interpreter's prefix and the system's.
+IMAGES = {"python:3.11": sys.prefix, "busybox:1.36": "/usr"}
 
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    return SimConfig(nodes=1, time_scale=0.01, runtime="process")
+    return SimConfig(nodes=1, time_scale=0.01, runtime="process", image_map=IMAGES)
 
 
 @pytest.fixture
@@ -588,6 +590,8 @@ async def test_a_sigkilled_simulator_leaves_nothing_behind(tmp_path: Path, kill_
         "sim",
         "--runtime",
         "process",
+        "--image",
+        f"python:3.11={sys.prefix}",
         "--nodes",
         "1",
         "--kubeconfig",

@@ -44,12 +44,14 @@ from tfjob_sim.testing.waiting import eventually
 
 NS = "default"
 PY = sys.executable
+# The images the pods name, as local environments: this interpreter's prefix and the system's.
+IMAGES = {"python:3.11": sys.prefix, "busybox:1.36": "/usr"}
 SLEEP = ["sleep", "1000"]
 
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    return SimConfig(nodes=1, time_scale=0.01, runtime="process")
+    return SimConfig(nodes=1, time_scale=0.01, runtime="process", image_map=IMAGES)
 
 
 def make_pod(name: str, volumes: list[dict], *containers: dict, restart: str = "Never", **spec: Any) -> dict:
@@ -661,6 +663,14 @@ async def test_a_claim_that_is_not_ready_fails_the_mount_until_it_is(sim_cluster
         return ClaimPath(path=str(backing)) if ready else ClaimPath(reason="PVC is not bound")
 
     sim_cluster.kubelet.runtime.claims = resolver
+    # The claim exists (the scheduler holds a pod whose claim does not); the resolver above stands for it.
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "later"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    sim_cluster.store.create("persistentvolumeclaims", NS, claim)
     at = tmp_path / "in"
     pod = make_pod(
         "p",
@@ -696,6 +706,8 @@ async def test_a_sigkilled_simulator_leaves_no_mount_point_or_volume(tmp_path: P
         "sim",
         "--runtime",
         "process",
+        "--image",
+        f"python:3.11={sys.prefix}",
         "--nodes",
         "1",
         "--kubeconfig",

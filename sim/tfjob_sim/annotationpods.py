@@ -51,8 +51,6 @@ from tfjob_sim.podstate import (
     _unknown_termination,
     backoff_at_exit,
     crash_loop_message,
-    go_duration_precise,
-    image_size,
     new_container_status,
     now_timestamp,
     prestop_sleep_seconds,
@@ -83,13 +81,13 @@ class AgentPart(Protocol):
     that this module does not import the kubelet that imports it."""
 
     events: EventRecorder
-    _images: dict[str, set[str]]
 
     @property
     def config(self) -> Any: ...  # a KubeletConfig: time_scale and the default durations
     def allocate_ip(self, rec: _PodRecord) -> None: ...
     def _pull_images(self, pod: dict, rec: _PodRecord) -> None: ...
     def _needs_pull(self, node: str | None, container: dict) -> bool: ...
+    def pulled_event(self, pod: dict, rec: _PodRecord, path: str, image: str, seconds: float | None) -> None: ...
     def _container_event(
         self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str, message: str
     ) -> None: ...
@@ -456,29 +454,14 @@ class AnnotationPods:
         waited = 0.0
         if not restart and rec.creating_since is not None and rec.start_due is not None:
             waited = max(0.0, rec.start_due - rec.creating_since) / self._scale
-        images = agent._images.setdefault(rec.node or "", set())
         for path, container in _containers(pod, init=not restart):
             image = container.get("image", "")
             name = container.get("name", "")
-            took = go_duration_precise(waited if path == rec.pulling else 0.0)
+            seconds = waited if path == rec.pulling else 0.0
             if path != rec.pulling and agent._needs_pull(rec.node, container):
                 agent._container_event(pod, rec, path, "Normal", "Pulling", f'Pulling image "{image}"')
                 rec.pulling = path
-            if path == rec.pulling:
-                agent._container_event(
-                    pod,
-                    rec,
-                    path,
-                    "Normal",
-                    "Pulled",
-                    f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
-                    f"Image size: {image_size(image)} bytes.",
-                )
-                images.add(image)
-            else:
-                agent._container_event(
-                    pod, rec, path, "Normal", "Pulled", f'Container image "{image}" already present on machine'
-                )
+            agent.pulled_event(pod, rec, path, image, seconds if path == rec.pulling else None)
             agent._container_event(pod, rec, path, "Normal", "Created", f"Created container: {name}")
             agent._container_event(pod, rec, path, "Normal", "Started", f"Started container {name}")
         rec.pulling = None

@@ -15,6 +15,8 @@ Contract:
   every request classified, limited, queued or rejected with 429, the headers on every response;
   ``max_requests_inflight`` / ``max_mutating_requests_inflight`` / ``request_timeout`` shrink the limits.
   Off: the max-in-flight filter limits instead, and no response carries the headers.
+- ``SimConfig.image_map`` (process runtime): the local environment that stands for each image
+  (tfjob_sim.images); a container of another image fails to pull unless its command is an absolute path.
 - ``SimConfig.podgroup_crds``: the gang schedulers whose CRDs are served from the start
   (sim/tfjob_sim/crds); none by default.
 - ``SimConfig.secure``: HTTPS with a generated CA, authentication and RBAC (sim/tfjob_sim/auth.py,
@@ -99,6 +101,9 @@ class SimConfig:
     # The kubelet's container runtime: "annotations" (simulated containers steered by annotations) or
     # "process" (every container a real process in its pod's network namespace; needs root).
     runtime: str = "annotations"
+    # The process runtime's images: image reference -> a local directory (a virtualenv, a prefix) whose
+    # ``bin`` comes first on PATH in containers of that image (tfjob_sim.images; KubeletConfig.image_map).
+    image_map: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from tfjob_sim.crds import parse_schedulers
@@ -151,6 +156,7 @@ class SimCluster:
                     nodes=self.config.nodes,
                     time_scale=self.config.time_scale,
                     runtime=self.config.runtime,
+                    image_map=dict(self.config.image_map),
                     **self.config.kubelet_options,
                 ),
             )

@@ -10,6 +10,7 @@ controller's wheel and image). This module imports nothing heavy: the controller
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 
 import anyio
@@ -26,6 +27,17 @@ def _gang_schedulers(text: str) -> tuple[str, ...]:
         return parse_schedulers(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _image_mapping(text: str) -> tuple[str, str]:
+    from tfjob_sim.images import ImageMap, parse_mapping
+
+    try:
+        image, directory = parse_mapping(text)
+        ImageMap({image: directory})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return image, directory
 
 
 def _require_extra(secure: bool = False) -> None:
@@ -114,6 +126,19 @@ class Sim:
             "steer exits and timings) or 'process' (each container's command runs as a real process in its "
             "pod's own network namespace, with cluster DNS; needs root)",
         )
+        sim.add_argument(
+            "--image",
+            dest="images",
+            action="append",
+            type=_image_mapping,
+            default=[],
+            metavar="IMAGE=DIR",
+            help="with --runtime process: containers of IMAGE run with DIR/bin first on their PATH (DIR: a "
+            "virtualenv or a prefix with what the image would have, e.g. "
+            "--image tensorflow/tensorflow:2.21.0=$VIRTUAL_ENV); IMAGE matches as the container runtime "
+            "normalises it (docker.io/, library/, :latest). Repeatable. A container of an image not mapped "
+            "fails to pull (ErrImagePull, then ImagePullBackOff) unless its command is an absolute path",
+        )
 
     def main(self, args: argparse.Namespace) -> int:
         """Serve until SIGINT/SIGTERM; 0 on a clean stop, 2 when ``--runtime process`` cannot run here.
@@ -121,6 +146,8 @@ class Sim:
         _require_extra(secure=args.secure)
         from tfjob_sim.serve import serve_sim
 
+        if args.images and args.runtime != "process":
+            raise CommandUnavailable("--image: only --runtime process runs images", exit_code=2)
         if args.runtime == "process":
             from tfjob_sim.process.runtime import RuntimeUnavailable, check_available
 
@@ -129,7 +156,7 @@ class Sim:
             except RuntimeUnavailable as exc:
                 raise CommandUnavailable(f"--runtime process: {exc}", exit_code=2) from None
         return anyio.run(
-            serve_sim,
+            functools.partial(serve_sim, image_map=dict(args.images)),
             args.port,
             args.kubeconfig,
             args.nodes,

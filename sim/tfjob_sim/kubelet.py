@@ -54,6 +54,8 @@ Contract:
 - ``KubeletConfig(runtime="process")``: containers are real processes instead (sim/tfjob_sim/process/,
   the pod lifecycle in process/pods.py); of the annotations above only ``evict`` and ``unschedulable``
   apply then. Scheduling, node lifecycle, pod GC, events and status writing are the same either way.
+  The images are the kubelet's too (:meth:`NodeAgent.ensure_image`): ``KubeletConfig.image_map`` names the
+  local environment standing for each image (tfjob_sim.images); another image fails to pull.
 """
 
 from __future__ import annotations
@@ -80,11 +82,15 @@ from tfjob_sim.annotationpods import (
 from tfjob_sim.errors import ApiError
 from tfjob_sim.events import object_reference
 from tfjob_sim.gang.common import GANG_RESOURCES
+from tfjob_sim.images import ImageCheck, ImageMap, InvalidReference, normalize
 from tfjob_sim.logs import Source
 from tfjob_sim.nodelifecycle import NodeLifecycle
 from tfjob_sim.nodestate import DEFAULT_SCHEDULER, KubeletConfig, NodeState, StoreLike
 from tfjob_sim.podgc import PodGC
 from tfjob_sim.podstate import (
+    BACKOFF_INITIAL_SECONDS,
+    BACKOFF_MAX_SECONDS,
+    BACKOFF_RESET_SECONDS,
     EVICT,
     KUBELET,
     RETRY_AFTER_ERROR_SECONDS,
@@ -92,9 +98,12 @@ from tfjob_sim.podstate import (
     _Node,
     _PodRecord,
     _Termination,
+    go_duration_precise,
+    image_size,
 )
 from tfjob_sim.podstatus import ContainersView, container_id, eviction_message, render_status, terminated
 from tfjob_sim.scheduler import UNSCHEDULABLE, Scheduler
+from tfjob_sim.storagetypes import PVCS, STORAGE_CLASSES
 
 # The annotations steering a pod, and the configuration, importable from here as they always were.
 __all__ = [
@@ -121,6 +130,30 @@ log = structlog.get_logger(__name__)
 RETRY_AFTER_CONFLICT_SECONDS = 0.05
 # Pods reconciled between checkpoints, so a burst of events never starves the API server.
 BATCH_CHECKPOINT = 256
+# What may let a pod held by its claims be scheduled (the scheduler's side of tfjob_sim.persistentvolumes).
+STORAGE_RESOURCES = (PVCS, STORAGE_CLASSES)
+# How soon a container whose image is invalid or not allowed to be pulled is tried again (simulated
+# seconds: the pod worker's back-off after a failed sync).
+IMAGE_RETRY_SECONDS = 10.0
+# What the container runtime answers for an image that is in no registry; the simulator's registry is
+# the image map (tfjob_sim.images), so the message says how to add to it.
+PULL_NOT_FOUND = (
+    'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": failed to resolve reference '
+    '"{ref}": {ref}: not found (the simulator runs an image only when it is mapped to a local environment: '
+    "tfjob-controller sim --image IMAGE=DIR)"
+)
+
+
+class _PullBackOff:
+    """One entry of kubelet's image pull back-off (flowcontrol.Backoff keyed by pod uid and image): the
+    current back-off (simulated seconds), when it was last updated, and the error of that pull."""
+
+    __slots__ = ("backoff", "error", "updated")
+
+    def __init__(self, updated: float, error: str) -> None:
+        self.backoff = BACKOFF_INITIAL_SECONDS
+        self.updated = updated
+        self.error = error
 
 
 class _IPAllocator:
@@ -175,6 +208,8 @@ class NodeAgent:
         self.events = state.events
         self._nodes = state.nodes
         self._images: dict[str, set[str]] = {}  # node -> images present on it
+        self._image_map = ImageMap(self.config.image_map)
+        self._pull_backoff: dict[str, dict[str, _PullBackOff]] = {}  # pod uid -> image -> its back-off
         self._ips = _IPAllocator()
         self._wake = wake
         self.runtime: Any = None  # tfjob_sim.process.runtime.ProcessRuntime with runtime="process"
@@ -219,6 +254,7 @@ class NodeAgent:
             self._processes.forget(rec)
         if rec.pod_ip and rec.ip_owned:
             self._ips.release(rec.pod_ip)
+        self._pull_backoff.pop(rec.uid, None)
 
     def log_source(self, uid: str, container_id: str) -> Source | None:
         """The output of a container instance this kubelet still keeps (current or previous), or None."""
@@ -250,6 +286,91 @@ class NodeAgent:
             self._container_event(
                 pod, rec, first[0], "Normal", "Pulling", f'Pulling image "{first[1].get("image", "")}"'
             )
+
+    def pulled_event(self, pod: dict, rec: _PodRecord, path: str, image: str, seconds: float | None) -> None:
+        """The Pulled event of a container about to be created: the pull took ``seconds`` (the image is on
+        the node from now on), or the image was there already (None)."""
+        if seconds is None:
+            message = f'Container image "{image}" already present on machine'
+        else:
+            self._images.setdefault(rec.node or "", set()).add(image)
+            took = go_duration_precise(seconds)
+            message = (
+                f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
+                f"Image size: {image_size(image)} bytes."
+            )
+        self._container_event(pod, rec, path, "Normal", "Pulled", message)
+
+    def ensure_image(self, pod: dict, rec: _PodRecord, path: str, container: dict, now: float) -> ImageCheck:
+        """kubelet's EnsureImageExists before the process runtime creates a container: the image is present
+        or pulled (Pulling/Pulled; the admission's pull, :meth:`_pull_images`, ends here) and the local
+        environment mapped to it is returned; or the container cannot be created and waits, with the
+        kubelet's reason and events: InvalidImageName, ErrImageNeverPull, ErrImagePull (an image no
+        environment is mapped to), then ImagePullBackOff until the back-off (10 s doubling to 300 s,
+        simulated) lets it be pulled again. A container whose command is an absolute path needs no image:
+        it runs this machine's program, whatever its image."""
+        image = container.get("image") or ""
+        command = container.get("command") or []
+        on_host = bool(command) and str(command[0]).startswith("/")
+        try:
+            directory = self._image_map.lookup(image)
+        except InvalidReference as exc:
+            if not on_host:
+                message = f'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}": {exc}'
+                self._container_event(pod, rec, path, "Warning", "InspectFailed", message)
+                return self._cannot_create(pod, rec, path, "InvalidImageName", message, now, IMAGE_RETRY_SECONDS)
+            directory = None
+        if directory is None and not on_host:
+            return self._pull_fails(pod, rec, path, container, normalize(image), now)
+        seconds: float | None = None
+        if path == rec.pulling:  # the pull the admission started ends now
+            rec.pulling = None
+            seconds = max(0.0, now - (rec.creating_since or now))
+        elif self._needs_pull(rec.node, container):  # later pulls are instant
+            self._container_event(pod, rec, path, "Normal", "Pulling", f'Pulling image "{image}"')
+            seconds = 0.0
+        self.pulled_event(pod, rec, path, image, seconds)
+        return ImageCheck(directory=str(directory) if directory is not None else None)
+
+    def _pull_fails(self, pod: dict, rec: _PodRecord, path: str, container: dict, ref: str, now: float) -> ImageCheck:
+        """An image that is nowhere to be pulled from: ErrImageNeverPull under imagePullPolicy Never, else
+        ErrImagePull and its back-off (the waiting message then carries the last pull's error, as kubelet
+        1.32 and later do). A failed pull is looked at again half-way through its back-off (showing
+        ImagePullBackOff) and when it ends (pulling again)."""
+        image = container.get("image") or ""
+        scale = self.config.time_scale
+        if container.get("imagePullPolicy") == "Never":
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            self._container_event(pod, rec, path, "Warning", "ErrImageNeverPull", message)
+            return self._cannot_create(pod, rec, path, "ErrImageNeverPull", message, now, IMAGE_RETRY_SECONDS)
+        entries = self._pull_backoff.setdefault(rec.uid, {})
+        entry = entries.get(image)
+        if entry is not None and now - entry.updated > BACKOFF_RESET_SECONDS * scale:
+            entry = None  # flowcontrol.Backoff: an entry not updated for twice the cap has expired
+        if entry is not None and now - entry.updated < entry.backoff * scale:
+            message = f'Back-off pulling image "{image}"'
+            self._container_event(pod, rec, path, "Normal", "BackOff", message)
+            remaining = (entry.updated + entry.backoff * scale - now) / scale
+            return self._cannot_create(pod, rec, path, "ImagePullBackOff", f"{message}: {entry.error}", now, remaining)
+        if path == rec.pulling:
+            rec.pulling = None  # the admission reported this pull's start
+        else:
+            self._container_event(pod, rec, path, "Normal", "Pulling", f'Pulling image "{image}"')
+        error = PULL_NOT_FOUND.format(ref=ref)
+        self._container_event(pod, rec, path, "Warning", "Failed", f'Failed to pull image "{image}": {error}')
+        if entry is None:
+            entry = entries[image] = _PullBackOff(now, f"ErrImagePull: {error}")
+        else:
+            entry.backoff = min(entry.backoff * 2, BACKOFF_MAX_SECONDS)
+            entry.updated, entry.error = now, f"ErrImagePull: {error}"
+        return self._cannot_create(pod, rec, path, "ErrImagePull", error, now, entry.backoff / 2)
+
+    def _cannot_create(
+        self, pod: dict, rec: _PodRecord, path: str, reason: str, message: str, now: float, retry_seconds: float
+    ) -> ImageCheck:
+        """The container waits with ``reason``; kubelet's startContainer reports it as ``Error: <reason>``."""
+        self._container_event(pod, rec, path, "Warning", "Failed", f"Error: {reason}")
+        return ImageCheck(waiting=(reason, message), retry_at=now + retry_seconds * self.config.time_scale)
 
     def _container_event(
         self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str, message: str
@@ -388,6 +509,17 @@ class Kubelet:
     # ---------------------------------------------------------------- listener (synchronous, no writes)
 
     def _on_event(self, event_type: str, resource: str, old: dict | None, new: dict | None) -> None:
+        if resource in STORAGE_RESOURCES:
+            obj = new if new is not None else old
+            try:
+                woken = obj is not None and self.scheduler.storage_event(resource, obj)
+            except Exception as exc:  # a listener must never break the store's write path
+                log.exception("scheduler storage listener failed", event_type=event_type, resource=resource)
+                self.listener_failures.append(f"scheduler {event_type} {resource}: {exc!r}")
+                return
+            if woken:
+                self._notify()
+            return
         if resource != "pods" and resource != "nodes":
             if resource not in GANG_RESOURCES:
                 return

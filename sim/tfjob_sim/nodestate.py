@@ -32,6 +32,7 @@ from tfjob_sim.errors import ApiError
 from tfjob_sim.events import EventRecorder
 from tfjob_sim.gang import DEFAULT_GANG_SCHEDULER_NAMES, GANG_SCHEDULERS
 from tfjob_sim.gang.common import GangStore
+from tfjob_sim.images import ImageMap
 from tfjob_sim.podstate import TERMINAL_PHASES, _Node, _PodRecord
 from tfjob_sim.quantity import parse_quantity
 
@@ -76,10 +77,17 @@ class KubeletConfig:
     # every container is a real process in its pod's network namespace (sim/tfjob_sim/process/),
     # which needs root.
     runtime: str = "annotations"
+    # The process runtime's images: image reference -> a local directory (a virtualenv, a prefix) whose
+    # ``bin`` comes first on PATH in containers of that image (tfjob_sim.images). A container of an
+    # image not mapped here fails to pull (ErrImagePull), unless its command is an absolute path.
+    image_map: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.image_map and self.runtime != "process":
+            raise ValueError("image_map: only the process runtime runs images")
+        ImageMap(self.image_map)  # raises ValueError naming the mapping at fault
         if self.nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {self.nodes}")
         if self.node_pods < 1:

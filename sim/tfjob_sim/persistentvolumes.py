@@ -18,8 +18,8 @@ Contract (what users and kubectl observe):
   with the events ``Provisioning`` and ``ProvisioningSucceeded``.
 - A claim with ``storageClassName: ""`` or of another class binds to an Available volume that fits (class,
   access modes, capacity, a claimRef naming it or none), as the PV controller's static binding does.
-- ``kubernetes.io/pvc-protection``: a deleted claim stays Terminating until no pod that is not Succeeded or
-  Failed names it. ``kubernetes.io/pv-protection``: a deleted volume stays until it is not Bound.
+- ``kubernetes.io/pvc-protection``: a deleted claim stays Terminating until no pod bound to a node that is not
+  Succeeded or Failed names it. ``kubernetes.io/pv-protection``: a deleted volume stays until it is not Bound.
 - A volume whose claim is gone is Released; Delete removes it and its directory (only a directory this
   provisioner made), Retain keeps both.
 - The provisioner's directories live under one root that :meth:`StorageControllers.stop_and_clean` removes.
@@ -87,7 +87,13 @@ def _ref(obj: dict, kind: str) -> dict[str, Any]:
 
 
 def _in_use(pod: dict) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    """Whether a pod naming a claim keeps it from being deleted: a pod bound to a node that has not finished
+    (the pvc-protection controller ignores pods not scheduled yet: no kubelet starts a pod whose claim is
+    being deleted, and the scheduler holds them)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
 
 
 def _requested(pvc: dict) -> Any:
@@ -179,6 +185,8 @@ class StorageControllers:
                     ref = (obj.get("spec") or {}).get("claimRef") or {}
                     if ref.get("name"):
                         self._mark_key((PVCS, ref.get("namespace", ""), ref["name"]))
+                    elif new is not None:  # a volume free to bind: the pending claims look again (the PV
+                        self._mark_pending_claims()  # controller's periodic resync of claims finds it)
                 elif (obj.get("spec") or {}).get("volumeName"):  # a claim's change can release its volume
                     self._mark_key((PVS, "", obj["spec"]["volumeName"]))
             elif resource == PODS:
@@ -187,11 +195,14 @@ class StorageControllers:
                     for claim in claim_names(candidate or {}):
                         self._mark_key((PVCS, namespace, claim))
             elif resource == STORAGE_CLASSES:
-                for pvc in self._store.list(PVCS)[0]:
-                    if (pvc.get("status") or {}).get("phase") == "Pending":
-                        self._mark(PVCS, pvc)
+                self._mark_pending_claims()
         except Exception:  # a listener must never break the store's write path
             log.exception("storage controllers listener failed", event_type=event_type, resource=resource)
+
+    def _mark_pending_claims(self) -> None:
+        for pvc in self._store.list(PVCS)[0]:
+            if (pvc.get("status") or {}).get("phase") == "Pending":
+                self._mark(PVCS, pvc)
 
     def _sync(self, key: tuple[str, str, str]) -> None:
         resource, namespace, name = key

@@ -13,6 +13,11 @@ Contract:
   node without its taint counts as tainted not-ready), NodeAffinity (``nodeSelector`` and required node
   affinity; the ``sim.tfjob.dev/unschedulable`` annotation fails it on every node), NodeResourcesFit
   (cpu, memory, pods). Score: least allocated, then fewest pods, then the name.
+- VolumeBinding's PreFilter comes first: a pod naming a PersistentVolumeClaim that does not exist, that is
+  being deleted, or that is unbound with a class binding Immediately is unschedulable on every node, with
+  kube-scheduler's message; a WaitForFirstConsumer claim does not hold the pod (the storage controller
+  provisions once the pod is bound; the kubelet's volume setup waits for the claim). Such a pod is
+  attempted again when one of its claims, or a StorageClass, changes (:meth:`Scheduler.storage_event`).
 - A pod whose ``spec.schedulerName`` is a gang scheduler's is placed by :class:`~tfjob_sim.gang.GangScheduler`
   with its group; this class is its :class:`~tfjob_sim.gang.common.Placement`.
 """
@@ -27,8 +32,10 @@ from tfjob_sim.events import EventRecorder, object_reference
 from tfjob_sim.gang import GangScheduler
 from tfjob_sim.gang.common import Extra, Node
 from tfjob_sim.nodestate import DEFAULT_SCHEDULER, NodeState, StoreLike
+from tfjob_sim.persistentvolumes import is_default_class
 from tfjob_sim.podstate import ANNOTATION_PREFIX, TERMINAL_PHASES, _Node, _PodRecord, now_timestamp
 from tfjob_sim.resources import set_condition
+from tfjob_sim.storagetypes import PVCS, STORAGE_CLASSES, claim_names
 
 UNSCHEDULABLE = ANNOTATION_PREFIX + "unschedulable"
 
@@ -126,6 +133,63 @@ def fit_error(total: int, reasons: dict[str, int], resource_failures: int) -> st
     )
 
 
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+
+
+BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+
+
+def _claim_bound(pvc: dict) -> bool:
+    """A claim bound to its volume: volumeName set and the binding completed (the PV controller's
+    annotation, or the Bound phase it writes with it)."""
+    meta = pvc.get("metadata") or {}
+    if not (pvc.get("spec") or {}).get("volumeName"):
+        return False
+    return BIND_COMPLETED in (meta.get("annotations") or {}) or (pvc.get("status") or {}).get("phase") == "Bound"
+
+
+def _delays_binding(store: StoreLike, pvc: dict) -> bool:
+    """IsDelayBindingMode: the claim's class binds WaitForFirstConsumer. The empty class, or a class that
+    does not exist, binds Immediately. A claim that names no class at all has the default class's: on a
+    real cluster the DefaultStorageClass admission plugin writes it at creation, here the storage
+    controller writes it a moment later (tfjob_sim.persistentvolumes)."""
+    annotations = (pvc.get("metadata") or {}).get("annotations") or {}
+    name = annotations.get(BETA_CLASS_ANNOTATION) or (pvc.get("spec") or {}).get("storageClassName")
+    if name is None:
+        default = next((sc for sc in store.list(STORAGE_CLASSES)[0] if is_default_class(sc)), None)
+        return default is not None and default.get("volumeBindingMode") == "WaitForFirstConsumer"
+    sc = store.get(STORAGE_CLASSES, None, name) if name else None
+    return sc is not None and sc.get("volumeBindingMode") == "WaitForFirstConsumer"
+
+
+def claims_verdict(store: StoreLike, pod: dict) -> tuple[str | None, list[str]]:
+    """VolumeBinding's PreFilter: (why no node can take the pod, or None; the claims it waits for). The
+    first claim that is missing or being deleted decides, in the order of the pod's volumes; else every
+    unbound claim of an Immediate class holds it."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    unbound_immediate: list[str] = []
+    for name in claim_names(pod):
+        pvc = store.get(PVCS, namespace, name)
+        if pvc is None:
+            return f'persistentvolumeclaim "{name}" not found', [name]
+        if (pvc.get("metadata") or {}).get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{name}" is being deleted', [name]
+        if not _claim_bound(pvc) and not _delays_binding(store, pvc):
+            unbound_immediate.append(name)
+    if unbound_immediate:
+        return "pod has unbound immediate PersistentVolumeClaims", unbound_immediate
+    return None, []
+
+
+def prefilter_error(total: int, reason: str) -> str:
+    """The FitError message when a PreFilter plugin rejected the pod: the same verdict on every node, which
+    preemption cannot change."""
+    return (
+        f"0/{total} nodes are available: {reason}. "
+        f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+    )
+
+
 def _placement_key(spec: dict, forced: bool) -> Any:
     """What the usage-independent filters read of a pod, as a hashable key (None: not cacheable)."""
     tolerations = spec.get("tolerations")
@@ -203,6 +267,9 @@ class Scheduler:
         self._unschedulable: dict[str, None] = {}  # uids to retry when capacity frees
         self._fit_cache: dict[Any, tuple[list[_Node], dict[str, int]]] = {}
         self._fit_generation = state.node_generation
+        # Pods held by their claims: (namespace, claim) -> uids, and each uid's keys.
+        self._claim_waiters: dict[tuple[str, str], set[str]] = {}
+        self._waits_for: dict[str, set[tuple[str, str]]] = {}
         self.gang = GangScheduler(self, state.config.gang_scheduler_names)
 
     # ---------------------------------------------------------------- the worker's side
@@ -232,6 +299,46 @@ class Scheduler:
     def forget(self, uid: str) -> None:
         """The pod is bound (by anyone) or gone: no retry for it any more."""
         self._unschedulable.pop(uid, None)
+        self._wait_for_claims(uid, "", [])
+
+    def storage_event(self, resource: str, obj: dict) -> bool:
+        """A claim or a StorageClass changed (the listener's side: no writes): the pods it may let be
+        scheduled get a new attempt, as kube-scheduler's queue moves them on PVC and StorageClass events.
+        Returns whether any pod was woken."""
+        if resource == PVCS:
+            meta = obj.get("metadata") or {}
+            uids = set(self._claim_waiters.get((meta.get("namespace") or "", meta.get("name") or ""), ()))
+        elif resource == STORAGE_CLASSES:
+            uids = set(self._waits_for)
+        else:
+            return False
+        gang = False
+        for uid in uids:
+            rec = self._state.pods.get(uid)
+            if rec is None:
+                continue
+            if uid in self._unschedulable:
+                rec.scheduling_attempted = False  # a new attempt: reported again
+                self._state.dirty[uid] = None
+            else:
+                gang = True  # held in a gang scheduler's round
+        if gang:
+            self.gang.retry_all()
+        return bool(uids)
+
+    def _wait_for_claims(self, uid: str, namespace: str, claims: list[str]) -> None:
+        """Record the claims a pod waits for (none: it waits for no claim any more)."""
+        for key in self._waits_for.pop(uid, ()):
+            waiters = self._claim_waiters.get(key)
+            if waiters is not None:
+                waiters.discard(uid)
+                if not waiters:
+                    del self._claim_waiters[key]
+        if claims:
+            keys = {(namespace, claim) for claim in claims}
+            self._waits_for[uid] = keys
+            for key in keys:
+                self._claim_waiters.setdefault(key, set()).add(uid)
 
     def retry(self) -> None:
         """If something may let unschedulable pods fit (:attr:`NodeState.retry_unschedulable`), give
@@ -273,6 +380,11 @@ class Scheduler:
             return None, f"0/{len(nodes)} nodes are available: invalid resource requests: {rec.requests_error}."
         if not nodes:
             return None, "no nodes available to schedule pods"
+        if rec is not None:
+            reason, waiting_for = claims_verdict(self._state.store, pod)
+            self._wait_for_claims(rec.uid, rec.namespace, waiting_for)
+            if reason is not None:
+                return None, prefilter_error(len(nodes), reason)
         return self.find_node(pod, rec.requests if rec is not None else (0, 0), extra)
 
     def filter(self, node: Node, pod: dict, extra: Extra) -> str | None:

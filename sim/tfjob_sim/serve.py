@@ -27,6 +27,7 @@ async def serve_sim(
     max_mutating_requests_inflight: int = 200,
     request_timeout: float = 60.0,
     runtime: str = "annotations",
+    image_map: dict[str, str] | None = None,
 ) -> int:
     config = SimConfig(
         port=port,
@@ -40,6 +41,7 @@ async def serve_sim(
         max_mutating_requests_inflight=max_mutating_requests_inflight,
         request_timeout=request_timeout,
         runtime=runtime,
+        image_map=dict(image_map or {}),
     )
     tune_collector()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

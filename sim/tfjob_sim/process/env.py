@@ -3,11 +3,13 @@ and credentials, computed from the pod as the kubelet computes them.
 
 Contract:
 - :func:`container_env` returns the environment (``env`` in order, ``envFrom`` first, ``$(VAR)``
-  references expanded as the kubelet expands them, then the runtime's ``PATH`` and ``HOSTNAME``
-  unless the container set them); :class:`ConfigError` (the kubelet's
-  ``CreateContainerConfigError`` message) for a reference it cannot resolve.
+  references expanded as the kubelet expands them, then the image's ``PATH`` and ``HOSTNAME``
+  unless the container set them: the ``bin`` of the local environment mapped to the image first, then
+  the simulator's own PATH); :class:`ConfigError` (the kubelet's ``CreateContainerConfigError``
+  message) for a reference it cannot resolve.
 - :func:`command_line` is ``command`` + ``args`` expanded with that environment; None when the
-  container has no ``command`` (no image supplies an entrypoint here).
+  container has no ``command`` (no image supplies an entrypoint here); a relative ``command[0]`` is
+  looked up on the container's PATH when it is executed.
 - :func:`credentials` resolves ``runAsUser``/``runAsGroup``/``supplementalGroups`` (container level
   over pod level) and ``runAsNonRoot``.
 """
@@ -96,8 +98,14 @@ def _key_ref(store: StoreReader, namespace: str, ref: dict, kind: str) -> str | 
 
 
 def container_env(
-    store: StoreReader, pod: dict, container: dict, pod_ip: str | None, host_ip: str | None
+    store: StoreReader,
+    pod: dict,
+    container: dict,
+    pod_ip: str | None,
+    host_ip: str | None,
+    image_dir: str | None = None,
 ) -> dict[str, str]:
+    """The container's environment; ``image_dir``: the local environment standing for its image."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     env: dict[str, str] = {}
@@ -136,7 +144,8 @@ def container_env(
             raise ConfigError(f"env {name}: unsupported valueFrom {sorted(source)}")
         if value is not None:
             env[name] = value
-    env.setdefault("PATH", os.environ.get("PATH") or DEFAULT_PATH)
+    path = os.environ.get("PATH") or DEFAULT_PATH
+    env.setdefault("PATH", os.path.join(image_dir, "bin") + os.pathsep + path if image_dir else path)
     env.setdefault("HOSTNAME", pod_hostname(pod))
     return env
 

@@ -16,6 +16,10 @@ of the kubelet is :class:`KubeletPart`, its pod state and rules come from :mod:`
 - :meth:`ProcessPods.forget` when the pod object is gone: its processes are killed, its sandbox,
   volumes, cgroups and logs removed.
 
+Images: before a container is created, the kubelet's ``ensure_image`` reports its image present or pulled
+(the local environment mapped to it comes first on PATH) or keeps the container waiting (ErrImagePull,
+ImagePullBackOff, ...; tfjob_sim.images).
+
 Volumes (tfjob_sim.process.volumes) are set up once the sandbox (with the pod's mount namespace) is
 ready and before any container starts: a volume that cannot be (a missing ConfigMap, a failed hostPath
 type check, an unbound claim) keeps the pod in ContainerCreating with kubelet's ``FailedMount`` event,
@@ -61,8 +65,6 @@ from tfjob_sim.podstate import (
     _unknown_termination,
     backoff_at_exit,
     crash_loop_message,
-    go_duration_precise,
-    image_size,
     new_container_status,
     now_timestamp,
     prestop_sleep_seconds,
@@ -75,6 +77,7 @@ from tfjob_sim.store import rfc3339
 
 if TYPE_CHECKING:
     from tfjob_sim.events import EventRecorder
+    from tfjob_sim.images import ImageCheck
     from tfjob_sim.process.env import StoreReader
     from tfjob_sim.process.volumes import PodVolumes
 
@@ -86,14 +89,13 @@ class KubeletPart(Protocol):
 
     events: EventRecorder
     _nodes: dict[str, _Node]
-    _images: dict[str, set[str]]
 
     @property
     def _store(self) -> StoreReader: ...
     @property
     def config(self) -> Any: ...  # a KubeletConfig: its time_scale
     def _pull_images(self, pod: dict, rec: _PodRecord) -> None: ...
-    def _needs_pull(self, node: str | None, container: dict) -> bool: ...
+    def ensure_image(self, pod: dict, rec: _PodRecord, path: str, container: dict, now: float) -> ImageCheck: ...
     def _container_event(
         self, pod: dict, rec: _PodRecord, field_path: str, type_: str, reason: str, message: str
     ) -> None: ...
@@ -116,7 +118,7 @@ MOUNT_RETRY_MAX_SECONDS = 122.0
 VOLUME_RESYNC_SECONDS = 60.0
 NO_COMMAND = (
     'failed to generate container "{name}" spec: failed to generate spec: no command specified '
-    "(the simulator's process runtime ignores images, so a container needs a command)"
+    "(the simulator's process runtime runs no image entrypoint, so a container needs a command)"
 )
 
 
@@ -366,8 +368,13 @@ class ProcessPods:
         kubelet = self.kubelet
         node = kubelet._nodes.get(rec.node or "")
         c.restart_due = None
+        image = kubelet.ensure_image(pod, rec, c.path, spec, now)
+        if image.waiting is not None:
+            c.waiting, c.restart_due = image.waiting, image.retry_at
+            return
         try:
-            env = env_mod.container_env(kubelet._store, pod, spec, rec.pod_ip, node.host_ip if node else None)
+            host_ip = node.host_ip if node else None
+            env = env_mod.container_env(kubelet._store, pod, spec, rec.pod_ip, host_ip, image.directory)
             argv = env_mod.command_line(spec, env)
             uid, gid, groups = env_mod.credentials(pod, spec)
             limit = env_mod.memory_limit(spec)
@@ -414,26 +421,8 @@ class ProcessPods:
         self._keep_logs(rec)
 
     def _start_events(self, pod: dict, rec: _PodRecord, c: _Container, spec: dict, now: float) -> None:
-        """Pulled (the admission's pull ends at the first start), Created, Started."""
+        """Created, Started (the image's events came from the kubelet's ensure_image)."""
         kubelet = self.kubelet
-        image = spec.get("image", "")
-        pull_seconds: float | None = None  # None: the image is on the node already
-        if c.path == rec.pulling:  # the pull the admission started ends now
-            rec.pulling = None
-            pull_seconds = max(0.0, now - (rec.creating_since or now))
-        elif kubelet._needs_pull(rec.node, spec):  # later pulls are instant
-            kubelet._container_event(pod, rec, c.path, "Normal", "Pulling", f'Pulling image "{image}"')
-            pull_seconds = 0.0
-        if pull_seconds is None:
-            message = f'Container image "{image}" already present on machine'
-        else:
-            kubelet._images.setdefault(rec.node or "", set()).add(image)  # on the node from now on
-            took = go_duration_precise(pull_seconds)
-            message = (
-                f'Successfully pulled image "{image}" in {took} ({took} including waiting). '
-                f"Image size: {image_size(image)} bytes."
-            )
-        kubelet._container_event(pod, rec, c.path, "Normal", "Pulled", message)
         kubelet._container_event(pod, rec, c.path, "Normal", "Created", f"Created container: {c.name}")
         kubelet._container_event(pod, rec, c.path, "Normal", "Started", f"Started container {c.name}")
 
