@@ -12,6 +12,7 @@ from .. import api
 from .. import pods as podlib
 from ..actions import Decision
 from ..conditions import TRUE, parse_time
+from . import psfailover
 from .effects import Effects, decision
 from .finish import ttl
 from .inputs import JobState, PassInput, int_or_none, timer
@@ -35,12 +36,12 @@ def backoff_exceeded(inp: PassInput) -> bool:
     With ``backoffLimit: 0`` a new Failed pod while not all replicas are active fails the job; otherwise the
     sum of container restartCounts of Running pods of OnFailure/Always/ExitCode types must stay below the
     limit. A dynamic job's Worker pods are excluded: workers have their own per-index back-off and never
-    fail the job."""
+    fail the job, and neither are a dynamic job's disrupted PS pods (psfailover.py: a failover, not a failure)."""
     limit = int_or_none(inp.run_policy.get(api.RUN_BACKOFF_LIMIT))
     if limit is None:
         return False
     counted = [t for t in inp.types if not (inp.dynamic and t == api.WORKER)]
-    counted_pods = [p for t in counted for p in inp.pods_of(t)]
+    counted_pods = [p for t in counted for p in inp.pods_of(t) if not psfailover.is_failed_over(inp, t, p)]
     failed_now = sum(1 for p in counted_pods if podlib.phase(p) == api.POD_FAILED)
     previous_failed = 0
     for t in counted:

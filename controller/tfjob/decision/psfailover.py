@@ -26,6 +26,7 @@ from ..actions import DeletePod, Event, MetricInc
 from ..dynamic import DESCRIPTIONS, WorkerRecord
 from ..outputs import Outputs
 from .inputs import PassInput
+from .restarts import exited_fact
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class PSFailovers:
 def applies(inp: PassInput, replica_type: str) -> bool:
     """Whether disruptions of ``replica_type``'s pods are failed over here: the PS of a dynamic job."""
     return inp.dynamic and replica_type == api.PS
+
+
+def is_failed_over(inp: PassInput, replica_type: str, pod: dict[str, Any]) -> bool:
+    """Whether ``pod``'s loss is a failover here, not a failure: a PS of a dynamic job that is disrupted or
+    terminating (so the back-off limit does not count it either)."""
+    return applies(inp, replica_type) and (podlib.disruption(pod) is not None or podlib.is_terminating(pod))
 
 
 def fail_over_parameter_servers(inp: PassInput, out: Outputs) -> PSFailovers:
@@ -92,6 +99,7 @@ def _step(
     if reason is None:
         return record  # healthy, or failed by its own exit: upstream's rules
     out.deletions.append(DeletePod(podlib.name(pod) or "", uid, api.DELETE_FAILOVER))
+    exited_fact(inp, pod, out)  # an evicted pod's container was killed: its code is reported, as a worker's
     return _failover(inp, index, record, reason, pod, out)
 
 
