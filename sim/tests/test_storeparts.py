@@ -8,6 +8,8 @@ mapping, the cleanup's progress after deletions, and that the parts stack up int
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -160,3 +162,20 @@ def test_the_parts_stack_into_one_store() -> None:
         "tfjob_sim.storeparts.deletion",
         "tfjob_sim.storeparts.pods",
     } <= set(parts)
+
+
+def test_a_dropped_store_is_freed_at_once_not_left_to_the_cyclic_collector() -> None:
+    # The parts hold no reference cycle through the store (the cleanup holds it weakly): a simulation
+    # or a test that drops its store gets the memory of every object in it back right away.
+    store = Store(clock=lambda: 1_700_000_000.0)
+    store.create("configmaps", "default", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})
+    store.delete("configmaps", "default", "a")
+    gone = weakref.ref(store)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del store
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()

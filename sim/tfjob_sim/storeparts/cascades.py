@@ -4,7 +4,7 @@ Why this is its own part: kube-apiserver's namespace controller and CRD finalize
 write that started them; here they run inside the store, synchronously, and go on after every
 deletion until the namespace or CRD is empty (terminating pods and finalizers can keep it waiting).
 
-Contract: :class:`Cleanup` works through a :class:`CleanupHost` (the store): ``start_namespace`` and
+Contract: :class:`Cleanup` works through a :class:`CleanupHost` (the store, held weakly): ``start_namespace`` and
 ``start_crd`` begin a cleanup and make what progress they can; ``after_delete`` (a follow-up of every
 committed deletion) makes more. Deleting the contents uses the host's ``delete_ex`` like any client.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import weakref
 from typing import Protocol
 
 from tfjob_sim.errors import ApiError
@@ -50,9 +51,18 @@ class Cleanup:
     """The pending cleanups of terminating namespaces and CRDs."""
 
     def __init__(self, host: CleanupHost) -> None:
-        self._host = host
+        # Held weakly: the store holds its cleanup, and a cycle would keep a dropped store (and every
+        # object in it) alive until the cyclic garbage collector runs, not just until its last reference goes.
+        self._store = weakref.ref(host)
         self._pending: set[tuple[str, str]] = set()  # ("ns"|"crd", name)
         self._running = False
+
+    @property
+    def _host(self) -> CleanupHost:
+        host = self._store()
+        if host is None:
+            raise RuntimeError("the store this cleanup works for is gone")
+        return host
 
     def start_namespace(self, ns: str) -> None:
         """Clean up the namespace ``ns``, just marked for deletion: its contents, then itself."""
