@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -160,6 +161,7 @@ class Record:
 class CrashRule:
     after: int
     kill: Callable[[], Awaitable[None]]
+    match: Callable[[Record], bool] | None = None  # count only the writes it accepts (None: all)
     counted: int = 0
     fired: Record | None = None  # the write after which the process was killed
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once the kill callback has returned
@@ -189,6 +191,7 @@ class _Watch:
     def __init__(self, target: Target | None) -> None:
         self.target = target
         self.expire = asyncio.Event()
+        self.flush = asyncio.Event()
 
 
 class Endpoint:
@@ -211,13 +214,17 @@ class Endpoint:
         self.last_activity = time.monotonic()
         self.lists_seen: set[str] = set()
         self.expired_watches = 0
+        self.gathered = 0  # watch events folded into a coalescing window so far
 
     # --- rules -------------------------------------------------------------------------------------
-    def crash_after(self, k: int, kill: Callable[[], Awaitable[None]]) -> CrashRule:
-        """Count state writes from now; after the k-th is committed, freeze and ``kill`` (SIGKILL the process)."""
+    def crash_after(
+        self, k: int, kill: Callable[[], Awaitable[None]], match: Callable[[Record], bool] | None = None
+    ) -> CrashRule:
+        """Count state writes from now (those ``match`` accepts, if given); after the k-th is committed, freeze and
+        ``kill`` (SIGKILL the process)."""
         if k < 1:
             raise ValueError("k counts from 1")
-        self.crash = CrashRule(k, kill)
+        self.crash = CrashRule(k, kill, match)
         return self.crash
 
     def stale_first_lists(self, at_rv: dict[str, int], hold_seconds: float = 0.0) -> StaleRule:
@@ -226,8 +233,14 @@ class Endpoint:
         return self.stale
 
     def coalesce(self, window: float | None) -> None:
-        """Pass on watch events once per ``window`` seconds, only the latest of each object (None: off)."""
+        """Pass on watch events once per ``window`` seconds, only the latest of each object (None: off;
+        ``math.inf``: only when :meth:`flush` is called)."""
         self.coalesce_window = window
+
+    def flush(self) -> None:
+        """Pass on what the coalescing watches gathered, now."""
+        for w in list(self.watches):
+            w.flush.set()
 
     def expire_watches(self, resource: str | None = None) -> int:
         """End the open watches (of ``resource``, a qualified name, or all) with a 410 ERROR event now."""
@@ -340,7 +353,7 @@ class Endpoint:
                 record.note = (record.note + " then every watch 410").strip()
                 self.expire_watches()
         crash = self.crash
-        if crash is None or crash.fired is not None:
+        if crash is None or crash.fired is not None or (crash.match is not None and not crash.match(record)):
             return
         crash.counted += 1
         if crash.counted != crash.after:
@@ -415,12 +428,15 @@ class Endpoint:
         bookmark: bytes | None = None
         window_end: float | None = None
         expire_task = asyncio.ensure_future(watch.expire.wait())
+        flush_task = asyncio.ensure_future(watch.flush.wait())
         try:
             while True:
                 now = time.monotonic()
-                timeout = None if window_end is None else max(0.0, window_end - now)
+                timeout = None if window_end is None or window_end == math.inf else max(0.0, window_end - now)
                 get = asyncio.ensure_future(lines.get())
-                done, _ = await asyncio.wait({get, expire_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {get, expire_task, flush_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 if get not in done:
                     get.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -434,6 +450,10 @@ class Endpoint:
                     return  # the simulator ended the watch
                 if self.frozen:
                     await _forever()
+                flushing = flush_task in done
+                if flushing:
+                    watch.flush.clear()
+                    flush_task = asyncio.ensure_future(watch.flush.wait())
                 if self.coalesce_window is None:
                     if pending or bookmark:  # coalescing was switched off: pass on what it gathered
                         await _flush(response, pending, order, bookmark)
@@ -445,11 +465,13 @@ class Endpoint:
                     if window_end is None:
                         window_end = time.monotonic() + self.coalesce_window
                     bookmark = _gather(pending, order, line) or bookmark
-                if window_end is not None and time.monotonic() >= window_end:
+                    self.gathered += 1
+                if flushing or (window_end is not None and time.monotonic() >= window_end):
                     await _flush(response, pending, order, bookmark)
                     pending, order, bookmark, window_end = {}, [], None, None
         finally:
             expire_task.cancel()
+            flush_task.cancel()
 
 
 async def _pump(upstream: aiohttp.ClientResponse, lines: asyncio.Queue[bytes | None]) -> None:

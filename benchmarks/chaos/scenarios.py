@@ -162,8 +162,10 @@ async def patch_job(world: World, job: str, patch: dict[str, Any]) -> None:
     await world.api.call("PATCH", f"{TFJOBS}/{job}", patch, content_type="application/merge-patch+json")
 
 
-async def delete_pod(world: World, pod: str) -> None:
-    await world.api.call("DELETE", f"{PODS}/{pod}", tolerate=())
+async def delete_pod(world: World, pod: str, *, force: bool = False) -> None:
+    """``kubectl delete pod``; with ``force``, ``--force --grace-period=0``: the pod is removed at once."""
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0} if force else None
+    await world.api.call("DELETE", f"{PODS}/{pod}", options, tolerate=())
 
 
 async def evict_pod(world: World, pod: str) -> None:
@@ -206,6 +208,8 @@ def _worker_failover(kind: str) -> Scenario:
             await annotate(world, victim, {EXIT_CODE: "137"})
         elif kind == "delete":
             await delete_pod(world, victim)
+        elif kind == "vanish":
+            await delete_pod(world, victim, force=True)
         else:
             await evict_pod(world, victim)
 
@@ -220,6 +224,7 @@ def _worker_failover(kind: str) -> Scenario:
         description={
             "oom": "worker 1 of 3 OOM-killed (exit code 137, restartPolicy ExitCode)",
             "delete": "worker 1 of 3 deleted (kubectl delete pod)",
+            "vanish": "worker 1 of 3 force-deleted (--grace-period=0): gone before the controller looks",
             "evict": "worker 1 of 3 evicted through the Eviction API",
         }[kind],
     )
@@ -232,6 +237,8 @@ def _ps_loss(kind: str, policy: str) -> Scenario:
     async def act(world: World, snap: Snapshot) -> None:
         if kind == "delete":
             await delete_pod(world, victim)
+        elif kind == "vanish":
+            await delete_pod(world, victim, force=True)
         elif kind == "evict":
             await evict_pod(world, victim)
         else:
@@ -246,6 +253,7 @@ def _ps_loss(kind: str, policy: str) -> Scenario:
         lambda snap, before: replaced(snap, before, victim),
         description={
             "delete": f"the PS of a dynamic job (restartPolicy {policy}) deleted",
+            "vanish": f"the PS of a dynamic job (restartPolicy {policy}) force-deleted: gone before the controller looks",
             "evict": f"the PS of a dynamic job (restartPolicy {policy}) evicted through the Eviction API",
             "pressure": f"the PS of a dynamic job (restartPolicy {policy}) evicted by the kubelet (node pressure)",
         }[kind],
@@ -474,8 +482,11 @@ SCENARIOS: dict[str, Scenario] = {
         _worker_failover("oom"),
         _worker_failover("delete"),
         _worker_failover("evict"),
+        _worker_failover("vanish"),
         _ps_loss("delete", "Never"),
         _ps_loss("evict", "OnFailure"),
+        _ps_loss("vanish", "Never"),
+        _ps_loss("pressure", "Always"),
         _create(),
         _scale_up_refill(),
         _suspend_resume(),

@@ -288,6 +288,7 @@ class Perturbation:
 
     kind: str = "none"
     k: int = 0
+    write: str = ""  # crash: count only the writes described so (``describe_writes``), e.g. "POST pods j-worker-1"
     revisions: int = 0
     stale: str = "all"  # all (one consistent past state) | pods | tfjobs | services
     hold: float = 1.0
@@ -295,7 +296,7 @@ class Perturbation:
 
     def __str__(self) -> str:
         if self.kind == "crash":
-            return f"crash@{self.k}"
+            return f"crash@{self.k}" + (f"[{self.write}]" if self.write else "")
         if self.kind == "gone":
             return f"gone@{self.k}"
         if self.kind == "stale":
@@ -499,7 +500,8 @@ async def run_scenario(
         mark = world.proxy.mark()
         crash = None
         if perturbation.kind == "crash":
-            crash = first.endpoint.crash_after(perturbation.k, first.kill)
+            match = (lambda r: describe(r) == perturbation.write) if perturbation.write else None
+            crash = first.endpoint.crash_after(perturbation.k, first.kill, match)
         elif perturbation.kind == "gone":
             first.endpoint.expire_after(perturbation.k)
         elif perturbation.kind == "coalesce":
@@ -592,8 +594,13 @@ def extra_writes(baseline: RunResult, run: RunResult) -> int:
     return len(run.writes) - len(baseline.writes)
 
 
+def describe(write: Record) -> str:
+    """``POST pods j-worker-1``: method, resource (and subresource) and object name of a write."""
+    return f"{write.method} {write.target} {write.name or write.created}".strip()
+
+
 def describe_writes(writes: Sequence[Record]) -> list[str]:
-    return [f"{w.method} {w.target} {w.name or w.created}".strip() for w in writes]
+    return [describe(w) for w in writes]
 
 
 def dumps(obj: Any) -> str:
