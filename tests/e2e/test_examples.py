@@ -1,4 +1,5 @@
-"""The example TFJobs of manifests/examples/ are accepted by the CRD and run to their expected end.
+"""The example TFJobs of manifests/examples/ are accepted by the CRD and run to their expected end, on the
+simulator's annotation runtime (nothing runs; tests/e2e/test_example_manifests.py trains them for real).
 
 Each example is applied with the real ``kubectl apply`` (so the simulated apiserver validates it
 against the CRD's schema and CEL rules, as a real one would); the only change made to it is the
@@ -24,6 +25,7 @@ from tfjob_sim.kubelet import RUN_SECONDS
 from tfjob_sim.testing.processes import ControllerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+DYNAMIC = Path(__file__).resolve().parents[2] / "examples" / "dynamic-workers"
 
 
 def example(name: str, annotations: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
@@ -49,45 +51,51 @@ async def succeeded_and_cleaned(operator: Operator, name: str) -> None:
     await eventually(done, timeout=60, what=f"{name} Succeeded with no pod left running (cleanPodPolicy Running)")
 
 
-def test_the_examples_kustomization_lists_every_example() -> None:
-    listed = yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())["resources"]
-    assert sorted(listed) == sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name != "kustomization.yaml")
+def test_the_examples_kustomization_lists_every_example_and_its_program() -> None:
+    kustomization = yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())
+    listed = kustomization["resources"]
+    here = sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(r for r in listed if not r.startswith("../")) == here
+    assert [r for r in listed if r.startswith("../")] == ["../../examples/dynamic-workers"]
+    programs = [f for generator in kustomization["configMapGenerator"] for f in generator["files"]]
+    assert programs == [str(p.relative_to(EXAMPLES)) for p in sorted(EXAMPLES.glob("programs/*.py"))]
 
 
 async def test_ps_worker_example_succeeds_when_worker_0_completes(operator: Operator, kubectl: Any) -> None:
     # The PS runs until it is removed; the workers train for a while and exit 0.
     await apply(kubectl, example("ps-worker.yaml", {"Worker": {RUN_SECONDS: "100"}}))
-    await succeeded_and_cleaned(operator, "mnist-ps")
-    job = await operator.job("mnist-ps")
+    await succeeded_and_cleaned(operator, "ps-worker")
+    job = await operator.job("ps-worker")
     assert not is_true(job, "Failed")
 
 
 async def test_chief_evaluator_example_succeeds_when_the_chief_completes(operator: Operator, kubectl: Any) -> None:
     # Only the chief ends; the workers and the evaluator would run for ever.
     await apply(kubectl, example("chief-evaluator.yaml", {"Chief": {RUN_SECONDS: "100"}}))
-    await succeeded_and_cleaned(operator, "mnist-chief-eval")
-    pods = await operator.pods("mnist-chief-eval")
+    await succeeded_and_cleaned(operator, "chief-evaluator")
+    pods = await operator.pods("chief-evaluator")
     assert {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"} == {
-        "mnist-chief-eval-chief-0"
+        "chief-evaluator-chief-0"
     }
 
 
 async def test_dynamic_workers_example_scales_with_kubectl_and_then_succeeds(operator: Operator, kubectl: Any) -> None:
-    name = "elastic-mnist"
-    await apply(kubectl, example("dynamic-workers.yaml"))
+    name = "dynamic-workers"
+    rc, _, err = await kubectl("apply", "-k", str(DYNAMIC), "-n", "default")
+    assert rc == 0, err
 
     async def workers(count: int) -> bool:
         pods = running_pods(await operator.pods(name, replica_type="Worker"))
         return len(pods) == count and len(live(await operator.pods(name, replica_type="Worker"))) == count
 
-    await eventually(lambda: workers(2), what="two running workers")
+    await eventually(lambda: workers(3), what="three running workers")
     for replicas in (4, 1):
         rc, out, err = await kubectl("scale", f"tfjob/{name}", f"--replicas={replicas}", "-n", "default")
         assert rc == 0, err
         await eventually(partial(workers, replicas), what=f"{replicas} running workers after kubectl scale")
         assert is_true(await operator.job(name), "Running")
-    # The coordinator (chief) finishes training: the job succeeds whatever the workers do.
-    rc, _, err = await kubectl("annotate", "pod", f"{name}-chief-0", "-n", "default", "sim.tfjob.dev/exit-code=0")
+    # Worker 0 finishes training (there is no chief): the job succeeds whatever the other workers do.
+    rc, _, err = await kubectl("annotate", "pod", f"{name}-worker-0", "-n", "default", "sim.tfjob.dev/exit-code=0")
     assert rc == 0, err
     await succeeded_and_cleaned(operator, name)
 
@@ -123,16 +131,17 @@ async def test_kubectl_apply_k_installs_the_controller_and_the_examples_run_to_t
     ) as controller:
         rc, out, err = await kubectl("apply", "-k", str(EXAMPLES), "-n", "default")
         assert rc == 0, err
-        assert sorted(out.split("\n")[:3]) == sorted(
-            f"tfjob.kubeflow.org/{name} created" for name in ("mnist-ps", "elastic-mnist", "mnist-chief-eval")
-        )
+        created = {line for line in out.splitlines() if line.startswith("tfjob.kubeflow.org/")}
+        assert created == {
+            f"tfjob.kubeflow.org/{name} created" for name in ("ps-worker", "dynamic-workers", "chief-evaluator")
+        }, out
         client = await ApiClient.from_kubeconfig(sim_cluster.kubeconfig_path)
         try:
             # What ends each job, as its comments say: worker 0 of a PS job, the chief when there is one.
             finishers = {
-                "mnist-ps": "mnist-ps-worker-0",
-                "mnist-chief-eval": "mnist-chief-eval-chief-0",
-                "elastic-mnist": "elastic-mnist-chief-0",
+                "ps-worker": "ps-worker-worker-0",
+                "chief-evaluator": "chief-evaluator-chief-0",
+                "dynamic-workers": "dynamic-workers-worker-0",
             }
 
             async def running(pod: str) -> bool:
