@@ -126,14 +126,16 @@ load_state = {}
 for v in state:
     value = v1.placeholder(v.dtype.base_dtype, v.shape)
     load_state[v.op.name] = (value, v.assign(value))
-mark_restored = restored_step.assign(v1.placeholder_with_default(tf.constant(0, tf.int64), []))
+restored_value = v1.placeholder_with_default(tf.constant(0, tf.int64), [])
+mark_restored = restored_step.assign(restored_value)
 missing = v1.report_uninitialized_variables()
 initialise = v1.global_variables_initializer()
 
 
-def newest_checkpoint():
+def checkpoints():
+    """The published checkpoint files, oldest first (by the global step in their name)."""
     files = glob.glob(os.path.join(checkpoint_dir, "model-*.npz"))
-    return max(files, key=lambda f: int(os.path.basename(f)[6:-4]), default=None)
+    return sorted(files, key=lambda f: int(os.path.basename(f)[len("model-") : -len(".npz")]))
 
 
 def save(sess):
@@ -144,7 +146,8 @@ def save(sess):
     draft = os.path.join(scratch_dir, name)
     np.savez(draft, **values)
     with np.load(draft) as check:  # a file that does not read back whole is never published
-        assert sorted(check.files) == sorted(values), check.files
+        if sorted(check.files) != sorted(values):
+            raise OSError(f"{draft} reads back as {check.files}")
     incoming = os.path.join(checkpoint_dir, f".{name}.incoming")
     with open(draft, "rb") as source, open(incoming, "wb") as target:
         target.write(source.read())
@@ -157,7 +160,7 @@ def save(sess):
     finally:
         os.close(directory)
     os.remove(draft)
-    for old in sorted(glob.glob(os.path.join(checkpoint_dir, "model-*.npz")), key=os.path.getmtime)[:-2]:
+    for old in checkpoints()[:-2]:
         os.remove(old)
     say(f"checkpoint step {step} {name} {time.monotonic() - started:.3f}s")
     return step
@@ -165,7 +168,7 @@ def save(sess):
 
 def restore(sess):
     sess.run(initialise)
-    newest = newest_checkpoint()
+    newest = (checkpoints() or [None])[-1]
     if newest is None:
         sess.run(mark_restored)
         say("fresh start")
@@ -174,7 +177,7 @@ def restore(sess):
         feeds = {load_state[name][0]: saved[name] for name in load_state}
     sess.run([op for _, op in load_state.values()], feed_dict=feeds)
     step = sess.run(global_step)
-    sess.run(mark_restored, feed_dict={mark_restored.op.inputs[1]: step})
+    sess.run(mark_restored, feed_dict={restored_value: step})
     say(f"restored step {step} {os.path.basename(newest)}")
 
 
