@@ -5,8 +5,9 @@ running. The image they name, ``tensorflow/tensorflow:2.21.0``, is mapped to thi
 this interpreter, and the programs reach the pods as the ConfigMap volumes kustomize generates: what a real cluster
 does with the same ``kubectl apply -k``.
 
-Every job trains: its trainers log global steps, the evaluator reports accuracy, and each job succeeds as its
-comments say (worker 0 without a chief, the chief with one), with no pod restarted.
+Every job trains: each trainer logs global steps (followed from its start: a trainer still running when its
+job succeeds is removed then), the evaluator reports accuracy, and each job succeeds as its comments say
+(worker 0 without a chief, the chief with one) when that task has trained to TRAIN_STEPS, never restarted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import Operator, eventually, is_true, running_pods, until_true
 from tfjob_sim.cluster import SimConfig
@@ -34,6 +36,7 @@ EVAL = re.compile(r"^eval step=(\d+) accuracy=([0-9.]+)$", re.M)
 FINISHED = re.compile(r"^event=finished\b.*\bstep=(\d+)", re.M)
 # What ends each job (its comments say so) and the pods that train in it.
 FINISHERS = {"ps-worker": "ps-worker-worker-0", "chief-evaluator": "chief-evaluator-chief-0"}
+EVALUATOR = "chief-evaluator-evaluator-0"
 TRAINERS = {
     "ps-worker": ["ps-worker-worker-0", "ps-worker-worker-1"],
     "chief-evaluator": ["chief-evaluator-chief-0", "chief-evaluator-worker-0"],
@@ -58,61 +61,73 @@ async def log(operator: Operator, pod: str, *, follow: bool = False) -> str:
     return body.decode(errors="replace")
 
 
-async def evaluator_output(operator: Operator) -> str:
-    """The evaluator's whole output: followed from its start until its process ends (it may be removed with the
-    job's other running pods once the chief has finished)."""
+async def output(operator: Operator, job: str, pod: str) -> str:
+    """The pod's whole output, followed from its start until its process ends: a pod still running when its job
+    succeeds (a PS, the evaluator, a trainer that had not finished) is removed then (cleanPodPolicy Running)."""
 
     async def started() -> bool:
-        return "chief-evaluator-evaluator-0" in {
-            p["metadata"]["name"] for p in running_pods(await operator.pods("chief-evaluator"))
-        }
+        return pod in {p["metadata"]["name"] for p in running_pods(await operator.pods(job))}
 
-    await eventually(started, SLOW, interval=0.2, what="the evaluator running")
-    return await log(operator, "chief-evaluator-evaluator-0", follow=True)
+    await eventually(started, SLOW, interval=0.2, what=f"{pod} running")
+    return await log(operator, pod, follow=True)
+
+
+async def rendered(kubectl: Any, directory: Path) -> list[str]:
+    """What ``kubectl apply -k directory`` names in its output, one per object ``kubectl kustomize`` renders:
+    ``<kind>[.<group>]/<name>``, as kubectl prints them."""
+    rc, out, err = await kubectl("kustomize", str(directory), timeout=120)
+    assert rc == 0, err
+    refs = []
+    for obj in yaml.safe_load_all(out):
+        group = obj["apiVersion"].rpartition("/")[0]
+        refs.append(f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}")
+    return sorted(refs)
 
 
 async def test_the_example_manifests_train_as_shipped(operator: Operator, kubectl: Any) -> None:
+    objects = await rendered(kubectl, EXAMPLES)
+    assert {f"tfjob.kubeflow.org/{job}" for job in TRAINERS} <= set(objects), objects
+    assert {"configmap/example-programs", "configmap/dynamic-workers-program"} <= set(objects), objects
     rc, out, err = await kubectl("apply", "-k", str(EXAMPLES), "-n", NS, timeout=120)
     assert rc == 0, err
-    assert sorted(out.split()) == sorted(
-        [
-            "configmap/dynamic-workers-program",
-            "configmap/example-programs",
-            "tfjob.kubeflow.org/chief-evaluator",
-            "tfjob.kubeflow.org/dynamic-workers",
-            "tfjob.kubeflow.org/ps-worker",
-        ]
-        + ["created"] * 5
-    ), out
-    # The dynamic example's own kustomization is the same objects: applying it changes nothing.
+    assert sorted(out.splitlines()) == [f"{ref} created" for ref in objects], out
+    # The dynamic example's own kustomization is some of the same objects: applying it changes nothing.
+    dynamic = await rendered(kubectl, DYNAMIC)
+    assert set(dynamic) <= set(objects)
     rc, out, err = await kubectl("apply", "-k", str(DYNAMIC), "-n", NS, timeout=120)
     assert rc == 0, err
-    assert sorted(out.splitlines()) == [
-        "configmap/dynamic-workers-program unchanged",
-        "tfjob.kubeflow.org/dynamic-workers unchanged",
-    ], out
-    evaluator = asyncio.create_task(evaluator_output(operator))
+    assert sorted(out.splitlines()) == [f"{ref} unchanged" for ref in dynamic], out
+    followed = {
+        pod: asyncio.create_task(output(operator, job, pod))
+        for job, pods in {**TRAINERS, "chief-evaluator": [*TRAINERS["chief-evaluator"], EVALUATOR]}.items()
+        for pod in pods
+    }
 
-    for job in TRAINERS:
-        done = await until_true(operator, job, "Succeeded", timeout=SLOW, interval=0.5)
-        assert not is_true(done, "Failed") and not is_true(done, "Restarting"), done["status"]
-    pods = {p["metadata"]["name"]: p for job in TRAINERS for p in await operator.pods(job)}
+    try:
+        for job in TRAINERS:
+            done = await until_true(operator, job, "Succeeded", timeout=SLOW, interval=0.5)
+            assert not is_true(done, "Failed") and not is_true(done, "Restarting"), done["status"]
+        outputs = {pod: await asyncio.wait_for(task, SLOW) for pod, task in followed.items()}
+    finally:
+        for task in followed.values():
+            task.cancel()
     for job, trainers in TRAINERS.items():
         for name in trainers:
-            pod = pods[name]
-            assert pod["status"]["phase"] == "Succeeded", (name, pod["status"])
-            assert [c["restartCount"] for c in pod["status"]["containerStatuses"]] == [0], (name, pod["status"])
-            steps = [int(s) for s in STEP.findall(await log(operator, name))]
-            assert steps and steps == sorted(steps), f"{name} logged no training step: {steps}"
-        # What ended the job trained to the end: its last words name a global step at TRAIN_STEPS or past it.
+            steps = [int(s) for s in STEP.findall(outputs[name])]
+            assert steps and steps == sorted(steps), f"{name} logged no training step: {outputs[name][-2000:]}"
+        # What ended the job trained to the end: it succeeded, and its last words name a global step at
+        # TRAIN_STEPS or past it.
         finisher = FINISHERS.get(job, f"{job}-worker-0")
-        ended = FINISHED.search(await log(operator, finisher))
-        assert ended and int(ended.group(1)) >= _target(pods[finisher]), f"{finisher} did not finish training"
+        pod = next(p for p in await operator.pods(job) if p["metadata"]["name"] == finisher)
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        assert [c["restartCount"] for c in pod["status"]["containerStatuses"]] == [0], pod["status"]
+        ended = FINISHED.search(outputs[finisher])
+        assert ended and int(ended.group(1)) >= _target(pod), f"{finisher} did not finish: {outputs[finisher][-2000:]}"
     # The PS tasks served until the job was done, then were removed with the other pods still running.
     await eventually(lambda: _no_ps_left(operator), 60, interval=0.5, what="every PS removed")
 
-    evaluated = EVAL.findall(await asyncio.wait_for(evaluator, SLOW))
-    assert evaluated, "the evaluator reported no accuracy"
+    evaluated = EVAL.findall(outputs[EVALUATOR])
+    assert evaluated, f"the evaluator reported no accuracy: {outputs[EVALUATOR][-2000:]}"
     assert all(0.0 <= float(accuracy) <= 1.0 for _, accuracy in evaluated)
     assert [int(step) for step, _ in evaluated] == sorted(int(step) for step, _ in evaluated)
 
