@@ -133,9 +133,8 @@ def fit_error(total: int, reasons: dict[str, int], resource_failures: int) -> st
     )
 
 
+# The PV controller's mark of a completed binding, and the class annotation that predates storageClassName.
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
-
-
 BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 
 
