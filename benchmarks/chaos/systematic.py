@@ -65,6 +65,8 @@ CRD_PATH = ROOT / "manifests" / "crd" / "kubeflow.org_tfjobs.yaml"
 SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
 EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
 PODGROUPS = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NAMESPACE}/podgroups"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+LEASE = "tfjob-controller"
 JOB_LABEL = "training.kubeflow.org/job-name"
 CONTROLLER = "tfjob-controller"
 # The controller's failover back-off shrunk as the end-to-end tests shrink it: simulated time runs 100x faster.
@@ -291,6 +293,7 @@ class Perturbation:
     write: str = ""  # crash: count only the writes described so (``describe_writes``), e.g. "POST pods j-worker-1"
     revisions: int = 0
     stale: str = "all"  # all (one consistent past state) | pods | tfjobs | services
+    point: str = ""  # stale: a named moment instead of a number of revisions (see POINTS)
     hold: float = 1.0
     window: float = 0.0
 
@@ -300,7 +303,7 @@ class Perturbation:
         if self.kind == "gone":
             return f"gone@{self.k}"
         if self.kind == "stale":
-            return f"stale:{self.stale}:{self.revisions}"
+            return f"stale:{self.stale}:{self.point or self.revisions}"
         if self.kind == "coalesce":
             return f"coalesce:{self.window:g}s"
         return "none"
@@ -394,8 +397,8 @@ class World:
         return controller
 
     # --- reading ---------------------------------------------------------------------------------------
-    async def snapshot(self, *, events: bool = False) -> Snapshot:
-        name = self.scenario.job
+    async def snapshot(self, *, events: bool = False, job: str | None = None) -> Snapshot:
+        name = job or self.scenario.job
         status, job = await self.api.call("GET", f"{TFJOBS}/{name}", tolerate=(404,))
         selector = f"?labelSelector={JOB_LABEL}%3D{name}"
         pods = await self.api.items(PODS + selector)
@@ -434,6 +437,22 @@ class World:
                 raise RunError(f"{self.scenario.name}: {what} not reached within {timeout:.0f}s: {reasons[:6]}")
             await asyncio.sleep(OBSERVE_INTERVAL)
 
+    async def until(self, check: Callable[[], Any], what: str, timeout: float = 60.0) -> None:
+        """Poll ``check`` (a controller's log, say) until it is truthy; RunError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            self.check_processes()
+            if time.monotonic() > deadline:
+                raise RunError(f"{self.scenario.name}: {what}: not within {timeout:.0f}s")
+            await asyncio.sleep(OBSERVE_INTERVAL)
+
+    def check_processes(self) -> None:
+        """RunError if a controller process ended that nobody killed (it could not start, it crashed)."""
+        for controller in self.controllers:
+            if not controller.alive and not controller.killed:
+                tail = "\n".join(controller.log_text().splitlines()[-5:])
+                raise RunError(f"{self.scenario.name}: controller {controller.label} exited by itself: {tail}")
+
     async def converge(
         self, controller: Controller, before: Snapshot, timeout: float, stop: asyncio.Event | None = None
     ) -> tuple[Snapshot | None, list[str]]:
@@ -447,6 +466,7 @@ class World:
         while time.monotonic() < deadline:
             if stop is not None and stop.is_set():
                 return None, ["stopped"]
+            self.check_processes()
             snap = await self.snapshot()
             reasons = self.scenario.effect(snap, before) + unconverged(snap, self.scenario)
             if not reasons and not await controller.idle(self.session):
@@ -474,7 +494,7 @@ async def setup(world: World, controller: Controller) -> Snapshot:
     snap = await world.wait_for(lambda s: scenario.ready(s) + unconverged(s, scenario) if manifest else [], "ready")
     if scenario.prepare is not None:
         await scenario.prepare(world, snap)
-        snap = await world.wait_for(lambda s: scenario.ready(s) + unconverged(s, scenario), "ready after prepare")
+        snap = await world.wait_for(lambda s: unconverged(s, scenario), "converged after prepare")
     # The controller has done all it had to (idle), so the window starts with nothing of the setup in flight.
     assert world.session is not None
     deadline = time.monotonic() + 30
@@ -491,6 +511,8 @@ async def run_scenario(
     scenario: Scenario, perturbation: Perturbation, workdir: Path, *, converge_seconds: float = 60.0
 ) -> RunResult:
     """One run of ``scenario`` under ``perturbation`` (see the module docstring)."""
+    if perturbation.kind == "stale":
+        return await run_takeover(scenario, perturbation, workdir, converge_seconds=converge_seconds)
     result = RunResult(scenario.name, perturbation)
     started = time.monotonic()
     async with World(scenario, workdir) as world:
@@ -510,24 +532,114 @@ async def run_scenario(
         final, reasons = await world.converge(
             first, before, converge_seconds, stop=crash.done if crash is not None else None
         )
-        current = first
         if crash is not None and crash.fired is not None:
             await crash.done.wait()
             result.crash_after = crash.fired
             result.incarnations = 2
-            current = await world.start_controller("b", "--no-leader-elect", *scenario.controller_args)
-            final, reasons = await world.converge(current, before, converge_seconds)
+            second = await world.start_controller("b", "--no-leader-elect", *scenario.controller_args)
+            final, reasons = await world.converge(second, before, converge_seconds)
         elif crash is not None:
             result.note = f"no crash: the run committed {crash.counted} state writes, fewer than {perturbation.k}"
-        result.converged = final is not None
-        result.unconverged = reasons
-        if final is not None:
-            result.final = signature(final, before)
-            result.events = event_counts(final.events)
-        result.records = world.proxy.since(mark)
-        result.writes = state_writes(result.records)
-        result.invariant_violations = [str(v) for v in world.checker.violations]
-        result.ever_failed = world.ever_failed
+        if perturbation.kind == "gone":
+            result.note = f"{first.endpoint.expired_watches} watches ended with a 410"
+        _finish(result, world, final, reasons, before, mark)
+    result.logs = {c.label: c.log_text() for c in world.controllers}
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _finish(
+    result: RunResult, world: World, final: Snapshot | None, reasons: list[str], before: Snapshot, mark: int
+) -> None:
+    assert world.proxy is not None
+    result.converged = final is not None
+    result.unconverged = reasons
+    if final is not None:
+        result.final = signature(final, before)
+        result.events = event_counts(final.events)
+    result.records = world.proxy.since(mark)
+    result.writes = state_writes(result.records)
+    result.invariant_violations = [str(v) for v in world.checker.violations]
+    result.ever_failed = world.ever_failed
+
+
+async def past_resource_versions(world: World, revisions: int, resources: Sequence[str]) -> dict[str, int]:
+    """The RV at which ``resources`` (qualified names) were as they were ``revisions`` changes ago, counting the
+    changes of those resources together; the same RV for all: one consistent state of the past."""
+    assert world.sim is not None
+    rvs: list[int] = []
+    for resource in resources:
+        since = world.sim.store.oldest_resumable_rv(resource)
+        history = await world.api.sim(f"/history?resource={resource}&since={since}", method="GET")
+        rvs.extend(int(e["rv"]) for e in history["events"])
+    rvs.sort()
+    if not rvs:
+        raise RunError("no history to go back in")
+    at = rvs[-(revisions + 1)] if revisions < len(rvs) else rvs[0]
+    return {resource: at for resource in resources}
+
+
+# Named moments of a job's history, as the resource whose first creation they precede: the view in which the
+# controller's first pass had created the pods but no service yet, or nothing yet.
+POINTS = {"before-first-service": "services", "before-first-pod": "pods"}
+
+
+async def point_resource_versions(world: World, point: str, resources: Sequence[str]) -> dict[str, int]:
+    """The RV just before the first object of ``POINTS[point]`` was created, for every one of ``resources``."""
+    assert world.sim is not None
+    resource = POINTS[point]
+    since = world.sim.store.oldest_resumable_rv(resource)
+    history = await world.api.sim(f"/history?resource={resource}&since={since}", method="GET")
+    added = [int(e["rv"]) for e in history["events"] if e["type"] == "ADDED"]
+    if not added:
+        raise RunError(f"no {resource} were ever created: no moment {point}")
+    return {r: added[0] - 1 for r in resources}
+
+
+STALE_RESOURCES = {
+    "all": ("tfjobs.kubeflow.org", "pods", "services"),
+    "tfjobs": ("tfjobs.kubeflow.org",),
+    "pods": ("pods",),
+    "services": ("services",),
+}
+
+
+async def run_takeover(
+    scenario: Scenario, perturbation: Perturbation, workdir: Path, *, converge_seconds: float = 60.0
+) -> RunResult:
+    """The scenario told by leader ``a`` with a standby ``b`` (both leader-elected), unperturbed; once it has
+    converged, ``a`` is SIGKILLed, its Lease deleted (its expiry, fast-forwarded: ``a`` is dead) and ``b`` takes
+    over, its first list of each resource of ``perturbation.stale`` served ``perturbation.revisions`` changes old
+    and the replay of newer events held back for ``perturbation.hold`` seconds. The window is the takeover: a
+    standby taking over a converged cluster has nothing to write."""
+    result = RunResult(scenario.name, perturbation, incarnations=2)
+    started = time.monotonic()
+    async with World(scenario, workdir) as world:
+        assert world.proxy is not None
+        leader = await world.start_controller("a", *scenario.controller_args)
+        await world.until(lambda: leader.process.logged("acquired lease"), "a leads")
+        standby = await world.start_controller("b", *scenario.controller_args)
+        await world.until(lambda: standby.process.logged("waiting to acquire lease"), "b stands by")
+        before = await setup(world, leader)
+        await scenario.act(world, before)
+        final, reasons = await world.converge(leader, before, converge_seconds)
+        if final is None:
+            raise RunError(f"{scenario.name}: the story did not converge before the takeover: {reasons[:6]}")
+        mark = world.proxy.mark()
+        resources = STALE_RESOURCES[perturbation.stale]
+        if perturbation.point:
+            at = await point_resource_versions(world, perturbation.point, resources)
+        else:
+            at = await past_resource_versions(world, perturbation.revisions, resources)
+        stale = bool(perturbation.revisions or perturbation.point)
+        if stale:
+            standby.endpoint.stale_first_lists(at, perturbation.hold)
+        await leader.kill()
+        await world.api.call("DELETE", f"{LEASES}/{LEASE}", tolerate=(404,))
+        await world.until(lambda: standby.process.logged("acquired lease"), "b leads")
+        final, reasons = await world.converge(standby, before, converge_seconds)
+        result.note = f"first lists served at {at}" if stale else "fresh first lists"
+        _finish(result, world, final, reasons, before, mark)
     result.logs = {c.label: c.log_text() for c in world.controllers}
     result.seconds = time.monotonic() - started
     return result
@@ -554,6 +666,13 @@ def judge(baseline: RunResult, run: RunResult, scenario: Scenario) -> list[str]:
             if got != expected:
                 problems.append(f"final {key}: {got!r}, unperturbed {expected!r}")
         problems.extend(_judge_events(baseline, run))
+    if run.perturbation.kind == "stale":
+        # The standby took over a converged cluster: whatever it got the server to commit, it did on the stale view
+        # (a worker re-created or deleted, a status written from old pods); what the server refused (a 409 on the
+        # status, a 404 or a uid conflict on a delete, AlreadyExists on a create) did no harm.
+        for write in run.writes:
+            problems.append(f"the standby wrote on its stale view: {describe(write)} -> {write.code}")
+        return problems
     new_objects = _written_objects(run.writes) - _written_objects(baseline.writes)
     for method, target, name in sorted(new_objects):
         problems.append(f"wrote what the unperturbed run never wrote: {method} {target} {name}")
@@ -591,6 +710,9 @@ def _lost_with_crash(run: RunResult, reason: str, message: str) -> bool:
 
 
 def extra_writes(baseline: RunResult, run: RunResult) -> int:
+    """Committed writes beyond the unperturbed run's (a standby taking over a converged cluster: all of its writes)."""
+    if run.perturbation.kind == "stale":
+        return len(run.writes)
     return len(run.writes) - len(baseline.writes)
 
 

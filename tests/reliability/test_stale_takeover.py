@@ -1,0 +1,78 @@
+"""Every view made stale: a standby takes over from a SIGKILLed leader with a first view of the cluster that is
+N revisions old (benchmarks/chaos/systematic.py, ``run_takeover``).
+
+The leader tells the story unperturbed (a targeted scale-down, a worker failover, a PS loss) and the cluster
+converges; then the leader is SIGKILLed and its Lease deleted (its expiry, fast-forwarded), and the standby's
+first LIST of jobs, pods and services is answered with the cluster as it was N changes earlier (one consistent
+state of the past, rebuilt by the simulator from its change history), the replay of the newer events held back
+for a second. A standby taking over a converged cluster has nothing to do: whatever it gets the server to commit,
+it did on the stale view. It must re-create nothing, delete nothing, write no status, and leave the final state
+and the job's events exactly as the unperturbed run left them.
+
+The full sweep (every N from 1 to 50, other resources stale alone) is ``benchmarks/sweep.py``; its result is
+docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.chaos.scenarios import SCENARIOS
+from benchmarks.chaos.systematic import Perturbation, baseline_run, perturbed
+
+# How stale the standby's first view is, in changes of jobs, pods and services together. Far enough back to
+# reach the action's own writes (the status that records who left, the deletions, the re-created pod), short of
+# the job's creation (pinned by the strict xfail below).
+REVISIONS = (1, 4, 8)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["targeted-scale-down", "worker-failover-oom", "ps-loss-delete"])
+async def test_a_standby_with_a_stale_first_view_changes_nothing(name: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[name]
+    baseline = await baseline_run(scenario, tmp_path / "unperturbed")
+    failed = []
+    for revisions in (0, *REVISIONS):
+        verdict = await perturbed(
+            scenario, baseline, Perturbation("stale", revisions=revisions), tmp_path / f"stale-{revisions}"
+        )
+        print(verdict)
+        if revisions:
+            assert verdict.run.note.startswith("first lists served at"), verdict.run.note
+        if not verdict.passed:
+            failed.append(str(verdict))
+    assert not failed, "\n".join(failed)
+
+
+RESURRECTION = (
+    "a standby whose first view of a dynamic job predates the job's first pass (its pods, or its services, not "
+    "created yet in that view) creates them all: the workers the user removed since (listed in "
+    "spec.workersToDelete, chosen by pod-deletion-cost) get their {what} back until the replay of newer events "
+    "reaches the standby, which then deletes them again; creations carry no precondition on the job the decision "
+    "was made on (only the status write does, and it comes after them)"
+)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "point",
+    [
+        pytest.param(
+            "before-first-pod",
+            marks=pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="pods and services")),
+        ),
+        pytest.param(
+            "before-first-service",
+            marks=pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="services")),
+        ),
+    ],
+)
+async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_removed_worker(
+    point: str, tmp_path: Path
+) -> None:
+    scenario = SCENARIOS["targeted-scale-down"]
+    baseline = await baseline_run(scenario, tmp_path / "unperturbed")
+    verdict = await perturbed(scenario, baseline, Perturbation("stale", point=point), tmp_path / "stale")
+    assert verdict.passed, str(verdict)
