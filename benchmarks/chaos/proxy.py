@@ -406,6 +406,8 @@ class Endpoint:
                 reader = asyncio.get_running_loop().create_task(_pump(upstream, lines))
                 try:
                     await self._stream(response, lines, watch, hold_until)
+                except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                    return response  # the controller went away (stopped, killed) in the middle of a write
                 finally:
                     reader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

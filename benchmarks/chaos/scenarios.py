@@ -341,8 +341,8 @@ def _suspend_resume() -> Scenario:
     )
 
 
-def _success(policy: str) -> Scenario:
-    job = f"ok{policy[:3].lower()}"
+def _success(policy: str, ttl: bool) -> Scenario:
+    job = f"ok{policy[:3].lower()}{'-ttl' if ttl else ''}"
 
     async def act(world: World, snap: Snapshot) -> None:
         # Every pod exits 0 now: worker 0's success succeeds the job.
@@ -350,17 +350,23 @@ def _success(policy: str) -> Scenario:
             await annotate(world, pod["metadata"]["name"], {EXIT_CODE: "0"})
 
     def effect(snap: Snapshot, before: Snapshot) -> list[str]:
-        return [] if snap.job is None else ["the job is not deleted by its TTL yet"]
+        if ttl:
+            return [] if snap.job is None else ["the job is not deleted by its TTL yet"]
+        return [] if snap.job is not None and is_true(snap.job, "Succeeded") else ["not Succeeded"]
 
+    run_policy: dict[str, Any] = {"cleanPodPolicy": policy}
+    if ttl:
+        run_policy["ttlSecondsAfterFinished"] = 1
     return Scenario(
-        f"success-clean-{policy.lower()}-ttl",
+        f"success-clean-{policy.lower()}" + ("-ttl" if ttl else ""),
         job,
-        lambda: job_manifest(job, workers=2, ps=1, run_policy={"cleanPodPolicy": policy, "ttlSecondsAfterFinished": 1}),
+        lambda: job_manifest(job, workers=2, ps=1, run_policy=run_policy),
         running_job(3, members=[0, 1]),
         act,
         effect,
-        job_goes=True,
-        description=f"every pod exits 0: the job Succeeds, cleanPodPolicy {policy} applies, then its TTL of 1 s deletes it",
+        job_goes=ttl,
+        description=f"every pod exits 0: the job Succeeds and cleanPodPolicy {policy} applies"
+        + (", then its TTL of 1 s deletes it" if ttl else ""),
     )
 
 
@@ -490,9 +496,10 @@ SCENARIOS: dict[str, Scenario] = {
         _create(),
         _scale_up_refill(),
         _suspend_resume(),
-        _success("All"),
-        _success("Running"),
-        _success("None"),
+        _success("All", ttl=False),
+        _success("Running", ttl=False),
+        _success("None", ttl=False),
+        _success("All", ttl=True),
         _backoff_limit(),
         _deadline(),
         _gang(),

@@ -342,6 +342,7 @@ class World:
         self.proxy: PerturbingProxy | None = None
         self.session: aiohttp.ClientSession | None = None
         self.controllers: list[Controller] = []
+        self.current: Controller | None = None  # the controller process acting now
         self.checker = InvariantChecker()
         self.ever_failed = False
         self.t0 = time.monotonic()
@@ -454,22 +455,21 @@ class World:
                 raise RunError(f"{self.scenario.name}: controller {controller.label} exited by itself: {tail}")
 
     async def converge(
-        self, controller: Controller, before: Snapshot, timeout: float, stop: asyncio.Event | None = None
+        self, controller: Controller | None, before: Snapshot, timeout: float
     ) -> tuple[Snapshot | None, list[str]]:
-        """Wait until the action took effect, the cluster is converged and ``controller`` idle, in
-        ``SETTLE_STREAK`` consecutive probes; returns (the final snapshot, []) or (None, why not). Returns early
-        (None, ["stopped"]) once ``stop`` is set (the controller was killed)."""
+        """Wait until the action took effect, the cluster is converged and ``controller`` (None: the current one,
+        ``World.current``, which a crash replaces) idle, in ``SETTLE_STREAK`` consecutive probes; returns (the
+        final snapshot, []) or (None, why not)."""
         assert self.session is not None
         deadline = time.monotonic() + timeout
         streak = 0
         reasons: list[str] = []
         while time.monotonic() < deadline:
-            if stop is not None and stop.is_set():
-                return None, ["stopped"]
             self.check_processes()
             snap = await self.snapshot()
             reasons = self.scenario.effect(snap, before) + unconverged(snap, self.scenario)
-            if not reasons and not await controller.idle(self.session):
+            acting = controller or self.current
+            if not reasons and (acting is None or not await acting.idle(self.session)):
                 reasons = ["controller busy"]
             streak = 0 if reasons else streak + 1
             if streak >= SETTLE_STREAK:
@@ -518,26 +518,36 @@ async def run_scenario(
     async with World(scenario, workdir) as world:
         assert world.proxy is not None
         first = await world.start_controller("a", "--no-leader-elect", *scenario.controller_args)
+        world.current = first
         before = await setup(world, first)
         mark = world.proxy.mark()
         crash = None
+        successor: asyncio.Task[None] | None = None
         if perturbation.kind == "crash":
             match = (lambda r: describe(r) == perturbation.write) if perturbation.write else None
             crash = first.endpoint.crash_after(perturbation.k, first.kill, match)
+
+            async def take_over() -> None:
+                # At once, as a Deployment restarts a crashed pod: the action itself may wait for the controller.
+                assert crash is not None
+                await crash.done.wait()
+                world.current = None
+                world.current = await world.start_controller("b", "--no-leader-elect", *scenario.controller_args)
+
+            successor = asyncio.get_running_loop().create_task(take_over())
         elif perturbation.kind == "gone":
             first.endpoint.expire_after(perturbation.k)
         elif perturbation.kind == "coalesce":
             first.endpoint.coalesce(perturbation.window)
-        await scenario.act(world, before)
-        final, reasons = await world.converge(
-            first, before, converge_seconds, stop=crash.done if crash is not None else None
-        )
+        try:
+            await scenario.act(world, before)
+            final, reasons = await world.converge(None, before, converge_seconds)
+        finally:
+            if successor is not None and not successor.done():
+                successor.cancel()
         if crash is not None and crash.fired is not None:
-            await crash.done.wait()
             result.crash_after = crash.fired
             result.incarnations = 2
-            second = await world.start_controller("b", "--no-leader-elect", *scenario.controller_args)
-            final, reasons = await world.converge(second, before, converge_seconds)
         elif crash is not None:
             result.note = f"no crash: the run committed {crash.counted} state writes, fewer than {perturbation.k}"
         if perturbation.kind == "gone":
@@ -757,8 +767,15 @@ async def baseline_run(scenario: Scenario, workdir: Path) -> RunResult:
     return baseline
 
 
-async def perturbed(scenario: Scenario, baseline: RunResult, perturbation: Perturbation, workdir: Path) -> Verdict:
-    run = await run_scenario(scenario, perturbation, workdir)
+async def perturbed(
+    scenario: Scenario,
+    baseline: RunResult,
+    perturbation: Perturbation,
+    workdir: Path,
+    *,
+    converge_seconds: float = 60.0,
+) -> Verdict:
+    run = await run_scenario(scenario, perturbation, workdir, converge_seconds=converge_seconds)
     return Verdict(run, judge(baseline, run, scenario), extra_writes(baseline, run))
 
 
@@ -767,10 +784,11 @@ async def crash_sweep(
     workdir: Path,
     ks: Sequence[int] | None = None,
     progress: Callable[[str], None] = lambda _line: None,
+    baseline: RunResult | None = None,
 ) -> tuple[RunResult, list[Verdict]]:
-    """The unperturbed run, then one run per k in ``ks`` (default: every write of the unperturbed run's window)
-    with the controller SIGKILLed after its k-th committed state write and a new process started."""
-    baseline = await baseline_run(scenario, workdir / "unperturbed")
+    """The unperturbed run (unless given), then one run per k in ``ks`` (default: every write of the unperturbed
+    run's window) with the controller SIGKILLed after its k-th committed state write and a new process started."""
+    baseline = baseline or await baseline_run(scenario, workdir / "unperturbed")
     progress(f"{scenario.name}: unperturbed, {len(baseline.writes)} writes: {describe_writes(baseline.writes)}")
     verdicts = []
     for k in ks if ks is not None else range(1, len(baseline.writes) + 1):

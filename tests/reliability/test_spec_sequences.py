@@ -207,7 +207,7 @@ def test_stories_of_spec_changes_and_disruptions_end_as_the_oracle_says(cluster:
     "streak; the suspend decision writes the status with the worker records emptied and the PS records as they were",
 )
 def test_suspension_clears_the_parameter_servers_failover_records(cluster: Cluster) -> None:
-    runner = SpecRunner(cluster.world, cluster.controller, f"psrec-{next(cluster.names)}", settle_seconds=15.0)
+    runner = SpecRunner(cluster.world, cluster.controller, f"psrec-{next(cluster.names)}", settle_seconds=8.0)
     try:
         cluster.run(runner.step(Create(Spec(workers=1, ps=1))))
         cluster.run(runner.step(Disrupt("PS", 0, "evict")))

@@ -25,7 +25,7 @@ from benchmarks.chaos.systematic import Perturbation, baseline_run, perturbed
 # How stale the standby's first view is, in changes of jobs, pods and services together. Far enough back to
 # reach the action's own writes (the status that records who left, the deletions, the re-created pod), short of
 # the job's creation (pinned by the strict xfail below).
-REVISIONS = (1, 4, 8)
+REVISIONS = (2, 8)
 
 
 @pytest.mark.timeout(300)
@@ -34,21 +34,20 @@ async def test_a_standby_with_a_stale_first_view_changes_nothing(name: str, tmp_
     scenario = SCENARIOS[name]
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
     failed = []
-    for revisions in (0, *REVISIONS):
+    for revisions in REVISIONS:
         verdict = await perturbed(
             scenario, baseline, Perturbation("stale", revisions=revisions), tmp_path / f"stale-{revisions}"
         )
         print(verdict)
-        if revisions:
-            assert verdict.run.note.startswith("first lists served at"), verdict.run.note
+        assert verdict.run.note.startswith("first lists served at"), verdict.run.note
         if not verdict.passed:
             failed.append(str(verdict))
     assert not failed, "\n".join(failed)
 
 
 RESURRECTION = (
-    "a standby whose first view of a dynamic job predates the job's first pass (its pods, or its services, not "
-    "created yet in that view) creates them all: the workers the user removed since (listed in "
+    "a standby whose first view of a dynamic job predates the job's first pass (its pods not created yet in that "
+    "view) creates them all: the workers the user removed since (listed in "
     "spec.workersToDelete, chosen by pod-deletion-cost) get their {what} back until the replay of newer events "
     "reaches the standby, which then deletes them again; creations carry no precondition on the job the decision "
     "was made on (only the status write does, and it comes after them)"
@@ -56,23 +55,10 @@ RESURRECTION = (
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(
-    "point",
-    [
-        pytest.param(
-            "before-first-pod",
-            marks=pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="pods and services")),
-        ),
-        pytest.param(
-            "before-first-service",
-            marks=pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="services")),
-        ),
-    ],
-)
-async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_removed_worker(
-    point: str, tmp_path: Path
-) -> None:
+@pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="pods and services"))
+async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_removed_worker(tmp_path: Path) -> None:
+    # The same with a view from before the first service (pods created, no service yet): benchmarks/sweep.py.
     scenario = SCENARIOS["targeted-scale-down"]
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
-    verdict = await perturbed(scenario, baseline, Perturbation("stale", point=point), tmp_path / "stale")
+    verdict = await perturbed(scenario, baseline, Perturbation("stale", point="before-first-pod"), tmp_path / "stale")
     assert verdict.passed, str(verdict)
