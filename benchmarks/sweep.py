@@ -62,6 +62,9 @@ KNOWN_BUGS = {
     "B2": "crash after re-creating a vanished worker or PS: the failover is never recorded",
     "B3": "standby with a view older than the job's first pass re-creates removed workers' pods or services",
     "B4": "suspension keeps the PS failover records",
+    "B5": "crash during the cleanup of a succeeded job: the job runs again",
+    "B6": "crash between a cleaned-up pod and its service: the service stays",
+    "B7": "standby whose pods view lags its jobs view counts one failover again and again",
 }
 
 
@@ -79,8 +82,20 @@ def known_bug(verdict: Verdict) -> str | None:
         ]
         if not lost and ("final workers: {}" in text or "final parameterServers: {}" in text):
             return "B2"
+    if crash is not None and "did not converge" in text and "not Succeeded" in text:
+        return "B5"
+    if (
+        crash is not None
+        and crash.method == "DELETE"
+        and "final services: [" in text
+        and "-ps-0'], unperturbed []" in text
+    ):
+        return "B6"
     if run.perturbation.kind == "stale":
         writes = [p for p in verdict.problems if p.startswith("the standby wrote")]
+        statuses = [p for p in writes if "/status " in p]
+        if len(statuses) > 3 and len(statuses) == len(writes) and "'failovers': " in text:
+            return "B7"
         creates = [p for p in writes if " POST " in p and "-> 201" in p]
         events = [p for p in verdict.problems if p.startswith("event Successful")]
         if creates and len(writes) + len(events) == len(verdict.problems):
@@ -136,7 +151,8 @@ def stale_plan(name: str, quick: bool) -> list[Perturbation]:
             ]
     else:
         plan += [Perturbation("stale", revisions=n) for n in ((1, 5, 10, 20) if not quick else (5,))]
-    plan += [Perturbation("stale", point=p) for p in ("before-first-pod", "before-first-service")]
+    plan += [Perturbation("stale", point=p) for p in ("before-first-pod", "before-first-service", "before-last-pod")]
+    plan += [Perturbation("stale", stale="pods", point="before-last-pod")]
     return plan
 
 

@@ -23,8 +23,9 @@ A perturbed run is judged against the scenario's unperturbed run (:func:`judge`)
 * writes counted: the run's committed state writes over the unperturbed run's (``extra_writes``).
 
 Perturbations (:class:`Perturbation`): ``crash@k`` (SIGKILL after the k-th committed state write of the window,
-then a new process), ``stale`` (the leader is SIGKILLed once the story has converged and a new process takes
-over, its first list of each resource served N revisions old, the replay of newer events held back), ``gone@k``
+then a new process), ``stale`` (told by a leader with a standby; once it has converged the leader is SIGKILLed
+and the standby takes over, its first list of each resource served N revisions old or as it was at a named
+moment, the replay of newer events held back; judged by what the standby gets committed), ``gone@k``
 (every watch ends with a 410 after write k, events in between dropped) and ``coalesce`` (watch events passed on
 once per window, the latest version of each object only).
 """
@@ -41,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -477,13 +477,6 @@ class World:
             await asyncio.sleep(OBSERVE_INTERVAL)
         return None, reasons
 
-    def writes_since(self, mark: int) -> list[Record]:
-        assert self.proxy is not None
-        return state_writes(self.proxy.since(mark))
-
-    def leader_runs(self) -> bool:
-        return any(c.alive for c in self.controllers)
-
 
 async def setup(world: World, controller: Controller) -> Snapshot:
     """Create the scenario's job and bring it to where the story starts; returns the snapshot before the action."""
@@ -589,21 +582,26 @@ async def past_resource_versions(world: World, revisions: int, resources: Sequen
     return {resource: at for resource in resources}
 
 
-# Named moments of a job's history, as the resource whose first creation they precede: the view in which the
-# controller's first pass had created the pods but no service yet, or nothing yet.
-POINTS = {"before-first-service": "services", "before-first-pod": "pods"}
+# Named moments of a job's history, as (resource, first or last) creation they precede: the view in which the
+# controller's first pass had created the pods but no service yet, or nothing yet; the view from just before the
+# last pod was created (a failover's replacement, say).
+POINTS = {
+    "before-first-service": ("services", 0),
+    "before-first-pod": ("pods", 0),
+    "before-last-pod": ("pods", -1),
+}
 
 
 async def point_resource_versions(world: World, point: str, resources: Sequence[str]) -> dict[str, int]:
-    """The RV just before the first object of ``POINTS[point]`` was created, for every one of ``resources``."""
+    """The RV just before the creation ``POINTS[point]`` names, for every one of ``resources``."""
     assert world.sim is not None
-    resource = POINTS[point]
+    resource, which = POINTS[point]
     since = world.sim.store.oldest_resumable_rv(resource)
     history = await world.api.sim(f"/history?resource={resource}&since={since}", method="GET")
     added = [int(e["rv"]) for e in history["events"] if e["type"] == "ADDED"]
     if not added:
         raise RunError(f"no {resource} were ever created: no moment {point}")
-    return {r: added[0] - 1 for r in resources}
+    return {r: added[which] - 1 for r in resources}
 
 
 STALE_RESOURCES = {
@@ -733,10 +731,6 @@ def describe(write: Record) -> str:
 
 def describe_writes(writes: Sequence[Record]) -> list[str]:
     return [describe(w) for w in writes]
-
-
-def dumps(obj: Any) -> str:
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
 # --- sweeps ----------------------------------------------------------------------------------------------

@@ -62,3 +62,20 @@ async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_r
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
     verdict = await perturbed(scenario, baseline, Perturbation("stale", point="before-first-pod"), tmp_path / "stale")
     assert verdict.passed, str(verdict)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a standby whose view of the pods lags behind its view of the job (its pods from before the failed-over "
+    "worker's replacement was created, the job current with the failover recorded) takes the replacement for a pod "
+    "that vanished: it creates it (AlreadyExists, taken as done), records one more failover, and its own status "
+    "write wakes the job, which decides the same again: hundreds of status writes a second, the failover count "
+    "inflated by as many (about 400 in the second the pods lag) and as many WorkerFailover events",
+)
+async def test_a_standby_whose_pods_lag_its_jobs_counts_a_failover_once(tmp_path: Path) -> None:
+    scenario = SCENARIOS["worker-failover-oom"]
+    baseline = await baseline_run(scenario, tmp_path / "unperturbed")
+    lagging = Perturbation("stale", stale="pods", point="before-last-pod")
+    verdict = await perturbed(scenario, baseline, lagging, tmp_path / "stale")
+    assert verdict.passed, str(verdict)
