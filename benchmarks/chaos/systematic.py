@@ -225,7 +225,7 @@ class Controller:
     def __init__(self, label: str, endpoint: Endpoint, args: Sequence[str], env: dict[str, str]) -> None:
         self.label = label
         self.endpoint = endpoint
-        self.process = ControllerProcess(
+        self.args = (
             "--kubeconfig",
             str(endpoint.kubeconfig),
             "--failover-backoff",
@@ -235,13 +235,35 @@ class Controller:
             "--leader-election-namespace",
             NAMESPACE,
             *args,
-            env=env,
         )
+        self.env = env
+        self.process = ControllerProcess(*self.args, env=env)
         self.killed = False
 
-    async def start(self) -> Controller:
-        await self.process.start()
-        return self
+    async def start(self, attempts: int = 5, timeout: float = 60.0) -> Controller:
+        """Start the process and wait until its health endpoint answers. Its metrics and health ports are picked
+        free beforehand, and another process on the machine may take one meanwhile: then it exits with "address
+        already in use", and it is started again on other ports."""
+        async with aiohttp.ClientSession() as session:
+            for _ in range(attempts):
+                await self.process.start()
+                deadline = time.monotonic() + timeout
+                while self.alive and time.monotonic() < deadline:
+                    try:
+                        url = f"http://127.0.0.1:{self.process.health_port}/healthz"
+                        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                            if resp.status == 200:
+                                return self
+                    except (aiohttp.ClientError, OSError, TimeoutError):
+                        pass
+                    await asyncio.sleep(OBSERVE_INTERVAL)
+                if self.alive:
+                    raise RunError(f"controller {self.label}: no health endpoint within {timeout:.0f}s")
+                await self.process.wait()
+                if "address already in use" not in self.log_text():
+                    raise RunError(f"controller {self.label} exited at start: {self.log_text()[-600:]}")
+                self.process = ControllerProcess(*self.args, env=self.env)
+        raise RunError(f"controller {self.label}: no free ports in {attempts} attempts")
 
     @property
     def alive(self) -> bool:
@@ -790,3 +812,11 @@ async def crash_sweep(
         progress(str(verdict))
         verdicts.append(verdict)
     return baseline, verdicts
+
+
+def require(condition: bool, what: str) -> None:
+    """RunError unless ``condition``: a run that did not bring about the situation it is meant to judge (the crash
+    did not happen, the write to crash after was not the one expected) is no verdict on the controller, and a
+    test pinning a known bug must not count it as the bug (pytest's ``xfail(raises=AssertionError)``)."""
+    if not condition:
+        raise RunError(f"the run did not set up what it judges: {what}")

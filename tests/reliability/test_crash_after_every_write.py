@@ -25,6 +25,7 @@ from benchmarks.chaos.systematic import (
     crash_sweep,
     describe_writes,
     perturbed,
+    require,
 )
 
 _baselines: dict[str, RunResult] = {}
@@ -39,7 +40,7 @@ async def unperturbed(name: str, tmp_path: Path) -> RunResult:
 
 # A crash that loses what the controller knew, pinned by its own strict xfail below: it is left out of the sweep
 # here, and only it. Keyed by (scenario, the write after which the process was killed).
-KNOWN_BUGS = {("worker-failover-oom", "DELETE pods fail-oom-worker-1")}
+KNOWN_BUGS = {("worker-failover-oom", "DELETE pods fail-oom-worker-1")}  # B1 in docs/reliability.md
 
 # What each story's unperturbed run writes once its action is taken, in the order the server answered: the
 # sweep below crashes after each of them, so a change here changes what is covered.
@@ -91,20 +92,40 @@ async def test_a_crash_after_any_single_write_ends_as_the_unperturbed_run(name: 
     assert all(v.extra_writes <= 0 for v in crashed), [(str(v.run.perturbation), v.extra_writes) for v in crashed]
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a crash between deleting an OOM-killed worker's pod and writing the failover record loses the cause: "
-    "the next process finds the pod gone with its service standing and records a 'Deleted' disruption (no "
-    "failures count, no exit code, a 'was deleted' WorkerFailover event), so the failure streak that sets the "
-    "back-off restarts; the failover pass writes its status after its deletions",
+LOST_CAUSE = (
+    "a crash between deleting a pod that failed by itself or was evicted by its kubelet and writing the failover "
+    "record loses the cause: the next process finds the pod gone with its service standing and records a "
+    "'Deleted' disruption (no own failure counted, no exit code, a 'was deleted' {event} event), so a worker's "
+    "failure streak that sets the back-off restarts; the failover pass writes its status after its deletions"
 )
-async def test_a_crash_right_after_deleting_an_oom_killed_worker_keeps_the_cause(tmp_path: Path) -> None:
-    scenario = SCENARIOS["worker-failover-oom"]
-    baseline = await unperturbed(scenario.name, tmp_path)
-    k = describe_writes(baseline.writes).index("DELETE pods fail-oom-worker-1") + 1
-    verdict = await perturbed(scenario, baseline, Perturbation("crash", k=k), tmp_path / f"crash-{k}")
-    assert verdict.run.crashed
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [
+        pytest.param(
+            "worker-failover-oom",
+            "DELETE pods fail-oom-worker-1",
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=LOST_CAUSE.format(event="WorkerFailover")
+            ),
+            id="oom-killed-worker",
+        ),
+        pytest.param(
+            "ps-loss-pressure",
+            "DELETE pods ps-pressure-ps-0",
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=LOST_CAUSE.format(event="PSFailover")),
+            id="ps-evicted-for-node-pressure",
+        ),
+    ],
+)
+async def test_a_crash_right_after_deleting_a_failed_pod_keeps_the_cause(name: str, write: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[name]
+    baseline = await unperturbed(name, tmp_path)
+    require(describe_writes(baseline.writes)[0] == write, f"{write} is the window's first write")
+    verdict = await perturbed(scenario, baseline, Perturbation("crash", k=1, write=write), tmp_path / "crash")
+    require(verdict.run.crashed, "the process was killed")
     assert verdict.passed, str(verdict)
 
 
@@ -123,13 +144,17 @@ LOST_FAILOVER = (
         pytest.param(
             "worker-failover-vanish",
             "POST pods fail-vanish-worker-1",
-            marks=pytest.mark.xfail(strict=True, reason=LOST_FAILOVER.format(event="WorkerFailover")),
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=LOST_FAILOVER.format(event="WorkerFailover")
+            ),
             id="worker",
         ),
         pytest.param(
             "ps-loss-vanish",
             "POST pods ps-vanish-ps-0",
-            marks=pytest.mark.xfail(strict=True, reason=LOST_FAILOVER.format(event="PSFailover")),
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=LOST_FAILOVER.format(event="PSFailover")
+            ),
             id="ps",
         ),
     ],
@@ -139,32 +164,60 @@ async def test_a_crash_right_after_re_creating_a_vanished_pod_keeps_the_failover
 ) -> None:
     scenario = SCENARIOS[name]
     baseline = await unperturbed(name, tmp_path)
-    assert describe_writes(baseline.writes)[0] == write, "the create and its record come in one pass"
+    require(describe_writes(baseline.writes)[0] == write, "the create and its record come in one pass")
     verdict = await perturbed(scenario, baseline, Perturbation("crash", k=1, write=write), tmp_path / "crash")
-    assert verdict.run.crashed
+    require(verdict.run.crashed, "the process was killed")
     assert verdict.passed, str(verdict)
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pass that finds a job Succeeded deletes its pods and services (cleanPodPolicy All) before it writes the "
-    "Succeeded status; killed after worker 0's pod (the evidence of the success) is deleted and before that status "
-    "write, the next process finds a running job whose worker 0 and PS are missing and creates them again: the "
-    "finished job runs again and never succeeds",
+RUNS_AGAIN = (
+    "a pass that finds a job {outcome} deletes its pods and services ({why}) before it writes the {outcome} status; "
+    "killed after {evidence}'s pod is deleted and before that status write, the next process finds a running job "
+    "with missing pods and creates them again: the finished job runs again and never finishes"
 )
-async def test_a_crash_during_the_cleanup_of_a_succeeded_job_keeps_it_succeeded(tmp_path: Path) -> None:
-    scenario = SCENARIOS["success-clean-all"]
-    baseline = await unperturbed(scenario.name, tmp_path)
-    crash = Perturbation("crash", k=1, write="DELETE pods okall-worker-0")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [
+        pytest.param(
+            "success-clean-all",
+            "DELETE pods okall-worker-0",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason=RUNS_AGAIN.format(outcome="Succeeded", why="cleanPodPolicy All", evidence="worker 0"),
+            ),
+            id="succeeded",
+        ),
+        pytest.param(
+            "backoff-limit",
+            "DELETE pods bo-ps-0",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason=RUNS_AGAIN.format(outcome="Failed", why="backoff limit reached", evidence="the failed PS"),
+            ),
+            id="failed-by-backoff-limit",
+        ),
+    ],
+)
+async def test_a_crash_during_the_cleanup_of_a_finished_job_keeps_it_finished(
+    name: str, write: str, tmp_path: Path
+) -> None:
+    scenario = SCENARIOS[name]
+    baseline = await unperturbed(name, tmp_path)
+    crash = Perturbation("crash", k=1, write=write)
     verdict = await perturbed(scenario, baseline, crash, tmp_path / "crash", converge_seconds=8)
-    assert verdict.run.crashed
+    require(verdict.run.crashed, "the process was killed")
     assert verdict.passed, str(verdict)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="killed after the cleanup of a succeeded job (cleanPodPolicy All) deleted the PS's pod and before it "
     "deleted the PS's service, the next process finishes the cleanup without that service: it deletes the service "
     "of a pod it deletes itself, and the PS's pod is already gone; the service stays while the job exists, and the "
@@ -175,5 +228,5 @@ async def test_a_crash_between_a_cleaned_up_pod_and_its_service_removes_the_serv
     baseline = await unperturbed(scenario.name, tmp_path)
     crash = Perturbation("crash", k=1, write="DELETE pods okall-ps-0")
     verdict = await perturbed(scenario, baseline, crash, tmp_path / "crash", converge_seconds=30)
-    assert verdict.run.crashed
+    require(verdict.run.crashed, "the process was killed")
     assert verdict.passed, str(verdict)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.scenarios import SCENARIOS
-from benchmarks.chaos.systematic import Perturbation, baseline_run, perturbed
+from benchmarks.chaos.systematic import Perturbation, baseline_run, perturbed, require
 
 # How stale the standby's first view is, in changes of jobs, pods and services together. Far enough back to
 # reach the action's own writes (the status that records who left, the deletions, the re-created pod), short of
@@ -55,18 +55,20 @@ RESURRECTION = (
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(strict=True, reason=RESURRECTION.format(what="pods and services"))
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RESURRECTION.format(what="pods and services"))
 async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_removed_worker(tmp_path: Path) -> None:
     # The same with a view from before the first service (pods created, no service yet): benchmarks/sweep.py.
     scenario = SCENARIOS["targeted-scale-down"]
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
     verdict = await perturbed(scenario, baseline, Perturbation("stale", point="before-first-pod"), tmp_path / "stale")
+    require(verdict.run.note.startswith("first lists served at"), "the standby's first lists were stale")
     assert verdict.passed, str(verdict)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="a standby whose view of the pods lags behind its view of the job (its pods from before the failed-over "
     "worker's replacement was created, the job current with the failover recorded) takes the replacement for a pod "
     "that vanished: it creates it (AlreadyExists, taken as done), records one more failover, and its own status "
@@ -78,4 +80,5 @@ async def test_a_standby_whose_pods_lag_its_jobs_counts_a_failover_once(tmp_path
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
     lagging = Perturbation("stale", stale="pods", point="before-last-pod")
     verdict = await perturbed(scenario, baseline, lagging, tmp_path / "stale")
+    require(verdict.run.note.startswith("first lists served at"), "the standby's first list of pods was stale")
     assert verdict.passed, str(verdict)
