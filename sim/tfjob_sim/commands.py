@@ -29,6 +29,15 @@ def _gang_schedulers(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _kubernetes_version(text: str) -> int:
+    from tfjob_sim.versions import parse_kubernetes_version
+
+    try:
+        return parse_kubernetes_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _image_mapping(text: str) -> tuple[str, str]:
     from tfjob_sim.images import ImageMap, parse_mapping
 
@@ -119,6 +128,14 @@ class Sim:
             "(this, or its own shorter timeout parameter) before its 429; default 60",
         )
         sim.add_argument(
+            "--kubernetes-version",
+            type=_kubernetes_version,
+            default=33,
+            metavar="1.N",
+            help="the Kubernetes release the API server behaves as: its /version and which CRD validation features "
+            "it accepts (1.29 to 1.35; default 1.33)",
+        )
+        sim.add_argument(
             "--runtime",
             choices=("annotations", "process"),
             default="annotations",
@@ -168,6 +185,7 @@ class Sim:
             args.max_mutating_requests_inflight,
             args.request_timeout,
             args.runtime,
+            args.kubernetes_version,
         )
 
 

@@ -13,6 +13,8 @@ import anyio
 
 from controller.ops.collector import tune_collector
 from tfjob_sim.cluster import SimCluster, SimConfig
+from tfjob_sim.store import StoreConfig
+from tfjob_sim.versions import DEFAULT_MINOR
 
 
 async def serve_sim(
@@ -27,6 +29,7 @@ async def serve_sim(
     max_mutating_requests_inflight: int = 200,
     request_timeout: float = 60.0,
     runtime: str = "annotations",
+    kubernetes_minor: int = DEFAULT_MINOR,
     image_map: dict[str, str] | None = None,
 ) -> int:
     config = SimConfig(
@@ -42,6 +45,7 @@ async def serve_sim(
         request_timeout=request_timeout,
         runtime=runtime,
         image_map=dict(image_map or {}),
+        store=StoreConfig(kubernetes_minor=kubernetes_minor),
     )
     tune_collector()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
