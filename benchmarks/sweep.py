@@ -109,7 +109,7 @@ def known_bug(verdict: Verdict) -> str | None:
     if run.perturbation.kind == "stale":
         writes = [p for p in verdict.problems if p.startswith("the standby wrote")]
         statuses = [p for p in writes if "/status " in p]
-        if statuses and len(statuses) == len(writes) and "'failovers': " in text:
+        if statuses and len(statuses) == len(writes) and ("'failovers': " in text or "did not converge" in text):
             return "B7"
         if any(" POST " in p and "-> 201" in p for p in writes):
             return "B3"

@@ -15,9 +15,13 @@ chooses a leaver), ``act`` is the action.
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from benchmarks.chaos.invariants import conditions, is_true, live
 from tfjob_sim.kubelet import EVICT, EXIT_CODE
@@ -131,6 +135,8 @@ class Scenario:
     sim_options: dict[str, Any] = field(default_factory=dict)
     controller_args: tuple[str, ...] = ()
     description: str = ""
+    # No controller during the setup: the action is starting one (it adopts what another controller left).
+    adopt: bool = False
 
 
 def running_job(count: int, *, members: list[int] | None = None) -> Callable[[Snapshot], list[str]]:
@@ -481,6 +487,122 @@ def _finishing_failover() -> Scenario:
     )
 
 
+# --- adoption: what Kubeflow's training-operator leaves behind, as the controller's documentation describes it
+def upstream_children(job: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Pods and headless services of a dynamic job (PS and Worker) as training-operator creates them: named
+    ``<job>-<type>-<i>``, its labels, controlled by the job, the template's pod spec with the ``tfjob-port`` and a
+    sparse TF_CONFIG (a worker: its own address and the PS list; a PS: its own address)."""
+    meta = job["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    owner = [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "name": name,
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    specs = job["spec"]["tfReplicaSpecs"]
+
+    def address(kind: str, i: int) -> str:
+        return f"{name}-{kind}-{i}.{namespace}.svc:2222"
+
+    ps = [address("ps", i) for i in range(specs.get("PS", {}).get("replicas", 0))]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for replica_type, spec in specs.items():
+        kind = replica_type.lower()
+        for i in range(spec["replicas"]):
+            labels = {
+                "training.kubeflow.org/operator-name": "tfjob-controller",
+                "training.kubeflow.org/job-name": name,
+                "training.kubeflow.org/replica-type": kind,
+                "training.kubeflow.org/replica-index": str(i),
+            }
+            cluster = (
+                {"worker": {str(i): address(kind, i)}, "ps": ps}
+                if kind == "worker"
+                else {"worker": {}, "ps": [address(kind, i)]}
+            )
+            tf_config = orjson.dumps({"cluster": cluster, "task": {"type": kind, "index": i}}).decode()
+            pod_spec = copy.deepcopy(spec["template"]["spec"])
+            pod_spec["restartPolicy"] = spec["restartPolicy"]
+            container = pod_spec["containers"][0]
+            container["ports"] = [{"name": "tfjob-port", "containerPort": 2222}]
+            container["env"] = [{"name": "TF_CONFIG", "value": tf_config}]
+            pod_labels = {
+                **labels,
+                **({"training.kubeflow.org/job-role": "master"} if kind == "worker" and i == 0 else {}),
+            }
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{kind}-{i}", "labels": pod_labels, "ownerReferences": owner},
+                "spec": pod_spec,
+            }
+            service = {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": f"{name}-{kind}-{i}", "labels": labels, "ownerReferences": owner},
+                "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "tfjob-port", "port": 2222}]},
+            }
+            out += [("pods", pod), ("services", service)]
+    return out
+
+
+def _adoption() -> Scenario:
+    job = "adopt"
+
+    async def prepare(world: World, snap: Snapshot) -> None:
+        await world.api.call("POST", TFJOBS, job_manifest(job, workers=3, ps=1), tolerate=())
+        _, created = await world.api.call("GET", f"{TFJOBS}/{job}", tolerate=())
+        for resource, body in upstream_children(created):
+            await world.api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/{resource}", body, tolerate=())
+        await world.wait_for(lambda s: [] if all_running(s, 4) else ["pods not running"], "upstream's pods running")
+        _, current = await world.api.call("GET", f"{TFJOBS}/{job}", tolerate=())
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+        def condition(kind: str, reason: str, message: str) -> dict[str, str]:
+            return {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastUpdateTime": at,
+                "lastTransitionTime": at,
+            }
+
+        current["status"] = {
+            "conditions": [
+                condition("Created", "TFJobCreated", f"TFJob {job} is created."),
+                condition("Running", "TFJobRunning", f"TFJob {NAMESPACE}/{job} is running."),
+            ],
+            "replicaStatuses": {"PS": {"active": 1}, "Worker": {"active": 3}},
+            "startTime": at,
+        }
+        await world.api.call("PUT", f"{TFJOBS}/{job}/status", current, tolerate=())
+
+    async def act(world: World, snap: Snapshot) -> None:
+        return None  # the action is the controller's start (Scenario.adopt)
+
+    def effect(snap: Snapshot, before: Snapshot) -> list[str]:
+        return [] if list(dynamic_status(snap.job).get("members") or []) == [0, 1, 2] else ["members not recorded"]
+
+    return Scenario(
+        "adoption",
+        job,
+        lambda: {},
+        lambda snap: [],
+        act,
+        effect,
+        prepare=prepare,
+        adopt=True,
+        description="a running dynamic job (1 PS, 3 workers) as training-operator left it, adopted by the controller "
+        "starting: nothing replaced, its dynamic-worker state recorded",
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -505,6 +627,7 @@ SCENARIOS: dict[str, Scenario] = {
         _gang(),
         _deletion(),
         _finishing_failover(),
+        _adoption(),
     )
 }
 """Every scenario by name; the acceptance's three first."""

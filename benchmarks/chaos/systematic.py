@@ -257,6 +257,8 @@ class Controller:
                     except (aiohttp.ClientError, OSError, TimeoutError):
                         pass
                     await asyncio.sleep(OBSERVE_INTERVAL)
+                if self.killed:
+                    return self  # a crash the proxy was told to cause came before the health endpoint answered
                 if self.alive:
                     raise RunError(f"controller {self.label}: no health endpoint within {timeout:.0f}s")
                 await self.process.wait()
@@ -413,9 +415,13 @@ class World:
             await self.sim.stop()
 
     async def start_controller(self, label: str, *args: str) -> Controller:
+        return await (await self.new_controller(label, *args)).start()
+
+    async def new_controller(self, label: str, *args: str) -> Controller:
+        """A controller process with its proxy endpoint, not started yet (its endpoint's rules can be armed)."""
         assert self.proxy is not None
         endpoint = await self.proxy.endpoint(label)
-        controller = await Controller(label, endpoint, args, self.env).start()
+        controller = Controller(label, endpoint, args, self.env)
         self.controllers.append(controller)
         return controller
 
@@ -500,8 +506,9 @@ class World:
         return None, reasons
 
 
-async def setup(world: World, controller: Controller) -> Snapshot:
-    """Create the scenario's job and bring it to where the story starts; returns the snapshot before the action."""
+async def setup(world: World, controller: Controller | None) -> Snapshot:
+    """Create the scenario's job and bring it to where the story starts; returns the snapshot before the action.
+    Without a controller (an adoption) the story starts once the cluster looks converged."""
     scenario = world.scenario
     manifest = scenario.manifest()
     if manifest:
@@ -514,7 +521,7 @@ async def setup(world: World, controller: Controller) -> Snapshot:
     assert world.session is not None
     deadline = time.monotonic() + 30
     streak = 0
-    while streak < SETTLE_STREAK:
+    while controller is not None and streak < SETTLE_STREAK:
         streak = streak + 1 if await controller.idle(world.session) else 0
         if time.monotonic() > deadline:
             raise RunError(f"{scenario.name}: the controller did not go idle after the setup")
@@ -532,9 +539,11 @@ async def run_scenario(
     started = time.monotonic()
     async with World(scenario, workdir) as world:
         assert world.proxy is not None
-        first = await world.start_controller("a", "--no-leader-elect", *scenario.controller_args)
+        first = await world.new_controller("a", "--no-leader-elect", *scenario.controller_args)
+        if not scenario.adopt:  # an adoption starts its controller as the action, below
+            await first.start()
         world.current = first
-        before = await setup(world, first)
+        before = await setup(world, None if scenario.adopt else first)
         mark = world.proxy.mark()
         crash = None
         successor: asyncio.Task[None] | None = None
@@ -555,6 +564,8 @@ async def run_scenario(
         elif perturbation.kind == "coalesce":
             first.endpoint.coalesce(perturbation.window)
         try:
+            if scenario.adopt:
+                await first.start()
             await scenario.act(world, before)
             final, reasons = await world.converge(None, before, converge_seconds)
         finally:
@@ -646,11 +657,14 @@ async def run_takeover(
     started = time.monotonic()
     async with World(scenario, workdir) as world:
         assert world.proxy is not None
+        if scenario.adopt:  # the story is the leader's start
+            before = await setup(world, None)
         leader = await world.start_controller("a", *scenario.controller_args)
         await world.until(lambda: leader.process.logged("acquired lease"), "a leads")
         standby = await world.start_controller("b", *scenario.controller_args)
         await world.until(lambda: standby.process.logged("waiting to acquire lease"), "b stands by")
-        before = await setup(world, leader)
+        if not scenario.adopt:
+            before = await setup(world, leader)
         await scenario.act(world, before)
         final, reasons = await world.converge(leader, before, converge_seconds)
         if final is None:
