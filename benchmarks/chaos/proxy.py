@@ -211,8 +211,6 @@ class Endpoint:
         self.frozen = False
         self.watches: set[_Watch] = set()
         self.in_flight = 0  # non-watch requests being forwarded
-        self.last_activity = time.monotonic()
-        self.lists_seen: set[str] = set()
         self.expired_watches = 0
         self.gathered = 0  # watch events folded into a coalescing window so far
 
@@ -285,7 +283,6 @@ class Endpoint:
             await _forever()
         query = dict(request.query)
         target = parse_target(request.path)
-        self.last_activity = time.monotonic()
         if is_watch(request.path, query):
             return await self._watch(request, query, target)
         self.in_flight += 1
@@ -293,7 +290,6 @@ class Endpoint:
             return await self._forward(request, query, target)
         finally:
             self.in_flight -= 1
-            self.last_activity = time.monotonic()
 
     async def _forward(self, request: web.BaseRequest, query: dict[str, str], target: Target | None) -> web.Response:
         proxy = self.proxy
@@ -309,8 +305,6 @@ class Endpoint:
                 self.stale.served[target.qualified] = rv
                 self.stale.hold_until[target.qualified] = time.monotonic() + self.stale.hold_seconds
                 note = f"stale list at RV {rv}"
-        if list_target and target is not None:
-            self.lists_seen.add(target.qualified)
         started = time.monotonic()
         state_write = is_state_write(request.method, target)
         async with proxy.session.request(
