@@ -25,6 +25,7 @@ import orjson
 
 from benchmarks.chaos.invariants import conditions, is_true, live
 from tfjob_sim.kubelet import EVICT, EXIT_CODE
+from tfjob_sim.testing.objects import tfjob
 
 if TYPE_CHECKING:
     from benchmarks.chaos.systematic import Snapshot, World
@@ -38,46 +39,10 @@ PODGROUPS_VOLCANO = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NAMESPACE}
 Obj = Mapping[str, Any]
 
 
-def job_manifest(
-    name: str,
-    *,
-    workers: int = 2,
-    ps: int = 0,
-    chief: int = 0,
-    dynamic: bool = True,
-    restart_policy: str = "OnFailure",
-    annotations: dict[str, str] | None = None,
-    run_policy: dict[str, Any] | None = None,
-    success_policy: str | None = None,
-) -> dict[str, Any]:
-    """A TFJob whose pods the simulated kubelet drives by ``annotations`` (on every replica's template)."""
-
-    def replica(count: int) -> dict[str, Any]:
-        return {
-            "replicas": count,
-            "restartPolicy": restart_policy,
-            "template": {
-                "metadata": {"annotations": dict(annotations or {})},
-                "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0"}]},
-            },
-        }
-
-    specs: dict[str, Any] = {"Worker": replica(workers)}
-    if ps:
-        specs["PS"] = replica(ps)
-    if chief:
-        specs["Chief"] = replica(chief)
-    spec: dict[str, Any] = {"tfReplicaSpecs": specs, "enableDynamicWorker": dynamic}
-    if run_policy:
-        spec["runPolicy"] = run_policy
-    if success_policy is not None:
-        spec["successPolicy"] = success_policy
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": spec,
-    }
+def job_manifest(name: str, **options: Any) -> dict[str, Any]:
+    """A TFJob of the scenarios' namespace whose pods the simulated kubelet drives by annotations
+    (:func:`tfjob_sim.testing.objects.tfjob`, the same manifest the end-to-end tests create)."""
+    return tfjob(name, namespace=NAMESPACE, **options)
 
 
 # --- reading a snapshot --------------------------------------------------------------------------------

@@ -16,14 +16,11 @@ controller ran. The guide's kustomize overlay must say what its live commands do
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import re
 import shlex
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,7 @@ from controller.runtime.client import ApiClient, Resource
 from controller.runtime.errors import NotFound
 from tests.e2e import training_operator as to
 from tests.e2e.conftest import CRD_PATH, CRDS, Operator, eventually, is_true, start_operator, tfjob
+from tests.e2e.guides import blocks, shell
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.testing.kubectl import Kubectl, kubectl_binary
 
@@ -44,42 +42,6 @@ NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@dataclass
-class Block:
-    language: str
-    body: str
-    heading: str
-    not_run: str | None  # why the simulated cluster cannot run it
-
-    def commands(self) -> list[str]:
-        return [line.strip() for line in self.body.splitlines() if line.strip() and not line.strip().startswith("#")]
-
-
-def blocks(text: str) -> list[Block]:
-    """The fenced blocks of the guide, with the heading they are under and their ``not run`` reason."""
-    out = []
-    heading = ""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-        fence = re.match(r"^(\s*)```(\w+)\s*$", line)
-        if fence:
-            indent = len(fence.group(1))
-            before = lines[i - 1].strip() if i else ""
-            reason = re.fullmatch(r"<!-- not run: (.+) -->", before)
-            body = []
-            i += 1
-            while not lines[i].strip().startswith("```"):
-                body.append(lines[i][indent:])
-                i += 1
-            out.append(Block(fence.group(2), "\n".join(body), heading, reason.group(1) if reason else None))
-        i += 1
-    return out
 
 
 def test_every_block_of_the_guide_is_run_or_says_why_not() -> None:
@@ -143,31 +105,6 @@ def test_the_kustomize_overlay_makes_the_live_changes() -> None:
 @pytest.fixture
 def sim_config() -> SimConfig:
     return SimConfig(nodes=3, time_scale=0.01)
-
-
-async def shell(command: str, cwd: Path, kubectl: Kubectl) -> tuple[int, str, str]:
-    env = dict(kubectl.env)
-    env["KUBECONFIG"] = kubectl.kubeconfig
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-o",
-        "pipefail",
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{command!r} did not finish within 120 s") from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def kubeflow_cluster(admin: ApiClient, to_client: ApiClient) -> dict[str, dict[str, Any]]:

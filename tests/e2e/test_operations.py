@@ -22,13 +22,11 @@ left.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shutil
 import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ from controller.runtime.errors import NotFound
 from controller.tfjob.executor import TFJOBS
 from tests.deployment import manifest_run_args
 from tests.e2e.conftest import CRDS, eventually, is_true, running_pods, tfjob
+from tests.e2e.guides import blocks, shell
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.testing.kubectl import Kubectl
 from tfjob_sim.testing.processes import ControllerProcess
@@ -63,41 +62,6 @@ def sim_config() -> SimConfig:
     return SimConfig(nodes=3, time_scale=0.01)
 
 
-@dataclass
-class Block:
-    language: str
-    body: str
-    section: str  # the ``## `` heading it is under
-    not_run: str | None  # why the simulated cluster cannot run it
-
-    def commands(self) -> list[str]:
-        return [line.strip() for line in self.body.splitlines() if line.strip() and not line.strip().startswith("#")]
-
-
-def blocks(text: str) -> list[Block]:
-    """The fenced blocks of the guide, with their section and their ``not run`` reason."""
-    out = []
-    section = ""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("## "):
-            section = line[3:].strip()
-        fence = re.match(r"^```(\w+)\s*$", line)
-        if fence:
-            before = lines[i - 1].strip() if i else ""
-            reason = re.fullmatch(r"<!-- not run: (.+) -->", before)
-            body = []
-            i += 1
-            while not lines[i].startswith("```"):
-                body.append(lines[i])
-                i += 1
-            out.append(Block(fence.group(1), "\n".join(body), section, reason.group(1) if reason else None))
-        i += 1
-    return out
-
-
 def test_every_block_of_the_guide_is_run_or_says_why_not() -> None:
     found = blocks(GUIDE.read_text())
     assert {b.language for b in found} == {"bash", "yaml"}
@@ -111,32 +75,6 @@ def test_every_block_of_the_guide_is_run_or_says_why_not() -> None:
         if block.language == "yaml":
             assert re.fullmatch(r"# [\w.-]+\.yaml", block.body.splitlines()[0]), "a yaml block names its file"
     assert sum(len(b.commands()) for b in found if b.language == "bash" and b.not_run is None) >= 20
-
-
-async def shell(command: str, cwd: Path, kubectl: Kubectl) -> tuple[int, str, str]:
-    env = dict(kubectl.env)
-    env["KUBECONFIG"] = kubectl.kubeconfig
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-o",
-        "pipefail",
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        with anyio.fail_after(120):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{command!r} did not finish within 120 s") from None
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def next_release(into: Path) -> Path:
