@@ -458,7 +458,10 @@ def parse_args(
     extensions: Extensions | None = None,
 ) -> argparse.Namespace:
     """Parse the command line, then fill every option not given there from the environment or its default.
+    ``extensions``: the added commands, loaded here when None and ``argv`` asks for a command that is not built in.
     A usage error exits 2 with one line (argparse's ``SystemExit``)."""
+    if extensions is None and _command_of(list(sys.argv[1:] if argv is None else argv)) not in BUILT_IN_COMMANDS:
+        extensions = load_extensions()
     parser = build_parser(extensions)
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ

@@ -26,8 +26,8 @@ from kubernetes_asyncio import client, config
 from tfjob_sim.cluster import SimCluster, SimConfig
 from tfjob_sim.kubelet import EVICT
 from tfjob_sim.process.runtime import Instance
-from tfjob_sim.testing.leftovers import janitors, leftovers, prefixes_of, runtime_processes
-from tfjob_sim.testing.processes import CLI
+from tfjob_sim.testing.leftovers import janitors, leftovers, runtime_processes
+from tfjob_sim.testing.processes import process_sim_to_kill
 from tfjob_sim.testing.waiting import eventually, never
 
 NS = "default"
@@ -585,26 +585,7 @@ async def test_a_sigkilled_simulator_leaves_nothing_behind(tmp_path: Path, kill_
     """`tfjob-controller sim --runtime process` SIGKILLed: the pod's process dies with it, the janitor
     removes its cgroups and files; if the janitor dies too, the next simulator's start sweeps them."""
     kubeconfig = tmp_path / "kc"
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "sim",
-        "--runtime",
-        "process",
-        "--image",
-        f"python:3.11={sys.prefix}",
-        "--nodes",
-        "1",
-        "--kubeconfig",
-        str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None
-        with anyio.fail_after(60):
-            line = (await proc.stdout.readline()).decode()
-        assert "simulated cluster serving at" in line, line
-        [prefix] = prefixes_of(proc.pid)
+    async with process_sim_to_kill(kubeconfig) as (proc, prefix):
         api = await config.new_client_from_config(str(kubeconfig))
         async with api:
             await client.CoreV1Api(api).create_namespaced_pod(NS, make_pod("p", ["sleep", "1000"]))
@@ -615,9 +596,6 @@ async def test_a_sigkilled_simulator_leaves_nothing_behind(tmp_path: Path, kill_
         if kill_janitor:
             for pid in found:
                 os.kill(pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        await proc.wait()
     await eventually(lambda: not any(pid_alive(pid) for pid in pids), what="the pod's process died")
     if kill_janitor:
         assert leftovers(prefix) != []  # nobody removed its cgroups yet

@@ -10,7 +10,6 @@ paths in the container's mount namespace; mount paths are in the test's temporar
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import errno
 import os
@@ -23,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from kubernetes_asyncio import client, config
 
@@ -38,8 +36,8 @@ from tfjob_sim.process.volumes import (
     resolve_within,
     write_atomically,
 )
-from tfjob_sim.testing.leftovers import janitors, leftovers, prefixes_of, runtime_processes
-from tfjob_sim.testing.processes import CLI
+from tfjob_sim.testing.leftovers import janitors, leftovers, runtime_processes
+from tfjob_sim.testing.processes import process_sim_to_kill
 from tfjob_sim.testing.waiting import eventually
 
 NS = "default"
@@ -701,26 +699,7 @@ async def test_a_sigkilled_simulator_leaves_no_mount_point_or_volume(tmp_path: P
     the janitor dies too, the next simulator's start does."""
     at = tmp_path / "made" / "data"
     kubeconfig = tmp_path / "kc"
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "sim",
-        "--runtime",
-        "process",
-        "--image",
-        f"python:3.11={sys.prefix}",
-        "--nodes",
-        "1",
-        "--kubeconfig",
-        str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None
-        with anyio.fail_after(60):
-            line = (await proc.stdout.readline()).decode()
-        assert "simulated cluster serving at" in line, line
-        [prefix] = prefixes_of(proc.pid)
+    async with process_sim_to_kill(kubeconfig) as (proc, prefix):
         pod = make_pod(
             "p",
             [{"name": "m", "emptyDir": {"medium": "Memory"}}, {"name": "d", "emptyDir": {}}],
@@ -740,9 +719,6 @@ async def test_a_sigkilled_simulator_leaves_no_mount_point_or_volume(tmp_path: P
         if kill_janitor:
             for janitor_pid in janitors(prefix):
                 os.kill(janitor_pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        await proc.wait()
     if kill_janitor:
         await eventually(lambda: not runtime_processes(prefix), what="the pod's process died")
         assert at.exists()  # nobody removed it yet

@@ -112,7 +112,8 @@ async def test_rolling_update_and_undo_reuse_replicasets(kubectl: Kubectl, sim_c
     assert sets[reused]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
     await eventually(
         lambda: (
-            {p["spec"]["containers"][0]["image"] for p in controller_pods(sim_cluster)} == {"ghcr.io/tfjob-controller/tfjob-controller:0.1.0"}
+            {p["spec"]["containers"][0]["image"] for p in controller_pods(sim_cluster)}
+            == {"ghcr.io/tfjob-controller/tfjob-controller:0.1.0"}
         ),
         timeout=30,
         what="old-image pods replaced",

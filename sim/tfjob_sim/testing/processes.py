@@ -160,3 +160,37 @@ async def sim_process(kubeconfig: Path, *args: str) -> AsyncIterator[str]:
         with anyio.fail_after(30):
             rc = await proc.wait()
     assert rc == 0
+
+
+@asynccontextmanager
+async def process_sim_to_kill(kubeconfig: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``tfjob-controller sim --runtime process`` (one node; image python:3.11 mapped to this interpreter's
+    environment) in a subprocess, for a test that SIGKILLs it: yields the process and its runtime's name prefix once
+    it serves; on exit it is SIGKILLed (if the test has not) and reaped."""
+    from tfjob_sim.testing.leftovers import prefixes_of
+
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "sim",
+        "--runtime",
+        "process",
+        "--image",
+        f"python:3.11={sys.prefix}",
+        "--nodes",
+        "1",
+        "--kubeconfig",
+        str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(60):
+            line = (await proc.stdout.readline()).decode()
+        assert "simulated cluster serving at" in line, line
+        [prefix] = prefixes_of(proc.pid)
+        yield proc, prefix
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
