@@ -36,18 +36,16 @@ from prometheus_client.registry import Collector
 from controller.tfjob import api
 from controller.tfjob.actions import MetricInc
 
-FAILOVER_REASONS: tuple[str, ...] = (
+# The causes of a failover that are not the replica's own doing; a PS is failed over for these alone (its own
+# failures follow upstream's rules).
+DISRUPTION_REASONS: tuple[str, ...] = (
     api.FAILOVER_DELETED,
     api.FAILOVER_EVICTED,
     api.FAILOVER_PREEMPTED,
     api.FAILOVER_NODE_LOST,
     api.FAILOVER_DISRUPTED,
-    api.FAILOVER_OOM_KILLED,
-    api.FAILOVER_ERROR,
 )
-
-# The causes a PS is failed over for: disruptions only (its own failures follow upstream's rules).
-DISRUPTION_REASONS = FAILOVER_REASONS[: FAILOVER_REASONS.index(api.FAILOVER_OOM_KILLED)]
+FAILOVER_REASONS: tuple[str, ...] = (*DISRUPTION_REASONS, api.FAILOVER_OOM_KILLED, api.FAILOVER_ERROR)
 
 METRIC_FAILOVER_SECONDS = "tfjob_worker_failover_seconds"
 METRIC_TIME_TO_RUNNING = "tfjob_job_time_to_running_seconds"
