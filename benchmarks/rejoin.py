@@ -420,7 +420,9 @@ def example_job(
         container.pop("volumeMounts")
         container["command"] = [sys.executable, *(worker_command if replica_type == "Worker" else [])]
         container["command"].append(str(EXAMPLE / "train.py"))
-        env = {e["name"]: e for e in container.get("env", [])}
+        # Without the checkpoint volume (popped above) the job trains without checkpoints, as it did before
+        # they existed: worker 0 refuses a CHECKPOINT_DIR that is not a directory.
+        env = {e["name"]: e for e in container.get("env", []) if not e["name"].startswith("CHECKPOINT_")}
         env["TRAIN_STEPS"] = {"name": "TRAIN_STEPS", "value": str(steps)}
         env["POD_UID"] = {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
         container["env"] = list(env.values())

@@ -73,7 +73,13 @@ def job_manifest(example: Path, trigger_dir: Path) -> dict[str, Any]:
         container.pop("volumeMounts", None)
         wrapper = [str(OOM_ON_DEMAND), str(trigger_dir)] if replica_type == "Worker" else []
         container["command"] = [sys.executable, *wrapper, str(example / "train.py")]
-        env = [e for e in container.get("env", []) if e["name"] != "TRAIN_STEPS"]
+        # No checkpoint volume here (popped above): the story is about workers, and worker 0 refuses a
+        # CHECKPOINT_DIR that is not a directory.
+        env = [
+            e
+            for e in container.get("env", [])
+            if e["name"] != "TRAIN_STEPS" and not e["name"].startswith("CHECKPOINT_")
+        ]
         env.append({"name": "TRAIN_STEPS", "value": "100000000"})  # trains until the demo ends
         env.append({"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}})
         container["env"] = env
