@@ -830,7 +830,7 @@ async def crash_sweep(
 
 def require(condition: bool, what: str) -> None:
     """RunError unless ``condition``: a run that did not bring about the situation it is meant to judge (the crash
-    did not happen, the write to crash after was not the one expected) is no verdict on the controller, and a
-    test pinning a known bug must not count it as the bug (pytest's ``xfail(raises=AssertionError)``)."""
+    did not happen, the write to crash after was not the one expected) is no verdict on the controller: it errors
+    instead of passing or failing."""
     if not condition:
         raise RunError(f"the run did not set up what it judges: {what}")

@@ -123,9 +123,11 @@ class Decision:
     # Gang scheduling: the status to write instead if the API refuses the PodGroup write (the job then
     # waits as for an unadmitted gang: no pods, lastReconcileTime set); None without PodGroup writes.
     gang_failed_status: dict[str, Any] | None = None
-    # A pass that only removes the workers leaving a dynamic job: its status records who leaves (the
-    # members), and the deletions act on that record, so it is written before any pod or service write and
-    # no worker is removed unless the record of its leaving is stored. Written after the deletions, a lost
-    # write (a conflict, a crash) would leave the removed pods to tell the retry whom it had chosen, and a
-    # pod that is already gone tells nothing: the retry could choose a second worker.
+    # Written before any pod or service write (after the PodGroup writes) when the pass's record is what its pod
+    # writes act on, so that a process killed in between leaves its successor the record, not only pods that no
+    # longer say it: a pass that removes the workers leaving a dynamic job (the record of who leaves: a retry
+    # after a lost write could otherwise choose a second worker), a pass that records a failover (the cause of a
+    # failed pod it deletes; a vanished pod's loss, before its replacement makes it look as if it never went;
+    # such a pass creates nothing) and the pass that finishes the job (a finished job is never run again, so its
+    # terminal condition is stored before its cleanup deletes the pods that proved it).
     status_first: bool = False

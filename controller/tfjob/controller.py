@@ -24,8 +24,12 @@ mean forever):
   pod uid they are about. A decision made on a stale job cannot persist them: the status write
   carries the cached resourceVersion and a stale one earns a 409, and the decision's events and
   metrics are emitted only after its write succeeded, so no failover is counted twice. A decision
-  made on a stale pods cache is prevented by the expectations above; after a relist the pods
-  cache is truthful, so a worker found missing then was really lost.
+  made on a pods cache that lags behind our own writes is prevented by the expectations above; one
+  that lags for any other reason (a first view served from a watch cache, a pods watch behind the
+  jobs watch) is caught before a pass creates or records a failover, and before a job's first
+  write in this process, by confirming the caches with consistent reads (confirm.py).
+- **Confirmed jobs** (``view.confirmed``) only say that a job's first write in this process was
+  checked; a deleted job drops its key.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from controller.runtime.served import resource_served, wait_until_served
 from controller.tfjob import api
 from controller.tfjob import gang as ganglib
 from controller.tfjob import pods as podlib
+from controller.tfjob.confirm import ViewCheck
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
@@ -165,6 +170,7 @@ class TFJobController:
         )
         self.jobs.transform = self.foreign.job_transform(self.jobs.transform or (lambda obj: obj))
         self.pods.transform = self.foreign.pod_transform(self.pods.transform or (lambda obj: obj))
+        self.view = ViewCheck(client, TFJOBS, selector)
         self.executor = Executor(
             client,
             self.expectations,
@@ -208,6 +214,7 @@ class TFJobController:
             key = object_key(obj)  # a tombstone's key is its stored key
             self.expectations.forget(key)
             self._written.pop(key, None)
+            self.view.forget(key)
             enqueue(key)
 
         self.jobs.add_handler(job_changed, job_changed, job_deleted)
@@ -284,6 +291,7 @@ class TFJobController:
         if job is None:
             self.expectations.forget(key)
             self._written.pop(key, None)
+            self.view.forget(key)
             return None
         written = self._written.get(key)
         if written is not None:
@@ -306,6 +314,11 @@ class TFJobController:
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
         pod_group = self.pod_groups.get(key) if self.pod_groups is not None else None
         decision = decide(job, pods, services, self._now(), self.decide_config, pod_group=pod_group)
+        if self.view.needed(key, job, decision) and not await self.view.current(key, job, pods):
+            # The caches are behind the server (confirm.py): acting now could re-create what was removed or count
+            # a failover again. Their events bring the job back; the rate-limited retry covers a lost one.
+            self.log.info("caches behind the API server; waiting for them", job=key)
+            return Result(requeue=True)
         try:
             stored = await self.executor.apply(key, job, decision)
             if stored is not None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from . import api
-from .actions import Decision, DeletePod
+from .actions import CreatePod, CreateService, Decision, DeletePod
 from .conditions import is_finished, is_true
 from .decision import finish, limits, podgroup, psfailover, suspend
 from .decision.config import DecideConfig
@@ -90,7 +90,8 @@ def _decide_valid(inp: PassInput) -> Decision:
     back-off limit and deadline -> the PodGroup -> the replicas (:func:`_reconcile`)."""
     state, so_far = ensure_created(inp, old_state(inp.old_status))
     if is_finished(state.conditions):
-        return finish.finished(inp, state, so_far)
+        failed_on = limits.failed_on(inp, state)
+        return finish.finished(inp, state, so_far, failed_on.reason if failed_on is not None else None)
     if inp.suspended:
         return suspend.suspend(inp, state, so_far)
     state, resumed = suspend.resume(inp, state)
@@ -113,15 +114,30 @@ def _decide_valid(inp: PassInput) -> Decision:
             status = podgroup.waiting_status(inp, state, started)
             return decision(waiting, status, gang_failed_status=sync.failed_status)
         gang_failed_status = sync.failed_status
-    return _reconcile(inp, state, so_far, gang_failed_status)
+    result = _reconcile(inp, state, so_far, gang_failed_status)
+    if result.status_first and any(isinstance(a, CreatePod | CreateService) for a in result.actions):
+        # A pass that records a failover stores the record before it touches a pod (Decision.status_first),
+        # and so creates nothing: a record written first that said "replaced" before the replacement was sent
+        # would make a process killed in between count the failover again. The same pass with no creation
+        # budget; its status write wakes the job, whose next pass creates.
+        result = _reconcile(inp, state, so_far, gang_failed_status, hold_creations=True)
+    return result
 
 
-def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_status: dict[str, Any] | None) -> Decision:
+def _reconcile(
+    inp: PassInput,
+    state: JobState,
+    so_far: Effects,
+    gang_failed_status: dict[str, Any] | None,
+    *,
+    hold_creations: bool = False,
+) -> Decision:
     """The normal pass: per replica type scale-down, then pods (upstream's restarts, or the dynamic
-    Workers' state machine), then services, within one creation budget; then the conditions."""
+    Workers' state machine), then services, within one creation budget (none when ``hold_creations``);
+    then the conditions."""
     membership, planned = plan_members(inp) if inp.dynamic_workers() else (None, Effects())
     members = membership.members if membership is not None else inp.recorded_members
-    budget = creation_budget(inp)
+    budget = 0 if hold_creations else creation_budget(inp)
     counts: dict[str, Counts] = {}
     outputs: list[Outputs] = []
     new_records: dict[int, WorkerRecord] = {}
@@ -148,6 +164,10 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
                 ps = psfailover.fail_over_parameter_servers(inp, out)
                 handled, ps_records = ps.handled, ps.records
             result = reconcile_replicas(inp, replica_type, out, limit, handled)
+            if psfailover.applies(inp, replica_type):
+                ps_records = psfailover.note_restarts(
+                    inp, out, ps_records if ps_records is not None else inp.ps_records
+                )
             counts[replica_type] = result.counts
             failure = failure if failure is not None else result.failure
         reconcile_services(inp, replica_type, indices, new_records, out, limit)
@@ -171,7 +191,9 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
             move_active_to_succeeded(replicas)
         state, expiry = finish.ttl(inp, state, inp.ttl(), False)
         status = full_status(inp, state, replicas, inp.records, members)
-        return decision(effects + expiry, status, gang_failed_status=gang_failed_status, membership=membership)
+        return decision(
+            effects + expiry, status, gang_failed_status=gang_failed_status, membership=membership, records=True
+        )
     replica_effects = Effects(
         actions=scale_downs
         + tuple(a for out in outputs for a in out.deletions)
@@ -181,8 +203,16 @@ def _reconcile(inp: PassInput, state: JobState, so_far: Effects, gang_failed_sta
         timers=tuple(t for out in outputs for t in out.timers),
     )
     status = full_status(inp, state, replicas, new_records, members, ps_records)
+    # A dynamic job's restarted PS is recorded (psfailover.note_restarts) before it is deleted.
+    restarts = inp.dynamic and any(
+        isinstance(a, DeletePod) and a.reason == api.DELETE_RESTART for out in outputs for a in out.deletions
+    )
     return decision(
-        so_far + planned + replica_effects, status, gang_failed_status=gang_failed_status, membership=membership
+        so_far + planned + replica_effects,
+        status,
+        gang_failed_status=gang_failed_status,
+        membership=membership,
+        records=restarts,
     )
 
 

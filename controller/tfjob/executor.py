@@ -30,10 +30,10 @@ action maps to an API call and what the API's answers mean:
 - the status is written (PUT to the status subresource, carrying the cached resourceVersion:
   a stale view gets a 409 and a retry, never a lost update) only when it changed — a converged
   job costs zero writes. It is written last, after the pass's writes, except when the decision says
-  ``status_first``: a pass that only removes the workers leaving a dynamic job, whose status records
-  the members that stay, writes it after the PodGroup writes and before any pod or service write, so
-  that a worker is removed only once the record of its leaving is stored (a 409 then removes
-  nothing, and the retry decides on the same pods);
+  ``status_first`` (a pass that removes leaving workers, records a failover or finishes the job; see
+  actions.py): then it is written after the PodGroup writes and before any pod or service write, so that
+  nothing is deleted or re-created unless the record it acts on is stored (a 409 then changes nothing,
+  and the retry decides on the same pods);
 - the decision's events and metrics describe transitions, so they are emitted only after its
   status write succeeded; if the write fails the transition is decided (and emitted) again.
   Events are handed to a non-blocking recorder (controller.runtime.events): no API call of

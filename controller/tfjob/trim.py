@@ -14,7 +14,7 @@ controlling-owner index):
 
 - ``apiVersion``, ``kind``;
 - ``metadata``: ``name``, ``namespace``, ``uid``, ``resourceVersion``, ``creationTimestamp``
-  (controller.tfjob.observe), ``deletionTimestamp``, the replica-type and replica-index labels, the
+  (controller.tfjob.observe), ``deletionTimestamp``, the replica-type, replica-index and job-name labels (controller.tfjob.confirm), the
   ``controller.kubernetes.io/pod-deletion-cost`` annotation (controller.tfjob.members) and the
   controlling ownerReference (apiVersion, kind, name, uid, controller);
 - pods' ``status``: ``phase``, ``reason``, ``startTime``; the ``type``, ``status`` and ``reason``
@@ -34,7 +34,7 @@ from typing import Any
 from . import api
 
 _intern = sys.intern
-_LABELS = (api.LABEL_REPLICA_TYPE, api.LABEL_REPLICA_INDEX)
+_LABELS = (api.LABEL_REPLICA_TYPE, api.LABEL_REPLICA_INDEX, api.LABEL_JOB_NAME)
 _CONDITIONS = (api.POD_CONDITION_DISRUPTION_TARGET, api.POD_CONDITION_READY)
 _META_SCALARS = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 _OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")

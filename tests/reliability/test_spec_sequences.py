@@ -147,9 +147,7 @@ class Stories(RuleBasedStateMachine):
     def disrupt_ps(self, kind: str) -> None:
         self._step(Disrupt("PS", 0, kind))
 
-    # Not while a PS has a failover record: suspension keeps it, which the strict xfail below pins; this rule would
-    # find that bug again on every run. Remove the precondition with the fix.
-    @precondition(lambda self: self.runner is not None and not self.runner.state.parameter_servers)
+    @precondition(lambda self: self.runner is not None)
     @rule()
     def suspend_or_resume(self) -> None:
         s = self.spec
@@ -199,15 +197,9 @@ def test_stories_of_spec_changes_and_disruptions_end_as_the_oracle_says(cluster:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="suspending a dynamic job drops the workers' failover records but keeps the parameter servers' "
-    "(status.dynamicWorkers.parameterServers), although docs/tfjob-compatibility.md says suspension clears all "
-    "records and a resumed job starts afresh: after a resume, the next PS disruption counts on from the old "
-    "streak; the suspend decision writes the status with the worker records emptied and the PS records as they were",
-)
 def test_suspension_clears_the_parameter_servers_failover_records(cluster: Cluster) -> None:
+    """B4 (docs/reliability.md): suspension clears every failover record, the parameter servers' included, so a
+    resumed job's next PS disruption starts a new streak. Found by a story, shrunk to these three steps."""
     runner = SpecRunner(cluster.world, cluster.controller, f"psrec-{next(cluster.names)}", settle_seconds=8.0)
     try:
         cluster.run(runner.step(Create(Spec(workers=1, ps=1))))

@@ -24,7 +24,7 @@ from benchmarks.chaos.systematic import Perturbation, baseline_run, perturbed, r
 
 # How stale the standby's first view is, in changes of jobs, pods and services together. Far enough back to
 # reach the action's own writes (the status that records who left, the deletions, the re-created pod), short of
-# the job's creation (pinned by the strict xfail below).
+# the job's creation (a view from before it: the test after this one).
 REVISIONS = (2, 8)
 
 
@@ -45,18 +45,11 @@ async def test_a_standby_with_a_stale_first_view_changes_nothing(name: str, tmp_
     assert not failed, "\n".join(failed)
 
 
-RESURRECTION = (
-    "a standby whose first view of a dynamic job predates the job's first pass (its pods not created yet in that "
-    "view) creates them all: the workers the user removed since (listed in "
-    "spec.workersToDelete, chosen by pod-deletion-cost) get their {what} back until the replay of newer events "
-    "reaches the standby, which then deletes them again; creations carry no precondition on the job the decision "
-    "was made on (only the status write does, and it comes after them)"
-)
-
-
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RESURRECTION.format(what="pods and services"))
 async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_removed_worker(tmp_path: Path) -> None:
+    """B3 (docs/reliability.md): a standby whose first view of a dynamic job predates the job's first pass would
+    create every pod, the workers the user removed since included; it confirms its view with consistent reads
+    before it writes, and waits until its caches catch up."""
     # The same with a view from before the first service (pods created, no service yet): benchmarks/sweep.py.
     scenario = SCENARIOS["targeted-scale-down"]
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
@@ -66,16 +59,10 @@ async def test_a_standby_whose_view_predates_the_jobs_first_pass_re_creates_no_r
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a standby whose view of the pods lags behind its view of the job (its pods from before the failed-over "
-    "worker's replacement was created, the job current with the failover recorded) takes the replacement for a pod "
-    "that vanished: it creates it (AlreadyExists, taken as done), records one more failover, and its own status "
-    "write wakes the job, which decides the same again: hundreds of status writes a second, the failover count "
-    "inflated by as many (about 400 in the second the pods lag) and as many WorkerFailover events",
-)
 async def test_a_standby_whose_pods_lag_its_jobs_counts_a_failover_once(tmp_path: Path) -> None:
+    """B7 (docs/reliability.md): a standby whose pods lag its job (from before the failed-over worker's
+    replacement was created) would take the replacement for a pod that vanished and count the failover again on
+    every pass; a pass that records a failover confirms the pods with the server first."""
     scenario = SCENARIOS["worker-failover-oom"]
     baseline = await baseline_run(scenario, tmp_path / "unperturbed")
     lagging = Perturbation("stale", stale="pods", point="before-last-pod")

@@ -166,6 +166,8 @@ def test_a_ps_recreated_while_workers_are_zero_keeps_its_tf_config(restart_polic
         cluster.remove_pod(name)
     assert_converged(cluster, at(11))
     cluster.remove_pod("test-tfjob-ps-0")
+    recorded = cluster.step(at(12))  # the failover is recorded first; the next pass re-creates the PS
+    assert created_pod_names(recorded) == [] and recorded.status_first
     ps_back = cluster.step(at(12))
     assert tf_configs_of(ps_back) == {
         "test-tfjob-ps-0": {"cluster": {"worker": {}, "ps": [PS0]}, "task": {"type": "ps", "index": 0}}

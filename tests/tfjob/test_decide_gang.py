@@ -572,6 +572,7 @@ def test_a_failed_over_worker_is_replaced_while_volcano_has_the_group_pending() 
     cluster = running_gang_job(worker=2, dynamic=True)
     cluster.remove_pod("test-tfjob-worker-1")
     admit(cluster, "Pending")
+    assert created_pod_names(cluster.step(at(1))) == []  # the failover recorded first, then the replacement
     decision = cluster.step(at(1))
     assert created_pod_names(decision) == ["test-tfjob-worker-1"]
     assert decision.status["lastReconcileTime"] == ts()  # from the first wait, not this pass: not waiting

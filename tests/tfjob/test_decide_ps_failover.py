@@ -201,7 +201,17 @@ def test_a_ps_that_fails_by_itself_follows_upstreams_rules(cause: str, policy: s
     cluster, decision = lose_in(True, "ps", cause, policy)
     assert condition_types(decision.status)[-1] == (OWN_FAILURE_OUTCOMES[cause, policy], "True")
     assert "PSFailover" not in event_reasons(decision)
-    assert "parameterServers" not in cluster.job["status"]["dynamicWorkers"]
+    records = cluster.job["status"]["dynamicWorkers"].get("parameterServers", {})
+    if "test-tfjob-ps-0" in deleted_pod_names(decision):
+        # Upstream's restart, recorded before the deletion so that the pod going is not taken for a deletion by
+        # someone else; no failover counted.
+        assert decision.status_first
+        assert records["0"]["state"] == "Replacing" and records["0"]["failovers"] == 0
+        assert records["0"]["lastReason"] == ("OOMKilled" if cause == "oom" else "Error")
+        back = cluster.step(at(11))  # the pod is gone (Cluster.step applies the deletion)
+        assert created_pod_names(back) == ["test-tfjob-ps-0"] and "PSFailover" not in event_reasons(back)
+    else:
+        assert records == {}
     assert not [n for n in deleted_pod_names(decision) if "-worker-" in n]
     assert outcome(decision) == outcome(lose_in(False, "ps", cause, policy)[1]), "the same as a static job"
 
@@ -251,8 +261,10 @@ def test_a_lost_worker_of_a_dynamic_job_never_stops_it(cause: str, policy: str) 
     expected = worker_outcome(cause, policy)
     assert expected in event_reasons(decision) and "PSFailover" not in event_reasons(decision)
     record = cluster.job["status"]["dynamicWorkers"]["workers"]["1"]
-    if cause == "vanished":  # already gone: replaced in this very pass
-        assert record["state"] == "Replaced" and created_pod_names(decision) == ["test-tfjob-worker-1"]
+    if cause == "vanished":  # already gone: recorded first (status_first), replaced in the next pass
+        assert record["state"] == "Replacing" and created_pod_names(decision) == [] and decision.status_first
+        assert created_pod_names(cluster.step(at(10))) == ["test-tfjob-worker-1"]
+        assert cluster.job["status"]["dynamicWorkers"]["workers"]["1"]["state"] == "Replaced"
     else:
         assert record["state"] == ("Replacing" if expected == "WorkerFailover" else "Failed")
     assert {n: u for n, u in uids(cluster, "").items() if n != "test-tfjob-worker-1"} == others

@@ -153,9 +153,10 @@ def tf_config(create: CreatePod) -> dict:
 def test_a_failover_replaces_the_member_and_never_the_hole():
     cluster = without_worker_1()
     cluster.remove_pod(worker(4))  # deleted by someone: a failover of member 4
+    recorded = cluster.step(at(20))  # recorded first; replaced in the next pass
+    assert "index 4" in failover_events(recorded)[0].message and created_pod_names(recorded) == []
     decision = cluster.step(at(20))
     assert created_pod_names(decision) == [worker(4)]
-    assert "index 4" in failover_events(decision)[0].message
     assert members(cluster) == [0, 2, 3, 4]
     assert worker(1) not in worker_pods(cluster)
     # The replacement's TF_CONFIG names its own index (sparse form).
@@ -395,16 +396,21 @@ def test_any_sequence_keeps_members_unique_refills_only_when_asked_and_converges
     run.settle()
 
 
-def test_only_a_pass_that_does_nothing_but_remove_leavers_writes_its_status_first():
-    # A pure scale-down records the members before the removals (executor.py); a pass that also replaces a
-    # worker writes its status last, so that the replacement it records was sent (and is counted once).
+def test_a_pass_that_removes_leavers_or_records_a_failover_writes_its_status_first_and_creates_nothing():
+    # A pure scale-down records the members before the removals (executor.py); a pass that also records a
+    # failover writes its status first as well, and holds the replacement back for the next pass, so that the
+    # record written first never says "replaced" before the replacement was sent.
     cluster = running_cluster(workers=3)
     set_workers(cluster, 2)
     assert cluster.decide(at(10)).status_first
 
     cluster = running_cluster(workers=3)
-    cluster.remove_pod(worker(0))  # vanished: replaced in the same pass
+    cluster.remove_pod(worker(0))  # vanished: recorded in this pass, replaced in the next
     set_workers(cluster, 2)
-    decision = cluster.decide(at(10))
-    assert worker(0) in created_pod_names(decision) and worker(2) in deleted_pod_names(decision)
-    assert not decision.status_first
+    decision = cluster.step(at(10))
+    assert created_pod_names(decision) == [] and worker(2) in deleted_pod_names(decision)
+    assert decision.status_first
+    assert cluster.job["status"]["dynamicWorkers"]["workers"]["0"]["state"] == "Replacing"
+    replaced = cluster.step(at(10))
+    assert created_pod_names(replaced) == [worker(0)] and not replaced.status_first
+    assert cluster.job["status"]["dynamicWorkers"]["workers"]["0"]["state"] == "Replaced"

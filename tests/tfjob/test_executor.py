@@ -382,9 +382,20 @@ async def test_a_scale_down_records_the_members_before_removing_the_leavers():
     assert [reason for reason, _ in recorder.events if reason == "WorkerScaledDown"] == ["WorkerScaledDown"]
 
 
+async def test_a_pass_that_records_a_failover_writes_its_status_first():
+    cluster = running_cluster(workers=3)
+    cluster.remove_pod("test-tfjob-worker-1")  # vanished: the failover is recorded, the replacement waits
+    decision = cluster.decide(at(10))
+    assert decision.status_first
+    client = FakeClient()
+    await executor(client, Expectations(lambda: 0.0), Recorded()).apply("default/test-tfjob", cluster.job, decision)
+    assert client.sent == [("status", "test-tfjob")]
+
+
 async def test_a_pass_that_removes_no_member_writes_its_status_last():
     cluster = running_cluster(workers=3)
-    cluster.remove_pod("test-tfjob-worker-1")  # a failover: replaced at its own index, the members unchanged
+    cluster.remove_pod("test-tfjob-worker-1")
+    cluster.step(at(10))  # the failover recorded; this pass creates the replacement
     decision = cluster.decide(at(10))
     assert not decision.status_first
     client = FakeClient()

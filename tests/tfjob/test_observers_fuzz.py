@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from controller.runtime.errors import NotFound
 from controller.tfjob import api
 from controller.tfjob.controller import TFJobController
 
@@ -151,10 +152,23 @@ events = st.lists(
 
 
 class AcceptingClient:
-    """Accepts every write the reconcile makes, as an API server that stores anything would."""
+    """Accepts every write the reconcile makes, as an API server that stores anything would, and answers its
+    reads with what the controller's caches hold (a server the caches have caught up with)."""
 
     def __init__(self) -> None:
         self.uids = itertools.count()
+        self.controller: TFJobController | None = None
+
+    async def get(self, resource: Any, name: str, *, namespace: str, **_: Any) -> dict[str, Any]:
+        assert self.controller is not None
+        job = self.controller.jobs.get(f"{namespace}/{name}")
+        if job is None:
+            raise NotFound(404, "NotFound", f"{name} not found")
+        return job
+
+    async def list(self, resource: Any, **_: Any) -> dict[str, Any]:
+        assert self.controller is not None
+        return {"items": self.controller.pods.list()}
 
     async def create(self, resource: Any, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         return {**body, "metadata": {**body["metadata"], "uid": f"created-{next(self.uids)}"}}
@@ -177,7 +191,9 @@ def api_server_metadata(job: dict[str, Any]) -> bool:
 def test_no_object_breaks_an_informer_handler_a_transform_a_collector_or_a_reconcile(script: list) -> None:
     registry = CollectorRegistry()
     with capture_logs() as logs:
-        ctl = TFJobController(AcceptingClient(), registry=registry)  # type: ignore[arg-type]
+        client = AcceptingClient()
+        ctl = TFJobController(client, registry=registry)  # type: ignore[arg-type]
+        client.controller = ctl
         for informer in ctl.informers:  # as after the first list: watch events, job gauges reported
             informer._reflectors[0]._synthetic = False
             informer._reflectors[0].synced = True

@@ -130,6 +130,7 @@ def test_trimmed_objects_are_small_fresh_and_idempotent() -> None:
     assert set(trimmed["metadata"]["labels"]) == {
         "training.kubeflow.org/replica-type",
         "training.kubeflow.org/replica-index",
+        "training.kubeflow.org/job-name",
     }
     assert trimmed["status"]["reason"] == "Evicted"
     assert trimmed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137

@@ -57,10 +57,13 @@ def decision(
     *,
     gang_failed_status: dict[str, Any] | None = None,
     membership: Membership | None = None,
+    records: bool = False,
 ) -> Decision:
     """The Decision of a pass: its effects, the complete new status, the earliest wake-up. The gang's
-    fallback status is kept only when the pass writes the PodGroup; ``membership`` is the pass's plan
-    of a dynamic job's members, which decides whether the status is written first."""
+    fallback status is kept only when the pass writes the PodGroup; ``membership`` (the pass's plan of a
+    dynamic job's members) and ``records`` (the pass's status is a record its pod writes act on: it finishes
+    the job, or records a dynamic job's PS restart) decide, with the failovers the effects record, whether the
+    status is written first (Decision.status_first)."""
     writes_pod_group = any(isinstance(a, CreatePodGroup | UpdatePodGroup) for a in effects.actions)
     return Decision(
         actions=effects.actions,
@@ -69,17 +72,32 @@ def decision(
         status=status,
         requeue_after=min(effects.timers) if effects.timers else None,
         gang_failed_status=gang_failed_status if writes_pod_group else None,
-        status_first=only_workers_leave(effects, membership),
+        status_first=records or records_failover(effects) or only_workers_leave(effects, membership),
     )
+
+
+FAILOVER_METRICS = frozenset({api.METRIC_WORKER_FAILOVERS, api.METRIC_REPLICA_FAILOVERS})
+
+
+def records_failover(effects: Effects) -> bool:
+    """Whether this pass records a failover (of a worker or a PS of a dynamic job): its status, which holds the
+    failover record (the pod it is about, why, the counts that set the back-off), is then written first.
+
+    Written after the pass's pod writes, a process killed between them would leave its successor only the pods to
+    go by, and they no longer say it: a failed pod just deleted looks deleted by someone (the cause, the exit code
+    and the failure streak lost), a vanished pod just re-created looks like a pod that never went (the failover
+    never counted). Such a pass creates nothing (decide holds its creations for the next pass), so the record
+    written first never claims a replacement that was not sent."""
+    return any(m.name in FAILOVER_METRICS for m in effects.metrics)
 
 
 def only_workers_leave(effects: Effects, membership: Membership | None) -> bool:
     """Whether this pass, in which workers leave a dynamic job, does nothing but scale-down removals (and
     the PodGroup's new size): then its status (the members that stay) is written first (Decision.status_first).
 
-    A pass that also replaces, restarts, creates or finishes writes its status last, as every other pass:
-    written first, it would record (and report) those as done before they are sent, and a failed send would
-    count them twice."""
+    A pass that also creates (a replacement, a fresh worker) writes its status last unless it records a failover
+    or finishes the job (:func:`records_failover`; decide then holds its creations): written first, it would
+    record (and report) a replacement as done before it is sent, and a failed send would count it twice."""
     if membership is None or not membership.leaving:
         return False
     return (

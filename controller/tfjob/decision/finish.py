@@ -17,28 +17,34 @@ from .inputs import JobInput, JobState, PassInput, old_state, timer
 from .outcome import ensure_created, failed_effects
 from .podgroup import delete_pod_group
 from .status import base_status, full_status, move_active_to_succeeded, replica_statuses
+from .suspend import delete_everything
 
 
 def cleanup(inp: JobInput, already_deleted: Collection[str] = ()) -> Effects:
     """cleanPodPolicy after the job finished: None keeps all, Running deletes Running and Pending pods,
-    All deletes every pod; each deleted pod's same-named service goes with it. Terminating objects and
-    the pods ``already_deleted`` by this decision are not deleted again."""
+    All deletes every pod; each deleted pod's same-named service goes with it, and so does a service whose
+    pod is gone (one whose deletion an earlier pass began: killed between a pod and its service, that pass
+    left the service with nothing else to say it must go). Terminating objects and the pods
+    ``already_deleted`` by this decision are not deleted again."""
     policy = inp.run_policy.get(api.RUN_CLEAN_POD_POLICY, api.CLEAN_POD_NONE)
     if policy == api.CLEAN_POD_NONE:
         return Effects()
-    services_by_name = {podlib.name(s): s for s in inp.services}
+    pod_names = {podlib.name(p) for p in inp.pods}
+    goes: set[str] = set()
     actions: list[Action] = []
     for pod in sorted(inp.pods, key=lambda p: podlib.name(p) or ""):
         if policy == api.CLEAN_POD_RUNNING and podlib.phase(pod) not in (api.POD_RUNNING, api.POD_PENDING):
             continue
         pod_name = podlib.name(pod) or ""
         if pod_name in already_deleted:
-            continue
+            continue  # deleted by this pass with its service
+        goes.add(pod_name)
         if not podlib.is_terminating(pod):
             actions.append(DeletePod(pod_name, podlib.uid(pod), api.DELETE_CLEANUP))
-        service = services_by_name.get(pod_name)
-        if service is not None and not podlib.is_terminating(service):
-            actions.append(DeleteService(pod_name, podlib.uid(service), api.DELETE_CLEANUP))
+    for service in sorted(inp.services, key=lambda s: podlib.name(s) or ""):
+        name = podlib.name(service) or ""
+        if (name in goes or name not in pod_names) and not podlib.is_terminating(service):
+            actions.append(DeleteService(name, podlib.uid(service), api.DELETE_CLEANUP))
     return Effects(actions=tuple(actions))
 
 
@@ -55,15 +61,18 @@ def ttl(inp: JobInput, state: JobState, seconds: int | None, suspended: bool) ->
     return state, Effects(timers=timer(expire - inp.now_ts))
 
 
-def finished(inp: PassInput, state: JobState, so_far: Effects) -> Decision:
+def finished(inp: PassInput, state: JobState, so_far: Effects, limit_reason: str | None = None) -> Decision:
     """A job finished before this pass: cleanup, its PodGroup goes, the replica counts carried over
-    (still-active ones booked as succeeded after success), completionTime and TTL."""
-    effects = so_far + cleanup(inp) + delete_pod_group(inp)
+    (still-active ones booked as succeeded after success), completionTime and TTL. ``limit_reason``: the job
+    failed on a limit (limits.failed_on), so every pod and service goes, whatever cleanPodPolicy says."""
+    gone = delete_everything(inp, limit_reason) if limit_reason is not None else cleanup(inp)
+    effects = so_far + gone + delete_pod_group(inp)
     replicas = replica_statuses(inp)
     if is_true(state.conditions, api.COND_SUCCEEDED):
         move_active_to_succeeded(replicas)
     state, expiry = ttl(inp, state, inp.ttl(), inp.suspended)
-    return decision(effects + expiry, full_status(inp, state, replicas, inp.records, inp.recorded_members))
+    status = full_status(inp, state, replicas, inp.records, inp.recorded_members)
+    return decision(effects + expiry, status, records=True)  # the terminal status before the cleanup's deletions
 
 
 def invalid(inp: JobInput, reasons: str) -> Decision:
@@ -79,4 +88,4 @@ def invalid(inp: JobInput, reasons: str) -> Decision:
         effects = effects + delete_pod_group(inp)
         state, expiry = ttl(inp, state, inp.ttl(), inp.run_policy.get(api.RUN_SUSPEND) is True)
         effects = effects + expiry
-    return decision(effects, base_status(inp, state))
+    return decision(effects, base_status(inp, state), records=True)

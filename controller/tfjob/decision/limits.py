@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .. import api
 from .. import pods as podlib
 from ..actions import Decision
-from ..conditions import TRUE, parse_time
+from ..conditions import TRUE, find, parse_time
 from . import psfailover
 from .effects import Effects, decision
 from .finish import ttl
@@ -66,20 +66,41 @@ def backoff_exceeded(inp: PassInput) -> bool:
     return exceeds or past
 
 
+def _backoff_limit(name: str) -> Limit:
+    return Limit(f"Job {name} has failed because it has reached the specified backoff limit", api.DELETE_BACKOFF_LIMIT)
+
+
+def _deadline(name: str) -> Limit:
+    return Limit(f"Job {name} has failed because it was active longer than specified deadline", api.DELETE_DEADLINE)
+
+
+def failed_on(inp: PassInput, state: JobState) -> Limit | None:
+    """The limit a finished job failed on, read from its Failed condition (the message this module wrote), or None.
+
+    Why: the pass that fails a job on a limit stores the Failed status before it deletes the pods (a job failed
+    must never run again), so a process killed in between leaves a Failed job with pods standing; its successor
+    finishes that deletion whatever cleanPodPolicy says, as the failing pass would have."""
+    failed = find(state.conditions, api.COND_FAILED)
+    if failed is None or failed.get("status") != TRUE or failed.get("reason") != api.REASON_FAILED:
+        return None
+    for limit in (_backoff_limit(inp.name), _deadline(inp.name)):
+        if failed.get("message") == limit.message:
+            return limit
+    return None
+
+
 def check_limits(inp: PassInput, state: JobState) -> tuple[Limit | None, Effects]:
     """The limit the job exceeds (back-off first, then the deadline counted from startTime), or None and
     a wake-up at the deadline when there is one."""
     if backoff_exceeded(inp):
-        message = f"Job {inp.name} has failed because it has reached the specified backoff limit"
-        return Limit(message, api.DELETE_BACKOFF_LIMIT), Effects()
+        return _backoff_limit(inp.name), Effects()
     deadline = int_or_none(inp.run_policy.get(api.RUN_ACTIVE_DEADLINE_SECONDS))
     start = parse_time(state.start_time)
     if deadline is None or start is None:
         return None, Effects()
     expires = start + deadline
     if inp.now_ts >= expires:
-        message = f"Job {inp.name} has failed because it was active longer than specified deadline"
-        return Limit(message, api.DELETE_DEADLINE), Effects()
+        return _deadline(inp.name), Effects()
     return None, Effects(timers=timer(expires - inp.now_ts))
 
 
@@ -91,4 +112,6 @@ def fail_on_limit(inp: PassInput, state: JobState, so_far: Effects, limit: Limit
     if changed:
         effects = effects + failed_effects(inp, api.EVENT_NORMAL, api.REASON_FAILED, limit.message)
     state, expiry = ttl(inp, state, inp.ttl(), False)
-    return decision(effects + expiry, full_status(inp, state, replica_statuses(inp), inp.records, inp.recorded_members))
+    status = full_status(inp, state, replica_statuses(inp), inp.records, inp.recorded_members)
+    # The Failed status is stored before the pods go: a process killed in between must not run the job again.
+    return decision(effects + expiry, status, records=True)

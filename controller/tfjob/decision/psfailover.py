@@ -23,7 +23,7 @@ from typing import Any
 from .. import api, tfconfig
 from .. import pods as podlib
 from ..actions import DeletePod, Event, MetricInc
-from ..dynamic import DESCRIPTIONS, WorkerRecord
+from ..dynamic import DESCRIPTIONS, OWN_FAILURES, WorkerRecord
 from ..outputs import Outputs
 from .inputs import PassInput
 from .restarts import exited_fact
@@ -66,11 +66,39 @@ def fail_over_parameter_servers(inp: PassInput, out: Outputs) -> PSFailovers:
         pod = slot[0] if slot else None
         new = _step(inp, index, record, pod, bool(services.get(index)), out)
         if pod is not None and new is not None and new.state == api.WORKER_STATE_REPLACING:
-            if new.pod_uid is not None and new.pod_uid == podlib.uid(pod):
+            restarted = new.last_reason in OWN_FAILURES  # upstream's restart (note_restarts): its rules count it
+            if not restarted and new.pod_uid is not None and new.pod_uid == podlib.uid(pod):
                 handled.add(new.pod_uid)
         if new is not None:
             records[index] = new
     return PSFailovers(frozenset(handled), records)
+
+
+def note_restarts(inp: PassInput, out: Outputs, records: dict[int, WorkerRecord]) -> dict[int, WorkerRecord]:
+    """``records`` with a Replacing record (no failover counted) for every PS pod that upstream's rules restart in
+    this pass (``out``'s ``Restart`` deletions: its own failure under OnFailure, Always or a retryable exit code).
+
+    Why: the restart deletes the pod and the next pass creates it again; a pass in between finds the pod going, or
+    gone with its service standing, which is what a PS deleted by someone looks like, so without a record naming
+    the pod the restart would be announced as a ``PSFailover`` (``Deleted``) as well. The record is written before
+    the deletion (Decision.status_first), so a process killed in between does not lose it."""
+    restarted = {a.uid for a in out.deletions if isinstance(a, DeletePod) and a.reason == api.DELETE_RESTART}
+    if not restarted:
+        return records
+    noted = dict(records)
+    for index, slot in inp.pod_slots[api.PS].items():
+        if len(slot) != 1 or podlib.uid(slot[0]) not in restarted:
+            continue
+        pod, old = slot[0], records.get(index)
+        noted[index] = WorkerRecord(
+            state=api.WORKER_STATE_REPLACING,
+            failovers=old.failovers if old is not None else 0,
+            last_failover_time=old.last_failover_time if old is not None else None,
+            last_reason=podlib.exit_failure_reason(pod),
+            pod_uid=podlib.uid(pod),
+            exit_code=podlib.exit_code(pod),
+        )
+    return noted
 
 
 def _step(

@@ -31,8 +31,8 @@ def delete_everything(inp: JobInput, reason: str) -> Effects:
 
 def suspend(inp: PassInput, state: JobState, so_far: Effects) -> Decision:
     """A suspended job: every pod, service and the PodGroup go, no replica is active, ``Running`` turns
-    False and ``Suspended`` True (with one event). The dynamic workers' records are dropped: every pod
-    is removed on purpose, and on resume each worker starts afresh."""
+    False and ``Suspended`` True (with one event). The dynamic workers' and parameter servers' failover
+    records are dropped: every pod is removed on purpose, and on resume each replica starts afresh."""
     effects = so_far + delete_everything(inp, api.DELETE_SUSPEND) + delete_pod_group(inp)
     replicas = without_active(replica_statuses(inp))
     message = f"TFJob {inp.name} is suspended."
@@ -41,7 +41,7 @@ def suspend(inp: PassInput, state: JobState, so_far: Effects) -> Decision:
     if not is_true(state.conditions, api.COND_SUSPENDED):
         state, _ = state.with_condition(inp, api.COND_SUSPENDED, TRUE, api.REASON_SUSPENDED, message)
         effects = effects + Effects(events=(Event(api.EVENT_NORMAL, api.REASON_SUSPENDED, message),))
-    return decision(effects, full_status(inp, state, replicas, {}, inp.recorded_members))
+    return decision(effects, full_status(inp, state, replicas, {}, inp.recorded_members, {}))
 
 
 def resume(inp: PassInput, state: JobState) -> tuple[JobState, Effects]:

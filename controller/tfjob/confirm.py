@@ -1,0 +1,99 @@
+"""Confirming the caches with the API server before a pass acts on what they do not show.
+
+Why: a decision reads "the pod of index 3 is missing" as a fact (actions.py), and expectations make that true of
+the controller's own writes; they cannot vouch for a cache that is behind the server for any other reason. Two
+such caches are legal:
+
+- a new process's first view (a restart, a standby taking over from a leader) can be older than the server's
+  state when its lists are served from a watch cache (a ``resourceVersion=0`` list, a caching proxy): a job from
+  before a scale-down looks like workers that vanished, a job from before its first pass asks for every pod;
+- watches of different resources lag independently: the pods watch can be a second behind the jobs watch, so
+  a replacement the job's status already records looks like a pod that vanished again.
+
+Acting on such a view re-creates what the user removed on purpose, or counts a failover again, and the job's
+resourceVersion does not stop it: it is a precondition of the status write only, and the pod writes are not
+conditional on the job. So a pass that would create a pod or a service, record a failover, or write anything
+at all for a job this process has not confirmed yet, first reads the job and its pods from the server (a GET and
+a LIST without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
+show the same: the job at the same resourceVersion, the same pods by uid. Otherwise the pass does nothing and the
+job is retried (rate-limited) once the caches catch up. Phases are not compared: a phase only moves forward,
+and a pass that has not seen a pod's newest phase yet acts on it in a later pass.
+
+Cost: two reads per pass that creates or records a failover (a job's start, a failover, a scale-up), and per job
+once per process; a converged job, a status update and a scale-down cost none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.runtime.cache import controller_ref
+from controller.runtime.client import PODS, ApiClient, Resource
+from controller.runtime.errors import NotFound
+from controller.tfjob import api
+from controller.tfjob import pods as podlib
+from controller.tfjob.actions import CreatePod, CreateService, Decision
+
+FAILOVER_METRICS = frozenset({api.METRIC_WORKER_FAILOVERS, api.METRIC_REPLICA_FAILOVERS})
+
+
+def acts_on_absence(decision: Decision) -> bool:
+    """Whether ``decision`` creates a pod or a service, or records a failover: what it would do on a cache that
+    is missing an object the server has."""
+    return any(isinstance(a, CreatePod | CreateService) for a in decision.actions) or any(
+        m.name in FAILOVER_METRICS for m in decision.metrics
+    )
+
+
+def writes(job: dict[str, Any], decision: Decision) -> bool:
+    """Whether applying ``decision`` writes anything: an action, or a status that differs from the job's."""
+    return bool(decision.actions) or decision.status != (job.get("status") or {})
+
+
+class ViewCheck:
+    """Which jobs this process has confirmed, and the confirmation itself (see the module's docstring)."""
+
+    def __init__(self, client: ApiClient, jobs: Resource, pod_selector: str) -> None:
+        self.client = client
+        self.jobs = jobs
+        self.pod_selector = pod_selector  # the label selector of the pods cache: the same pods, read from the server
+        self.confirmed: set[str] = set()
+
+    def needed(self, key: str, job: dict[str, Any], decision: Decision) -> bool:
+        """Whether ``decision`` on ``job`` must be confirmed before it is applied."""
+        return acts_on_absence(decision) or (key not in self.confirmed and writes(job, decision))
+
+    def forget(self, key: str) -> None:
+        """The job is gone: a job re-created under its name is confirmed afresh."""
+        self.confirmed.discard(key)
+
+    async def current(self, key: str, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        """Whether the server has ``job`` at its cached resourceVersion and exactly ``pods`` (by uid) among the
+        pods the job controls. True marks the job confirmed."""
+        meta = job.get("metadata") or {}
+        namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
+        try:
+            live = await self.client.get(self.jobs, name, namespace=namespace)
+        except NotFound:
+            return False  # deleted: its delete event is on its way
+        if live.get("metadata", {}).get("resourceVersion") != meta.get("resourceVersion"):
+            return False
+        label = podlib.job_name_label_value(name)
+        selector = f"{self.pod_selector},{api.LABEL_JOB_NAME}={label}"
+        listed = await self.client.list(PODS, namespace=namespace, label_selector=selector)
+        items = listed.get("items")
+        server = {
+            podlib.uid(p)
+            for p in (items if isinstance(items, list) else [])
+            if isinstance(p, dict) and (controller_ref(p) or {}).get("uid") == uid
+        }
+        cached = {podlib.uid(p) for p in pods if _labels(p).get(api.LABEL_JOB_NAME) == label}
+        if server != cached:
+            return False
+        self.confirmed.add(key)
+        return True
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    labels = obj.get("metadata", {}).get("labels")
+    return labels if isinstance(labels, dict) else {}

@@ -1,0 +1,116 @@
+"""confirm.py: a pass that creates, records a failover or is a job's first write in the process goes on only when
+the server has the job at the cached resourceVersion and the same pods by uid (consistent reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from controller.runtime.errors import NotFound
+from controller.tfjob.actions import CreatePod, Decision, DeletePod, MetricInc
+from controller.tfjob.confirm import ViewCheck
+from controller.tfjob.executor import TFJOBS
+
+from .builders import make_job, make_pod
+
+SELECTOR = "training.kubeflow.org/operator-name=tfjob-controller"
+
+
+class Server:
+    """Answers the GET of the job and the LIST of pods, recording the requests."""
+
+    def __init__(self, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> None:
+        self.job, self.pods = job, pods
+        self.requests: list[tuple[str, Any]] = []
+
+    async def get(self, resource: Any, name: str, *, namespace: str) -> dict[str, Any]:
+        self.requests.append(("get", (resource, namespace, name)))
+        if self.job is None:
+            raise NotFound(404, "NotFound", f"tfjobs {name} not found")
+        return self.job
+
+    async def list(self, resource: Any, *, namespace: str, label_selector: str) -> dict[str, Any]:
+        self.requests.append(("list", (namespace, label_selector)))
+        return {"items": self.pods}
+
+
+def job_at(version: str) -> dict[str, Any]:
+    job = make_job(worker=2, dynamic=True)
+    job["metadata"]["resourceVersion"] = version
+    return job
+
+
+def check(server: Server, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    view = ViewCheck(server, TFJOBS, SELECTOR)  # type: ignore[arg-type]
+    result = anyio.run(view.current, "default/test-tfjob", job, pods)
+    assert ("default/test-tfjob" in view.confirmed) == result
+    return result
+
+
+def test_the_same_job_and_pods_confirm_the_view_with_two_consistent_reads() -> None:
+    job = job_at("7")
+    pods = [make_pod(job, "Worker", i) for i in range(2)]
+    server = Server(job_at("7"), pods)
+    assert check(server, job, pods)
+    assert server.requests == [
+        ("get", (TFJOBS, "default", "test-tfjob")),
+        ("list", ("default", f"{SELECTOR},training.kubeflow.org/job-name=test-tfjob")),
+    ]
+
+
+def test_a_job_the_server_has_at_another_version_is_not_confirmed() -> None:
+    job = job_at("7")
+    assert not check(Server(job_at("9"), []), job, [])
+
+
+@pytest.mark.parametrize("missing", ["in the cache", "on the server"])
+def test_a_pod_only_one_side_has_is_not_confirmed(missing: str) -> None:
+    job = job_at("7")
+    pods = [make_pod(job, "Worker", i) for i in range(2)]
+    cached, live = (pods[:1], pods) if missing == "in the cache" else (pods, pods[:1])
+    assert not check(Server(job_at("7"), live), job, cached)
+
+
+def test_pods_of_another_owner_and_a_newer_phase_do_not_count() -> None:
+    job = job_at("7")
+    pods = [make_pod(job, "Worker", 0, "Pending")]
+    other = make_pod(job, "Worker", 1)
+    other["metadata"]["ownerReferences"][0]["uid"] = "another-job"
+    assert check(
+        Server(job_at("7"), [make_pod(job, "Worker", 0, "Running", uid=pods[0]["metadata"]["uid"]), other]), job, pods
+    )
+
+
+def test_a_deleted_job_is_not_confirmed() -> None:
+    assert not check(Server(None, []), job_at("7"), [])
+
+
+def test_which_passes_are_confirmed() -> None:
+    view = ViewCheck(Server(None, []), TFJOBS, SELECTOR)  # type: ignore[arg-type]
+    job = job_at("7")
+    job["status"] = {"conditions": []}
+    quiet = Decision((), (), (), {"conditions": []}, None)
+    status_only = Decision((), (), (), {"conditions": [{"type": "Created"}]}, None)
+    delete = Decision((DeletePod("p", "u", "ScaleDown"),), (), (), {"conditions": []}, None)
+    create = Decision((CreatePod(make_pod(job, "Worker", 0), "Worker", 0),), (), (), {"conditions": []}, None)
+    failover = Decision((), (), (MetricInc("tfjob_worker_failovers_total", ()),), {"conditions": []}, None)
+    key = "default/test-tfjob"
+    assert [view.needed(key, job, d) for d in (quiet, status_only, delete, create, failover)] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
+    view.confirmed.add(key)  # once confirmed, only a creation or a failover is checked again
+    assert [view.needed(key, job, d) for d in (quiet, status_only, delete, create, failover)] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    view.forget(key)
+    assert view.needed(key, job, status_only)
