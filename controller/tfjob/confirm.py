@@ -15,9 +15,10 @@ resourceVersion does not stop it: it is a precondition of the status write only,
 conditional on the job. So a pass that would create a pod or a service, record a failover, or write anything
 at all for a job this process has not confirmed yet, first reads the job and its pods from the server (a GET and
 a LIST without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
-show the same: the job at the same resourceVersion, the same pods by uid. Otherwise the pass does nothing and the
-job is retried (rate-limited) once the caches catch up. Phases are not compared: a phase only moves forward,
-and a pass that has not seen a pod's newest phase yet acts on it in a later pass.
+show the same: the job and every pod at the same resourceVersion, no pod more or less. Otherwise the pass does
+nothing and the job is retried (rate-limited) once the caches catch up; the event that brings a cache up to date
+requeues the job anyway. A pod's newer version counts too: a status computed from a pod's older phase would be
+written on a view the server has moved past (and written again once the cache catches up).
 
 Cost: two reads per pass that creates or records a failover (a job's start, a failover, a scale-up), and per job
 once per process; a converged job, a status update and a scale-down cost none.
@@ -68,8 +69,8 @@ class ViewCheck:
         self.confirmed.discard(key)
 
     async def current(self, key: str, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-        """Whether the server has ``job`` at its cached resourceVersion and exactly ``pods`` (by uid) among the
-        pods the job controls. True marks the job confirmed."""
+        """Whether the server has ``job`` at its cached resourceVersion and exactly ``pods`` (by uid, each at its
+        cached resourceVersion) among the pods the job controls. True marks the job confirmed."""
         meta = job.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
         try:
@@ -83,15 +84,19 @@ class ViewCheck:
         listed = await self.client.list(PODS, namespace=namespace, label_selector=selector)
         items = listed.get("items")
         server = {
-            podlib.uid(p)
+            podlib.uid(p): _version(p)
             for p in (items if isinstance(items, list) else [])
             if isinstance(p, dict) and (controller_ref(p) or {}).get("uid") == uid
         }
-        cached = {podlib.uid(p) for p in pods if _labels(p).get(api.LABEL_JOB_NAME) == label}
+        cached = {podlib.uid(p): _version(p) for p in pods if _labels(p).get(api.LABEL_JOB_NAME) == label}
         if server != cached:
             return False
         self.confirmed.add(key)
         return True
+
+
+def _version(obj: dict[str, Any]) -> Any:
+    return obj.get("metadata", {}).get("resourceVersion")
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """confirm.py: a pass that creates, records a failover or is a job's first write in the process goes on only when
-the server has the job at the cached resourceVersion and the same pods by uid (consistent reads)."""
+the server has the job at the cached resourceVersion and the same pods, each at its cached resourceVersion
+(consistent reads)."""
 
 from __future__ import annotations
 
@@ -73,14 +74,26 @@ def test_a_pod_only_one_side_has_is_not_confirmed(missing: str) -> None:
     assert not check(Server(job_at("7"), live), job, cached)
 
 
-def test_pods_of_another_owner_and_a_newer_phase_do_not_count() -> None:
+def at_version(pod: dict[str, Any], version: str) -> dict[str, Any]:
+    return {**pod, "metadata": {**pod["metadata"], "resourceVersion": version}}
+
+
+def test_a_pod_the_server_has_at_a_newer_version_is_not_confirmed() -> None:
+    # The cache's pod is Pending at version 3; the server's is Running at 5: a status computed now would count it
+    # as not running, on a view the server has moved past.
     job = job_at("7")
-    pods = [make_pod(job, "Worker", 0, "Pending")]
+    cached = at_version(make_pod(job, "Worker", 0, "Pending"), "3")
+    live = at_version(make_pod(job, "Worker", 0, "Running", uid=cached["metadata"]["uid"]), "5")
+    assert not check(Server(job_at("7"), [live]), job, [cached])
+    assert check(Server(job_at("7"), [at_version(live, "3")]), job, [cached])
+
+
+def test_pods_of_another_owner_do_not_count() -> None:
+    job = job_at("7")
+    pods = [make_pod(job, "Worker", 0)]
     other = make_pod(job, "Worker", 1)
     other["metadata"]["ownerReferences"][0]["uid"] = "another-job"
-    assert check(
-        Server(job_at("7"), [make_pod(job, "Worker", 0, "Running", uid=pods[0]["metadata"]["uid"]), other]), job, pods
-    )
+    assert check(Server(job_at("7"), [*pods, other]), job, pods)
 
 
 def test_a_deleted_job_is_not_confirmed() -> None:
