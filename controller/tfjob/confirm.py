@@ -13,8 +13,8 @@ such caches are legal:
 Acting on such a view re-creates what the user removed on purpose, or counts a failover again, and the job's
 resourceVersion does not stop it: it is a precondition of the status write only, and the pod writes are not
 conditional on the job. So a pass that would create a pod or a service, record a failover, or write anything
-at all for a job this process has not confirmed yet, first reads the job and its pods from the server (a GET and
-a LIST without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
+at all for a job this process has not confirmed yet, first reads the job and its pods from the server (two LISTs
+without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
 show the same: the job and every pod at the same resourceVersion, no pod more or less. Otherwise the pass does
 nothing and the job is retried (rate-limited) once the caches catch up; the event that brings a cache up to date
 requeues the job anyway. A pod's newer version counts too: a status computed from a pod's older phase would be
@@ -30,7 +30,6 @@ from typing import Any
 
 from controller.runtime.cache import controller_ref
 from controller.runtime.client import PODS, ApiClient, Resource
-from controller.runtime.errors import NotFound
 from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.actions import CreatePod, CreateService, Decision
@@ -73,26 +72,26 @@ class ViewCheck:
         cached resourceVersion) among the pods the job controls. True marks the job confirmed."""
         meta = job.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
-        try:
-            live = await self.client.get(self.jobs, name, namespace=namespace)
-        except NotFound:
-            return False  # deleted: its delete event is on its way
-        if live.get("metadata", {}).get("resourceVersion") != meta.get("resourceVersion"):
-            return False
+        # A LIST narrowed to the job's name rather than a GET: the same consistent read, within the verbs the
+        # controller's role already has for its informer (list, watch).
+        jobs = await self.client.list(self.jobs, namespace=namespace, field_selector=f"metadata.name={name}")
+        found = [j for j in _items(jobs) if j.get("metadata", {}).get("uid") == uid]
+        if not found or found[0].get("metadata", {}).get("resourceVersion") != meta.get("resourceVersion"):
+            return False  # deleted (its delete event is on its way), or changed since the cache saw it
         label = podlib.job_name_label_value(name)
         selector = f"{self.pod_selector},{api.LABEL_JOB_NAME}={label}"
         listed = await self.client.list(PODS, namespace=namespace, label_selector=selector)
-        items = listed.get("items")
-        server = {
-            podlib.uid(p): _version(p)
-            for p in (items if isinstance(items, list) else [])
-            if isinstance(p, dict) and (controller_ref(p) or {}).get("uid") == uid
-        }
+        server = {podlib.uid(p): _version(p) for p in _items(listed) if (controller_ref(p) or {}).get("uid") == uid}
         cached = {podlib.uid(p): _version(p) for p in pods if _labels(p).get(api.LABEL_JOB_NAME) == label}
         if server != cached:
             return False
         self.confirmed.add(key)
         return True
+
+
+def _items(listed: dict[str, Any]) -> list[dict[str, Any]]:
+    items = listed.get("items")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 def _version(obj: dict[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from controller.runtime.errors import NotFound
+from controller.runtime.client import PODS
 from controller.tfjob.actions import CreatePod, Decision, DeletePod, MetricInc
 from controller.tfjob.confirm import ViewCheck
 from controller.tfjob.executor import TFJOBS
@@ -20,20 +20,19 @@ SELECTOR = "training.kubeflow.org/operator-name=tfjob-controller"
 
 
 class Server:
-    """Answers the GET of the job and the LIST of pods, recording the requests."""
+    """Answers the LIST of the job (by name) and the LIST of its pods, recording the requests."""
 
     def __init__(self, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> None:
         self.job, self.pods = job, pods
         self.requests: list[tuple[str, Any]] = []
 
-    async def get(self, resource: Any, name: str, *, namespace: str) -> dict[str, Any]:
-        self.requests.append(("get", (resource, namespace, name)))
-        if self.job is None:
-            raise NotFound(404, "NotFound", f"tfjobs {name} not found")
-        return self.job
-
-    async def list(self, resource: Any, *, namespace: str, label_selector: str) -> dict[str, Any]:
-        self.requests.append(("list", (namespace, label_selector)))
+    async def list(
+        self, resource: Any, *, namespace: str, label_selector: str | None = None, field_selector: str | None = None
+    ) -> dict[str, Any]:
+        if field_selector is not None:
+            self.requests.append(("list", (resource, namespace, field_selector)))
+            return {"items": [self.job] if self.job is not None else []}
+        self.requests.append(("list", (resource, namespace, label_selector)))
         return {"items": self.pods}
 
 
@@ -56,8 +55,8 @@ def test_the_same_job_and_pods_confirm_the_view_with_two_consistent_reads() -> N
     server = Server(job_at("7"), pods)
     assert check(server, job, pods)
     assert server.requests == [
-        ("get", (TFJOBS, "default", "test-tfjob")),
-        ("list", ("default", f"{SELECTOR},training.kubeflow.org/job-name=test-tfjob")),
+        ("list", (TFJOBS, "default", "metadata.name=test-tfjob")),
+        ("list", (PODS, "default", f"{SELECTOR},training.kubeflow.org/job-name=test-tfjob")),
     ]
 
 

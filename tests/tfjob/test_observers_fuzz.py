@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from controller.runtime.errors import NotFound
 from controller.tfjob import api
 from controller.tfjob.controller import TFJobController
 
@@ -159,15 +158,10 @@ class AcceptingClient:
         self.uids = itertools.count()
         self.controller: TFJobController | None = None
 
-    async def get(self, resource: Any, name: str, *, namespace: str, **_: Any) -> dict[str, Any]:
+    async def list(self, resource: Any, *, field_selector: str | None = None, **_: Any) -> dict[str, Any]:
         assert self.controller is not None
-        job = self.controller.jobs.get(f"{namespace}/{name}")
-        if job is None:
-            raise NotFound(404, "NotFound", f"{name} not found")
-        return job
-
-    async def list(self, resource: Any, **_: Any) -> dict[str, Any]:
-        assert self.controller is not None
+        if field_selector is not None:  # the job, by name
+            return {"items": self.controller.jobs.list()}
         return {"items": self.controller.pods.list()}
 
     async def create(self, resource: Any, body: dict[str, Any], **_: Any) -> dict[str, Any]:
