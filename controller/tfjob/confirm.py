@@ -15,10 +15,13 @@ resourceVersion does not stop it: it is a precondition of the status write only,
 conditional on the job. So a pass that would create a pod or a service, record a failover, or write anything
 at all for a job this process has not confirmed yet, first reads the job and its pods from the server (two LISTs
 without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
-show the same: the job and every pod at the same resourceVersion, no pod more or less. Otherwise the pass does
-nothing and the job is retried (rate-limited) once the caches catch up; the event that brings a cache up to date
-requeues the job anyway. A pod's newer version counts too: a status computed from a pod's older phase would be
-written on a view the server has moved past (and written again once the cache catches up).
+show the same: the job at the same resourceVersion, no pod more or less and, for a job's first confirmation in the
+process, every pod at the same resourceVersion too (a first status computed from a pod's older phase would be
+written on a view the server has moved past). Otherwise the pass does nothing and the job is retried
+(rate-limited) once the caches catch up; the event that brings a cache up to date requeues the job anyway. Later
+confirmations only ask that the cache miss no pod the server has: a pod being evicted changes, or goes, between
+the cache and the list, and waiting for the cache would lose what it shows (the eviction, then recorded as a
+plain deletion); acting on a pod that is gone is harmless (a deletion is conditional on its uid).
 
 Cost: two reads per pass that creates or records a failover (a job's start, a failover, a scale-up), and per job
 once per process; a converged job, a status update and a scale-down cost none.
@@ -68,8 +71,9 @@ class ViewCheck:
         self.confirmed.discard(key)
 
     async def current(self, key: str, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-        """Whether the server has ``job`` at its cached resourceVersion and exactly ``pods`` (by uid, each at its
-        cached resourceVersion) among the pods the job controls. True marks the job confirmed."""
+        """Whether the server has ``job`` at its cached resourceVersion and, among the pods the job controls, exactly
+        ``pods`` at their cached resourceVersions (a job not confirmed yet) or no pod missing from ``pods`` (a
+        confirmed one). True marks the job confirmed."""
         meta = job.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
         # A LIST narrowed to the job's name rather than a GET: the same consistent read, within the verbs the
@@ -83,7 +87,10 @@ class ViewCheck:
         listed = await self.client.list(PODS, namespace=namespace, label_selector=selector)
         server = {podlib.uid(p): _version(p) for p in _items(listed) if (controller_ref(p) or {}).get("uid") == uid}
         cached = {podlib.uid(p): _version(p) for p in pods if _labels(p).get(api.LABEL_JOB_NAME) == label}
-        if server != cached:
+        # A job's first confirmation compares versions too; later ones (a creation, a failover) only ask that the
+        # cache miss no pod the server has: a pod being evicted moves on, or is gone, between the cache and the list,
+        # and waiting for the cache would lose what it shows (the eviction, then recorded as a plain deletion).
+        if server != cached if key not in self.confirmed else not server.keys() <= cached.keys():
             return False
         self.confirmed.add(key)
         return True

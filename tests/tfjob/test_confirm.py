@@ -87,6 +87,22 @@ def test_a_pod_the_server_has_at_a_newer_version_is_not_confirmed() -> None:
     assert check(Server(job_at("7"), [at_version(live, "3")]), job, [cached])
 
 
+def test_a_confirmed_job_is_checked_again_only_for_a_pod_the_cache_misses() -> None:
+    # A pod being evicted moves on between the cache and the list; a failover pass must not wait for it to vanish.
+    job = job_at("7")
+    cached = at_version(make_pod(job, "Worker", 0), "3")
+    view = ViewCheck(Server(job_at("7"), [at_version(cached, "5")]), TFJOBS, SELECTOR)  # type: ignore[arg-type]
+    view.confirmed.add("default/test-tfjob")
+    assert anyio.run(view.current, "default/test-tfjob", job, [cached])
+    gone = ViewCheck(Server(job_at("7"), []), TFJOBS, SELECTOR)  # type: ignore[arg-type]
+    gone.confirmed.add("default/test-tfjob")
+    assert anyio.run(gone.current, "default/test-tfjob", job, [cached])  # gone meanwhile: acting on it is harmless
+    other = at_version(make_pod(job, "Worker", 1), "4")
+    behind = ViewCheck(Server(job_at("7"), [cached, other]), TFJOBS, SELECTOR)  # type: ignore[arg-type]
+    behind.confirmed.add("default/test-tfjob")
+    assert not anyio.run(behind.current, "default/test-tfjob", job, [cached])  # the cache misses a pod
+
+
 def test_pods_of_another_owner_do_not_count() -> None:
     job = job_at("7")
     pods = [make_pod(job, "Worker", 0)]
