@@ -12,7 +12,7 @@ written into docs/reliability.md (between its ``sweep`` markers; the prose aroun
 * spec stories: seeded stories (benchmarks/chaos/specs.py) of spec changes and disruptions, each step judged by
   benchmarks/chaos/oracle.py.
 
-Exits 1 if a run failed for any reason but O1 (not a bug: docs/reliability.md).
+Exits 1 if any run or story failed, or could not be carried out.
 
 Usage: .venv/bin/python benchmarks/sweep.py [--quick] [--only crash,gone,coalesce,stale,stories]
        [--scenarios NAME,...] [--stories 60] [--workdir DIR] [--output docs/reliability.md]
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +38,6 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "sim")]
 
-from benchmarks.chaos.known import EXPLAINED, known_bug  # noqa: E402
 from benchmarks.chaos.scenarios import SCENARIOS  # noqa: E402
 from benchmarks.chaos.specs import STORIES, play_seeded, random_story  # noqa: E402
 from benchmarks.chaos.systematic import (  # noqa: E402
@@ -66,7 +65,6 @@ class Row:
     scenario: str
     perturbation: str
     passed: bool
-    bug: str | None
     problems: list[str]
     writes: int
     extra: int
@@ -83,10 +81,10 @@ class Sweep:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def unexplained(self) -> list[Row]:
-        return [r for r in self.rows if not r.passed and r.bug is None]
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if not r.passed]
 
-    def unexplained_stories(self) -> list[tuple[int, int, list[str]]]:
+    def failed_stories(self) -> list[tuple[int, int, list[str]]]:
         return [s for s in self.stories if s[2]]
 
 
@@ -138,7 +136,6 @@ async def sweep_scenario(
             result.errors.append(f"{name} {perturbation}: {exc}")
             say(f"ERROR {name} {perturbation}: {exc}")
             continue
-        bug = None if verdict.passed else known_bug(verdict)
         crash = verdict.run.crash_after
         result.rows.append(
             Row(
@@ -146,7 +143,6 @@ async def sweep_scenario(
                 name,
                 str(perturbation),
                 verdict.passed,
-                bug,
                 verdict.problems,
                 len(verdict.run.writes),
                 verdict.extra_writes,
@@ -154,7 +150,7 @@ async def sweep_scenario(
                 describe(crash) if crash else "",
             )
         )
-        say(str(verdict) + (f" [{bug}]" if bug else ""))
+        say(str(verdict))
 
 
 async def sweep_stories(count: int, workdir: Path, result: Sweep, say: Callable[[str], None]) -> None:
@@ -195,8 +191,8 @@ def render(result: Sweep, command: str) -> str:
         f"Written by `{command}` on {result.started}, commit {commit()} (the tree it ran), {os.cpu_count()} CPUs,",
         f"load average {load[0]:.1f} at the end: **{len(rows)} perturbed runs and {len(result.stories)} spec stories "
         f"in {result.seconds / 60:.1f} minutes**; {sum(r.passed for r in rows)} runs passed, "
-        f"{sum(1 for r in rows if not r.passed and r.bug)} differed only as O1 (not a bug), "
-        f"{len(result.unexplained())} failed otherwise; {len(result.errors)} runs could not be carried out.",
+        f"{len(result.failed())} failed, {len(result.failed_stories())} stories failed; {len(result.errors)} runs "
+        "could not be carried out.",
         "",
         "### Runs by scenario and perturbation",
         "",
@@ -216,14 +212,7 @@ def render(result: Sweep, command: str) -> str:
         if not runs:
             return "-"
         ok = sum(r.passed for r in runs)
-        bugs = Counter(r.bug for r in runs if not r.passed and r.bug)
-        other = sum(1 for r in runs if not r.passed and not r.bug)
-        text = f"{ok}/{len(runs)} ok"
-        if bugs:
-            text += ", " + ", ".join(f"{n} {b}" for b, n in sorted(bugs.items()))
-        if other:
-            text += f", **{other} other**"
-        return text
+        return f"{ok}/{len(runs)} ok" + (f", **{len(runs) - ok} failed**" if ok < len(runs) else "")
 
     for scenario in result.baselines:
         crashes = by.get((scenario, "crash"), [])
@@ -236,7 +225,7 @@ def render(result: Sweep, command: str) -> str:
     stale = [r for r in rows if r.kind == "stale"]
     if stale:
         lines += ["", "### Stale takeovers of the acceptance's scenarios, by how stale", ""]
-        lines += ["| scenario | view | revisions passed | revisions failed (bug) |", "|---|---|---|---|"]
+        lines += ["| scenario | view | revisions passed | revisions failed |", "|---|---|---|---|"]
         for scenario in ACCEPTANCE:
             for mode in ("all", "tfjobs", "pods", "services"):
                 runs = [r for r in stale if r.scenario == scenario and r.perturbation.startswith(f"stale:{mode}:")]
@@ -244,7 +233,7 @@ def render(result: Sweep, command: str) -> str:
                 if not numbered:
                     continue
                 good = [r.perturbation.split(":")[2] for r in numbered if r.passed]
-                bad = [f"{r.perturbation.split(':')[2]} ({r.bug or 'other'})" for r in numbered if not r.passed]
+                bad = [r.perturbation.split(":")[2] for r in numbered if not r.passed]
                 lines.append(f"| {scenario} | {mode} | {_ranges(good)} | {', '.join(bad) or '-'} |")
     if result.stories:
         failed = [s for s in result.stories if s[2]]
@@ -261,15 +250,11 @@ def render(result: Sweep, command: str) -> str:
     failing = [r for r in rows if not r.passed]
     if failing:
         lines += ["", "### Failing runs", ""]
-        for bug in sorted({r.bug or "other" for r in failing}):
-            group = [r for r in failing if (r.bug or "other") == bug]
-            title = EXPLAINED.get(bug, "not explained")
-            lines += [f"**{bug}** ({title}): {len(group)} runs, e.g.", ""]
-            for r in group[:3]:
-                where = f" after `{r.crash_after}`" if r.crash_after else ""
-                lines.append(f"- {r.scenario} `{r.perturbation}`{where}:")
-                lines += [f"  - {p[:400]}" for p in r.problems[:6]]
-            lines.append("")
+        for r in failing:
+            where = f" after `{r.crash_after}`" if r.crash_after else ""
+            lines.append(f"- {r.scenario} `{r.perturbation}`{where}:")
+            lines += [f"  - {p[:400]}" for p in r.problems[:6]]
+        lines.append("")
     if result.errors:
         lines += ["", "### Runs that could not be carried out", "", *[f"- {e[:400]}" for e in result.errors]]
     lines += ["", END]
@@ -316,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     head, rest = document.split(BEGIN, 1)
     args.output.write_text(head + section + rest.split(END, 1)[1])
     print(f"wrote {args.output}; logs in {args.workdir}")
-    return 1 if result.unexplained() or result.unexplained_stories() or result.errors else 0
+    return 1 if result.failed() or result.failed_stories() or result.errors else 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ mean forever):
   write in this process, by confirming the caches with consistent reads (confirm.py).
 - **Confirmed jobs** (``view.confirmed``) only say that a job's first write in this process was
   checked; a deleted job drops its key.
+- **Departed pods** (``_departed``): per job, the last pod of each (type, index) whose deletion the
+  pods watch delivered, as it was last seen. They only tell a later pass *why* a pod went that it saw
+  go without any earlier event (a disruption counted as such, not as a plain deletion); they are never
+  acted on, so a missing or old one costs only that detail. A gone job drops them.
 """
 
 from __future__ import annotations
@@ -182,6 +186,7 @@ class TFJobController:
         # job the server returned). Until the informer delivers that write, the cache still shows the
         # replaced version; deciding on it would PUT with a stale resourceVersion and earn a 409.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._departed: dict[str, dict[tuple[str, int], Obj]] = {}
         self._monotonic = monotonic
         self._now = now
         self.controller = Controller(
@@ -214,6 +219,7 @@ class TFJobController:
             key = object_key(obj)  # a tombstone's key is its stored key
             self.expectations.forget(key)
             self._written.pop(key, None)
+            self._departed.pop(key, None)
             self.view.forget(key)
             enqueue(key)
 
@@ -269,6 +275,8 @@ class TFJobController:
             if key is None:
                 return
             expectations.deletion_observed(key, podlib.uid(last))
+            if kind == POD_KIND:
+                self._remember_departed(key, last)
             enqueue(key)
 
         def relisted(namespace: str | None, generation: int) -> None:
@@ -277,6 +285,12 @@ class TFJobController:
 
         informer.add_handler(added, updated, deleted)
         informer.add_relist_handler(relisted)
+
+    def _remember_departed(self, key: str, pod: Obj) -> None:
+        """Keep ``pod`` as the last of its (type, index) to go, for the passes of job ``key``."""
+        replica_type, index = podlib.replica_type_label(pod), podlib.replica_index(pod)
+        if replica_type is not None and index is not None:
+            self._departed.setdefault(key, {})[(replica_type, index)] = pod
 
     # -- reconcile --------------------------------------------------------------------------------------
 
@@ -291,6 +305,7 @@ class TFJobController:
         if job is None:
             self.expectations.forget(key)
             self._written.pop(key, None)
+            self._departed.pop(key, None)
             self.view.forget(key)
             return None
         written = self._written.get(key)
@@ -313,7 +328,8 @@ class TFJobController:
         pods = self.pods.by_index(CONTROLLER_UID_INDEX, uid)
         services = self.services.by_index(CONTROLLER_UID_INDEX, uid)
         pod_group = self.pod_groups.get(key) if self.pod_groups is not None else None
-        decision = decide(job, pods, services, self._now(), self.decide_config, pod_group=pod_group)
+        departed = list(self._departed.get(key, {}).values())
+        decision = decide(job, pods, services, self._now(), self.decide_config, pod_group=pod_group, departed=departed)
         if self.view.needed(key, job, decision) and not await self.view.current(key, job, pods):
             # The caches are behind the server (confirm.py): acting now could re-create what was removed or count
             # a failover again. Their events bring the job back; the rate-limited retry covers a lost one.

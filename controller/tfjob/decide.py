@@ -46,6 +46,7 @@ def decide(
     *,
     pod_group: dict[str, Any] | None = None,
     priority_classes: Mapping[str, int] | None = None,
+    departed: list[dict[str, Any]] | None = None,
 ) -> Decision:
     """What to do for ``job`` at ``now`` (timezone-aware UTC), given the pods and services it controls;
     deterministic, idempotent on its own converged result, and never raises on any input dict.
@@ -64,6 +65,11 @@ def decide(
     (None if there is none; one not controlled by the job is left alone, with a Warning) and
     ``priority_classes`` the PriorityClass values by name (for the order of ``minResources``); both are
     ignored otherwise.
+
+    ``departed`` are pods of the job whose deletion was seen, as last seen (the final object of a watch's
+    DELETED event), in the order they went. They are never acted on: a pod that goes without any other
+    event (events coalesced, a relist) leaves only this trace, and its failover is counted for the
+    disruption that trace shows (``dynamic.vanished_reason``) rather than as a plain deletion.
     """
     if not isinstance(job, dict):
         return Decision((), (), (), {}, None)
@@ -74,7 +80,7 @@ def decide(
     errors = validate(job) or validate_pod_count(job, config.max_pods_per_job)
     if errors:
         return finish.invalid(job_input(job, old_status, [], [], now, config, pod_group), summarize(errors))
-    inp = pass_input(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes)
+    inp = pass_input(defaulted(job), old_status, pods, services, now, config, pod_group, priority_classes, departed)
     return _decide_valid(inp)
 
 
@@ -230,4 +236,5 @@ def _dynamic_workers(inp: PassInput, out: Outputs, limit: int, new_records: dict
         timer=lambda seconds: out.timers.extend(timer(seconds)),
         exited_fact=lambda pod, into: exited_fact(inp, pod, into),
         new_records=new_records,
+        departed=inp.departed[api.WORKER],
     )

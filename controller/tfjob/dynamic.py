@@ -187,6 +187,26 @@ DESCRIPTIONS = {
 }
 
 
+def vanished_reason(record: WorkerRecord | None, departed: dict[str, Any] | None) -> str:
+    """Why a pod of an index went without our seeing it go, in the failover vocabulary: the disruption its
+    last known state shows, else ``Deleted``.
+
+    ``departed`` is the last pod of the index whose deletion the controller saw (the final object of its
+    watch event). When events coalesce, or a relist stands in for missed ones, a pod evicted through the
+    Eviction API can reach us only as that deletion: its final object still carries the ``DisruptionTarget``
+    condition (or the kubelet's ``Evicted`` reason), so the failover is counted for what happened, not as a
+    deletion. A departed pod created no later than the index's last failover is the pod that failover
+    already counted (or an older one), never the one missing now, and says nothing."""
+    if departed is None:
+        return api.FAILOVER_DELETED
+    if record is not None and record.last_failover_time is not None:
+        created = parse_time(podlib.metadata(departed).get("creationTimestamp"))
+        counted = parse_time(record.last_failover_time)
+        if created is None or counted is None or created <= counted:
+            return api.FAILOVER_DELETED
+    return podlib.disruption(departed) or api.FAILOVER_DELETED
+
+
 def exit_text(pod: dict[str, Any]) -> str:
     """How a failed pod ended, for an event: "exited with code 3", "was OOM-killed (exit code 137)"."""
     code = podlib.exit_code(pod)
@@ -205,7 +225,8 @@ class DynamicWorkers:
     this pass writes (an index without one has nothing to remember). The decision it is part of
     provides ``create`` (create the pod, and its service if missing, of an index; False when this
     pass's creation budget is spent), ``timer`` (wake the job again in that many seconds) and
-    ``exited_fact`` (the ``ExitedWithCode`` event of a pod that ended).
+    ``exited_fact`` (the ``ExitedWithCode`` event of a pod that ended); ``departed`` holds, by index, the
+    last pod whose deletion the controller saw (:func:`vanished_reason`).
 
     One index, one pass (:meth:`step`), by what the cache shows for its slot:
 
@@ -213,7 +234,7 @@ class DynamicWorkers:
     pod of the index                               record              decision
     =============================================  ==================  ==========================================
     none, no service, no record                    --                  create its first pod
-    none, service left or a record                 not Replacing       failover ``Deleted`` -> Replacing
+    none, service left or a record                 not Replacing       failover (``vanished_reason``) -> Replacing
     none                                           Replacing           create once the back-off is over -> Replaced
     terminating, no service, no record             --                  nothing: removed by us (scale-down, suspend)
     terminating                                    Replacing this pod  wait for it to go (our own deletion)
@@ -245,6 +266,7 @@ class DynamicWorkers:
     timer: Callable[[float], None]
     exited_fact: Callable[[dict[str, Any], Outputs], None]
     new_records: dict[int, WorkerRecord] = field(default_factory=dict)
+    departed: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def reconcile(
         self,
@@ -332,7 +354,8 @@ class DynamicWorkers:
             if not vanished:
                 self.create(index, out)  # a fresh slot: first pod of this index
                 return None
-            record = self._failover(index, record, api.FAILOVER_DELETED, "was deleted", None, out)
+            reason = vanished_reason(record, self.departed.get(index))
+            record = self._failover(index, record, reason, DESCRIPTIONS[reason], None, out)
         due = parse_time(record.retry_after)
         if due is not None and self.now_ts < due:
             self.timer(due - self.now_ts)

@@ -253,11 +253,18 @@ class Cluster:
     job_deleted: bool = False
     pod_group: dict[str, Any] | None = None  # gang scheduling: the job's PodGroup as the API holds it
     priority_classes: dict[str, int] = field(default_factory=dict)
+    # The pods whose deletion the controller saw, as last seen, in the order they went (its pods watch's
+    # DELETED events): every pod removed here, by a decision or by the test.
+    departed: list[dict[str, Any]] = field(default_factory=list)
 
     def decide(self, now: datetime = NOW) -> Decision:
         """decide() on the stored objects -- and, every time, on the objects as the controller's
         informers cache them (controller.tfjob.trim), which must give the very same decision."""
-        gang = {"pod_group": copy.deepcopy(self.pod_group), "priority_classes": dict(self.priority_classes)}
+        gang = {
+            "pod_group": copy.deepcopy(self.pod_group),
+            "priority_classes": dict(self.priority_classes),
+            "departed": copy.deepcopy(self.departed),
+        }
         decision = decide(
             copy.deepcopy(self.job), copy.deepcopy(self.pods), copy.deepcopy(self.services), now, self.config, **gang
         )
@@ -272,12 +279,15 @@ class Cluster:
         assert trimmed == decision, "decide() differs on the trimmed (cached) pods and services"
         return decision
 
-    def apply(self, decision: Decision) -> None:
+    def apply(self, decision: Decision, now: datetime | None = None) -> None:
+        """Apply ``decision``'s actions and status; pods created get ``now`` as their creationTimestamp."""
         for action in decision.actions:
             if isinstance(action, CreatePod):
                 pod = copy.deepcopy(action.pod)
                 assert self.pod(pod["metadata"]["name"]) is None, f"duplicate create of {pod['metadata']['name']}"
                 pod["metadata"]["uid"] = f"pod-uid-{next(_uids)}"
+                if now is not None:
+                    pod["metadata"]["creationTimestamp"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
                 pod["status"] = {"phase": "Pending"}
                 self.pods.append(pod)
             elif isinstance(action, DeletePod):
@@ -286,7 +296,7 @@ class Cluster:
                 if pod["status"].get("phase") in ("Pending", "Succeeded", "Failed") and not pod["metadata"].get(
                     "finalizers"
                 ):
-                    self.pods.remove(pod)
+                    self.remove_pod(action.name)
                 else:
                     pod["metadata"]["deletionTimestamp"] = ts(30)
             elif isinstance(action, CreateService):
@@ -315,7 +325,7 @@ class Cluster:
 
     def step(self, now: datetime = NOW) -> Decision:
         decision = self.decide(now)
-        self.apply(decision)
+        self.apply(decision, now)
         return decision
 
     def pod(self, name: str) -> dict[str, Any] | None:
@@ -353,9 +363,11 @@ class Cluster:
         pod["metadata"].setdefault("annotations", {}).update(annotations)
 
     def remove_pod(self, name: str) -> None:
+        """Pod ``name`` is gone, and the controller saw it go (as it was last)."""
         pod = self.pod(name)
         assert pod is not None, name
         self.pods.remove(pod)
+        self.departed.append(copy.deepcopy(pod))
 
     def terminate_pod(self, name: str, **status: Any) -> None:
         pod = self.pod(name)

@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controller.runtime.cache import DeletedFinalStateUnknown
+from controller.tfjob import api
 from controller.tfjob.controller import TFJobController
 
 KEY = "ns/job"
@@ -71,3 +72,24 @@ def test_a_tombstone_settles_the_delete() -> None:
     ctl.expectations.expect_delete(KEY, "uid-0", "Service")
     ctl.services._dispatch_delete(DeletedFinalStateUnknown("ns/job-worker-0", child("job-worker-0", "uid-0")))
     assert ctl.expectations.pending_until(KEY) is None
+
+
+def labelled(name: str, uid: str, replica_type: str, index: int, **meta: Any) -> dict[str, Any]:
+    pod = child(name, uid, **meta)
+    pod["metadata"]["labels"] = {api.LABEL_REPLICA_TYPE: replica_type, api.LABEL_REPLICA_INDEX: str(index)}
+    return pod
+
+
+def test_a_deleted_pod_is_kept_as_the_last_departed_of_its_slot_until_the_job_goes() -> None:
+    """The final object of a pod's deletion (watch event or tombstone) is what a later pass reads to say why a
+    pod it never saw go went; one per (type, index), the latest; services are not kept; a deleted job drops them."""
+    ctl = controller()
+    ctl.pods._dispatch_delete(labelled("job-ps-0", "uid-a", "ps", 0, deletionTimestamp="t"))
+    ctl.pods._dispatch_delete(DeletedFinalStateUnknown("ns/job-ps-0", labelled("job-ps-0", "uid-b", "ps", 0)))
+    ctl.pods._dispatch_delete(labelled("job-worker-1", "uid-c", "worker", 1))
+    ctl.pods._dispatch_delete(child("job-unlabelled", "uid-d"))
+    ctl.services._dispatch_delete(labelled("job-ps-1", "uid-e", "ps", 1))
+    kept = {slot: pod["metadata"]["uid"] for slot, pod in ctl._departed[KEY].items()}
+    assert kept == {("ps", 0): "uid-b", ("worker", 1): "uid-c"}
+    ctl.jobs._dispatch_delete(child("job", "job-uid"))
+    assert KEY not in ctl._departed

@@ -161,6 +161,25 @@ def test_decide_never_raises_and_never_exceeds_the_pod_cap(data: st.DataObject) 
 
 
 @FUZZ
+@given(st.data())
+def test_departed_pods_are_never_acted_on(data: st.DataObject) -> None:
+    """The pods whose deletion the controller saw (any shape, this job's or not) only ever change why a
+    failover is recorded: the same actions as without them, and decide stays total and pure."""
+    job = data.draw(jobs())
+    pods, services = data.draw(children(job))
+    departed, _ = data.draw(children(job))
+    if departed and data.draw(st.booleans()):
+        first = departed[0]
+        if isinstance(first, dict) and isinstance(first.get("metadata"), dict):
+            first["metadata"]["creationTimestamp"] = data.draw(st.one_of(json_values, st.just("2020-01-01T00:00:09Z")))
+    before = copy.deepcopy((job, pods, services, departed))
+    decision = decide(job, pods, services, NOW, CONFIG, departed=departed)
+    assert (job, pods, services, departed) == before, "decide must not mutate its inputs"
+    assert decision.actions == decide(job, pods, services, NOW, CONFIG).actions
+    assert decide(job, pods, services, NOW, CONFIG, departed=departed) == decision
+
+
+@FUZZ
 @given(
     workers=st.integers(1, 40),
     ps=st.integers(0, 40),

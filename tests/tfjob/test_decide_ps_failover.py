@@ -23,9 +23,11 @@ from .builders import (
     deleted_pod_names,
     disruption_condition,
     event_reasons,
+    failover_events,
     make_job,
     running_cluster,
     ts,
+    workers_status,
 )
 
 PS0 = "test-tfjob-ps-0"
@@ -158,6 +160,70 @@ def test_with_two_ps_only_the_lost_one_is_replaced() -> None:
     cluster.remove_pod(PS0)
     assert created_pod_names(cluster.step(at(11))) == [PS0]
     assert {n: u for n, u in uids(cluster, "").items() if n != PS0} == others
+
+
+# --- a disruption seen only as the pod's deletion -------------------------------------------------------------
+# Events coalesced, or a relist standing in for missed ones: the controller never saw the pod disrupted or
+# terminating, only its deletion, whose final object still shows why it went.
+def gone_unseen(cluster: Cluster, name: str, cause: str) -> None:
+    lose(cluster, name, cause)
+    if cluster.pod(name) is not None:  # "vanished" is gone already
+        cluster.remove_pod(name)
+
+
+@pytest.mark.parametrize("cause", sorted(DISRUPTIONS))
+def test_a_ps_gone_unseen_is_failed_over_for_what_its_last_state_shows(cause: str) -> None:
+    cluster = running_cluster(restart_policy="OnFailure")
+    gone_unseen(cluster, PS0, cause)
+    decision = cluster.step(at(10))
+    [event] = [e for e in decision.events if e.reason == "PSFailover"]
+    assert f"({DISRUPTIONS[cause]})" in event.message, event.message
+    assert [m.labels[-1] for m in decision.metrics] == [("reason", DISRUPTIONS[cause])]
+    record = cluster.job["status"]["dynamicWorkers"]["parameterServers"]["0"]
+    assert record["failovers"] == 1 and record["lastReason"] == DISRUPTIONS[cause]
+    assert_still_running(decision.status)
+
+
+@pytest.mark.parametrize("cause", sorted(DISRUPTIONS))
+def test_a_worker_gone_unseen_is_failed_over_for_what_its_last_state_shows(cause: str) -> None:
+    cluster = running_cluster(restart_policy="OnFailure")
+    gone_unseen(cluster, "test-tfjob-worker-1", cause)
+    decision = cluster.step(at(10))
+    [event] = failover_events(decision)
+    assert f"({DISRUPTIONS[cause]})" in event.message, event.message
+    assert workers_status(cluster)["1"]["lastReason"] == DISRUPTIONS[cause]
+    assert created_pod_names(decision) == [], "the failover is recorded before the replacement is created"
+    assert created_pod_names(cluster.step(at(11))) == ["test-tfjob-worker-1"]
+
+
+def test_a_departed_pod_a_failover_already_counted_says_nothing_of_the_next_loss() -> None:
+    """The evicted PS is seen and counted; its replacement (created a second later) then goes without any
+    event reaching the controller: the evicted pod is still the last departed one of the index, but it is
+    older than the failover, so the new loss is a deletion, not a second eviction."""
+    cluster = running_cluster(restart_policy="OnFailure")
+    lose(cluster, PS0, "evicted")
+    assert event_reasons(cluster.step(at(10))).count("PSFailover") == 1
+    cluster.remove_pod(PS0)
+    assert created_pod_names(cluster.step(at(11))) == [PS0]
+    cluster.run_all()
+    cluster.step(at(12))
+    replacement = cluster.pod(PS0)
+    assert replacement is not None
+    cluster.pods.remove(replacement)  # gone, its deletion never delivered
+    decision = cluster.step(at(20))
+    [event] = [e for e in decision.events if e.reason == "PSFailover"]
+    assert "(Deleted)" in event.message and "(failover 2)" in event.message, event.message
+    assert cluster.job["status"]["dynamicWorkers"]["parameterServers"]["0"]["lastReason"] == "Deleted"
+
+
+def test_a_departed_pod_of_another_job_says_nothing() -> None:
+    """A departed pod is used only if the job controls it (by uid): an earlier job of the same name's
+    evicted PS does not make this one's loss an eviction."""
+    cluster = running_cluster(restart_policy="OnFailure")
+    gone_unseen(cluster, PS0, "evicted")
+    cluster.departed[-1]["metadata"]["ownerReferences"][0]["uid"] = "uid-of-an-earlier-job"
+    [event] = [e for e in cluster.step(at(10)).events if e.reason == "PSFailover"]
+    assert "(Deleted)" in event.message, event.message
 
 
 # --- PS x own failure: upstream's rules for its restartPolicy ---------------------------------------------------

@@ -80,6 +80,7 @@ class PassInput(JobInput):
     recorded_members: tuple[int, ...] | None
     pod_slots: dict[str, Slots]
     service_slots: dict[str, Slots]
+    departed: dict[str, dict[int, dict[str, Any]]]
     tf_configs: tfconfig.TFConfigs
 
     def replicas(self, replica_type: str) -> int:
@@ -187,9 +188,11 @@ def pass_input(
     config: DecideConfig,
     pod_group: dict[str, Any] | None = None,
     priority_classes: Mapping[str, int] | None = None,
+    departed: Any = None,
 ) -> PassInput:
     """The input of a pass over a *defaulted, validated* ``job``: :func:`job_input` plus the replica
-    specs and the children grouped by (replica type, index), those without our labels left out."""
+    specs and the children grouped by (replica type, index), those without our labels left out, and
+    the last departed pod of each slot (``departed`` in order of deletion: the later one wins)."""
     common = _common_fields(job, old_status, pods, services, now, config, pod_group, priority_classes)
     spec = job["spec"]
     specs: dict[str, dict[str, Any]] = spec[api.SPEC_REPLICA_SPECS]
@@ -209,6 +212,10 @@ def pass_input(
         recorded_members=memberlib.recorded(old_status) if dynamic else None,
         pod_slots=_slots(common["pods"], types),
         service_slots=_slots(common["services"], types),
+        departed={
+            t: {i: slot[-1] for i, slot in by_index.items()}
+            for t, by_index in _slots(_owned(departed, common["uid"]), types).items()
+        },
         tf_configs=tfconfig.TFConfigs(job, config.cluster_domain),
     )
 

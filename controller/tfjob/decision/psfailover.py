@@ -23,7 +23,7 @@ from typing import Any
 from .. import api, tfconfig
 from .. import pods as podlib
 from ..actions import DeletePod, Event, MetricInc
-from ..dynamic import DESCRIPTIONS, OWN_FAILURES, WorkerRecord
+from ..dynamic import DESCRIPTIONS, OWN_FAILURES, WorkerRecord, vanished_reason
 from ..outputs import Outputs
 from .inputs import PassInput
 from .restarts import exited_fact
@@ -109,8 +109,8 @@ def _step(
     if pod is None:
         if record is not None and record.state == api.WORKER_STATE_REPLACING:
             return record  # upstream's pass creates the missing index
-        if has_service:  # the pod went without our seeing it go
-            return _failover(inp, index, record, api.FAILOVER_DELETED, None, out)
+        if has_service:  # the pod went without our seeing it go: its last known state says why
+            return _failover(inp, index, record, vanished_reason(record, inp.departed[api.PS].get(index)), None, out)
         return record
     uid = podlib.uid(pod)
     if record is not None and record.state == api.WORKER_STATE_REPLACING:
@@ -123,12 +123,12 @@ def _step(
         if not has_service:
             return record  # removed by us with its service (suspend): leaving, not disrupted
         return _failover(inp, index, record, podlib.disruption(pod) or api.FAILOVER_DELETED, pod, out)
-    reason = podlib.disruption(pod)
-    if reason is None:
+    disrupted = podlib.disruption(pod)
+    if disrupted is None:
         return record  # healthy, or failed by its own exit: upstream's rules
     out.deletions.append(DeletePod(podlib.name(pod) or "", uid, api.DELETE_FAILOVER))
     exited_fact(inp, pod, out)  # an evicted pod's container was killed: its code is reported, as a worker's
-    return _failover(inp, index, record, reason, pod, out)
+    return _failover(inp, index, record, disrupted, pod, out)
 
 
 def _failover(
