@@ -239,11 +239,19 @@ class Controller:
         self.env = env
         self.process = ControllerProcess(*self.args, env=env)
         self.killed = False
+        self.starting = False  # start() is at work: it reports a process that does not come up itself
 
     async def start(self, attempts: int = 5, timeout: float = 60.0) -> Controller:
         """Start the process and wait until its health endpoint answers. Its metrics and health ports are picked
         free beforehand, and another process on the machine may take one meanwhile: then it exits with "address
         already in use", and it is started again on other ports."""
+        self.starting = True
+        try:
+            return await self._start(attempts, timeout)
+        finally:
+            self.starting = False
+
+    async def _start(self, attempts: int, timeout: float) -> Controller:
         async with aiohttp.ClientSession() as session:
             for _ in range(attempts):
                 await self.process.start()
@@ -476,9 +484,11 @@ class World:
             await asyncio.sleep(OBSERVE_INTERVAL)
 
     def check_processes(self) -> None:
-        """RunError if a controller process ended that nobody killed (it could not start, it crashed)."""
+        """RunError if a controller process ended that nobody killed (it crashed). One still being started is
+        left to its start(), which says why it did not come up: before its process is spawned (a successor
+        started while the action runs) it is not alive, and it has not exited either."""
         for controller in self.controllers:
-            if not controller.alive and not controller.killed:
+            if not controller.alive and not controller.killed and not controller.starting:
                 tail = "\n".join(controller.log_text().splitlines()[-5:])
                 raise RunError(f"{self.scenario.name}: controller {controller.label} exited by itself: {tail}")
 
