@@ -12,19 +12,32 @@ such caches are legal:
 
 Acting on such a view re-creates what the user removed on purpose, or counts a failover again, and the job's
 resourceVersion does not stop it: it is a precondition of the status write only, and the pod writes are not
-conditional on the job. So a pass that would create a pod or a service, record a failover, or write anything
-at all for a job this process has not confirmed yet, first reads the job and its pods from the server (two LISTs
-without a resourceVersion: consistent reads, never served from a cache) and goes on only if the caches
-show the same: the job at the same resourceVersion, no pod more or less and, for a job's first confirmation in the
-process, every pod at the same resourceVersion too (a first status computed from a pod's older phase would be
-written on a view the server has moved past). Otherwise the pass does nothing and the job is retried
-(rate-limited) once the caches catch up; the event that brings a cache up to date requeues the job anyway. Later
-confirmations only ask that the cache miss no pod the server has: a pod being evicted changes, or goes, between
-the cache and the list, and waiting for the cache would lose what it shows (the eviction, then recorded as a
-plain deletion); acting on a pod that is gone is harmless (a deletion is conditional on its uid).
+conditional on the job. So a pass that would record a failover, or write anything at all for a job this process
+has not confirmed yet, first reads the job and its pods from the server (LISTs without a resourceVersion:
+consistent reads, never served from a cache) and goes on only if the caches show the same: the job at the same
+resourceVersion, no pod more or less and, for a job's first confirmation in the process, every pod at the same
+resourceVersion too (a first status computed from a pod's older phase would be written on a view the server has
+moved past). Otherwise the pass does nothing and the job is retried (rate-limited) once the caches catch up; the
+event that brings a cache up to date requeues the job anyway. Later confirmations only ask that the cache miss no
+pod the server has: a pod being evicted changes, or goes, between the cache and the list, and waiting for the
+cache would lose what it shows (the eviction, then recorded as a plain deletion); acting on a pod that is gone is
+harmless (a deletion is conditional on its uid).
 
-Cost: two reads per pass that creates or records a failover (a job's start, a failover, a scale-up), and per job
-once per process; a converged job, a status update and a scale-down cost none.
+What is not confirmed, and why that is safe:
+
+- a pass that only creates, for a job already confirmed in this process: its jobs view is a live watch (no older
+  than ordinary watch lag, which every controller lives with), so what the user removed on purpose is in the job
+  (``workersToDelete``, the recorded members) and is not created again; a pod the pods cache misses for any other
+  reason is either recorded as a failover (confirmed) or a fresh slot, whose creation the server answers with
+  AlreadyExists, which changes nothing;
+- the pods of a job that no pass has written yet (the server's job, at the cached version, has no status): no
+  record or count can be taken twice from them, and a status computed from a pod phase the cache has not caught
+  up with is corrected by the pass its event brings.
+
+Cost: one read (the job, by name: a field selector, cheap) for a job's first write in the process when the job
+is new; two (the job, and its pods by label) for the first write on a job that has a status, and for every pass
+that records a failover. A converged job, a creation, a status update and a scale-down on a confirmed job cost
+none. docs/benchmarks/confirm.md measures it.
 """
 
 from __future__ import annotations
@@ -35,17 +48,14 @@ from controller.runtime.cache import controller_ref
 from controller.runtime.client import PODS, ApiClient, Resource
 from controller.tfjob import api
 from controller.tfjob import pods as podlib
-from controller.tfjob.actions import CreatePod, CreateService, Decision
+from controller.tfjob.actions import Decision
 
 FAILOVER_METRICS = frozenset({api.METRIC_WORKER_FAILOVERS, api.METRIC_REPLICA_FAILOVERS})
 
 
-def acts_on_absence(decision: Decision) -> bool:
-    """Whether ``decision`` creates a pod or a service, or records a failover: what it would do on a cache that
-    is missing an object the server has."""
-    return any(isinstance(a, CreatePod | CreateService) for a in decision.actions) or any(
-        m.name in FAILOVER_METRICS for m in decision.metrics
-    )
+def records_failover(decision: Decision) -> bool:
+    """Whether ``decision`` records a failover: what a pods cache behind the server would make it count again."""
+    return any(m.name in FAILOVER_METRICS for m in decision.metrics)
 
 
 def writes(job: dict[str, Any], decision: Decision) -> bool:
@@ -64,16 +74,17 @@ class ViewCheck:
 
     def needed(self, key: str, job: dict[str, Any], decision: Decision) -> bool:
         """Whether ``decision`` on ``job`` must be confirmed before it is applied."""
-        return acts_on_absence(decision) or (key not in self.confirmed and writes(job, decision))
+        return records_failover(decision) or (key not in self.confirmed and writes(job, decision))
 
     def forget(self, key: str) -> None:
         """The job is gone: a job re-created under its name is confirmed afresh."""
         self.confirmed.discard(key)
 
     async def current(self, key: str, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-        """Whether the server has ``job`` at its cached resourceVersion and, among the pods the job controls, exactly
-        ``pods`` at their cached resourceVersions (a job not confirmed yet) or no pod missing from ``pods`` (a
-        confirmed one). True marks the job confirmed."""
+        """Whether the server has ``job`` at its cached resourceVersion and, among the pods the job controls,
+        exactly ``pods`` at their cached resourceVersions (a job not confirmed yet, unless the server's has no
+        status: then its pods are not read) or no pod missing from ``pods`` (a confirmed one). True marks the job
+        confirmed."""
         meta = job.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
         # A LIST narrowed to the job's name rather than a GET: the same consistent read, within the verbs the
@@ -82,6 +93,9 @@ class ViewCheck:
         found = [j for j in _items(jobs) if j.get("metadata", {}).get("uid") == uid]
         if not found or found[0].get("metadata", {}).get("resourceVersion") != meta.get("resourceVersion"):
             return False  # deleted (its delete event is on its way), or changed since the cache saw it
+        if key not in self.confirmed and not found[0].get("status"):
+            self.confirmed.add(key)  # no pass has written it: nothing its pods could make us count twice
+            return True
         label = podlib.job_name_label_value(name)
         selector = f"{self.pod_selector},{api.LABEL_JOB_NAME}={label}"
         listed = await self.client.list(PODS, namespace=namespace, label_selector=selector)

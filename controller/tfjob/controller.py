@@ -26,8 +26,8 @@ mean forever):
   metrics are emitted only after its write succeeded, so no failover is counted twice. A decision
   made on a pods cache that lags behind our own writes is prevented by the expectations above; one
   that lags for any other reason (a first view served from a watch cache, a pods watch behind the
-  jobs watch) is caught before a pass creates or records a failover, and before a job's first
-  write in this process, by confirming the caches with consistent reads (confirm.py).
+  jobs watch) is caught before a pass records a failover, and before a job's first write in this
+  process, by confirming the caches with consistent reads (confirm.py).
 - **Confirmed jobs** (``view.confirmed``) only say that a job's first write in this process was
   checked; a deleted job drops its key.
 - **Departed pods** (``_departed``): per job, the last pod of each (type, index) whose deletion the
