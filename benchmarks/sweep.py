@@ -75,6 +75,7 @@ class Row:
 @dataclass
 class Sweep:
     started: str
+    commit: str  # the tree's commit when the sweep started (every process it starts runs that tree)
     rows: list[Row] = field(default_factory=list)
     baselines: dict[str, list[str]] = field(default_factory=dict)
     stories: list[tuple[int, int, list[str]]] = field(default_factory=list)  # seed, steps, mismatch
@@ -164,7 +165,7 @@ async def sweep_stories(count: int, workdir: Path, result: Sweep, say: Callable[
 
 
 async def run(args: argparse.Namespace, say: Callable[[str], None]) -> Sweep:
-    result = Sweep(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    result = Sweep(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), commit())
     started = time.monotonic()
     kinds = set(args.only.split(",")) if args.only else set(KINDS)
     names = args.scenarios.split(",") if args.scenarios else list(SCENARIOS)
@@ -178,8 +179,10 @@ async def run(args: argparse.Namespace, say: Callable[[str], None]) -> Sweep:
 
 
 def commit() -> str:
+    """The short commit of the tree, "+ changes" if it has uncommitted ones, or "unknown" outside a checkout."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    return head.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    return (head.strip() or "unknown") + (" + changes" if head.strip() and dirty.strip() else "")
 
 
 def render(result: Sweep, command: str) -> str:
@@ -188,7 +191,7 @@ def render(result: Sweep, command: str) -> str:
     lines = [
         BEGIN,
         "",
-        f"Written by `{command}` on {result.started}, commit {commit()} (the tree it ran), {os.cpu_count()} CPUs,",
+        f"Written by `{command}` on {result.started}, commit {result.commit} (the tree it ran), {os.cpu_count()} CPUs,",
         f"load average {load[0]:.1f} at the end: **{len(rows)} perturbed runs and {len(result.stories)} spec stories "
         f"in {result.seconds / 60:.1f} minutes**; {sum(r.passed for r in rows)} runs passed, "
         f"{len(result.failed())} failed, {len(result.failed_stories())} stories failed; {len(result.errors)} runs "
