@@ -30,13 +30,15 @@ What is not confirmed, and why that is safe:
   (``workersToDelete``, the recorded members) and is not created again; a pod the pods cache misses for any other
   reason is either recorded as a failover (confirmed) or a fresh slot, whose creation the server answers with
   AlreadyExists, which changes nothing;
-- the pods of a job that no pass has written yet (the server's job, at the cached version, has no status): no
-  record or count can be taken twice from them, and a status computed from a pod phase the cache has not caught
-  up with is corrected by the pass its event brings.
+- the pods of a job that no pass has written yet (the server's job, at the cached version, has no status), for
+  a pass that records no failover: it has no record or count to take twice, and a status computed from a pod
+  phase the cache has not caught up with is corrected by the pass its event brings. A pass that would record a
+  failover reads them all the same: a pod its cache misses (a controller that died before the job's first status
+  write had created it) would otherwise be counted as a worker or PS that vanished.
 
-Cost: one read (the job, by name: a field selector, cheap) for a job's first write in the process when the job
-is new; two (the job, and its pods by label) for the first write on a job that has a status, and for every pass
-that records a failover. A converged job, a creation, a status update and a scale-down on a confirmed job cost
+Cost: one read (the job, by name: a field selector, cheap) for a new job's first write in the process; two (the
+job, and its pods by label) for the first write on a job that has a status, and for every pass that records a
+failover. A converged job, a creation, a status update and a scale-down on a confirmed job cost
 none. docs/benchmarks/confirm.md measures it.
 """
 
@@ -80,11 +82,13 @@ class ViewCheck:
         """The job is gone: a job re-created under its name is confirmed afresh."""
         self.confirmed.discard(key)
 
-    async def current(self, key: str, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    async def current(
+        self, key: str, job: dict[str, Any], pods: list[dict[str, Any]], *, counts_failover: bool = False
+    ) -> bool:
         """Whether the server has ``job`` at its cached resourceVersion and, among the pods the job controls,
-        exactly ``pods`` at their cached resourceVersions (a job not confirmed yet, unless the server's has no
-        status: then its pods are not read) or no pod missing from ``pods`` (a confirmed one). True marks the job
-        confirmed."""
+        exactly ``pods`` at their cached resourceVersions (a job not confirmed yet; its pods are not read when the
+        server's job has no status and the pass does not record a failover: ``counts_failover``) or no pod missing
+        from ``pods`` (a confirmed one). True marks the job confirmed."""
         meta = job.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace", "")), str(meta.get("name", "")), meta.get("uid")
         # A LIST narrowed to the job's name rather than a GET: the same consistent read, within the verbs the
@@ -93,7 +97,7 @@ class ViewCheck:
         found = [j for j in _items(jobs) if j.get("metadata", {}).get("uid") == uid]
         if not found or found[0].get("metadata", {}).get("resourceVersion") != meta.get("resourceVersion"):
             return False  # deleted (its delete event is on its way), or changed since the cache saw it
-        if key not in self.confirmed and not found[0].get("status"):
+        if key not in self.confirmed and not counts_failover and not found[0].get("status"):
             self.confirmed.add(key)  # no pass has written it: nothing its pods could make us count twice
             return True
         label = podlib.job_name_label_value(name)

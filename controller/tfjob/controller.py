@@ -65,7 +65,7 @@ from controller.runtime.served import resource_served, wait_until_served
 from controller.tfjob import api
 from controller.tfjob import gang as ganglib
 from controller.tfjob import pods as podlib
-from controller.tfjob.confirm import ViewCheck
+from controller.tfjob.confirm import ViewCheck, records_failover
 from controller.tfjob.decide import DecideConfig, decide
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
@@ -287,7 +287,11 @@ class TFJobController:
         informer.add_relist_handler(relisted)
 
     def _remember_departed(self, key: str, pod: Obj) -> None:
-        """Keep ``pod`` as the last of its (type, index) to go, for the passes of job ``key``."""
+        """Keep ``pod`` as the last of its (type, index) to go, for the passes of job ``key``: only a dynamic job's
+        failovers read them (a static job's would only hold memory until the job is deleted)."""
+        job = self.jobs.get(key)
+        if job is None or (job.get("spec") or {}).get(api.SPEC_ENABLE_DYNAMIC_WORKER) is not True:
+            return
         replica_type, index = podlib.replica_type_label(pod), podlib.replica_index(pod)
         if replica_type is not None and index is not None:
             self._departed.setdefault(key, {})[(replica_type, index)] = pod
@@ -330,7 +334,9 @@ class TFJobController:
         pod_group = self.pod_groups.get(key) if self.pod_groups is not None else None
         departed = list(self._departed.get(key, {}).values())
         decision = decide(job, pods, services, self._now(), self.decide_config, pod_group=pod_group, departed=departed)
-        if self.view.needed(key, job, decision) and not await self.view.current(key, job, pods):
+        if self.view.needed(key, job, decision) and not await self.view.current(
+            key, job, pods, counts_failover=records_failover(decision)
+        ):
             # The caches are behind the server (confirm.py): acting now could re-create what was removed or count
             # a failover again. Their events bring the job back; the rate-limited retry covers a lost one.
             self.log.info("caches behind the API server; waiting for them", job=key)

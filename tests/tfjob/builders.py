@@ -274,7 +274,7 @@ class Cluster:
             [trim_service(s) for s in self.services],
             now,
             self.config,
-            **gang,
+            **{**gang, "departed": [trim_pod(p) for p in self.departed]},
         )
         assert trimmed == decision, "decide() differs on the trimmed (cached) pods and services"
         return decision

@@ -74,6 +74,20 @@ def test_a_job_no_pass_has_written_is_confirmed_by_the_job_alone(status: dict[st
     assert server.requests == [("list", (TFJOBS, "default", "metadata.name=test-tfjob"))]
 
 
+def test_a_pass_recording_a_failover_reads_the_pods_of_a_job_no_pass_has_written() -> None:
+    """A controller that died before the job's first status write had created worker 0; a pods cache that misses
+    it would count it as a worker that vanished."""
+    job = job_at("7", status={})
+    server = Server({**job}, [make_pod(job, "Worker", 0)])
+    view = ViewCheck(server, TFJOBS, SELECTOR)  # type: ignore[arg-type]
+
+    async def confirm() -> bool:
+        return await view.current("default/test-tfjob", job, [], counts_failover=True)
+
+    assert not anyio.run(confirm)
+    assert [r[1][0] for r in server.requests] == [TFJOBS, PODS]
+
+
 def test_a_cached_job_without_status_the_server_has_written_is_not_confirmed() -> None:
     """A first view from before the job's first pass (it would create every pod, the ones removed since too)."""
     assert not check(Server(job_at("9"), []), job_at("7", status={}), [])

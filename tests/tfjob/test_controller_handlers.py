@@ -84,6 +84,7 @@ def test_a_deleted_pod_is_kept_as_the_last_departed_of_its_slot_until_the_job_go
     """The final object of a pod's deletion (watch event or tombstone) is what a later pass reads to say why a
     pod it never saw go went; one per (type, index), the latest; services are not kept; a deleted job drops them."""
     ctl = controller()
+    ctl.jobs.cache.put(KEY, {**child("job", "job-uid"), "spec": {"enableDynamicWorker": True}})
     ctl.pods._dispatch_delete(labelled("job-ps-0", "uid-a", "ps", 0, deletionTimestamp="t"))
     ctl.pods._dispatch_delete(DeletedFinalStateUnknown("ns/job-ps-0", labelled("job-ps-0", "uid-b", "ps", 0)))
     ctl.pods._dispatch_delete(labelled("job-worker-1", "uid-c", "worker", 1))
@@ -93,3 +94,14 @@ def test_a_deleted_pod_is_kept_as_the_last_departed_of_its_slot_until_the_job_go
     assert kept == {("ps", 0): "uid-b", ("worker", 1): "uid-c"}
     ctl.jobs._dispatch_delete(child("job", "job-uid"))
     assert KEY not in ctl._departed
+
+
+def test_a_static_jobs_deleted_pods_are_not_kept() -> None:
+    """Only a dynamic job's failovers read them; a static job's (or one not in the cache) would only hold memory."""
+    ctl = controller()
+    ctl.jobs.cache.put(KEY, {**child("job", "job-uid"), "spec": {}})
+    ctl.pods._dispatch_delete(labelled("job-worker-0", "uid-a", "worker", 0))
+    other = labelled("other-worker-0", "uid-b", "worker", 0)
+    other["metadata"]["ownerReferences"][0]["name"] = "other"
+    ctl.pods._dispatch_delete(other)
+    assert ctl._departed == {}
