@@ -239,7 +239,7 @@ def render(result: Sweep, command: str) -> str:
                 bad = [r.perturbation.split(":")[2] for r in numbered if not r.passed]
                 lines.append(f"| {scenario} | {mode} | {_ranges(good)} | {', '.join(bad) or '-'} |")
     if result.stories:
-        failed = [s for s in result.stories if s[2]]
+        failed = result.failed_stories()
         lines += [
             "",
             "### Spec stories",
@@ -250,7 +250,7 @@ def render(result: Sweep, command: str) -> str:
         ]
         for seed, _, mismatch in failed:
             lines.append(f"- seed {seed}: `{mismatch[0][:600]}`")
-    failing = [r for r in rows if not r.passed]
+    failing = result.failed()
     if failing:
         lines += ["", "### Failing runs", ""]
         for r in failing:

@@ -51,13 +51,7 @@ from controller.runtime.client import PODS, ApiClient, Resource
 from controller.tfjob import api
 from controller.tfjob import pods as podlib
 from controller.tfjob.actions import Decision
-
-FAILOVER_METRICS = frozenset({api.METRIC_WORKER_FAILOVERS, api.METRIC_REPLICA_FAILOVERS})
-
-
-def records_failover(decision: Decision) -> bool:
-    """Whether ``decision`` records a failover: what a pods cache behind the server would make it count again."""
-    return any(m.name in FAILOVER_METRICS for m in decision.metrics)
+from controller.tfjob.decision.effects import records_failover
 
 
 def writes(job: dict[str, Any], decision: Decision) -> bool:

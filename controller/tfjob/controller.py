@@ -65,8 +65,9 @@ from controller.runtime.served import resource_served, wait_until_served
 from controller.tfjob import api
 from controller.tfjob import gang as ganglib
 from controller.tfjob import pods as podlib
-from controller.tfjob.confirm import ViewCheck, records_failover
+from controller.tfjob.confirm import ViewCheck
 from controller.tfjob.decide import DecideConfig, decide
+from controller.tfjob.decision.effects import records_failover
 from controller.tfjob.executor import POD_KIND, SERVICE_KIND, TFJOBS, Executor
 from controller.tfjob.expectations import Expectations
 from controller.tfjob.foreign import DEFAULT_HOLD, ForeignWriters

@@ -67,9 +67,10 @@ def decide(
     ignored otherwise.
 
     ``departed`` are pods of the job whose deletion was seen, as last seen (the final object of a watch's
-    DELETED event), in the order they went. They are never acted on: a pod that goes without any other
-    event (events coalesced, a relist) leaves only this trace, and its failover is counted for the
-    disruption that trace shows (``dynamic.vanished_reason``) rather than as a plain deletion.
+    DELETED event), the latest of each (replica type, index); of two for one slot, the later in the list
+    counts. They are never acted on: a pod that goes without any other event (events coalesced, a relist)
+    leaves only this trace, and its failover is counted for the disruption that trace shows
+    (``dynamic.vanished_reason``) rather than as a plain deletion.
     """
     if not isinstance(job, dict):
         return Decision((), (), (), {}, None)

@@ -287,7 +287,7 @@ class Cluster:
                 assert self.pod(pod["metadata"]["name"]) is None, f"duplicate create of {pod['metadata']['name']}"
                 pod["metadata"]["uid"] = f"pod-uid-{next(_uids)}"
                 if now is not None:
-                    pod["metadata"]["creationTimestamp"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    pod["metadata"]["creationTimestamp"] = ts(0, now)
                 pod["status"] = {"phase": "Pending"}
                 self.pods.append(pod)
             elif isinstance(action, DeletePod):

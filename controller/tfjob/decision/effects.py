@@ -79,8 +79,9 @@ def decision(
 FAILOVER_METRICS = frozenset({api.METRIC_WORKER_FAILOVERS, api.METRIC_REPLICA_FAILOVERS})
 
 
-def records_failover(effects: Effects) -> bool:
-    """Whether this pass records a failover (of a worker or a PS of a dynamic job): its status, which holds the
+def records_failover(effects: Effects | Decision) -> bool:
+    """Whether this pass (its effects, or the decision they became) records a failover (of a worker or a PS of a
+    dynamic job). confirm.py reads the caches again before such a pass. Its status, which holds the
     failover record (the pod it is about, why, the counts that set the back-off), is then written first.
 
     Written after the pass's pod writes, a process killed between them would leave its successor only the pods to
