@@ -114,7 +114,12 @@ async def resumes_from_the_checkpoint(tasks: Callable[..., Tasks], tmp_path: Pat
     # beyond one checkpoint interval.
     assert step == int(SAVED.findall(before)[-1][0]), w0
     assert "event=reconnected worker=0" in after(w0, "event=ps-lost"), w0
-    assert JOINED.findall(after(w0, "event=restored"))[0] == str(step), w0
+    # Worker 0 logs `restored` before it sets the readiness flag and reads the step it joins at: wait for
+    # the joined line rather than expect it in the output that held `restored`.
+    joined = await eventually(
+        lambda: JOINED.findall(after(job.out("w0"), "event=restored")), START, interval=0.2, what="worker 0 joins"
+    )
+    assert joined[0] == str(step), job.out("w0")
 
     # Worker 1 trains again, and only on the restored model: its first step after reconnecting is not below it.
     def worker_1_steps_again() -> list[int]:
