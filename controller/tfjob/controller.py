@@ -30,6 +30,9 @@ mean forever):
   process, by confirming the caches with consistent reads (confirm.py).
 - **Confirmed jobs** (``view.confirmed``) only say that a job's first write in this process was
   checked; a deleted job drops its key.
+- All of the above is keyed by the job's namespace/name. A job deleted and re-created under the
+  same name while the jobs watch was down reaches the handlers as an update to a new uid, not as a
+  deletion; that update drops the old job's state as the deletion would have.
 - **Departed pods** (``_departed``): per job, the last pod of each (type, index) whose deletion the
   pods watch delivered, as it was last seen. They only tell a later pass *why* a pod went that it saw
   go without any earlier event (a disruption counted as such, not as a plain deletion); they are never
@@ -213,18 +216,24 @@ class TFJobController:
     def _wire_handlers(self) -> None:
         enqueue = self.controller.queue.add
 
-        def job_changed(obj: Obj, *_: Obj) -> None:
+        def job_added(obj: Obj) -> None:
             enqueue(object_key(obj))
+
+        def job_updated(old: Obj, new: Obj) -> None:
+            # A relist can show the name re-created under a new uid (the old job deleted and a new one
+            # created while the watch was down): an update, with no tombstone for the old job. The new
+            # job starts with nothing remembered, as if the deletion had been seen.
+            key = object_key(new)
+            if podlib.uid(old) != podlib.uid(new):
+                self._forget(key)
+            enqueue(key)
 
         def job_deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
             key = object_key(obj)  # a tombstone's key is its stored key
-            self.expectations.forget(key)
-            self._written.pop(key, None)
-            self._departed.pop(key, None)
-            self.view.forget(key)
+            self._forget(key)
             enqueue(key)
 
-        self.jobs.add_handler(job_changed, job_changed, job_deleted)
+        self.jobs.add_handler(job_added, job_updated, job_deleted)
         for informer, kind in ((self.pods, POD_KIND), (self.services, SERVICE_KIND)):
             self._wire_child(informer, kind, enqueue)
         if self.pod_groups is not None:
@@ -287,11 +296,23 @@ class TFJobController:
         informer.add_handler(added, updated, deleted)
         informer.add_relist_handler(relisted)
 
+    def _forget(self, key: str) -> None:
+        """Drop what this process remembers of the job under ``key``: that job is gone (deleted, or replaced by
+        a new one under its name)."""
+        self.expectations.forget(key)
+        self._written.pop(key, None)
+        self._departed.pop(key, None)
+        self.view.forget(key)
+
     def _remember_departed(self, key: str, pod: Obj) -> None:
         """Keep ``pod`` as the last of its (type, index) to go, for the passes of job ``key``: only a dynamic job's
-        failovers read them (a static job's would only hold memory until the job is deleted)."""
+        failovers read them (a static job's would only hold memory until the job is deleted), and only its own
+        pods (not those of an earlier job of the same name, which the garbage collector removes later)."""
         job = self.jobs.get(key)
         if job is None or (job.get("spec") or {}).get(api.SPEC_ENABLE_DYNAMIC_WORKER) is not True:
+            return
+        owner = controller_ref(pod)
+        if owner is None or owner.get("uid") != podlib.uid(job):
             return
         replica_type, index = podlib.replica_type_label(pod), podlib.replica_index(pod)
         if replica_type is not None and index is not None:
@@ -308,10 +329,7 @@ class TFJobController:
         """
         job = self.jobs.get(key)
         if job is None:
-            self.expectations.forget(key)
-            self._written.pop(key, None)
-            self._departed.pop(key, None)
-            self.view.forget(key)
+            self._forget(key)
             return None
         written = self._written.get(key)
         if written is not None:

@@ -105,3 +105,35 @@ def test_a_static_jobs_deleted_pods_are_not_kept() -> None:
     other["metadata"]["ownerReferences"][0]["name"] = "other"
     ctl.pods._dispatch_delete(other)
     assert ctl._departed == {}
+
+
+def test_a_job_seen_under_a_new_uid_starts_with_nothing_remembered_of_the_old_one() -> None:
+    """A relist shows a job deleted and re-created under its name as an update to a new uid, with no tombstone:
+    the old job's expectations, read-your-writes copy, departed pods and confirmation go, as on its deletion."""
+    ctl = controller()
+    old_job = {**child("job", "job-uid"), "spec": {"enableDynamicWorker": True}}
+    ctl.jobs.cache.put(KEY, old_job)
+    ctl.expectations.expect_create(KEY, "Pod", "job-worker-0")
+    ctl._written[KEY] = ("job-uid", old_job)
+    ctl.view.confirmed.add(KEY)
+    ctl.pods._dispatch_delete(labelled("job-worker-1", "uid-c", "worker", 1))
+    assert KEY in ctl._departed
+
+    ctl.jobs._dispatch_update(old_job, {**old_job, "metadata": {**old_job["metadata"], "resourceVersion": "2"}})
+    assert ctl.expectations.pending_until(KEY) is not None, "an update of the same job forgets nothing"
+    assert KEY in ctl._written and KEY in ctl.view.confirmed and KEY in ctl._departed
+
+    new_job = {**child("job", "job-uid-2"), "spec": {"enableDynamicWorker": True}}
+    ctl.jobs._dispatch_update(old_job, new_job)
+    assert ctl.expectations.pending_until(KEY) is None
+    assert KEY not in ctl._written and KEY not in ctl.view.confirmed and KEY not in ctl._departed
+    assert len(ctl.controller.queue) == 1
+
+
+def test_a_pod_of_an_earlier_job_of_the_same_name_is_not_kept_as_departed() -> None:
+    """The garbage collector removes the old job's pods after the new job exists: their causes are not the new
+    job's."""
+    ctl = controller()
+    ctl.jobs.cache.put(KEY, {**child("job", "job-uid-2"), "spec": {"enableDynamicWorker": True}})
+    ctl.pods._dispatch_delete(labelled("job-worker-0", "uid-a", "worker", 0))  # owned by job-uid
+    assert ctl._departed == {}
