@@ -302,35 +302,38 @@ class Trainer:
         config.experimental.share_session_state_in_clusterspec_propagation = True
         return v1.Session(self.server.target, config=config)
 
-    def prepare(self, sess: Any) -> None:
-        """Initialise the variables, restore the newest checkpoint onto them, and set the readiness flag."""
-        if self.checkpoints is not None:
+    def prepare(self, sess: Any) -> int:
+        """Restore the newest checkpoint onto the initialised variables and set the readiness flag. Returns the
+        global step the model is ready at, read before the flag is set: no other task can have trained on it."""
+        if self.checkpoints is None:
+            step = int(sess.run(self.read_step))
+        else:
             path = self.checkpoints.restore(sess)
-            step = sess.run(self.read_step)
+            step = int(sess.run(self.read_step))
             if path is None:
                 log(f"event=no-checkpoint {self.label} dir={self.args.checkpoint_dir}")
             else:
                 log(f"event=restored step={step} {self.label} path={path}")
             self.checkpoints.last_step = step
         sess.run(self.set_ready)
+        return step
 
-    def wait_for_model(self, sess: Any) -> bool:
-        """Make the model ready (initialiser) or wait until it is; False if stopped first."""
+    def wait_for_model(self, sess: Any) -> int | None:
+        """Make the model ready (initialiser) or wait until it is. Returns the global step this task joins at
+        (the initialiser: the step it made the model ready at), or None if stopped first."""
         while not self.stop.is_set():
             if len(sess.run(self.uninitialised)) == 0:
                 if sess.run(self.read_ready):
-                    return True
+                    return int(sess.run(self.read_step))
                 if self.initialiser:
                     # Initialised but not ready: the task that initialised died before it was done.
-                    self.prepare(sess)
-                    return True
+                    return self.prepare(sess)
             elif self.initialiser:
                 sess.run(self.init)
                 log(f"event=initialised {self.label}")
-                self.prepare(sess)
-                return True
+                return self.prepare(sess)
             self.stop.wait(0.5)
-        return False
+        return None
 
     def run(self) -> None:
         errors = self.tf.errors
@@ -362,9 +365,9 @@ class Trainer:
             # The first operation on the PS: it blocks until the PS is back at its address.
             sess.run(self.uninitialised)
             log(f"event=reconnected {self.label}")
-        if not self.wait_for_model(sess):
+        step = self.wait_for_model(sess)
+        if step is None:
             return self.stopped(sess)
-        step = sess.run(self.read_step)
         log(f"event=joined step={step} {self.label}")
         first = True
         while step < self.args.steps:
