@@ -112,12 +112,16 @@ async def test_the_example_manifests_train_as_shipped(operator: Operator, kubect
         for task in followed.values():
             task.cancel()
     for job, trainers in TRAINERS.items():
+        finisher = FINISHERS.get(job, f"{job}-worker-0")
         for name in trainers:
             steps = [int(s) for s in STEP.findall(outputs[name])]
-            assert steps and steps == sorted(steps), f"{name} logged no training step: {outputs[name][-2000:]}"
+            assert steps == sorted(steps), f"{name} logged its steps out of order: {outputs[name][-2000:]}"
+            # The finisher trains from the start. Another trainer joins whenever its TensorFlow is up: on a busy
+            # machine that can be after the last step (it then only says it finished) or never (removed with the
+            # job's other running pods when the finisher is done), so only its order is checked.
+            assert steps or name != finisher, f"{name} logged no training step: {outputs[name][-2000:]}"
         # What ended the job trained to the end: it succeeded, and its last words name a global step at
         # TRAIN_STEPS or past it.
-        finisher = FINISHERS.get(job, f"{job}-worker-0")
         pod = next(p for p in await operator.pods(job) if p["metadata"]["name"] == finisher)
         assert pod["status"]["phase"] == "Succeeded", pod["status"]
         assert [c["restartCount"] for c in pod["status"]["containerStatuses"]] == [0], pod["status"]

@@ -10,7 +10,6 @@ simulator's node faults, outcomes are read through the API.
 
 from __future__ import annotations
 
-import time
 from itertools import pairwise
 
 from controller.runtime.client import PODS
@@ -251,20 +250,21 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
         manifest = tfjob(
             "crash", workers=1, restart_policy="ExitCode", annotations={RUN_SECONDS: "20", EXIT_CODE: "137"}
         )  # 0.2 s real, then OOM
+        store = sim_cluster.store
+        start = store.resource_version
         await operator.client.create(TFJOBS, manifest, namespace="default")
         mark = faults.mark()
-        seen: dict[str, float] = {}
 
-        async def pods_seen() -> bool:
-            for pod in await operator.pods("crash"):
-                seen.setdefault(pod["metadata"]["uid"], time.monotonic())
-            return len(seen) >= 5
+        def creations() -> list[float]:
+            """When the server committed each pod of the job: its own clock, not the test's polling."""
+            events = store.history_since("pods", start)
+            assert events is not None, "the history must still hold the job's pods"
+            return [e.time for e in events if e.type == "ADDED" and e.new["metadata"]["name"].startswith("crash-")]
 
-        await eventually(pods_seen, timeout=30, interval=0.01, what="four replacements of the crashing worker")
-        created = sorted(seen.values())
-        gaps = [b - a for a, b in pairwise(created)]
+        await eventually(lambda: len(creations()) >= 5, timeout=30, what="four replacements of the crashing worker")
+        gaps = [b - a for a, b in pairwise(creations())]
         # gap = run time (0.2 s) + deletion (prompt: the process has exited) + back-off, rounded up to
-        # the next whole second.
+        # the next whole second; measured between the server's commits of the creations.
         for gap, backoff in zip(gaps[:4], (0.0, 1.0, 2.0, 2.0), strict=True):
             assert backoff <= gap < backoff + 2.5, (gaps, "at once, then back-off 1 s, 2 s, capped at 2 s")
 
@@ -272,9 +272,10 @@ async def test_crash_looping_worker_backs_off_and_is_requeued_for_the_backoff_en
         assert is_true(job, "Running") and condition(job, "Failed") is None and condition(job, "Restarting") is None
         record = worker_record(job, 0)
         assert record is not None and record["failovers"] >= 4 and record["lastReason"] == "OOMKilled", record
+        seen = creations()
         creates = faults.count("create", "pods", since=mark)
         deletes = faults.count("delete", "pods", since=mark)
-        # Each pod was created once (one more may have been created since the last look).
+        # Each pod was created once (one more request may be on its way to the store).
         assert len(seen) <= creates <= len(seen) + 1, (creates, len(seen))
         assert deletes <= len(seen), f"{deletes} pod deletes for {len(seen)} pods: repeated deletes"
         # Idle between failovers: pod lists and reads here are the test's own; the controller's

@@ -28,7 +28,9 @@ from tests.e2e.conftest import (
 )
 from tfjob_sim.cluster import SimCluster
 
-HOLD = 3.0  # seconds the controller leaves a contested job alone (300 in production)
+# Seconds the controller leaves a contested job alone (300 in production): long enough that the checks of
+# "left alone" below, on a busy machine, are done before it ends.
+HOLD = 10.0
 
 
 def our_writes(cluster: SimCluster, since: int, job: str) -> list[str]:

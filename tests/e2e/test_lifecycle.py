@@ -434,12 +434,14 @@ async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff
     from controller.tfjob.decide import DecideConfig
     from tests.e2e.conftest import fail_over_once, start_operator, worker_record
 
+    # The deadline leaves a busy machine 10 s to start the job and fail worker 1 over twice; the back-off of the
+    # second failover (12 s) then ends after it.
     operator = await start_operator(
-        sim_cluster, config=DecideConfig(failover_backoff_base=10.0, failover_backoff_cap=10.0)
+        sim_cluster, config=DecideConfig(failover_backoff_base=12.0, failover_backoff_cap=12.0)
     )
     faults = sim_cluster.faults
     try:
-        manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 6})
+        manifest = tfjob("both", workers=2, restart_policy="ExitCode", run_policy={"activeDeadlineSeconds": 10})
         job = await create_and_wait_running(operator, manifest, running=2)
         start = parse(job["status"]["startTime"])
         await fail_over_once(operator, "both", 1)  # replaced at once; the next failover backs off
@@ -449,12 +451,12 @@ async def test_deadline_fails_a_dynamic_job_while_a_worker_waits_for_its_backoff
             record = worker_record(await operator.job("both"), 1)
             return bool(record and record["state"] == "Replacing")
 
-        await eventually(waiting, what="worker 1 waiting for its 10 s back-off")
+        await eventually(waiting, what="worker 1 waiting for its 12 s back-off")
         job = await eventually(lambda: _failed(operator, "both"), what="the deadline failing the job")
         # Judged on the controller's own timestamps, not on when this test looked (a loaded machine delays that).
         failed_at = parse(next(c for c in job["status"]["conditions"] if c["type"] == "Failed")["lastTransitionTime"])
         retry_after = parse(worker_record(job, 1)["retryAfter"])
-        assert start + 6 <= failed_at < retry_after, "the deadline fires on time and does not wait for the back-off"
+        assert start + 10 <= failed_at < retry_after, "the deadline fires on time and does not wait for the back-off"
         assert conditions(job)[-1][3] == "Job both has failed because it was active longer than specified deadline"
         await eventually(lambda: _no_pods(operator, "both"), what="every pod deleted")
         mark = faults.mark()
@@ -511,6 +513,13 @@ async def test_a_deleted_service_of_a_running_worker_comes_back_without_a_failov
 
 async def test_kubectl_get_shows_the_state_and_worker_columns(operator: Operator, kubectl) -> None:
     await create_and_wait_running(operator, tfjob("cols", workers=2), running=2)
+
+    async def both_active() -> bool:
+        # ACTIVE counts the pods the controller has seen Running, which may be after the test saw them.
+        status = (await operator.job("cols")).get("status") or {}
+        return (status.get("replicaStatuses") or {}).get("Worker", {}).get("active") == 2
+
+    await eventually(both_active, what="both workers counted active")
     rc, out, err = await kubectl("get", "tfjob", "cols", "-o", "wide")
     assert rc == 0, err
     header, row = out.splitlines()

@@ -271,8 +271,9 @@ async def test_scaling_down_a_worker_waiting_for_its_failover_backoff_cancels_th
     from tests.e2e.conftest import annotate_pod, fail_over_once, start_operator, worker_record
 
     faults = sim_cluster.faults
+    # The scale-down must be reconciled before the back-off ends: 8 s leave a busy machine room for it.
     operator = await start_operator(
-        sim_cluster, config=DecideConfig(failover_backoff_base=3.0, failover_backoff_cap=3.0)
+        sim_cluster, config=DecideConfig(failover_backoff_base=8.0, failover_backoff_cap=8.0)
     )
     try:
         await create_and_wait_running(operator, tfjob("cancel", workers=3, restart_policy="ExitCode"), running=3)

@@ -192,7 +192,10 @@ async def test_a_dynamic_job_trains_through_failures_and_rescaling(
     # that ends training, and the job succeeds when it does (the others are removed: cleanPodPolicy Running).
     pods = identity(await operator.pods(name))
     before = await shared_step(operator, name)
-    target = before + 400
+    # Far enough above the shared step that worker 1, training alone meanwhile (at most 20 steps a second),
+    # cannot reach it before the replacement has started TensorFlow and joined, even on a busy machine (about a
+    # minute of margin): a replacement that joined at or past the target would finish at once, never log a step.
+    target = before + 1200
     index = next(
         i
         for i, e in enumerate(manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"])

@@ -153,13 +153,27 @@ async def test_worker_0_restores_its_newest_checkpoint_onto_a_restarted_ps(pods:
     )
     for i in (0, 1):
         assert pods.procs[f"w{i}"].poll() is None, pods.out(f"w{i}")
-    # The claim holds whole checkpoints only, the two newest, and nothing half-written under a final name.
-    files = sorted(p.name for p in pods.store.iterdir() if not p.name.endswith(".incoming"))
-    assert 1 <= len(files) <= 2 and all(re.fullmatch(r"model-\d+\.npz", f) for f in files), files
-    for name in files:
-        with np.load(pods.store / name) as saved:
-            assert {"global_step", "linear/w", "linear/w/Momentum", "linear/b", "linear/b/Momentum"} <= set(saved.files)
-            assert int(saved["global_step"]) == int(name[len("model-") : -len(".npz")])
+
+    # The claim holds whole checkpoints only, the two newest, and nothing half-written under a final name. Worker 0
+    # goes on saving: a save publishes the new file before it removes the oldest, so a look in between sees three,
+    # or a file removed as it is read; look again then.
+    def whole_checkpoints() -> list[str] | None:
+        files = sorted(p.name for p in pods.store.iterdir() if not p.name.endswith(".incoming"))
+        assert all(re.fullmatch(r"model-\d+\.npz", f) for f in files), files
+        if not 1 <= len(files) <= 2:
+            return None
+        try:
+            for name in files:
+                with np.load(pods.store / name) as saved:
+                    assert {"global_step", "linear/w", "linear/w/Momentum", "linear/b", "linear/b/Momentum"} <= set(
+                        saved.files
+                    ), (name, saved.files)
+                    assert int(saved["global_step"]) == int(name[len("model-") : -len(".npz")])
+        except FileNotFoundError:
+            return None
+        return files
+
+    await eventually(whole_checkpoints, START, interval=0.05, what="the two newest checkpoints, whole")
 
 
 @pytest.mark.parametrize(
