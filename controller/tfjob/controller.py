@@ -30,13 +30,16 @@ mean forever):
   process, by confirming the caches with consistent reads (confirm.py).
 - **Confirmed jobs** (``view.confirmed``) only say that a job's first write in this process was
   checked; a deleted job drops its key.
-- All of the above is keyed by the job's namespace/name. A job deleted and re-created under the
-  same name while the jobs watch was down reaches the handlers as an update to a new uid, not as a
-  deletion; that update drops the old job's state as the deletion would have.
 - **Departed pods** (``_departed``): per job, the last pod of each (type, index) whose deletion the
-  pods watch delivered, as it was last seen. They only tell a later pass *why* a pod went that it saw
-  go without any earlier event (a disruption counted as such, not as a plain deletion); they are never
-  acted on, so a missing or old one costs only that detail. A gone job drops them.
+  pods watch delivered, as it was last seen (only the job's own pods, by their owner's uid). They only
+  tell a later pass *why* a pod went that it saw go without any earlier event (a disruption counted as
+  such, not as a plain deletion); they are never acted on, so a missing or old one costs only that
+  detail. A gone job drops them.
+
+Expectations, ``_written``, ``view.confirmed`` and ``_departed`` are keyed by the job's namespace/name.
+A job deleted and re-created under the same name while the jobs watch was down reaches the handlers as
+an update to a new uid, not as a deletion; that update drops all four as the deletion would have (and
+foreign.py's hold and observe.py's measurements do the same).
 """
 
 from __future__ import annotations
@@ -311,8 +314,7 @@ class TFJobController:
         job = self.jobs.get(key)
         if job is None or (job.get("spec") or {}).get(api.SPEC_ENABLE_DYNAMIC_WORKER) is not True:
             return
-        owner = controller_ref(pod)
-        if owner is None or owner.get("uid") != podlib.uid(job):
+        if podlib.controller_uid(pod) != podlib.uid(job):
             return
         replica_type, index = podlib.replica_type_label(pod), podlib.replica_index(pod)
         if replica_type is not None and index is not None:

@@ -96,7 +96,7 @@ class ForeignWriters:
         self._status_times: dict[str, dict[str, str]] = {}  # job uid -> foreign manager -> its status entry's time
         self._foreign_pods: dict[str, str] = {}  # pod uid -> the foreign manager that created it
         self._until: dict[str, float] = {}  # job key -> monotonic time the hold ends
-        jobs.add_handler(None, None, self._job_deleted)
+        jobs.add_handler(None, self._job_replaced, self._job_deleted)
         pods.add_handler(self._pod_added, None, self._pod_deleted)
 
     # -- the transforms: the one place managedFields are seen -------------------------------------------------
@@ -166,6 +166,12 @@ class ForeignWriters:
         pod = DeletedFinalStateUnknown.unwrap(obj)
         if pod is not None:
             self._foreign_pods.pop(podlib.uid(pod), None)
+
+    def _job_replaced(self, old: Obj, new: Obj) -> None:
+        # A relist shows a job deleted and re-created under its name as an update to a new uid, with no tombstone:
+        # the old job's hold and status baseline go as on its deletion (the new job's baseline is already taken).
+        if podlib.uid(old) != podlib.uid(new):
+            self._job_deleted(old)
 
     def _job_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         job = DeletedFinalStateUnknown.unwrap(obj)

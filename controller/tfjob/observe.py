@@ -179,9 +179,15 @@ class JobObserver(Collector):
         if find(conditions, api.COND_RUNNING) is None and job_state(job) in (STATE_PENDING, api.COND_CREATED):
             self._awaiting_running.add(podlib.uid(job))
 
-    def _job_updated(self, _old: Obj, job: Obj) -> None:
-        self._report_unreadable(job)
+    def _job_updated(self, old: Obj, job: Obj) -> None:
         uid = podlib.uid(job)
+        if podlib.uid(old) != uid:
+            # A relist shows a job deleted and re-created under its name as an update to a new uid, with no
+            # tombstone: the old job's entries go as on its deletion, and the new job is measured from its start.
+            self._job_deleted(old)
+            self._job_added(job)
+            return
+        self._report_unreadable(job)
         if job_state(job) in (api.COND_SUCCEEDED, api.COND_FAILED, api.COND_SUSPENDED):
             self._awaiting_running.discard(uid)
         running = self._worker_running.get(uid)

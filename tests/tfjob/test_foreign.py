@@ -184,3 +184,21 @@ def test_who_created_a_pod_is_read_once_when_it_arrives_not_on_each_update(monke
     assert reads == ["j-worker-0", "j-worker-0"]
     [(_, _, reason, message)] = recorder.events
     assert reason == "ForeignWriter" and '"manager"' in message
+
+
+def test_a_job_re_created_under_its_name_is_not_held_for_the_old_ones_contest() -> None:
+    """A relist shows a job deleted and re-created while the watch was down as an update to a new uid, with no
+    tombstone: the old job's hold and status baseline go, as on its deletion; an update of the same job keeps them."""
+    foreign, jobs, *_ = observer()
+    seen = foreign.job_transform(lambda o: o)
+    seen(job(entry(OURS, "2024-01-01T00:00:00Z", "status")))
+    held = seen(job(entry(OURS, "2024-01-01T00:00:00Z", "status"), entry("manager", "2024-01-01T00:00:05Z", "status")))
+    assert foreign.holding("ns/j") == 60.0
+    [(_, on_update, _)] = jobs.handlers
+    on_update(held, held)
+    assert foreign.holding("ns/j") == 60.0
+    new = job()
+    new["metadata"]["uid"] = "job-uid-2"
+    on_update(held, seen(new))
+    assert foreign.holding("ns/j") is None
+    assert set(foreign._status_times) == {"job-uid-2"}

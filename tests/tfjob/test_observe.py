@@ -241,6 +241,28 @@ def test_a_job_already_running_when_the_controller_starts_is_not_measured() -> N
     assert scraped(registry, "tfjob_job_time_to_running_seconds_count", {"job_namespace": "ns"}) == 0
 
 
+def test_a_job_re_created_under_its_name_is_measured_afresh_and_the_old_ones_entries_go() -> None:
+    """A relist shows a job deleted and re-created while the watch was down as an update to a new uid, with no
+    add: the new job's time to running is still measured, and what was kept of the old job is dropped."""
+    watcher, jobs, pods, registry = observer(now=T0 + 30)
+    jobs.add(job(["Created", "Running"]))
+    pods.add(pod(0, "Pending", T0, "p0"))
+    pods.update(pod(0, "Running", T0, "p0"))
+    assert "job-uid" in watcher._worker_running
+    new = job(["Created"], workers=1)
+    new["metadata"]["uid"] = "job-uid-2"
+    jobs.update(new)
+    assert "job-uid" not in watcher._worker_running
+    del pods.objects["ns/j-worker-0"]
+    replacement = pod(0, "Pending", T0 + 20, "q0")
+    replacement["metadata"]["ownerReferences"][0]["uid"] = "job-uid-2"
+    pods.add(replacement)
+    pods.update({**replacement, "status": {"phase": "Running"}})
+    count = {"job_namespace": "ns"}
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_count", count) == 1
+    assert scraped(registry, "tfjob_job_time_to_running_seconds_sum", count) == 30.0
+
+
 def test_job_state_is_the_most_advanced_true_condition() -> None:
     assert job_state(job([])) == "Pending"
     assert job_state(job(["Created"])) == "Created"
