@@ -5,9 +5,10 @@ running. The image they name, ``tensorflow/tensorflow:2.21.0``, is mapped to thi
 this interpreter, and the programs reach the pods as the ConfigMap volumes kustomize generates: what a real cluster
 does with the same ``kubectl apply -k``.
 
-Every job trains: each trainer logs global steps (followed from its start: a trainer still running when its
-job succeeds is removed then), the evaluator reports accuracy, and each job succeeds as its comments say
-(worker 0 without a chief, the chief with one) when that task has trained to TRAIN_STEPS, never restarted.
+Every job trains: the task that ends it (worker 0 without a chief, the chief with one) logs global steps in order
+until TRAIN_STEPS and succeeds, never restarted, and the job succeeds as its comments say; every other trainer logs
+its steps in order (followed from its start: a trainer still running when its job succeeds is removed then; one
+whose TensorFlow came up late on a busy machine may log none), and the evaluator reports accuracy.
 """
 
 from __future__ import annotations

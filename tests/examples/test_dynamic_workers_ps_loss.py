@@ -115,8 +115,8 @@ async def resumes_from_the_checkpoint(tasks: Callable[..., Tasks], tmp_path: Pat
     assert step == int(SAVED.findall(before)[-1][0]), w0
     assert "event=reconnected worker=0" in after(w0, "event=ps-lost"), w0
     # Worker 0 logs `restored` before it sets the readiness flag, and `joined` after: wait for the joined line
-    # rather than expect it in the output that held `restored`. Its step was read before the flag was set, so
-    # no other worker can have trained on the restored model yet.
+    # rather than expect it in the output that held `restored`. It joins at the restored step (worker 1's first
+    # step below says no one trained on the model before it was restored).
     joined = await eventually(
         lambda: JOINED.findall(after(job.out("w0"), "event=restored")), START, interval=0.2, what="worker 0 joins"
     )
