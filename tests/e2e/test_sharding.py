@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,16 +23,11 @@ from controller.runtime.client import LEASES, NAMESPACES, PODS, ApiClient
 from controller.tfjob.executor import TFJOBS
 from tests.e2e.conftest import CRD_PATH, CRDS, eventually, is_true, tfjob
 from tfjob_sim.cluster import SimCluster
+from tfjob_sim.testing.processes import free_port
 
 SHARDS = ("team-a", "team-b")
 JOBS_PER_SHARD = 3
 WORKERS = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @asynccontextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,18 +22,13 @@ from typing import Any
 import pytest
 
 from controller.tfjob.tfconfig import dense_tf_config, sparse_tf_config
+from tfjob_sim.testing.processes import free_port
 from tfjob_sim.testing.waiting import eventually
 
 PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "dynamic-workers" / "train.py"
 STEP = re.compile(r"^step=(\d+) ", re.M)
 # TensorFlow's import alone costs a few CPU seconds per process; a busy 2-core machine multiplies it.
 START = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job(workers: int, ps: int = 1) -> dict[str, Any]:

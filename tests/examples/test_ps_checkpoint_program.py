@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfjob_sim.testing.processes import free_port
 from tfjob_sim.testing.waiting import eventually
 
 PROGRAM = Path(__file__).resolve().parents[1] / "e2e" / "tf_programs" / "ps_checkpoint.py"
@@ -31,12 +31,6 @@ SAVED = re.compile(r"^\[worker 0\] checkpoint step (\d+) model-\1\.npz [\d.]+s$"
 RESTORED = re.compile(r"^\[worker 0\] restored step (\d+) model-\1\.npz$", re.M)
 STEP = re.compile(r"^\[worker \d\] global_step (\d+) ", re.M)
 VOLUMES = ("checkpoints", "scratch", "program")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def after(text: str, marker: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -23,10 +24,34 @@ import anyio
 CLI = [sys.executable, "-m", "controller"]
 
 
+# Ports handed out by this process: two calls never return the same one, though neither is bound in between.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (what it picks for bind(0) and connect()'s source ports)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that is free now, for a process to bind later (a controller's metrics, a TensorFlow task's
+    server, seconds later after its imports). It is taken below the ephemeral range: a port from that range could
+    meanwhile become the source port of any outgoing connection on the machine, and the later bind would fail."""
+    low = _ephemeral_low()
+    pool = range(10_000 if low > 10_500 else 1024, low)
+    candidates = [p for p in random.sample(pool, min(500, len(pool))) if p not in _handed_out]
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port below the ephemeral range ({pool.start}-{low - 1})")
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
