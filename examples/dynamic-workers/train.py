@@ -305,11 +305,9 @@ class Trainer:
     def prepare(self, sess: Any) -> int:
         """Restore the newest checkpoint onto the initialised variables and set the readiness flag. Returns the
         global step the model is ready at, read before the flag is set: no other task can have trained on it."""
-        if self.checkpoints is None:
-            step = int(sess.run(self.read_step))
-        else:
-            path = self.checkpoints.restore(sess)
-            step = int(sess.run(self.read_step))
+        path = self.checkpoints.restore(sess) if self.checkpoints is not None else None
+        step = int(sess.run(self.read_step))
+        if self.checkpoints is not None:
             if path is None:
                 log(f"event=no-checkpoint {self.label} dir={self.args.checkpoint_dir}")
             else:
